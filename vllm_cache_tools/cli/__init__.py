@@ -1,0 +1,35 @@
+"""The ``vllm-cache`` command: a thin typer app over the library. One module per verb."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from vllm_cache_tools.cli import ls as _ls
+from vllm_cache_tools.cli import show as _show
+from vllm_cache_tools.cli.common import fail
+
+app = typer.Typer(
+    name="vllm-cache",
+    help="Inspect and manage vLLM's torch.compile cache "
+         "($VLLM_CACHE_ROOT/torch_compile_cache).",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+app.command("ls")(_ls.ls)
+app.command("show")(_show.show)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.stderr.write("interrupted\n")
+        sys.exit(130)
+    except BrokenPipeError:
+        sys.exit(0)
+    except Exception as exc:  # last resort: one line, never a traceback
+        fail(f"internal error: {type(exc).__name__}: {exc}", code=3)

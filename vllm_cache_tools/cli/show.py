@@ -1,0 +1,124 @@
+"""``vllm-cache show KEY|PATH``: everything known about one entry."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from vllm_cache_tools.cli.common import console, fail, human_age, human_size, print_json
+from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.serialize import entry_detail
+from vllm_cache_tools.store import (
+    AmbiguousKey,
+    EntryNotFound,
+    RootError,
+    locate_entry,
+    read_entry,
+)
+
+
+def show(
+    ref: Annotated[str, typer.Argument(metavar="KEY|PATH", help="Entry key, unique key prefix, "
+                                       "or a path inside the entry.")],
+    root: RootOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    env: Annotated[bool, typer.Option("--env", help="Also print every raw env factor "
+                                      "(human output; --json always has them).")] = False,
+) -> None:
+    """Show one entry: hashes, raw env factors, traced files, graphs and ranges, artifacts."""
+    try:
+        path = locate_entry(ref, root)
+    except AmbiguousKey as exc:
+        lines = "\n".join(f"  {layout:8} {p.name}" for layout, p in exc.candidates)
+        fail(f"key prefix {exc.ref!r} is ambiguous; candidates:\n{lines}")
+    except (EntryNotFound, RootError) as exc:
+        fail(str(exc.args[0]) if exc.args else str(exc))
+    entry = read_entry(path, deep=True)
+    data = entry_detail(entry)
+    if json_out:
+        print_json(data)
+        return
+    _render(data, show_env=env)
+
+
+def _kv(con: Any, key: str, value: Any) -> None:
+    con.print(f"  {key:<18} {value if value not in (None, '', []) else '-'}")
+
+
+def _render(d: dict[str, Any], show_env: bool) -> None:
+    con = console()
+    con.print(f"[bold]{d['layout']} entry {d['key']}[/bold]")
+    _kv(con, "path", d["path"])
+    state = d["state"] + (f" ({d['state_detail']})" if d.get("state_detail") else "")
+    _kv(con, "state", state)
+    _kv(con, "size", f"{human_size(d['size_bytes'])} apparent, "
+        f"{human_size(d['disk_bytes'])} on disk, {d['files']} files")
+    _kv(con, "ranks", ", ".join(d["ranks"]))
+    _kv(con, "prefixes", ", ".join(d["prefixes"]))
+    _kv(con, "created", f"{d['created']} ({d['created_source']})")
+    _kv(con, "modified", d["modified"])
+    _kv(con, "last used", f"{d['last_used']} (from {d['last_used_source']})")
+    _kv(con, "torch", d["torch_version"])
+    _kv(con, "vllm", d["vllm_version"] or "unknown (not recorded by vLLM)")
+    _kv(con, "hardware", d["hardware"])
+    _kv(con, "model", d["model"])
+    if d["layout"] == "backend":
+        h = d.get("hashes")
+        if h:
+            con.print("[bold]key factors[/bold] (cache_key_factors.json)")
+            for k in ("env", "config", "code", "compiler"):
+                _kv(con, f"{k} hash", h[k])
+            chk = d.get("key_check")
+            if chk:
+                verdict = "matches the folder name" if chk["matches"] else (
+                    f"DOES NOT match the folder name (got {chk['recomputed_key']})")
+                _kv(con, "re-hashed key", f"{chk['recomputed_key']}: {verdict}")
+        env = d.get("env_factors") or {}
+        if env:
+            con.print(f"[bold]env factors[/bold] ({len(env)} variables hashed into the env "
+                      "hash" + (")" if show_env else "; --env lists them)"))
+            if show_env:
+                for k, v in sorted(env.items()):
+                    con.print(f"  {k} = {v!r}")
+        for p in d.get("prefix_dirs", []):
+            con.print(f"[bold]{p['rank']}/{p['prefix']}[/bold]")
+            _kv(con, "files", ", ".join(p["files"]))
+            _kv(con, "submodules", ", ".join(p["submodules"]))
+            if p["compiled"] is not None:
+                for r in p["compiled"]:
+                    _kv(con, f"range {r['range']}", f"graph {r['graph_index']} "
+                        f"{r['compiler']} -> {r['artifact']}")
+            else:
+                _kv(con, "compiled graphs", "none here (stored in the AOT mega artifact)")
+            if p["missing_artifacts"]:
+                _kv(con, "MISSING", ", ".join(p["missing_artifacts"]))
+            con.print(f"  graph source files ({len(p['graph_files'])}):")
+            for f in p["graph_files"]:
+                con.print(f"    {f}")
+    else:
+        for r in d.get("ranks_detail", []):
+            _kv(con, r["rank"], f"model {human_size(r['size_bytes'])}"
+                + (f"  ERROR: {r['error']}" if r["error"] else ""))
+        if d.get("code"):
+            c = d["code"]
+            _kv(con, "compiled fn", f"{c['qualname']} at {c['filename']}:{c['firstlineno']}")
+            s = d["system"]
+            _kv(con, "system", f"python {s['python']}, torch {s['torch']}, cuda {s['cuda']}, "
+                f"triton {s['triton']}, gpu {s['gpu']}, device {s['device_type']}")
+        comp = d.get("compiled")
+        if comp:
+            _kv(con, "prefix", comp["prefix"])
+            _kv(con, "submodules", ", ".join(comp["submodules"]))
+            _kv(con, "compiled ranges", ", ".join(comp["compiled_ranges"]))
+            _kv(con, "artifact", human_size(comp["artifact_bytes"]))
+        srcs = d.get("traced_sources", [])
+        if srcs:
+            mods = sorted({s["module"] for s in srcs})
+            con.print(f"[bold]traced sources[/bold] ({len(srcs)} functions in {len(mods)} "
+                      "modules, compile-time copies kept in model):")
+            for m in mods:
+                con.print(f"    {m}")
+    for p in d.get("problems", []):
+        con.print(f"  [yellow]problem[/yellow] {p['kind']}: {p['path']}: {p['detail']}")
+    _ = human_age

@@ -1,0 +1,61 @@
+"""Find the cache root the way vLLM does, and the places where we keep our own state."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import platformdirs
+
+COMPILE_CACHE_DIRNAME = "torch_compile_cache"
+AOT_DIRNAME = "torch_aot_compile"
+
+
+@dataclass(frozen=True)
+class CacheRoot:
+    """A resolved vLLM cache root and where the answer came from."""
+
+    vllm_root: Path
+    """``$VLLM_CACHE_ROOT`` (or its default): the folder holding ``torch_compile_cache``."""
+    source: str
+    """``--root``, ``VLLM_CACHE_ROOT``, ``XDG_CACHE_HOME`` or ``default``."""
+
+    @property
+    def compile_cache(self) -> Path:
+        return self.vllm_root / COMPILE_CACHE_DIRNAME
+
+
+def default_vllm_cache_root(env: Mapping[str, str] | None = None) -> tuple[Path, str]:
+    """Mirror ``vllm.envs.get_default_cache_root`` + ``VLLM_CACHE_ROOT`` (all versions with a
+    compile cache): ``VLLM_CACHE_ROOT``, else ``$XDG_CACHE_HOME/vllm``, else ``~/.cache/vllm``.
+    vLLM expands ``~`` in ``VLLM_CACHE_ROOT``."""
+    env = os.environ if env is None else env
+    if env.get("VLLM_CACHE_ROOT"):
+        return Path(os.path.expanduser(env["VLLM_CACHE_ROOT"])), "VLLM_CACHE_ROOT"
+    if env.get("XDG_CACHE_HOME"):
+        return Path(env["XDG_CACHE_HOME"]) / "vllm", "XDG_CACHE_HOME"
+    return Path(os.path.expanduser("~/.cache")) / "vllm", "default"
+
+
+def resolve_root(root: str | os.PathLike[str] | None = None,
+                 env: Mapping[str, str] | None = None) -> CacheRoot:
+    """Resolve the cache root. ``root`` (``--root``) may name either the vLLM cache root or its
+    ``torch_compile_cache`` folder; both are accepted so users can paste either path."""
+    if root is not None:
+        p = Path(os.path.expanduser(os.fspath(root)))
+        if p.name == COMPILE_CACHE_DIRNAME:
+            p = p.parent
+        return CacheRoot(p, "--root")
+    p, source = default_vllm_cache_root(env)
+    return CacheRoot(p, source)
+
+
+def state_dir() -> Path:
+    """Where vllm-cache-tools keeps its own state (ledger, index): never inside vLLM's root."""
+    return Path(platformdirs.user_state_dir("vllm-cache-tools", appauthor=False))
+
+
+def user_cache_dir() -> Path:
+    return Path(platformdirs.user_cache_dir("vllm-cache-tools", appauthor=False))

@@ -1,0 +1,147 @@
+"""What we read from a cache, as frozen dataclasses. No I/O here."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from vllm_cache_tools.read.aot_model import AotModelInfo
+from vllm_cache_tools.read.compile_cache import CompiledGraphRecord
+from vllm_cache_tools.read.factors import CacheKeyFactors
+from vllm_cache_tools.read.graph import GraphInfo
+
+Layout = Literal["backend", "aot"]
+State = Literal["complete", "partial", "corrupt", "in-use", "unknown"]
+LastUsedSource = Literal["ledger", "atime", "mtime"]
+
+
+@dataclass(frozen=True)
+class Problem:
+    """Something wrong or odd under the root; scanning goes on past it."""
+
+    path: str
+    kind: str
+    """``unreadable``, ``symlink``, ``corrupt``, ``partial``, ``foreign``, ``tmp-leftover``..."""
+    detail: str
+
+
+@dataclass(frozen=True)
+class TreeStats:
+    """Sizes and times of a folder tree, from ``lstat`` (symlinks are never followed)."""
+
+    size_bytes: int = 0
+    disk_bytes: int = 0
+    files: int = 0
+    dirs: int = 0
+    oldest_mtime: float | None = None
+    newest_mtime: float | None = None
+    newest_atime: float | None = None
+    tmp_files: tuple[str, ...] = ()
+    symlinks: tuple[str, ...] = ()
+    unreadable: tuple[str, ...] = ()
+    owners: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class PrefixDir:
+    """``<backend key>/rank_i_j/<prefix>/``: one compiled model part (``backbone``, ...)."""
+
+    rank: str
+    prefix: str
+    path: Path
+    factors: CacheKeyFactors | None
+    has_graph: bool
+    graph: GraphInfo | None
+    compiled: tuple[CompiledGraphRecord, ...] | None
+    """From ``vllm_compile_cache.py``; ``None`` when there is none (e.g. mega AOT artifact)."""
+    missing_artifacts: tuple[str, ...]
+    files: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AotRank:
+    """``torch_aot_compile/<key>/rank_i_j/model``."""
+
+    rank: str
+    path: Path
+    size_bytes: int
+    info: AotModelInfo | None
+    error: str | None
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    layout: Layout
+    path: Path
+    stats: TreeStats
+    ranks: tuple[str, ...]
+    prefixes: tuple[str, ...]
+    state: State
+    state_detail: str
+    created: float | None
+    created_source: str
+    modified: float | None
+    last_used: float | None
+    last_used_source: LastUsedSource | None
+    vllm_version: str | None
+    torch_version: str | None
+    model: str | None
+    hardware: str | None
+    problems: tuple[Problem, ...] = ()
+    prefix_dirs: tuple[PrefixDir, ...] = ()
+    aot_ranks: tuple[AotRank, ...] = ()
+    deep: bool = False
+    """True when artifacts were read whole (``show``), False for the quick ``ls`` read."""
+
+    @property
+    def size_bytes(self) -> int:
+        return self.stats.size_bytes
+
+    @property
+    def disk_bytes(self) -> int:
+        return self.stats.disk_bytes
+
+    @property
+    def factors(self) -> CacheKeyFactors | None:
+        """The first rank/prefix's factors (all ranks of one key share them)."""
+        for p in self.prefix_dirs:
+            if p.factors is not None:
+                return p.factors
+        return None
+
+    @property
+    def aot_info(self) -> AotModelInfo | None:
+        for r in self.aot_ranks:
+            if r.info is not None:
+                return r.info
+        return None
+
+
+@dataclass(frozen=True)
+class OtherItem:
+    """Something in the root that is not a compile-cache entry."""
+
+    path: Path
+    kind: str
+    """``modelinfos``, ``dummy_cache``, ``foreign``..."""
+    size_bytes: int
+
+
+@dataclass(frozen=True)
+class CacheInfo:
+    root: Path
+    """The vLLM cache root (``VLLM_CACHE_ROOT``)."""
+    root_source: str
+    entries: tuple[Entry, ...]
+    others: tuple[OtherItem, ...] = ()
+    problems: tuple[Problem, ...] = field(default_factory=tuple)
+
+    @property
+    def total_size_bytes(self) -> int:
+        return sum(e.size_bytes for e in self.entries)
+
+    @property
+    def total_disk_bytes(self) -> int:
+        return sum(e.disk_bytes for e in self.entries)

@@ -1,0 +1,179 @@
+"""Reader for the AOT tree's ``rank_i_j/model`` file (torch >= 2.10, vLLM's AOT compile).
+
+The file is a pickle (protocol 4) written by ``torch._dynamo`` through vLLM's
+``VllmSerializableFunction``: top-level keys ``signature``, ``guards_state``, ``backend_id``,
+``compiled_fn`` (a ``(deserialize_compile_artifacts, bytes)`` pair), ``original_code``
+(a ``SerializedCode``), ``runtime_env``, ``source_info`` (``inlined_sources``: module and file
+content of every traced function), ``device_type``, ``backend_name`` and ``system_info``.
+Read only through :mod:`vllm_cache_tools.read.safe_pickle`; nothing is imported or executed.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.read.noatime import read_noatime
+from vllm_cache_tools.read.safe_pickle import SafePickleError, Stub, safe_loads, skim_file
+
+
+@dataclass(frozen=True)
+class InlinedSource:
+    """One traced function's source record: ``module`` and the whole file's ``content`` at
+    compile time (``None`` when skimmed), with the function's line span and checksum."""
+
+    module: str
+    firstlineno: int | None
+    lastlineno: int | None
+    checksum: str | None
+    content: str | None
+
+
+@dataclass(frozen=True)
+class CompiledFnInfo:
+    """What the nested ``compiled_fn`` pickle says (vLLM's serialized piecewise backend)."""
+
+    prefix: str | None
+    submod_names: tuple[str, ...]
+    compiled_ranges: tuple[str, ...]
+    """``standalone_compile_artifacts`` keys such as ``submod_0_(1, 128)``."""
+    torch_version_comment: str | None
+    torch_cuda_version_comment: str | None
+    artifact_bytes: int
+
+
+@dataclass(frozen=True)
+class AotModelInfo:
+    qualname: str | None
+    filename: str | None
+    firstlineno: int | None
+    device_type: str | None
+    backend_id: str | None
+    python_version: str | None
+    torch_version: str | None
+    cuda_version: str | None
+    triton_version: str | None
+    gpu_name: str | None
+    inlined_sources: tuple[InlinedSource, ...]
+    compiled_fn: CompiledFnInfo | None
+    """``None`` when skimmed (``ls``) or when the nested pickle is unreadable."""
+
+    @property
+    def hardware(self) -> str:
+        if self.gpu_name:
+            cuda = f", CUDA {self.cuda_version}" if self.cuda_version else ""
+            return f"{self.gpu_name}{cuda}"
+        return (self.device_type or "unknown").upper() if self.device_type == "cpu" else (
+            self.device_type or "unknown")
+
+
+def _field(obj: Any, key: str) -> Any:
+    return obj.field(key) if isinstance(obj, Stub) else None
+
+
+def _version_str(v: Any) -> str | None:
+    if isinstance(v, str):
+        return v
+    if isinstance(v, Stub) and v.args and isinstance(v.args[0], str):  # type: ignore[attr-defined]
+        return str(v.args[0])  # TorchVersion('2.13.0+cpu')
+    if isinstance(v, tuple) and all(isinstance(x, int) for x in v):
+        return ".".join(map(str, v))
+    return None
+
+
+def _opt_int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _opt_str(v: Any) -> str | None:
+    return v if isinstance(v, str) else None
+
+
+_TORCH_COMMENT = re.compile(rb"# torch version: ([^\n\\]+)")
+_CUDA_COMMENT = re.compile(rb"# torch cuda version: ([^\n\\]+)")
+
+
+def _compiled_fn(top: dict[str, Any]) -> CompiledFnInfo | None:
+    cf = top.get("compiled_fn")
+    if not (isinstance(cf, tuple) and len(cf) == 2 and isinstance(cf[1], bytes)):
+        return None
+    blob = cf[1]
+    try:
+        inner = safe_loads(blob)
+    except SafePickleError:
+        return None
+    if not isinstance(inner, dict):
+        return None
+    sca = inner.get("standalone_compile_artifacts")
+    ranges: tuple[str, ...] = ()
+    sb = _field(sca, "submodule_bytes")
+    if isinstance(sb, dict):
+        ranges = tuple(sorted(str(k) for k in sb))
+    gm = inner.get("graph_module")
+    gm_bytes = gm if isinstance(gm, bytes) else b""
+    tv = _TORCH_COMMENT.search(gm_bytes)
+    cv = _CUDA_COMMENT.search(gm_bytes)
+    names = inner.get("submod_names")
+    return CompiledFnInfo(
+        prefix=_opt_str(inner.get("prefix")),
+        submod_names=tuple(str(n) for n in names) if isinstance(names, list) else (),
+        compiled_ranges=ranges,
+        torch_version_comment=tv.group(1).decode(errors="replace").strip() if tv else None,
+        torch_cuda_version_comment=cv.group(1).decode(errors="replace").strip() if cv else None,
+        artifact_bytes=len(blob),
+    )
+
+
+def interpret(top: Any, skimmed: bool) -> AotModelInfo:
+    if not isinstance(top, dict):
+        raise ReadError(f"not an AOT model pickle (top level is {type(top).__name__})")
+    code = top.get("original_code")
+    sysinfo = top.get("system_info")
+    sources: list[InlinedSource] = []
+    for rec in _field(top.get("source_info"), "inlined_sources") or ():
+        if not isinstance(rec, Stub):
+            continue
+        content = rec.field("content")
+        sources.append(InlinedSource(
+            module=str(rec.field("module")),
+            firstlineno=_opt_int(rec.field("firstlineno")),
+            lastlineno=_opt_int(rec.field("lastlineno")),
+            checksum=_opt_str(rec.field("checksum")),
+            content=content if isinstance(content, str) and not skimmed else None,
+        ))
+    sources.sort(key=lambda s: (s.module, s.firstlineno or 0))
+    qualname = _opt_str(_field(code, "co_qualname")) or _opt_str(_field(code, "co_name"))
+    return AotModelInfo(
+        qualname=qualname,
+        filename=_opt_str(_field(code, "co_filename")),
+        firstlineno=_opt_int(_field(code, "co_firstlineno")),
+        device_type=_opt_str(top.get("device_type")),
+        backend_id=_opt_str(top.get("backend_id")),
+        python_version=_version_str(_field(sysinfo, "python_version")),
+        torch_version=_version_str(_field(sysinfo, "torch_version")),
+        cuda_version=_version_str(_field(sysinfo, "toolkit_version")),
+        triton_version=_version_str(_field(sysinfo, "triton_version")),
+        gpu_name=_opt_str(_field(sysinfo, "gpu_name")),
+        inlined_sources=tuple(sources),
+        compiled_fn=None if skimmed else _compiled_fn(top),
+    )
+
+
+def read_aot_model(path: str | os.PathLike[str], full: bool = True) -> AotModelInfo:
+    """Read an AOT ``model`` file. ``full=False`` skims (a few KB read; no source contents,
+    no nested compiled_fn). Raises :class:`ReadError` for empty, truncated or foreign files."""
+    try:
+        if os.path.getsize(path) == 0:
+            raise ReadError("empty AOT model file (0 bytes)")
+        if full:
+            top = safe_loads(read_noatime(path))
+        else:
+            top = skim_file(path)
+    except SafePickleError as exc:
+        raise ReadError(f"unreadable AOT model pickle: {exc}") from None
+    except OSError as exc:
+        raise ReadError(f"cannot read AOT model: {exc.strerror or exc}") from None
+    return interpret(top, skimmed=not full)

@@ -1,0 +1,242 @@
+"""A pickle reader that never imports or calls anything named by the pickle.
+
+vLLM's AOT ``model`` file and the ``compiled_fn`` bytes inside it are pickles. Loading them with
+:mod:`pickle` would import torch/vLLM and run arbitrary reducers, which is both slow and unsafe
+on a shared cache. Here every global the pickle names resolves to an *inert stand-in class*;
+calling it (REDUCE), instantiating it (NEWOBJ) or building it (BUILD) only records the
+arguments. The result is a tree of plain Python data plus :class:`Stub` objects that say which
+global built them and with what. A handful of pure data constructors (``set``, ``OrderedDict``,
+``codecs.encode`` of a latin-1 string, ...) are evaluated because their results are plain data.
+"""
+
+from __future__ import annotations
+
+import codecs
+import os
+import collections
+import io
+import pickle
+from typing import Any, ClassVar
+
+__all__ = ["SafePickleError", "Stub", "find_stubs", "safe_loads", "skim", "skim_file"]
+
+
+class SafePickleError(ValueError):
+    """The data is not a readable pickle (truncated, corrupt, or not a pickle)."""
+
+
+class Stub:
+    """Inert stand-in for an object the pickle would have built.
+
+    ``module``/``name`` name the global; ``args`` holds REDUCE/NEWOBJ arguments, ``state`` the
+    BUILD state, ``items``/``mapping`` anything appended or set on it."""
+
+    module: ClassVar[str] = ""
+    name: ClassVar[str] = ""
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Stub:
+        self = object.__new__(cls)
+        object.__setattr__(self, "args", args)
+        object.__setattr__(self, "kwargs", kwargs)
+        object.__setattr__(self, "state", None)
+        object.__setattr__(self, "items", [])
+        object.__setattr__(self, "mapping", {})
+        return self
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def __setstate__(self, state: Any) -> None:
+        object.__setattr__(self, "state", state)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        self.mapping[key] = value  # type: ignore[attr-defined]
+
+    def append(self, value: Any) -> None:
+        self.items.append(value)  # type: ignore[attr-defined]
+
+    def extend(self, values: Any) -> None:
+        self.items.extend(values)  # type: ignore[attr-defined]
+
+    @classmethod
+    def qualname(cls) -> str:
+        return f"{cls.module}.{cls.name}"
+
+    def field(self, key: str, default: Any = None) -> Any:
+        """Look a field up in the BUILD state (a dict, or a ``(dict, slots)`` pair)."""
+        state = self.state  # type: ignore[attr-defined]
+        if isinstance(state, tuple) and len(state) == 2:
+            merged: dict[Any, Any] = {}
+            for part in state:
+                if isinstance(part, dict):
+                    merged.update(part)
+            state = merged
+        if isinstance(state, dict):
+            return state.get(key, default)
+        return default
+
+    def __repr__(self) -> str:
+        return f"<stub {self.qualname()}>"
+
+
+def _latin1_encode(obj: Any, encoding: str = "utf-8", errors: str = "strict") -> Any:
+    if isinstance(obj, str) and encoding == "latin1" and errors == "strict":
+        return codecs.encode(obj, "latin1")
+    raise pickle.UnpicklingError("codecs.encode with unexpected arguments")
+
+
+_PURE: dict[tuple[str, str], Any] = {
+    ("builtins", "set"): set,
+    ("builtins", "frozenset"): frozenset,
+    ("builtins", "bytearray"): bytearray,
+    ("builtins", "complex"): complex,
+    ("builtins", "slice"): slice,
+    ("builtins", "range"): range,
+    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("_codecs", "encode"): _latin1_encode,
+    ("codecs", "encode"): _latin1_encode,
+}
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file: io.BytesIO) -> None:
+        super().__init__(file)
+        self._classes: dict[tuple[str, str], type[Stub]] = {}
+
+    def find_class(self, module: str, name: str) -> Any:
+        pure = _PURE.get((module, name))
+        if pure is not None:
+            return pure
+        key = (module, name)
+        cls = self._classes.get(key)
+        if cls is None:
+            cls = type(f"Stub[{module}.{name}]", (Stub,), {"module": module, "name": name})
+            self._classes[key] = cls
+        return cls
+
+    def persistent_load(self, pid: Any) -> Any:
+        return self.find_class("<persistent>", "load")(pid)
+
+
+def safe_loads(data: bytes) -> Any:
+    """Read a pickle into plain data and :class:`Stub` objects. Never imports, never calls
+    user code. Raises :class:`SafePickleError` for anything that is not a complete pickle."""
+    try:
+        return _Unpickler(io.BytesIO(data)).load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
+            IndexError, KeyError, OverflowError, MemoryError, RecursionError,
+            UnicodeDecodeError) as exc:
+        raise SafePickleError(f"{type(exc).__name__}: {exc}") from None
+
+
+def find_stubs(obj: Any, qualname: str, limit: int = 100_000) -> list[Stub]:
+    """All stubs built from ``qualname`` anywhere under ``obj`` (iterative, cycle-safe)."""
+    found: list[Stub] = []
+    seen: set[int] = set()
+    todo = [obj]
+    while todo and limit > 0:
+        limit -= 1
+        cur = todo.pop()
+        if id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        if isinstance(cur, Stub):
+            if cur.qualname() == qualname:
+                found.append(cur)
+            todo.extend([cur.args, cur.state, cur.items, cur.mapping])  # type: ignore[attr-defined]
+        elif isinstance(cur, dict):
+            todo.extend(cur.values())
+        elif isinstance(cur, (list, tuple, set, frozenset)):
+            todo.extend(cur)
+    return found
+
+
+# --- skimming: read a pickle's structure without its large payloads ---------------------------
+
+import pickletools  # noqa: E402
+import struct  # noqa: E402
+from typing import BinaryIO  # noqa: E402
+
+_OPS = {op.code.encode("latin1"): op for op in pickletools.opcodes}
+_FRAME = b"\x95"
+_STOP = b"."
+# Length-prefixed payload opcodes, by how their length is encoded.
+_LEN_FORMATS = {
+    pickletools.TAKEN_FROM_ARGUMENT1: ("<B", 1),
+    pickletools.TAKEN_FROM_ARGUMENT4: ("<i", 4),
+    pickletools.TAKEN_FROM_ARGUMENT4U: ("<I", 4),
+    pickletools.TAKEN_FROM_ARGUMENT8U: ("<Q", 8),
+}
+_BYTES_OPS = {b"B", b"C", b"\x8e", b"\x96"}  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
+
+
+def skim(f: BinaryIO, max_payload: int = 4096, max_ops: int = 1_000_000) -> bytes:
+    """Copy a pickle stream, replacing every string/bytes payload longer than ``max_payload``
+    with an empty one of the same type and seeking over it instead of reading it.
+
+    Memo indices are unaffected (they count opcodes, not bytes), so :func:`safe_loads` of the
+    result gives the full object structure with large blobs blanked. FRAME opcodes are dropped
+    (they are only read-ahead hints). Used by ``ls`` to read a 1-2 MB AOT ``model`` by reading a
+    few kilobytes of it."""
+    out = bytearray()
+    for _ in range(max_ops):
+        code = f.read(1)
+        if not code:
+            raise SafePickleError("truncated pickle (no STOP opcode)")
+        op = _OPS.get(code)
+        if op is None:
+            raise SafePickleError(f"unknown opcode {code!r}")
+        arg = op.arg
+        if code == _FRAME:
+            f.read(8)
+            continue
+        if arg is None:
+            out += code
+            if code == _STOP:
+                return bytes(out)
+            continue
+        n = arg.n
+        if n >= 0:
+            data = f.read(n)
+            if len(data) != n:
+                raise SafePickleError("truncated pickle")
+            out += code + data
+        elif n == pickletools.UP_TO_NEWLINE:
+            line = f.readline()
+            if not line.endswith(b"\n"):
+                raise SafePickleError("truncated pickle")
+            out += code + line
+            if code == b"c" or code == b"i":  # GLOBAL/INST take two lines
+                line2 = f.readline()
+                out += line2
+        else:
+            fmt, size = _LEN_FORMATS[n]
+            raw = f.read(size)
+            if len(raw) != size:
+                raise SafePickleError("truncated pickle")
+            (length,) = struct.unpack(fmt, raw)
+            if length < 0:
+                raise SafePickleError("negative length in pickle")
+            if length > max_payload:
+                f.seek(length, io.SEEK_CUR)
+                out += code + struct.pack(fmt, 0)
+            else:
+                data = f.read(length)
+                if len(data) != length:
+                    raise SafePickleError("truncated pickle")
+                out += code + raw + data
+    raise SafePickleError("pickle has too many opcodes")
+
+
+def skim_file(path: str | os.PathLike[str], max_payload: int = 4096) -> Any:
+    """Structure of the pickle at ``path`` with large payloads blanked (see :func:`skim`).
+    Also detects truncation: a file that ends before STOP raises :class:`SafePickleError`,
+    as does a file whose payload lengths run past its end."""
+    size = os.path.getsize(path)
+    from vllm_cache_tools.read.noatime import open_noatime
+
+    with open_noatime(path, buffering=65536) as f:
+        thin = skim(f, max_payload)
+        if f.tell() > size:
+            raise SafePickleError(f"truncated pickle ({size} bytes; payload runs past the end)")
+    return safe_loads(thin)

@@ -1,0 +1,427 @@
+"""Walk a vLLM cache root and describe every compile-cache entry in both trees.
+
+Layout (see docs/layout.md and shared FACTS):
+  <root>/torch_compile_cache/<10-hex>/rank_<r>_<dp>/<prefix>/...        backend tree
+  <root>/torch_compile_cache/torch_aot_compile/<64-hex>/inductor_cache/ AOT tree (shared)
+  <root>/torch_compile_cache/torch_aot_compile/<64-hex>/rank_<r>_<dp>/model
+  <root>/modelinfos/*.json, <root>/dummy_cache                          other vLLM files
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+
+from vllm_cache_tools.inuse import open_paths_under
+from vllm_cache_tools.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, CacheRoot, resolve_root
+from vllm_cache_tools.model import (
+    AotRank,
+    CacheInfo,
+    Entry,
+    OtherItem,
+    PrefixDir,
+    Problem,
+    State,
+    TreeStats,
+)
+from vllm_cache_tools.read.aot_model import read_aot_model
+from vllm_cache_tools.read.compile_cache import read_compile_cache
+from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.read.noatime import read_noatime
+from vllm_cache_tools.read.factors import read_factors
+from vllm_cache_tools.read.graph import parse_graph, read_graph
+from vllm_cache_tools.read.triton import read_triton_meta
+from vllm_cache_tools.walk import tree_stats
+
+BACKEND_KEY = re.compile(r"^[0-9a-f]{10}$")
+AOT_KEY = re.compile(r"^[0-9a-f]{64}$")
+RANK_DIR = re.compile(r"^rank_(\d+)_(\d+)$")
+KNOWN_ROOT_ITEMS = {"modelinfos": "modelinfos", "dummy_cache": "dummy_cache"}
+GRAPH_HEAD_BYTES = 256 * 1024
+
+Progress = Callable[[int], None]
+
+
+class RootError(ValueError):
+    """The root cannot be scanned at all (missing, a file, unreadable)."""
+
+
+def _display(path: str | Path) -> str:
+    return os.fsencode(path).decode("utf-8", errors="backslashreplace")
+
+
+def _short_src(path: str | None) -> str | None:
+    if not path:
+        return path
+    for marker in ("/site-packages/", "/dist-packages/"):
+        if marker in path:
+            return path.split(marker, 1)[1]
+    return path
+
+
+def _listdir(path: Path, problems: list[Problem]) -> list[os.DirEntry[str]]:
+    try:
+        with os.scandir(path) as it:
+            return sorted(it, key=lambda e: e.name)
+    except OSError as exc:
+        problems.append(Problem(_display(path), "unreadable", exc.strerror or str(exc)))
+        return []
+
+
+def _is_dir(e: os.DirEntry[str]) -> bool:
+    try:
+        return e.is_dir(follow_symlinks=False)
+    except OSError:
+        return False
+
+
+def _times(stats: TreeStats) -> tuple[float | None, str, float | None, float | None, str | None]:
+    """created (+source), modified, last used (+source) from file times.
+
+    Linux gives no birth time through ``os.stat``; every artifact is written once, so the
+    earliest file mtime is when the entry was created. Last use prefers atime when it is newer
+    than the last write (i.e. the mount records reads: relatime/strictatime), else mtime."""
+    created = stats.oldest_mtime
+    modified = stats.newest_mtime
+    if stats.newest_atime is not None and modified is not None and stats.newest_atime > modified:
+        return created, "oldest-mtime", modified, stats.newest_atime, "atime"
+    return created, "oldest-mtime", modified, modified, "mtime" if modified else None
+
+
+def _stat_problems(stats: TreeStats) -> list[Problem]:
+    out = [Problem(_display(p), "tmp-leftover", "temporary file left by an interrupted write")
+           for p in stats.tmp_files]
+    out += [Problem(_display(p), "symlink", "symlink inside the cache (not followed)")
+            for p in stats.symlinks]
+    out += [Problem(_display(p), "unreadable", "cannot be read (permission denied or vanished)")
+            for p in stats.unreadable]
+    return out
+
+
+def _graph_info(path: Path, deep: bool) -> object:
+    if deep:
+        return read_graph(path)
+    return parse_graph(read_noatime(path, GRAPH_HEAD_BYTES).decode("utf-8", errors="replace"))
+
+
+def _hardware_from_tree(top: Path) -> str | None:
+    """Evidence of the target device in a backend rank dir: Triton metadata (GPU) or Inductor
+    C++ kernels (CPU)."""
+    triton = top / "triton_cache"
+    if triton.is_dir() and not triton.is_symlink():
+        for d in sorted(os.listdir(triton))[:50]:
+            sub = triton / d
+            try:
+                names = os.listdir(sub)
+            except OSError:
+                continue
+            for n in names:
+                if n.endswith(".json") and not n.startswith("__grp__"):
+                    try:
+                        return read_triton_meta(sub / n).target
+                    except ReadError:
+                        continue
+    ind = top / "inductor_cache"
+    if ind.is_dir() and not ind.is_symlink():
+        for d in sorted(os.listdir(ind))[:200]:
+            try:
+                if any(n.endswith(".so") for n in os.listdir(ind / d)):
+                    return "CPU"
+            except OSError:
+                continue
+    return None
+
+
+def _read_prefix(rank: str, e: os.DirEntry[str], deep: bool,
+                 problems: list[Problem]) -> PrefixDir:
+    path = Path(e.path)
+    names = tuple(sorted(n.name for n in _listdir(path, problems)))
+    factors = graph = compiled = None
+    missing: list[str] = []
+    if "cache_key_factors.json" in names:
+        try:
+            factors = read_factors(path / "cache_key_factors.json")
+        except ReadError as exc:
+            problems.append(Problem(_display(path / "cache_key_factors.json"), "corrupt",
+                                    str(exc)))
+    if "computation_graph.py" in names:
+        try:
+            graph = _graph_info(path / "computation_graph.py", deep)
+        except (ReadError, OSError) as exc:
+            problems.append(Problem(_display(path / "computation_graph.py"), "unreadable",
+                                    str(exc)))
+    if "vllm_compile_cache.py" in names:
+        try:
+            compiled = read_compile_cache(path / "vllm_compile_cache.py")
+        except ReadError as exc:
+            problems.append(Problem(_display(path / "vllm_compile_cache.py"), "corrupt",
+                                    str(exc)))
+        else:
+            for rec in compiled:
+                art = rec.artifact
+                # Standalone-compile handles name a file beside vllm_compile_cache.py.
+                if art and art.startswith("artifact_") and art not in names:
+                    missing.append(art)
+    return PrefixDir(rank=rank, prefix=e.name, path=path, factors=factors,  # type: ignore[arg-type]
+                     has_graph="computation_graph.py" in names, graph=graph,  # type: ignore[arg-type]
+                     compiled=compiled, missing_artifacts=tuple(missing), files=names)
+
+
+def read_backend_entry(path: Path, deep: bool = False, progress: Progress | None = None) -> Entry:
+    problems: list[Problem] = []
+    stats = tree_stats(str(path), progress)
+    problems += _stat_problems(stats)
+    ranks: list[str] = []
+    prefix_dirs: list[PrefixDir] = []
+    hardware = None
+    for r in _listdir(path, problems):
+        if not (_is_dir(r) and RANK_DIR.match(r.name)):
+            problems.append(Problem(_display(r.path), "foreign", "not a rank_<r>_<dp> folder"))
+            continue
+        ranks.append(r.name)
+        hardware = hardware or _hardware_from_tree(Path(r.path))
+        for p in _listdir(Path(r.path), problems):
+            if not _is_dir(p):
+                continue
+            if p.name in ("inductor_cache", "triton_cache"):
+                continue
+            prefix_dirs.append(_read_prefix(r.name, p, deep, problems))
+    prefixes = tuple(dict.fromkeys(p.prefix for p in prefix_dirs))
+    model = None
+    for p in prefix_dirs:
+        if p.graph is not None and p.graph.model_file:  # type: ignore[attr-defined]
+            model = _short_src(p.graph.model_file)  # type: ignore[attr-defined]
+            break
+    state, detail = _backend_state(prefix_dirs, problems, ranks)
+    created, csrc, modified, last_used, lsrc = _times(stats)
+    return Entry(
+        key=path.name, layout="backend", path=path, stats=stats, ranks=tuple(ranks),
+        prefixes=prefixes, state=state, state_detail=detail, created=created,
+        created_source=csrc, modified=modified, last_used=last_used,
+        last_used_source=lsrc,  # type: ignore[arg-type]
+        vllm_version=None, torch_version=None, model=model, hardware=hardware,
+        problems=tuple(problems), prefix_dirs=tuple(prefix_dirs), deep=deep,
+    )
+
+
+def _backend_state(prefix_dirs: list[PrefixDir], problems: list[Problem],
+                   ranks: list[str]) -> tuple[State, str]:
+    corrupt = [p for p in problems if p.kind == "corrupt"]
+    if corrupt:
+        return "corrupt", corrupt[0].detail
+    if not ranks or not prefix_dirs:
+        return "partial", "no rank/prefix folders"
+    for p in prefix_dirs:
+        if p.missing_artifacts:
+            return "partial", f"{p.rank}/{p.prefix}: missing {', '.join(p.missing_artifacts)}"
+        if p.factors is None and not p.has_graph and p.compiled is None:
+            return "partial", f"{p.rank}/{p.prefix}: no factors, graph or artifacts"
+        if not p.has_graph and p.compiled is None:
+            return "partial", (f"{p.rank}/{p.prefix}: factors written but no compiled graph "
+                               "(interrupted compile)")
+    tmps = [p for p in problems if p.kind == "tmp-leftover"]
+    if tmps:
+        return "partial", f"leftover temporary file {tmps[0].path}"
+    if any(p.kind == "unreadable" for p in problems):
+        return "unknown", "some files could not be read"
+    return "complete", ""
+
+
+def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = None) -> Entry:
+    problems: list[Problem] = []
+    stats = tree_stats(str(path), progress)
+    problems += _stat_problems(stats)
+    ranks: list[AotRank] = []
+    has_inductor = False
+    for r in _listdir(path, problems):
+        if r.name == "inductor_cache" and _is_dir(r):
+            has_inductor = True
+            continue
+        if not (_is_dir(r) and RANK_DIR.match(r.name)):
+            problems.append(Problem(_display(r.path), "foreign", "unexpected item in AOT entry"))
+            continue
+        model = Path(r.path) / "model"
+        try:
+            size = model.lstat().st_size
+        except OSError:
+            problems.append(Problem(_display(r.path), "partial", "rank folder without model"))
+            ranks.append(AotRank(r.name, model, 0, None, "missing model"))
+            continue
+        if model.is_symlink():
+            ranks.append(AotRank(r.name, model, size, None, "model is a symlink (not followed)"))
+            continue
+        try:
+            info = read_aot_model(model, full=deep)
+            ranks.append(AotRank(r.name, model, size, info, None))
+        except ReadError as exc:
+            problems.append(Problem(_display(model), "corrupt", str(exc)))
+            ranks.append(AotRank(r.name, model, size, None, str(exc)))
+    info = next((r.info for r in ranks if r.info is not None), None)
+    state: State = "complete"
+    detail = ""
+    if any(p.kind == "corrupt" for p in problems):
+        state, detail = "corrupt", next(p.detail for p in problems if p.kind == "corrupt")
+    elif not ranks or any(r.error for r in ranks):
+        state = "partial"
+        detail = next((f"{r.rank}: {r.error}" for r in ranks if r.error),
+                      "inductor_cache but no rank_*/model" if has_inductor else "empty entry")
+    elif stats.tmp_files:
+        state, detail = "partial", f"leftover temporary file {_display(stats.tmp_files[0])}"
+    created, csrc, modified, last_used, lsrc = _times(stats)
+    model_desc = None
+    if info is not None and info.qualname:
+        loc = _short_src(info.filename)
+        model_desc = f"{info.qualname} ({loc}:{info.firstlineno})" if loc else info.qualname
+    prefixes: tuple[str, ...] = ()
+    if info is not None and info.compiled_fn is not None and info.compiled_fn.prefix:
+        prefixes = (info.compiled_fn.prefix,)
+    return Entry(
+        key=path.name, layout="aot", path=path, stats=stats,
+        ranks=tuple(r.rank for r in ranks), prefixes=prefixes, state=state,
+        state_detail=detail, created=created, created_source=csrc, modified=modified,
+        last_used=last_used, last_used_source=lsrc,  # type: ignore[arg-type]
+        vllm_version=None, torch_version=info.torch_version if info else None,
+        model=model_desc, hardware=info.hardware if info else None,
+        problems=tuple(problems), aot_ranks=tuple(ranks), deep=deep,
+    )
+
+
+def _mark_in_use(entries: list[Entry], open_paths: dict[str, set[int]]) -> list[Entry]:
+    if not open_paths:
+        return entries
+    out = []
+    for e in entries:
+        prefix = os.path.realpath(e.path).rstrip("/") + "/"
+        pids = sorted({pid for p, ps in open_paths.items() if p.startswith(prefix) for pid in ps})
+        if pids:
+            e = replace(e, state="in-use",
+                        state_detail=f"open by pid {', '.join(map(str, pids[:5]))}")
+        out.append(e)
+    return out
+
+
+def check_root(root: CacheRoot) -> None:
+    p = root.vllm_root
+    if not os.path.lexists(p):
+        raise RootError(f"cache root {_display(p)} does not exist (from {root.source})")
+    if not p.is_dir():
+        raise RootError(f"cache root {_display(p)} is not a directory")
+    if not os.access(p, os.R_OK | os.X_OK):
+        raise RootError(f"cache root {_display(p)} is not readable")
+
+
+def classify(cc: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
+    """(layout, path) for every entry folder under ``torch_compile_cache``; foreign items go
+    to ``problems``."""
+    found: list[tuple[str, Path]] = []
+    for e in _listdir(cc, problems):
+        if e.name == AOT_DIRNAME and _is_dir(e):
+            for a in _listdir(Path(e.path), problems):
+                if AOT_KEY.match(a.name) and _is_dir(a):
+                    found.append(("aot", Path(a.path)))
+                else:
+                    problems.append(Problem(_display(a.path), "foreign",
+                                            "not an AOT entry (64-hex folder)"))
+        elif BACKEND_KEY.match(e.name) and _is_dir(e):
+            found.append(("backend", Path(e.path)))
+        elif e.is_symlink():
+            problems.append(Problem(_display(e.path), "symlink", "symlink in the cache root "
+                                    "(not followed)"))
+        else:
+            problems.append(Problem(_display(e.path), "foreign", "not a vLLM compile-cache "
+                                    "entry"))
+    return found
+
+
+def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool = False,
+         check_in_use: bool = True, progress: Progress | None = None) -> CacheInfo:
+    """Scan a cache root (default: resolved like vLLM) and return every entry of both trees.
+
+    ``deep=True`` reads artifacts whole (source contents, nested compiled function); ``ls``
+    uses the quick read. Per-entry problems are collected, never raised; only a root that
+    cannot be scanned at all raises :class:`RootError`."""
+    croot = root if isinstance(root, CacheRoot) else resolve_root(root)
+    check_root(croot)
+    problems: list[Problem] = []
+    others: list[OtherItem] = []
+    for e in _listdir(croot.vllm_root, problems):
+        if e.name == COMPILE_CACHE_DIRNAME:
+            continue
+        kind = KNOWN_ROOT_ITEMS.get(e.name, "other")
+        size = tree_stats(e.path).size_bytes if _is_dir(e) else _lsize(e)
+        others.append(OtherItem(Path(e.path), kind, size))
+    cc = croot.compile_cache
+    entries: list[Entry] = []
+    if cc.is_dir() and not cc.is_symlink():
+        counted = [0]
+
+        def tick(n: int) -> None:
+            if progress is not None:
+                progress(counted[0] + n)
+
+        for layout, path in classify(cc, problems):
+            reader = read_aot_entry if layout == "aot" else read_backend_entry
+            entry = reader(path, deep=deep, progress=tick)
+            counted[0] += entry.stats.files
+            entries.append(entry)
+    elif cc.is_symlink():
+        problems.append(Problem(_display(cc), "symlink", "torch_compile_cache is a symlink "
+                                "(not followed; pass its target as --root)"))
+    if check_in_use and entries:
+        entries = _mark_in_use(entries, open_paths_under(cc))
+    return CacheInfo(croot.vllm_root, croot.source, tuple(entries), tuple(others),
+                     tuple(problems))
+
+
+def _lsize(e: os.DirEntry[str]) -> int:
+    try:
+        return e.stat(follow_symlinks=False).st_size
+    except OSError:
+        return 0
+
+
+def read_entry(path: Path, deep: bool = True) -> Entry:
+    """Read one entry folder (either layout) by its path."""
+    layout = "aot" if path.parent.name == AOT_DIRNAME else "backend"
+    return (read_aot_entry if layout == "aot" else read_backend_entry)(path, deep=deep)
+
+
+class EntryNotFound(LookupError):
+    pass
+
+
+class AmbiguousKey(LookupError):
+    def __init__(self, ref: str, candidates: list[tuple[str, Path]]) -> None:
+        super().__init__(ref)
+        self.ref = ref
+        self.candidates = candidates
+
+
+def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = None) -> Path:
+    """Find an entry folder from a key, a unique key prefix (like git's short hashes) or a
+    path (the entry folder or anything inside it)."""
+    p = Path(os.path.expanduser(ref))
+    if os.path.lexists(p) and ("/" in ref or ref in (".", "..")):
+        p = Path(os.path.abspath(p))
+        for cand in (p, *p.parents):
+            if AOT_KEY.match(cand.name) and cand.parent.name == AOT_DIRNAME:
+                return cand
+            if BACKEND_KEY.match(cand.name) and cand.parent.name == COMPILE_CACHE_DIRNAME:
+                return cand
+        raise EntryNotFound(f"{_display(p)} is not inside a compile-cache entry")
+    if not re.fullmatch(r"[0-9a-f]{1,64}", ref):
+        raise EntryNotFound(f"{ref!r} is neither an entry key (hex) nor a path")
+    croot = root if isinstance(root, CacheRoot) else resolve_root(root)
+    check_root(croot)
+    cc = croot.compile_cache
+    found = [(layout, path) for layout, path in classify(cc, []) if path.name.startswith(ref)] \
+        if cc.is_dir() else []
+    if not found:
+        raise EntryNotFound(f"no entry matches {ref!r} under {_display(cc)}")
+    exact = [f for f in found if f[1].name == ref]
+    if len(found) > 1 and len(exact) != 1:
+        raise AmbiguousKey(ref, found)
+    return (exact or found)[0][1]
