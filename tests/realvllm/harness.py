@@ -65,7 +65,8 @@ def ensure_venv() -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(venv_dir())], check=True)
         pip = [str(venv_python()), "-m", "pip", "install", "-q",
                "--disable-pip-version-check"]
-        subprocess.run([*pip, VLLM_REQ, TORCH_REQ], check=True)
+        with open(home() / "venv-install.log", "wb") as log:
+            subprocess.run([*pip, VLLM_REQ, TORCH_REQ], check=True, stdout=log, stderr=log)
         subprocess.run([str(venv_python()), "-m", "pip", "uninstall", "-y", "-q", *UNWANTED],
                        check=False)
         stamp.write_text(json.dumps({"vllm": VLLM_REQ, "torch": TORCH_REQ}))
@@ -136,9 +137,14 @@ class ScenarioRun:
         return self.records[i].log.read_text(errors="replace")
 
 
+# Bump when start_env()/run_start() change what a vLLM process sees; the scripts that run
+# inside vLLM's processes are hashed directly.
+RECIPE_VERSION = 1
+
+
 def _sources_digest() -> str:
-    h = hashlib.sha256()
-    for p in (START_SCRIPT, SITE_DIR / "sitecustomize.py", Path(__file__)):
+    h = hashlib.sha256(str(RECIPE_VERSION).encode())
+    for p in (START_SCRIPT, SITE_DIR / "sitecustomize.py"):
         h.update(p.read_bytes())
     return h.hexdigest()
 
@@ -215,6 +221,22 @@ def run_scenario(scn: Scenario) -> ScenarioRun:
         return ScenarioRun(scn, d, tuple(records))
 
 
+def _copy_noatime(src: str, dst: str) -> str:
+    from vllm_cache_tools.read.noatime import read_noatime
+
+    with open(dst, "wb") as f:
+        f.write(read_noatime(src))
+    shutil.copystat(src, dst)
+    return dst
+
+
+def copy_root(src: Path, dst: Path) -> Path:
+    """Copy a cache root without touching the source's atimes (they are evidence of use) and
+    keeping every file's times on the copy."""
+    shutil.copytree(src, dst, symlinks=True, copy_function=_copy_noatime)
+    return dst
+
+
 # The scenarios the test-suite and the sample cache use.
 LONG_LEN_ENV = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
 
@@ -226,6 +248,11 @@ SCENARIOS: dict[str, Scenario] = {
         Start.make(compile_mode=True),
         Start.make(compile_mode=True),
         Start.make(env=LONG_LEN_ENV, compile_mode=True),
+    )),
+    # Two tensor-parallel ranks on a 2-core box (FACTS.md: needs an explicit OMP bind).
+    "compile-tp2": Scenario("compile-tp2", (
+        Start.make(env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"}, compile_mode=True,
+                   tensor_parallel_size=2),
     )),
     # Without the mega AOT artifact the backend tree keeps its own per-range artifacts.
     "compile-nomega": Scenario("compile-nomega", (

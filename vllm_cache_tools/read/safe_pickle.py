@@ -11,6 +11,7 @@ global built them and with what. A handful of pure data constructors (``set``, `
 
 from __future__ import annotations
 
+import _compat_pickle
 import codecs
 import os
 import collections
@@ -85,7 +86,15 @@ def _latin1_encode(obj: Any, encoding: str = "utf-8", errors: str = "strict") ->
     raise pickle.UnpicklingError("codecs.encode with unexpected arguments")
 
 
+def _empty_bytes(*args: Any) -> bytes:
+    # Protocol 2 writes b"" as bytes(); anything else could allocate without bound.
+    if args:
+        raise pickle.UnpicklingError("bytes() with arguments")
+    return b""
+
+
 _PURE: dict[tuple[str, str], Any] = {
+    ("builtins", "bytes"): _empty_bytes,
     ("builtins", "set"): set,
     ("builtins", "frozenset"): frozenset,
     ("builtins", "bytearray"): bytearray,
@@ -104,6 +113,11 @@ class _Unpickler(pickle.Unpickler):
         self._classes: dict[tuple[str, str], type[Stub]] = {}
 
     def find_class(self, module: str, name: str) -> Any:
+        # Protocol < 3 pickles name Python 2 modules (``__builtin__``, ``copy_reg``).
+        if (module, name) in _compat_pickle.NAME_MAPPING:
+            module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+        elif module in _compat_pickle.IMPORT_MAPPING:
+            module = _compat_pickle.IMPORT_MAPPING[module]
         pure = _PURE.get((module, name))
         if pure is not None:
             return pure

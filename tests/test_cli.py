@@ -1,0 +1,122 @@
+"""The ``vllm-cache`` console script, run as a real process over real vLLM caches."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+from tests.realvllm.harness import ScenarioRun, copy_root
+
+pytestmark = pytest.mark.realvllm
+
+LS_KEYS = {"key", "layout", "path", "size_bytes", "disk_bytes", "files", "ranks", "prefixes",
+           "state", "created", "modified", "last_used", "last_used_source", "vllm_version",
+           "torch_version", "model", "hardware"}
+
+
+def test_ls_json_schema_and_totals(real_compile: ScenarioRun) -> None:
+    r = run_cli("ls", "--root", str(real_compile.vllm_root), "--json")
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["root"] == str(real_compile.vllm_root)
+    assert len(data["entries"]) == 4
+    for row in data["entries"]:
+        assert LS_KEYS <= set(row)
+        assert row["state"] == "complete"
+    assert data["total_size_bytes"] == sum(e["size_bytes"] for e in data["entries"])
+    # Apparent size matches du -sb over the entry folders.
+    du = subprocess.run(["du", "-sb", *[e["path"] for e in data["entries"]]],
+                        capture_output=True, text=True, check=True).stdout
+    du_total = sum(int(line.split()[0]) for line in du.splitlines())
+    dirs = sum(1 for e in data["entries"] for _ in [0])
+    assert abs(du_total - data["total_size_bytes"]) < 4096 * 40 * dirs  # du adds folder sizes
+
+
+def test_ls_accepts_env_root_and_compile_cache_path(real_compile: ScenarioRun) -> None:
+    a = json.loads(run_cli("ls", "--json", env={"VLLM_CACHE_ROOT": str(real_compile.vllm_root)})
+                   .stdout)
+    b = json.loads(run_cli("ls", "--json", "--root", str(real_compile.compile_cache)).stdout)
+    assert [e["key"] for e in a["entries"]] == [e["key"] for e in b["entries"]]
+
+
+def test_ls_sort_and_filter(real_compile: ScenarioRun) -> None:
+    root = str(real_compile.vllm_root)
+    rows = json.loads(run_cli("ls", "--root", root, "--json", "--sort", "size").stdout)["entries"]
+    assert [r["size_bytes"] for r in rows] == sorted((r["size_bytes"] for r in rows), reverse=True)
+    rows = json.loads(run_cli("ls", "--root", root, "--json", "--filter", "layout=backend")
+                      .stdout)["entries"]
+    assert {r["layout"] for r in rows} == {"backend"} and len(rows) == 2
+    table = run_cli("ls", "--root", root, "--filter", "layout=aot,size>100K")
+    assert table.returncode == 0 and "2 of 4 entries" in table.stdout
+    for bad in (["--sort", "colour"], ["--filter", "bogus=1"], ["--filter", "size>lots"]):
+        r = run_cli("ls", "--root", root, *bad)
+        assert r.returncode == 2 and "error:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_show_by_prefix_path_and_json(real_compile: ScenarioRun) -> None:
+    root = str(real_compile.vllm_root)
+    backend = sorted(p.name for p in real_compile.compile_cache.glob("??????????"))[0]
+    r = run_cli("show", backend[:5], "--root", root)
+    assert r.returncode == 0, r.stderr
+    assert f"backend entry {backend}" in r.stdout and "matches the folder name" in r.stdout
+    d = json.loads(run_cli("show", backend, "--root", root, "--json").stdout)
+    assert d["key_check"]["matches"] is True
+    assert len(d["env_factors"]) > 100 and "VLLM_ALLOW_LONG_MAX_MODEL_LEN" in d["env_factors"]
+    assert set(d["hashes"]) == {"env", "config", "code", "compiler"}
+    aot_model = next(real_compile.compile_cache.glob("torch_aot_compile/*/rank_0_0/model"))
+    d = json.loads(run_cli("show", str(aot_model), "--json").stdout)
+    assert d["layout"] == "aot" and d["code"]["qualname"] == "LlamaModel.forward"
+    assert d["system"]["torch"] == "2.13.0+cpu"
+    assert any(s["module"] == "vllm.model_executor.models.llama" for s in d["traced_sources"])
+    assert d["compiled"]["compiled_ranges"]
+
+
+def test_show_ambiguous_and_unknown(real_compile: ScenarioRun, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    copy_root(real_compile.vllm_root, root)
+    src = sorted((root / "torch_compile_cache").glob("??????????"))[0]
+    twin = src.with_name(src.name[:4] + "000000")
+    shutil.copytree(src, twin)
+    r = run_cli("show", src.name[:4], "--root", str(root))
+    assert r.returncode == 2 and "ambiguous" in r.stderr
+    assert src.name in r.stderr and twin.name in r.stderr
+    r = run_cli("show", "ffffffffff", "--root", str(root))
+    assert r.returncode == 2 and "no entry matches" in r.stderr
+    r = run_cli("show", "not-a-key", "--root", str(root))
+    assert r.returncode == 2 and "neither" in r.stderr
+    r = run_cli("show", str(tmp_path), "--root", str(root))
+    assert r.returncode == 2 and "not inside a compile-cache entry" in r.stderr
+
+
+def test_help_texts() -> None:
+    for args in (["--help"], ["ls", "--help"], ["show", "--help"]):
+        r = run_cli(*args)
+        assert r.returncode == 0 and "Usage" in r.stdout
+    r = run_cli("frobnicate")
+    assert r.returncode == 2
+
+
+def test_inspector_never_imports_torch_or_vllm(real_compile: ScenarioRun) -> None:
+    code = ("import sys, vllm_cache_tools as v; from vllm_cache_tools.serialize import "
+            "entry_detail; info = v.scan(sys.argv[1]); "
+            "[entry_detail(v.read_entry(e.path)) for e in info.entries]; "
+            "bad = [m for m in ('torch', 'vllm', 'triton') if m in sys.modules]; "
+            "print(bad); sys.exit(1 if bad else 0)")
+    r = subprocess.run([sys.executable, "-c", code, str(real_compile.vllm_root)],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_sample_cache_shipped_in_examples() -> None:
+    root = REPO / "examples" / "sample_cache"
+    r = run_cli("ls", "--root", str(root), "--json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["entries"]
+    assert {r["layout"] for r in rows} == {"backend", "aot"} and len(rows) == 4
+    assert all(r["state"] == "complete" for r in rows)

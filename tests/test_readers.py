@@ -1,0 +1,136 @@
+"""Readers on hand-made inputs: the edge cases real caches rarely show."""
+
+from __future__ import annotations
+
+import collections
+import io
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from vllm_cache_tools.read.compile_cache import parse_compile_cache
+from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.read.factors import parse_factors
+from vllm_cache_tools.read.graph import parse_graph
+from vllm_cache_tools.read.safe_pickle import SafePickleError, Stub, safe_loads, skim
+from vllm_cache_tools.read.triton import parse_triton_meta
+
+
+class Point:
+    def __init__(self, x: int) -> None:
+        self.x = x
+
+
+class WithReduce:
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, ("exit 3",))
+
+
+def test_safe_loads_builds_stubs_not_objects() -> None:
+    data = pickle.dumps({"p": Point(3), "r": WithReduce(), "s": {1, 2},
+                         "o": collections.OrderedDict(a=1), "b": b"\x00" * 10}, protocol=4)
+    out = safe_loads(data)
+    assert isinstance(out["p"], Stub) and out["p"].qualname() == f"{__name__}.Point"
+    assert out["p"].field("x") == 3
+    assert isinstance(out["r"], Stub) and out["r"].qualname() == "posix.system"
+    assert out["r"].args == ("exit 3",)
+    assert out["s"] == {1, 2} and out["o"] == {"a": 1} and out["b"] == b"\x00" * 10
+
+
+@pytest.mark.parametrize("blob", [b"", b"\x80\x04", b"not a pickle", b"\x80\x04\x95\xff"])
+def test_safe_loads_rejects_garbage(blob: bytes) -> None:
+    with pytest.raises(SafePickleError):
+        safe_loads(blob)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=200))
+def test_safe_loads_never_raises_anything_else(blob: bytes) -> None:
+    try:
+        safe_loads(blob)
+    except SafePickleError:
+        pass
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=50)
+                    | st.binary(max_size=9000) | st.text(min_size=5000, max_size=6000),
+                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=5), c,
+                                                                        max_size=4),
+                    max_leaves=20))
+def test_skim_keeps_structure_and_blanks_large_payloads(obj: object) -> None:
+    for proto in (2, 4, 5):
+        data = pickle.dumps(obj, protocol=proto)
+        thin = safe_loads(skim(io.BytesIO(data), max_payload=4096))
+
+        def blank(o: object) -> object:
+            if isinstance(o, (str, bytes)) and len(o.encode() if isinstance(o, str) else o) > 4096:
+                return type(o)()
+            if isinstance(o, list):
+                return [blank(x) for x in o]
+            if isinstance(o, dict):
+                return {blank(k): blank(v) for k, v in o.items()}
+            return o
+
+        assert thin == blank(obj)
+
+
+def test_factors_parsing() -> None:
+    f = parse_factors('{"code_hash": "a", "compiler_hash": "b", "config_hash": "c", '
+                      '"env": {"VLLM_X": 1}, "future": 2}')
+    assert (f.code_hash, f.compiler_hash, f.config_hash, f.env, f.extra) == (
+        "a", "b", "c", {"VLLM_X": 1}, {"future": 2})
+    for bad in ("", "{", "[1]", "null"):
+        with pytest.raises(ReadError):
+            parse_factors(bad)
+
+
+def test_compile_cache_literal_variants() -> None:
+    # vLLM 0.32 standalone-compile handles, and the older (key, path) tuple handles.
+    new = parse_compile_cache("{((1, 128), 0, 'inductor_standalone'): {'cache_key': 'k', "
+                              "'graph_handle': ('artifact_compile_range_1_128_subgraph_0', "
+                              "'/x/artifact_compile_range_1_128_subgraph_0')}}")
+    assert new[0].compile_range == "(1, 128)" and new[0].artifact.startswith("artifact_")
+    old = parse_compile_cache("{(None, 0, 'inductor'): ('fxgraphkey', '/tmp/x.py'), "
+                              "(8, 1, 'inductor'): ('k2', '/tmp/y.py')}")
+    assert [(r.compile_range, r.graph_index, r.artifact) for r in old] == [
+        ("8", 1, "k2"), ("None", 0, "fxgraphkey")]
+    for bad in ("__import__('os').system('true')", "[1, 2]", "{", "lambda: 1"):
+        with pytest.raises(ReadError):
+            parse_compile_cache(bad)
+
+
+def test_graph_provenance_comments() -> None:
+    text = ("class GraphModule(torch.nn.Module):\n"
+            "    def forward(self, x):\n"
+            "        submod_0 = self.submod_0(x)\n"
+            "        # File: /v/site-packages/vllm/model_executor/models/llama.py:406 in forward,"
+            " code: h = x\n"
+            "        # File: /v/site-packages/vllm/model_executor/layers/linear.py:10 in "
+            "forward, code: y\n")
+    g = parse_graph(text)
+    assert g.files[0].endswith("llama.py") and len(g.files) == 2
+    assert g.submodules == ("submod_0",)
+    assert g.model_file == "/v/site-packages/vllm/model_executor/models/llama.py"
+
+
+def test_triton_metadata_targets() -> None:
+    assert parse_triton_meta('{"name": "k", "target": {"backend": "cuda", "arch": 90, '
+                             '"warp_size": 32}, "triton_version": "3.4.0"}').target == "cuda sm_90"
+    assert parse_triton_meta('{"target": ["hip", "gfx942", 64]}').target == "hip gfx942"
+    with pytest.raises(ReadError):
+        parse_triton_meta("[]")
+
+
+def test_noatime_reads_do_not_touch_atime(tmp_path: Path) -> None:
+    from vllm_cache_tools.read.noatime import read_noatime
+
+    p = tmp_path / "f"
+    p.write_bytes(b"data")
+    os.utime(p, (1_000_000, 2_000_000))
+    assert read_noatime(p) == b"data"
+    assert p.stat().st_atime == 1_000_000
