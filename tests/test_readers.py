@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import collections
-import io
 import os
 import pickle
 from pathlib import Path
@@ -16,7 +15,7 @@ from vllm_cache_tools.read.compile_cache import parse_compile_cache
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.factors import parse_factors
 from vllm_cache_tools.read.graph import parse_graph
-from vllm_cache_tools.read.safe_pickle import SafePickleError, Stub, safe_loads, skim
+from vllm_cache_tools.read.safe_pickle import SafePickleError, Stub, safe_loads
 from vllm_cache_tools.read.triton import parse_triton_meta
 
 
@@ -54,29 +53,6 @@ def test_safe_loads_never_raises_anything_else(blob: bytes) -> None:
         safe_loads(blob)
     except SafePickleError:
         pass
-
-
-@settings(max_examples=100, deadline=None)
-@given(st.recursive(st.none() | st.booleans() | st.integers() | st.text(max_size=50)
-                    | st.binary(max_size=9000) | st.text(min_size=5000, max_size=6000),
-                    lambda c: st.lists(c, max_size=4) | st.dictionaries(st.text(max_size=5), c,
-                                                                        max_size=4),
-                    max_leaves=20))
-def test_skim_keeps_structure_and_blanks_large_payloads(obj: object) -> None:
-    for proto in (2, 4, 5):
-        data = pickle.dumps(obj, protocol=proto)
-        thin = safe_loads(skim(io.BytesIO(data), max_payload=4096))
-
-        def blank(o: object) -> object:
-            if isinstance(o, (str, bytes)) and len(o.encode() if isinstance(o, str) else o) > 4096:
-                return type(o)()
-            if isinstance(o, list):
-                return [blank(x) for x in o]
-            if isinstance(o, dict):
-                return {blank(k): blank(v) for k, v in o.items()}
-            return o
-
-        assert thin == blank(obj)
 
 
 def test_factors_parsing() -> None:

@@ -36,11 +36,22 @@ class TreeStats:
     dirs: int = 0
     oldest_mtime: float | None = None
     newest_mtime: float | None = None
-    newest_atime: float | None = None
     tmp_files: tuple[str, ...] = ()
     symlinks: tuple[str, ...] = ()
     unreadable: tuple[str, ...] = ()
     owners: tuple[int, ...] = ()
+    dir_mtimes: tuple[tuple[str, int], ...] = ()
+    """(folder relative to the entry, mtime_ns): adding, removing or renaming a file changes
+    its folder's mtime, so equal values mean the same set of files (the index relies on it)."""
+    key_files: tuple[tuple[str, int, int, float], ...] = ()
+    """(relative path, size, mtime_ns, atime) of the files vLLM loads and we parse."""
+
+    @property
+    def last_read(self) -> float | None:
+        """Newest atime of a key file that was read after it was last written (a load by
+        vLLM: our own reads use O_NOATIME), else ``None``."""
+        reads = [a for _, _, m, a in self.key_files if a > m / 1e9]
+        return max(reads) if reads else None
 
 
 @dataclass(frozen=True)
@@ -53,6 +64,9 @@ class PrefixDir:
     factors: CacheKeyFactors | None
     has_graph: bool
     graph: GraphInfo | None
+    """Full ``computation_graph.py`` info (``show``); ``None`` in the quick read."""
+    model_file: str | None
+    """The model-definition file the graph was traced from (``# File:`` comments)."""
     compiled: tuple[CompiledGraphRecord, ...] | None
     """From ``vllm_compile_cache.py``; ``None`` when there is none (e.g. mega AOT artifact)."""
     missing_artifacts: tuple[str, ...]

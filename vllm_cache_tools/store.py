@@ -32,7 +32,7 @@ from vllm_cache_tools.read.compile_cache import read_compile_cache
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.noatime import read_noatime
 from vllm_cache_tools.read.factors import read_factors
-from vllm_cache_tools.read.graph import parse_graph, read_graph
+from vllm_cache_tools.read.graph import GraphInfo, model_file_from_head, read_graph
 from vllm_cache_tools.read.triton import read_triton_meta
 from vllm_cache_tools.walk import tree_stats
 
@@ -82,12 +82,15 @@ def _times(stats: TreeStats) -> tuple[float | None, str, float | None, float | N
     """created (+source), modified, last used (+source) from file times.
 
     Linux gives no birth time through ``os.stat``; every artifact is written once, so the
-    earliest file mtime is when the entry was created. Last use prefers atime when it is newer
-    than the last write (i.e. the mount records reads: relatime/strictatime), else mtime."""
+    earliest file mtime is when the entry was created. Last use is the later of the newest
+    read of a file vLLM loads (atime newer than its mtime: the mount records reads, as relatime
+    and strictatime do) and the last write (a load can also write, e.g. Inductor kernels
+    unpacked from the AOT artifact)."""
     created = stats.oldest_mtime
     modified = stats.newest_mtime
-    if stats.newest_atime is not None and modified is not None and stats.newest_atime > modified:
-        return created, "oldest-mtime", modified, stats.newest_atime, "atime"
+    read = stats.last_read
+    if read is not None and (modified is None or read > modified):
+        return created, "oldest-mtime", modified, read, "atime"
     return created, "oldest-mtime", modified, modified, "mtime" if modified else None
 
 
@@ -101,10 +104,12 @@ def _stat_problems(stats: TreeStats) -> list[Problem]:
     return out
 
 
-def _graph_info(path: Path, deep: bool) -> object:
+def _graph_info(path: Path, deep: bool) -> tuple[GraphInfo | None, str | None]:
+    """(full graph info when deep, the model file named in it)."""
     if deep:
-        return read_graph(path)
-    return parse_graph(read_noatime(path, GRAPH_HEAD_BYTES).decode("utf-8", errors="replace"))
+        g = read_graph(path)
+        return g, g.model_file
+    return None, model_file_from_head(read_noatime(path, GRAPH_HEAD_BYTES))
 
 
 def _hardware_from_tree(top: Path) -> str | None:
@@ -139,7 +144,7 @@ def _read_prefix(rank: str, e: os.DirEntry[str], deep: bool,
                  problems: list[Problem]) -> PrefixDir:
     path = Path(e.path)
     names = tuple(sorted(n.name for n in _listdir(path, problems)))
-    factors = graph = compiled = None
+    factors = graph = compiled = model_file = None
     missing: list[str] = []
     if "cache_key_factors.json" in names:
         try:
@@ -149,7 +154,7 @@ def _read_prefix(rank: str, e: os.DirEntry[str], deep: bool,
                                     str(exc)))
     if "computation_graph.py" in names:
         try:
-            graph = _graph_info(path / "computation_graph.py", deep)
+            graph, model_file = _graph_info(path / "computation_graph.py", deep)
         except (ReadError, OSError) as exc:
             problems.append(Problem(_display(path / "computation_graph.py"), "unreadable",
                                     str(exc)))
@@ -165,9 +170,10 @@ def _read_prefix(rank: str, e: os.DirEntry[str], deep: bool,
                 # Standalone-compile handles name a file beside vllm_compile_cache.py.
                 if art and art.startswith("artifact_") and art not in names:
                     missing.append(art)
-    return PrefixDir(rank=rank, prefix=e.name, path=path, factors=factors,  # type: ignore[arg-type]
-                     has_graph="computation_graph.py" in names, graph=graph,  # type: ignore[arg-type]
-                     compiled=compiled, missing_artifacts=tuple(missing), files=names)
+    return PrefixDir(rank=rank, prefix=e.name, path=path, factors=factors,
+                     has_graph="computation_graph.py" in names, graph=graph,
+                     model_file=model_file, compiled=compiled,
+                     missing_artifacts=tuple(missing), files=names)
 
 
 def read_backend_entry(path: Path, deep: bool = False, progress: Progress | None = None) -> Entry:
@@ -192,8 +198,8 @@ def read_backend_entry(path: Path, deep: bool = False, progress: Progress | None
     prefixes = tuple(dict.fromkeys(p.prefix for p in prefix_dirs))
     model = None
     for p in prefix_dirs:
-        if p.graph is not None and p.graph.model_file:  # type: ignore[attr-defined]
-            model = _short_src(p.graph.model_file)  # type: ignore[attr-defined]
+        if p.model_file:
+            model = _short_src(p.model_file)
             break
     state, detail = _backend_state(prefix_dirs, problems, ranks)
     created, csrc, modified, last_used, lsrc = _times(stats)
@@ -362,11 +368,15 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
             if progress is not None:
                 progress(counted[0] + n)
 
-        for layout, path in classify(cc, problems):
+        def read_one(item: tuple[str, Path]) -> Entry:
+            layout, path = item
             reader = read_aot_entry if layout == "aot" else read_backend_entry
-            entry = reader(path, deep=deep, progress=tick)
+            entry = reader(path, deep=deep)
             counted[0] += entry.stats.files
-            entries.append(entry)
+            tick(0)
+            return entry
+
+        entries = [read_one(item) for item in classify(cc, problems)]
     elif cc.is_symlink():
         problems.append(Problem(_display(cc), "symlink", "torch_compile_cache is a symlink "
                                 "(not followed; pass its target as --root)"))

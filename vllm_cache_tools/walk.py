@@ -1,7 +1,8 @@
 """Sizes and times of a folder tree with ``os.scandir`` and ``lstat`` only.
 
 Never follows symlinks (they are counted as themselves and reported), never leaves the tree,
-keeps going past unreadable folders, and works on names that are not UTF-8."""
+keeps going past unreadable folders, and works on names that are not UTF-8. Folders are
+recognised from the directory entry's type (no ``stat`` call); only files are stat'ed."""
 
 from __future__ import annotations
 
@@ -11,22 +12,41 @@ from collections.abc import Callable
 
 from vllm_cache_tools.model import TreeStats
 
+
 def is_tmp_name(name: str) -> bool:
     # vLLM/torch write "<file>.<pid>.tmp" and rename it into place; one left behind means a
     # writer died mid-write.
     return name.endswith(".tmp")
 
 
+# Files vLLM reads when it loads an entry (their atime is evidence of use) and that our
+# readers parse (their size/mtime validate the listing index).
+KEY_FILES = frozenset({"model", "cache_key_factors.json", "computation_graph.py",
+                       "vllm_compile_cache.py"})
+
+
+def is_key_file(name: str) -> bool:
+    return name in KEY_FILES or name.startswith("artifact_compile_range_")
+
+
 def tree_stats(top: str, on_file: Callable[[int], None] | None = None) -> TreeStats:
     size = disk = files = dirs = 0
-    oldest: float | None = None
-    newest: float | None = None
-    newest_a: float | None = None
+    oldest = newest = -1.0
     tmps: list[str] = []
     links: list[str] = []
     unreadable: list[str] = []
     owners: set[int] = set()
+    dir_mtimes: list[tuple[str, int]] = []
+    keys: list[tuple[str, int, int, float]] = []
+    cut = len(top) + 1
+    try:
+        dir_mtimes.append((".", os.lstat(top).st_mtime_ns))
+    except OSError:
+        unreadable.append(top)
+        return TreeStats(unreadable=(top,))
     stack = [top]
+    push = stack.append
+    S_ISLNK = st.S_ISLNK  # noqa: N806 - hot loop local
     while stack:
         d = stack.pop()
         try:
@@ -37,32 +57,34 @@ def tree_stats(top: str, on_file: Callable[[int], None] | None = None) -> TreeSt
         with it:
             for e in it:
                 try:
+                    if e.is_dir(follow_symlinks=False):
+                        dirs += 1
+                        push(e.path)
+                        dir_mtimes.append((e.path[cut:], e.stat(follow_symlinks=False)
+                                           .st_mtime_ns))
+                        continue
                     s = e.stat(follow_symlinks=False)
                 except OSError:
                     unreadable.append(e.path)
                     continue
-                mode = s.st_mode
-                if st.S_ISDIR(mode):
-                    dirs += 1
-                    stack.append(e.path)
-                    continue
-                if st.S_ISLNK(mode):
+                if S_ISLNK(s.st_mode):
                     links.append(e.path)
                 files += 1
                 size += s.st_size
-                disk += s.st_blocks * 512
+                disk += s.st_blocks
                 owners.add(s.st_uid)
                 m = s.st_mtime
-                if oldest is None or m < oldest:
-                    oldest = m
-                if newest is None or m > newest:
+                if m > newest:
                     newest = m
-                a = s.st_atime
-                if newest_a is None or a > newest_a:
-                    newest_a = a
-                if is_tmp_name(e.name):
+                if m < oldest or oldest < 0:
+                    oldest = m
+                name = e.name
+                if name.endswith(".tmp"):
                     tmps.append(e.path)
+                elif name in KEY_FILES or name.startswith("artifact_compile_range_"):
+                    keys.append((e.path[cut:], s.st_size, s.st_mtime_ns, s.st_atime))
         if on_file is not None:
             on_file(files)
-    return TreeStats(size, disk, files, dirs, oldest, newest, newest_a, tuple(tmps),
-                     tuple(links), tuple(unreadable), tuple(sorted(owners)))
+    return TreeStats(size, disk * 512, files, dirs, oldest if files else None,
+                     newest if files else None, tuple(tmps), tuple(links), tuple(unreadable),
+                     tuple(sorted(owners)), tuple(dir_mtimes), tuple(sorted(keys)))

@@ -17,7 +17,8 @@ from typing import Any
 
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.noatime import read_noatime
-from vllm_cache_tools.read.safe_pickle import SafePickleError, Stub, safe_loads, skim_file
+from vllm_cache_tools.read.aot_quick import read_aot_quick
+from vllm_cache_tools.read.safe_pickle import SafePickleError, Stub, safe_loads
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class AotModelInfo:
     gpu_name: str | None
     inlined_sources: tuple[InlinedSource, ...]
     compiled_fn: CompiledFnInfo | None
-    """``None`` when skimmed (``ls``) or when the nested pickle is unreadable."""
+    """``None`` for the quick read (``ls``) or when the nested pickle is unreadable."""
 
     @property
     def hardware(self) -> str:
@@ -127,7 +128,7 @@ def _compiled_fn(top: dict[str, Any]) -> CompiledFnInfo | None:
     )
 
 
-def interpret(top: Any, skimmed: bool) -> AotModelInfo:
+def interpret(top: Any) -> AotModelInfo:
     if not isinstance(top, dict):
         raise ReadError(f"not an AOT model pickle (top level is {type(top).__name__})")
     code = top.get("original_code")
@@ -142,7 +143,7 @@ def interpret(top: Any, skimmed: bool) -> AotModelInfo:
             firstlineno=_opt_int(rec.field("firstlineno")),
             lastlineno=_opt_int(rec.field("lastlineno")),
             checksum=_opt_str(rec.field("checksum")),
-            content=content if isinstance(content, str) and not skimmed else None,
+            content=content if isinstance(content, str) else None,
         ))
     sources.sort(key=lambda s: (s.module, s.firstlineno or 0))
     qualname = _opt_str(_field(code, "co_qualname")) or _opt_str(_field(code, "co_name"))
@@ -158,22 +159,23 @@ def interpret(top: Any, skimmed: bool) -> AotModelInfo:
         triton_version=_version_str(_field(sysinfo, "triton_version")),
         gpu_name=_opt_str(_field(sysinfo, "gpu_name")),
         inlined_sources=tuple(sources),
-        compiled_fn=None if skimmed else _compiled_fn(top),
+        compiled_fn=_compiled_fn(top),
     )
 
 
 def read_aot_model(path: str | os.PathLike[str], full: bool = True) -> AotModelInfo:
-    """Read an AOT ``model`` file. ``full=False`` skims (a few KB read; no source contents,
-    no nested compiled_fn). Raises :class:`ReadError` for empty, truncated or foreign files."""
+    """Read an AOT ``model`` file. ``full=False`` is the quick read for listings (code object
+    and system info only; see :mod:`.aot_quick`). Raises :class:`ReadError` for empty,
+    truncated or foreign files."""
     try:
+        if not full:
+            return AotModelInfo(**read_aot_quick(path), backend_id=None, inlined_sources=(),
+                                compiled_fn=None)
         if os.path.getsize(path) == 0:
             raise ReadError("empty AOT model file (0 bytes)")
-        if full:
-            top = safe_loads(read_noatime(path))
-        else:
-            top = skim_file(path)
+        top = safe_loads(read_noatime(path))
     except SafePickleError as exc:
         raise ReadError(f"unreadable AOT model pickle: {exc}") from None
     except OSError as exc:
         raise ReadError(f"cannot read AOT model: {exc.strerror or exc}") from None
-    return interpret(top, skimmed=not full)
+    return interpret(top)

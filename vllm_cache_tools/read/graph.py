@@ -53,3 +53,18 @@ def read_graph(path: str | os.PathLike[str]) -> GraphInfo:
         return parse_graph(read_noatime(path).decode("utf-8", errors="replace"))
     except OSError as exc:
         raise ReadError(f"cannot read computation_graph.py: {exc.strerror or exc}") from None
+
+
+def model_file_from_head(head: bytes) -> str | None:
+    """The first model-definition file named in a ``# File:`` comment, from the start of
+    ``computation_graph.py`` (a fast path for listings: no regex over the whole file)."""
+    i = head.find(b"/model_executor/models/")
+    while i >= 0:
+        start = head.rfind(b"# File:", 0, i)
+        nl = head.rfind(b"\n", 0, i)
+        if start > nl:
+            m = _FILE_COMMENT.match(head[start:head.find(b"\n", i)].decode("utf-8", "replace"))
+            if m:
+                return m["path"].strip()
+        i = head.find(b"/model_executor/models/", i + 1)
+    return None

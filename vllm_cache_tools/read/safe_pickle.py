@@ -13,13 +13,12 @@ from __future__ import annotations
 
 import _compat_pickle
 import codecs
-import os
 import collections
 import io
 import pickle
 from typing import Any, ClassVar
 
-__all__ = ["SafePickleError", "Stub", "find_stubs", "safe_loads", "skim", "skim_file"]
+__all__ = ["SafePickleError", "Stub", "find_stubs", "safe_loads"]
 
 
 class SafePickleError(ValueError):
@@ -163,94 +162,3 @@ def find_stubs(obj: Any, qualname: str, limit: int = 100_000) -> list[Stub]:
         elif isinstance(cur, (list, tuple, set, frozenset)):
             todo.extend(cur)
     return found
-
-
-# --- skimming: read a pickle's structure without its large payloads ---------------------------
-
-import pickletools  # noqa: E402
-import struct  # noqa: E402
-from typing import BinaryIO  # noqa: E402
-
-_OPS = {op.code.encode("latin1"): op for op in pickletools.opcodes}
-_FRAME = b"\x95"
-_STOP = b"."
-# Length-prefixed payload opcodes, by how their length is encoded.
-_LEN_FORMATS = {
-    pickletools.TAKEN_FROM_ARGUMENT1: ("<B", 1),
-    pickletools.TAKEN_FROM_ARGUMENT4: ("<i", 4),
-    pickletools.TAKEN_FROM_ARGUMENT4U: ("<I", 4),
-    pickletools.TAKEN_FROM_ARGUMENT8U: ("<Q", 8),
-}
-_BYTES_OPS = {b"B", b"C", b"\x8e", b"\x96"}  # BINBYTES, SHORT_BINBYTES, BINBYTES8, BYTEARRAY8
-
-
-def skim(f: BinaryIO, max_payload: int = 4096, max_ops: int = 1_000_000) -> bytes:
-    """Copy a pickle stream, replacing every string/bytes payload longer than ``max_payload``
-    with an empty one of the same type and seeking over it instead of reading it.
-
-    Memo indices are unaffected (they count opcodes, not bytes), so :func:`safe_loads` of the
-    result gives the full object structure with large blobs blanked. FRAME opcodes are dropped
-    (they are only read-ahead hints). Used by ``ls`` to read a 1-2 MB AOT ``model`` by reading a
-    few kilobytes of it."""
-    out = bytearray()
-    for _ in range(max_ops):
-        code = f.read(1)
-        if not code:
-            raise SafePickleError("truncated pickle (no STOP opcode)")
-        op = _OPS.get(code)
-        if op is None:
-            raise SafePickleError(f"unknown opcode {code!r}")
-        arg = op.arg
-        if code == _FRAME:
-            f.read(8)
-            continue
-        if arg is None:
-            out += code
-            if code == _STOP:
-                return bytes(out)
-            continue
-        n = arg.n
-        if n >= 0:
-            data = f.read(n)
-            if len(data) != n:
-                raise SafePickleError("truncated pickle")
-            out += code + data
-        elif n == pickletools.UP_TO_NEWLINE:
-            line = f.readline()
-            if not line.endswith(b"\n"):
-                raise SafePickleError("truncated pickle")
-            out += code + line
-            if code == b"c" or code == b"i":  # GLOBAL/INST take two lines
-                line2 = f.readline()
-                out += line2
-        else:
-            fmt, size = _LEN_FORMATS[n]
-            raw = f.read(size)
-            if len(raw) != size:
-                raise SafePickleError("truncated pickle")
-            (length,) = struct.unpack(fmt, raw)
-            if length < 0:
-                raise SafePickleError("negative length in pickle")
-            if length > max_payload:
-                f.seek(length, io.SEEK_CUR)
-                out += code + struct.pack(fmt, 0)
-            else:
-                data = f.read(length)
-                if len(data) != length:
-                    raise SafePickleError("truncated pickle")
-                out += code + raw + data
-    raise SafePickleError("pickle has too many opcodes")
-
-
-def skim_file(path: str | os.PathLike[str], max_payload: int = 4096) -> Any:
-    """Structure of the pickle at ``path`` with large payloads blanked (see :func:`skim`).
-    Also detects truncation: a file that ends before STOP raises :class:`SafePickleError`,
-    as does a file whose payload lengths run past its end."""
-    size = os.path.getsize(path)
-    from vllm_cache_tools.read.noatime import open_noatime
-
-    with open_noatime(path, buffering=65536) as f:
-        thin = skim(f, max_payload)
-        if f.tell() > size:
-            raise SafePickleError(f"truncated pickle ({size} bytes; payload runs past the end)")
-    return safe_loads(thin)
