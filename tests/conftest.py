@@ -17,6 +17,16 @@ from tests.realvllm.harness import SCENARIOS, ScenarioRun, run_scenario
 REPO = Path(__file__).resolve().parent.parent
 
 
+@pytest.fixture(autouse=True)
+def _own_state_dirs(tmp_path_factory: pytest.TempPathFactory,
+                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """Keep the listing index and other state of each test out of the user's home (the CLI
+    children inherit these variables)."""
+    d = tmp_path_factory.mktemp("state")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(d / "cache"))
+    monkeypatch.setenv("XDG_STATE_HOME", str(d / "state"))
+
+
 @pytest.fixture(scope="session")
 def real_compile() -> ScenarioRun:
     """VLLM_COMPILE mode: start 0 cold, start 1 warm (loads), start 2 with

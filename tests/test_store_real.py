@@ -52,7 +52,7 @@ def test_both_layouts_from_compile_mode(real_compile: ScenarioRun) -> None:
 
 
 def test_backend_key_rehashes_from_stored_factors(real_compile: ScenarioRun) -> None:
-    info = scan(real_compile.vllm_root, check_in_use=False)
+    info = scan(real_compile.vllm_root, check_in_use=False, deep=True)
     checked = 0
     for e in info.entries:
         if e.layout == "backend":
@@ -69,7 +69,7 @@ def test_backend_key_rehashes_from_stored_factors(real_compile: ScenarioRun) -> 
 
 
 def test_env_factor_difference_is_the_real_cause(real_compile: ScenarioRun) -> None:
-    info = scan(real_compile.vllm_root, check_in_use=False)
+    info = scan(real_compile.vllm_root, check_in_use=False, deep=True)
     key0 = next(iter(_dirs(real_compile, 0, USING_DIR))).parent.parent.name
     key2 = next(iter(_dirs(real_compile, 2, USING_DIR))).parent.parent.name
     f0 = next(e for e in info.entries if e.key == key0).factors
@@ -134,7 +134,7 @@ def test_cpu_default_mode_aot_only(real_cpu_default: ScenarioRun) -> None:
 
 
 def test_backend_artifacts_without_mega_artifact(real_nomega: ScenarioRun) -> None:
-    info = scan(real_nomega.vllm_root, check_in_use=False)
+    info = scan(real_nomega.vllm_root, check_in_use=False, deep=True)
     (b,) = [e for e in info.entries if e.layout == "backend"]
     (p,) = b.prefix_dirs
     assert p.compiled is not None and len(p.compiled) == 3
@@ -153,7 +153,7 @@ def tp2_run() -> ScenarioRun:
 
 
 def test_two_tensor_parallel_ranks(tp2_run: ScenarioRun) -> None:
-    info = scan(tp2_run.vllm_root, check_in_use=False)
+    info = scan(tp2_run.vllm_root, check_in_use=False, deep=True)
     by_layout = {e.layout: e for e in info.entries}
     assert set(by_layout) == {"backend", "aot"} and len(info.entries) == 2
     # One backend key with a folder per rank; one AOT folder shared by both ranks.

@@ -7,8 +7,10 @@ Public API::
     for e in info.entries: print(e.key, e.layout, e.size_bytes, e.state)
 """
 
-from vllm_cache_tools.locate import CacheRoot, resolve_root
-from vllm_cache_tools.model import (
+__version__ = "0.1.0"
+
+from vllm_cache_tools.locate import CacheRoot, resolve_root  # noqa: E402
+from vllm_cache_tools.model import (  # noqa: E402
     AotRank,
     CacheInfo,
     Entry,
@@ -17,7 +19,7 @@ from vllm_cache_tools.model import (
     Problem,
     TreeStats,
 )
-from vllm_cache_tools.store import (
+from vllm_cache_tools.store import (  # noqa: E402
     AmbiguousKey,
     EntryNotFound,
     RootError,
@@ -25,8 +27,6 @@ from vllm_cache_tools.store import (
     read_entry,
     scan,
 )
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AmbiguousKey",

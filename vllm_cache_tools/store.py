@@ -15,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from vllm_cache_tools import __version__
+from vllm_cache_tools.index import ListingIndex
 from vllm_cache_tools.inuse import open_paths_under
 from vllm_cache_tools.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, CacheRoot, resolve_root
 from vllm_cache_tools.model import (
@@ -342,13 +344,21 @@ def classify(cc: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
     return found
 
 
+def _summary(e: Entry) -> Entry:
+    """An entry without per-rank details (what listings keep; see :func:`scan`)."""
+    return replace(e, prefix_dirs=(), aot_ranks=())
+
+
 def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool = False,
-         check_in_use: bool = True, progress: Progress | None = None) -> CacheInfo:
+         check_in_use: bool = True, progress: Progress | None = None,
+         use_index: bool = True) -> CacheInfo:
     """Scan a cache root (default: resolved like vLLM) and return every entry of both trees.
 
-    ``deep=True`` reads artifacts whole (source contents, nested compiled function); ``ls``
-    uses the quick read. Per-entry problems are collected, never raised; only a root that
-    cannot be scanned at all raises :class:`RootError`."""
+    ``deep=False`` (``ls``) returns summaries: sizes, times, ranks, state, versions, model and
+    hardware, without per-rank details, reusing the listing index for unchanged entries
+    (``use_index``). ``deep=True`` reads every artifact whole (hashes, raw env factors, source
+    contents, compiled ranges). Per-entry problems are collected, never raised; only a root
+    that cannot be scanned at all raises :class:`RootError`."""
     croot = root if isinstance(root, CacheRoot) else resolve_root(root)
     check_root(croot)
     problems: list[Problem] = []
@@ -368,15 +378,25 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
             if progress is not None:
                 progress(counted[0] + n)
 
+        index = ListingIndex(cc, __version__) if use_index and not deep else None
+
         def read_one(item: tuple[str, Path]) -> Entry:
             layout, path = item
-            reader = read_aot_entry if layout == "aot" else read_backend_entry
-            entry = reader(path, deep=deep)
+            entry = index.lookup(path, _times) if index is not None else None
+            if entry is None:
+                reader = read_aot_entry if layout == "aot" else read_backend_entry
+                entry = reader(path, deep=deep)
+                if not deep:
+                    entry = _summary(entry)
+                    if index is not None:
+                        index.put(entry)
             counted[0] += entry.stats.files
             tick(0)
             return entry
 
         entries = [read_one(item) for item in classify(cc, problems)]
+        if index is not None:
+            index.save()
     elif cc.is_symlink():
         problems.append(Problem(_display(cc), "symlink", "torch_compile_cache is a symlink "
                                 "(not followed; pass its target as --root)"))

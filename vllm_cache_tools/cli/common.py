@@ -24,7 +24,8 @@ def warn(message: str) -> None:
 
 
 def print_json(data: Any) -> None:
-    sys.stdout.write(json.dumps(data, indent=2, sort_keys=False) + "\n")
+    # Compact on purpose: the C encoder is ~5x faster than indent=; pipe to `jq` to read.
+    sys.stdout.write(json.dumps(data, separators=(",", ":")) + "\n")
 
 
 def console() -> Console:

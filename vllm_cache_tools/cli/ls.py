@@ -41,8 +41,14 @@ def ls(
         "Fields: key layout state model hardware torch vllm rank prefix path (= != ~ !~), "
         "size disk files (> < >= <= = !=), age mage (since last use / modification).")]
     = None,
+    rescan: Annotated[bool, typer.Option(
+        "--rescan", help="Walk every entry afresh instead of reusing the listing index for "
+        "unchanged ones.")] = False,
 ) -> None:
-    """List the compile-cache entries under a vLLM cache root."""
+    """List the compile-cache entries under a vLLM cache root.
+
+    The first listing of a root walks every file; later ones re-read only entries whose
+    folders or key files changed (an index in the user cache dir; --rescan skips it)."""
     try:
         pred = parse_filter(filter_expr) if filter_expr else None
         sort_entries([], sort)
@@ -50,7 +56,7 @@ def ls(
         fail(str(exc))
     progress = DelayedProgress(enabled=not json_out)
     try:
-        info = scan(root, progress=progress.callback())
+        info = scan(root, progress=progress.callback(), use_index=not rescan)
     except RootError as exc:
         fail(str(exc))
     finally:

@@ -1,0 +1,78 @@
+"""The listing index: reused only while an entry is unchanged (real caches, real files)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.realvllm.harness import ScenarioRun, copy_root
+from vllm_cache_tools import scan
+from vllm_cache_tools.index import index_path
+from vllm_cache_tools.locate import resolve_root
+
+pytestmark = pytest.mark.realvllm
+
+
+def _summary(root: Path, **kw: object) -> dict[str, tuple[object, ...]]:
+    info = scan(root, check_in_use=False, **kw)  # type: ignore[arg-type]
+    return {e.key: (e.state, e.size_bytes, e.stats.files, e.ranks, e.torch_version, e.model,
+                    e.last_used) for e in info.entries}
+
+
+def test_index_hits_match_a_fresh_walk_and_follow_changes(real_compile: ScenarioRun,
+                                                          tmp_path: Path) -> None:
+    root = copy_root(real_compile.vllm_root, tmp_path / "root")
+    first = _summary(root)
+    idx = index_path(resolve_root(root).compile_cache)
+    assert idx.exists() and len(json.loads(idx.read_text())["entries"]) == 4
+    assert _summary(root) == first == _summary(root, use_index=False)
+
+    # A file removed deep inside an AOT entry changes its folder's mtime: re-read.
+    aot = next((root / "torch_compile_cache" / "torch_aot_compile").iterdir())
+    victim = next(p for p in (aot / "inductor_cache").rglob("*.so"))
+    size = victim.stat().st_size
+    victim.unlink()
+    after = _summary(root)
+    assert after[aot.name][1] == first[aot.name][1] - size  # type: ignore[operator]
+    assert after[aot.name][2] == first[aot.name][2] - 1
+    assert after == _summary(root, use_index=False)
+
+    # A key file rewritten in place (same folder mtime): caught by its size/mtime.
+    model = aot / "rank_0_0" / "model"
+    data = model.read_bytes()
+    model.write_bytes(data[:100])
+    assert _summary(root)[aot.name][0] == "corrupt"
+
+    # An entry removed: dropped from the index.
+    shutil.rmtree(aot)
+    assert aot.name not in _summary(root)
+    assert len(json.loads(idx.read_text())["entries"]) == 3
+
+
+def test_last_use_stays_current_through_the_index(real_compile: ScenarioRun,
+                                                  tmp_path: Path) -> None:
+    root = copy_root(real_compile.vllm_root, tmp_path / "root")
+    aot = next((root / "torch_compile_cache" / "torch_aot_compile").iterdir())
+    model = aot / "rank_0_0" / "model"
+    st = model.stat()
+    os.utime(model, ns=(st.st_mtime_ns, st.st_mtime_ns))
+    before = _summary(root)[aot.name][6]
+    # vLLM loading the entry = a read: atime moves past mtime (set here explicitly).
+    os.utime(model, ns=(st.st_mtime_ns + 3600 * 10**9, st.st_mtime_ns))
+    after = scan(root, check_in_use=False)
+    e = next(x for x in after.entries if x.key == aot.name)
+    assert e.last_used_source == "atime" and e.last_used is not None
+    assert before is not None and e.last_used > before
+
+
+def test_unwritable_index_dir_does_not_break_ls(real_compile: ScenarioRun, tmp_path: Path) -> None:
+    blocker = tmp_path / "cachehome"
+    blocker.write_text("not a folder")
+    r = run_cli("ls", "--root", str(real_compile.vllm_root), "--json",
+                env={"XDG_CACHE_HOME": str(blocker)})
+    assert r.returncode == 0 and len(json.loads(r.stdout)["entries"]) == 4

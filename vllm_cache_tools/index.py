@@ -1,0 +1,143 @@
+"""The listing index: what ``ls`` learned about each entry, reused while the entry is
+unchanged, so a second ``ls`` of a big root does not recurse into unchanged folders.
+
+An entry is unchanged when every one of its folders has the mtime it had (adding, removing or
+renaming a file, which is how vLLM and Inductor write, changes the folder's mtime) and every
+key file (``model``, ``cache_key_factors.json``, ...) has the same size and mtime. Key files'
+atimes are re-read on every use, so last-use evidence stays current. The index is a JSON file
+in our own cache dir (never inside vLLM's root), one per root, written atomically; a
+mismatched format or tool version is ignored and rebuilt. ``ls --rescan`` bypasses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import xxhash
+from filelock import FileLock, Timeout
+
+from vllm_cache_tools.locate import user_cache_dir
+from vllm_cache_tools.model import Entry, Problem, TreeStats
+
+FORMAT = 1
+
+
+def index_path(compile_cache: Path) -> Path:
+    real = os.path.realpath(compile_cache)
+    return user_cache_dir() / "index" / f"{xxhash.xxh3_64_hexdigest(os.fsencode(real))}.json"
+
+
+def _to_record(e: Entry) -> dict[str, Any]:
+    st = e.stats
+    return {
+        "key": e.key, "layout": e.layout, "path": os.fsdecode(e.path),
+        "stats": {**{k: v for k, v in asdict(st).items() if k not in ("dir_mtimes",
+                                                                       "key_files")},
+                  "dirs": "\n".join(r for r, _ in st.dir_mtimes),
+                  "dir_mtimes": [m for _, m in st.dir_mtimes],
+                  "key_files": [list(k) for k in st.key_files]},
+        "ranks": list(e.ranks), "prefixes": list(e.prefixes), "state": e.state,
+        "state_detail": e.state_detail, "created": e.created,
+        "created_source": e.created_source, "modified": e.modified,
+        "vllm_version": e.vllm_version, "torch_version": e.torch_version, "model": e.model,
+        "hardware": e.hardware,
+        "problems": [[p.path, p.kind, p.detail] for p in e.problems],
+    }
+
+
+def _stats_from(rec: dict[str, Any], key_files: tuple[tuple[str, int, int, float], ...]
+                ) -> TreeStats:
+    s = dict(rec)
+    dirs = s.pop("dirs").split("\n")
+    mtimes = s.pop("dir_mtimes")
+    s.pop("key_files")
+    for k in ("tmp_files", "symlinks", "unreadable", "owners"):
+        s[k] = tuple(s[k])
+    return TreeStats(**s, dir_mtimes=tuple(zip(dirs, mtimes, strict=True)), key_files=key_files)
+
+
+class ListingIndex:
+    """Per-root index of entry summaries, validated by folder and key-file stats."""
+
+    def __init__(self, compile_cache: Path, version: str) -> None:
+        self.path = index_path(compile_cache)
+        self.version = version
+        self.records: dict[str, dict[str, Any]] = {}
+        self.seen: set[str] = set()
+        self.dirty = False
+        try:
+            data = json.loads(self.path.read_bytes())
+            if data.get("format") == FORMAT and data.get("version") == version:
+                self.records = data["entries"]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            self.records = {}
+
+    def lookup(self, path: Path, times: Any) -> Entry | None:
+        """The indexed entry if nothing under it changed, with fresh key-file atimes.
+        ``times`` turns stats into (created, source, modified, last_used, source)."""
+        p = os.fsdecode(path)
+        self.seen.add(p)
+        rec = self.records.get(p)
+        if rec is None:
+            return None
+        try:
+            st = rec["stats"]
+            # Relative lstat from the entry's folder: no full-path lookup per folder.
+            fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                lstat = os.lstat
+                for rel, mtime in zip(st["dirs"].split("\n"), st["dir_mtimes"], strict=True):
+                    if lstat(rel, dir_fd=fd).st_mtime_ns != mtime:
+                        return None
+                keys = []
+                for rel, size, mtime, _ in st["key_files"]:
+                    s = lstat(rel, dir_fd=fd)
+                    if s.st_size != size or s.st_mtime_ns != mtime:
+                        return None
+                    keys.append((rel, size, mtime, s.st_atime))
+            finally:
+                os.close(fd)
+            stats = _stats_from(st, tuple(keys))
+            created, csrc, modified, last_used, lsrc = times(stats)
+            return Entry(
+                key=rec["key"], layout=rec["layout"], path=Path(p), stats=stats,
+                ranks=tuple(rec["ranks"]), prefixes=tuple(rec["prefixes"]),
+                state=rec["state"], state_detail=rec["state_detail"], created=created,
+                created_source=csrc, modified=modified, last_used=last_used,
+                last_used_source=lsrc, vllm_version=rec["vllm_version"],
+                torch_version=rec["torch_version"], model=rec["model"],
+                hardware=rec["hardware"],
+                problems=tuple(Problem(*x) for x in rec["problems"]),
+            )
+        except (OSError, KeyError, TypeError, ValueError):
+            return None
+
+    def put(self, e: Entry) -> None:
+        p = os.fsdecode(e.path)
+        self.seen.add(p)
+        # Entries still being written (or broken) are read afresh next time.
+        if e.state in ("complete",) and not e.stats.unreadable:
+            self.records[p] = _to_record(replace(e))
+            self.dirty = True
+
+    def save(self) -> None:
+        gone = set(self.records) - self.seen
+        for p in gone:
+            del self.records[p]
+        if not (self.dirty or gone):
+            return
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(self.path) + ".lock", timeout=5):
+                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".index-")
+                with os.fdopen(fd, "w") as f:
+                    json.dump({"format": FORMAT, "version": self.version,
+                               "entries": self.records}, f, separators=(",", ":"))
+                os.replace(tmp, self.path)
+        except (OSError, Timeout):
+            pass  # the index is an optimisation; a read-only home must not break ls
