@@ -27,7 +27,7 @@ def test_ls_json_schema_and_totals(real_compile: ScenarioRun) -> None:
     assert data["root"] == str(real_compile.vllm_root)
     assert len(data["entries"]) == 4
     for row in data["entries"]:
-        assert LS_KEYS <= set(row)
+        assert set(row) >= LS_KEYS
         assert row["state"] == "complete"
     assert data["total_size_bytes"] == sum(e["size_bytes"] for e in data["entries"])
     # Apparent size matches du -sb over the entry folders.

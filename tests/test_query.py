@@ -27,7 +27,8 @@ def test_sizes_and_ages() -> None:
 
 def test_filters() -> None:
     now = 100 * 86400.0
-    es = [_e("a" * 10, "backend", 5, now - 86400), _e("b" * 64, "aot", 5 * 1024**2, now - 40 * 86400)]
+    es = [_e("a" * 10, "backend", 5, now - 86400),
+          _e("b" * 64, "aot", 5 * 1024**2, now - 40 * 86400)]
     keep = lambda expr: [e.key[0] for e in es if parse_filter(expr, now)(e)]  # noqa: E731
     assert keep("layout=aot") == ["b"]
     assert keep("size>1M") == ["b"]

@@ -9,8 +9,8 @@ Public API::
 
 __version__ = "0.1.0"
 
-from vllm_cache_tools.locate import CacheRoot, resolve_root  # noqa: E402
-from vllm_cache_tools.model import (  # noqa: E402
+from vllm_cache_tools.locate import CacheRoot, resolve_root
+from vllm_cache_tools.model import (
     AotRank,
     CacheInfo,
     Entry,
@@ -19,7 +19,7 @@ from vllm_cache_tools.model import (  # noqa: E402
     Problem,
     TreeStats,
 )
-from vllm_cache_tools.store import (  # noqa: E402
+from vllm_cache_tools.store import (
     AmbiguousKey,
     EntryNotFound,
     RootError,

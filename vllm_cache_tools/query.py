@@ -82,18 +82,14 @@ def parse_filter(expr: str, now: float | None = None) -> Predicate:
                              "(expected FIELD OP VALUE, e.g. state!=complete)")
         field, op, value = m["field"], m["op"], m["value"]
         if field in _STR_FIELDS:
-            get = _STR_FIELDS[field]
-            if op in ("=", "!="):
-                preds.append(lambda e, g=get, v=value, neg=op == "!=": (g(e) == v) != neg)
-            elif op in ("~", "!~"):
-                preds.append(lambda e, g=get, v=value, neg=op == "!~": (v in g(e)) != neg)
-            else:
+            if op not in ("=", "!=", "~", "!~"):
                 raise QueryError(f"{field} is text: use =, !=, ~ or !~")
+            preds.append(_text_pred(_STR_FIELDS[field], op, value))
         elif field in _NUM_FIELDS:
             if op in ("~", "!~"):
                 raise QueryError(f"{field} is a number: use =, !=, >, <, >=, <=")
             num = parse_size(value) if field != "files" else _int(value)
-            preds.append(lambda e, g=_NUM_FIELDS[field], o=op, n=num: _compare(o, g(e), n))
+            preds.append(_num_pred(_NUM_FIELDS[field], op, num))
         elif field in ("age", "mage"):
             if op in ("~", "!~"):
                 raise QueryError(f"{field} is an age: use >, <, >=, <=")
@@ -108,6 +104,17 @@ def parse_filter(expr: str, now: float | None = None) -> Predicate:
             known = ", ".join([*_STR_FIELDS, *_NUM_FIELDS, "age", "mage"])
             raise QueryError(f"unknown filter field {field!r} (known: {known})")
     return lambda e: all(p(e) for p in preds)
+
+
+def _text_pred(get: Callable[[Entry], Any], op: str, value: str) -> Predicate:
+    neg = op.startswith("!")
+    if op in ("=", "!="):
+        return lambda e: (get(e) == value) != neg
+    return lambda e: (value in get(e)) != neg
+
+
+def _num_pred(get: Callable[[Entry], float], op: str, num: float) -> Predicate:
+    return lambda e: _compare(op, get(e), num)
 
 
 def _int(text: str) -> int:

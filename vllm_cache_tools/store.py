@@ -32,9 +32,9 @@ from vllm_cache_tools.model import (
 from vllm_cache_tools.read.aot_model import read_aot_model
 from vllm_cache_tools.read.compile_cache import read_compile_cache
 from vllm_cache_tools.read.errors import ReadError
-from vllm_cache_tools.read.noatime import read_noatime
 from vllm_cache_tools.read.factors import read_factors
 from vllm_cache_tools.read.graph import GraphInfo, model_file_from_head, read_graph
+from vllm_cache_tools.read.noatime import read_noatime
 from vllm_cache_tools.read.triton import read_triton_meta
 from vllm_cache_tools.walk import tree_stats
 
@@ -198,11 +198,7 @@ def read_backend_entry(path: Path, deep: bool = False, progress: Progress | None
                 continue
             prefix_dirs.append(_read_prefix(r.name, p, deep, problems))
     prefixes = tuple(dict.fromkeys(p.prefix for p in prefix_dirs))
-    model = None
-    for p in prefix_dirs:
-        if p.model_file:
-            model = _short_src(p.model_file)
-            break
+    model = next((_short_src(pd.model_file) for pd in prefix_dirs if pd.model_file), None)
     state, detail = _backend_state(prefix_dirs, problems, ranks)
     created, csrc, modified, last_used, lsrc = _times(stats)
     return Entry(
@@ -267,7 +263,7 @@ def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = N
         except ReadError as exc:
             problems.append(Problem(_display(model), "corrupt", str(exc)))
             ranks.append(AotRank(r.name, model, size, None, str(exc)))
-    info = next((r.info for r in ranks if r.info is not None), None)
+    first = next((r.info for r in ranks if r.info is not None), None)
     state: State = "complete"
     detail = ""
     if any(p.kind == "corrupt" for p in problems):
@@ -280,19 +276,19 @@ def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = N
         state, detail = "partial", f"leftover temporary file {_display(stats.tmp_files[0])}"
     created, csrc, modified, last_used, lsrc = _times(stats)
     model_desc = None
-    if info is not None and info.qualname:
-        loc = _short_src(info.filename)
-        model_desc = f"{info.qualname} ({loc}:{info.firstlineno})" if loc else info.qualname
+    if first is not None and first.qualname:
+        loc = _short_src(first.filename)
+        model_desc = f"{first.qualname} ({loc}:{first.firstlineno})" if loc else first.qualname
     prefixes: tuple[str, ...] = ()
-    if info is not None and info.compiled_fn is not None and info.compiled_fn.prefix:
-        prefixes = (info.compiled_fn.prefix,)
+    if first is not None and first.compiled_fn is not None and first.compiled_fn.prefix:
+        prefixes = (first.compiled_fn.prefix,)
     return Entry(
         key=path.name, layout="aot", path=path, stats=stats,
         ranks=tuple(r.rank for r in ranks), prefixes=prefixes, state=state,
         state_detail=detail, created=created, created_source=csrc, modified=modified,
         last_used=last_used, last_used_source=lsrc,  # type: ignore[arg-type]
-        vllm_version=None, torch_version=info.torch_version if info else None,
-        model=model_desc, hardware=info.hardware if info else None,
+        vllm_version=None, torch_version=first.torch_version if first else None,
+        model=model_desc, hardware=first.hardware if first else None,
         problems=tuple(problems), aot_ranks=tuple(ranks), deep=deep,
     )
 

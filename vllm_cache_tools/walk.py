@@ -46,7 +46,7 @@ def tree_stats(top: str, on_file: Callable[[int], None] | None = None) -> TreeSt
         return TreeStats(unreadable=(top,))
     stack = [top]
     push = stack.append
-    S_ISLNK = st.S_ISLNK  # noqa: N806 - hot loop local
+    S_ISLNK = st.S_ISLNK
     while stack:
         d = stack.pop()
         try:

@@ -15,9 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from vllm_cache_tools.read.aot_quick import read_aot_quick
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.noatime import read_noatime
-from vllm_cache_tools.read.aot_quick import read_aot_quick
 from vllm_cache_tools.read.safe_pickle import SafePickleError, Stub, safe_loads
 
 
@@ -78,8 +78,9 @@ def _field(obj: Any, key: str) -> Any:
 def _version_str(v: Any) -> str | None:
     if isinstance(v, str):
         return v
-    if isinstance(v, Stub) and v.args and isinstance(v.args[0], str):  # type: ignore[attr-defined]
-        return str(v.args[0])  # TorchVersion('2.13.0+cpu')
+    args = getattr(v, "args", ()) if isinstance(v, Stub) else ()
+    if args and isinstance(args[0], str):
+        return str(args[0])  # TorchVersion('2.13.0+cpu')
     if isinstance(v, tuple) and all(isinstance(x, int) for x in v):
         return ".".join(map(str, v))
     return None

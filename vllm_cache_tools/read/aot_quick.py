@@ -167,7 +167,10 @@ def read_aot_quick(path: str | os.PathLike[str]) -> dict[str, Any]:
                 if tail_at >= 0:
                     break
             tail = _pairs(_tokens(mm, tail_at), _TAIL_KEYS) if tail_at >= 0 else {}
-    get = lambda d, k: d.get(k, [])  # noqa: E731
+
+    def get(d: dict[str, list[Token]], k: str) -> list[Token]:
+        return d.get(k, [])
+
     qual = _first_str(get(head, "co_qualname")) or _first_str(get(head, "co_name"))
     return {
         "qualname": qual,
