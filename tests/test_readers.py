@@ -109,3 +109,10 @@ def test_noatime_reads_do_not_touch_atime(tmp_path: Path) -> None:
     os.utime(p, (1_000_000, 2_000_000))
     assert read_noatime(p) == b"data"
     assert p.stat().st_atime == 1_000_000
+
+
+def test_pre_0_7_3_inductor_hash_cache_list() -> None:
+    # vLLM 0.7.0 wrote 4-tuples (shape, graph_index, hash, path); 0.6.5 3-tuples.
+    recs = parse_compile_cache("[(None, 0, 'fabc', '/c/x.py'), (16, 1, 'fdef', '/c/y.py')]")
+    assert [(r.compile_range, r.graph_index, r.compiler, r.artifact) for r in recs] == [
+        ("16", 1, "inductor", "fdef"), ("None", 0, "inductor", "fabc")]

@@ -38,9 +38,14 @@ from vllm_cache_tools.read.noatime import read_noatime
 from vllm_cache_tools.read.triton import read_triton_meta
 from vllm_cache_tools.walk import tree_stats
 
-BACKEND_KEY = re.compile(r"^[0-9a-f]{10}$")
+# vLLM 0.9.0-0.9.1 suffixed a second compiled model in one process with "-<n>".
+BACKEND_KEY = re.compile(r"^[0-9a-f]{10}(-\d+)?$")
 AOT_KEY = re.compile(r"^[0-9a-f]{64}$")
-RANK_DIR = re.compile(r"^rank_(\d+)_(\d+)$")
+# rank_<r> before vLLM 0.8.0, rank_<r>_<dp> since.
+RANK_DIR = re.compile(r"^rank_(\d+)(?:_(\d+))?$")
+# Files that sit directly in a rank folder in layouts without a <prefix> level (< 0.9.2).
+FLAT_RANK_FILES = {"cache_key_factors.json", "computation_graph.py", "vllm_compile_cache.py",
+                   "inductor_hash_cache.py", "transformed_code.py"}
 KNOWN_ROOT_ITEMS = {"modelinfos": "modelinfos", "dummy_cache": "dummy_cache"}
 GRAPH_HEAD_BYTES = 256 * 1024
 
@@ -143,7 +148,7 @@ def _hardware_from_tree(top: Path) -> str | None:
 
 
 def _read_prefix(rank: str, e: os.DirEntry[str], deep: bool,
-                 problems: list[Problem]) -> PrefixDir:
+                 problems: list[Problem], prefix: str | None = None) -> PrefixDir:
     path = Path(e.path)
     names = tuple(sorted(n.name for n in _listdir(path, problems)))
     factors = graph = compiled = model_file = None
@@ -160,19 +165,21 @@ def _read_prefix(rank: str, e: os.DirEntry[str], deep: bool,
         except (ReadError, OSError) as exc:
             problems.append(Problem(_display(path / "computation_graph.py"), "unreadable",
                                     str(exc)))
-    if "vllm_compile_cache.py" in names:
+    table = next((n for n in ("vllm_compile_cache.py", "inductor_hash_cache.py") if n in names),
+                 None)
+    if table is not None:
         try:
-            compiled = read_compile_cache(path / "vllm_compile_cache.py")
+            compiled = read_compile_cache(path / table)
         except ReadError as exc:
-            problems.append(Problem(_display(path / "vllm_compile_cache.py"), "corrupt",
-                                    str(exc)))
+            problems.append(Problem(_display(path / table), "corrupt", str(exc)))
         else:
             for rec in compiled:
                 art = rec.artifact
                 # Standalone-compile handles name a file beside vllm_compile_cache.py.
                 if art and art.startswith("artifact_") and art not in names:
                     missing.append(art)
-    return PrefixDir(rank=rank, prefix=e.name, path=path, factors=factors,
+    return PrefixDir(rank=rank, prefix=e.name if prefix is None else prefix, path=path,
+                     factors=factors,
                      has_graph="computation_graph.py" in names, graph=graph,
                      model_file=model_file, compiled=compiled,
                      missing_artifacts=tuple(missing), files=names)
@@ -191,7 +198,12 @@ def read_backend_entry(path: Path, deep: bool = False, progress: Progress | None
             continue
         ranks.append(r.name)
         hardware = hardware or _hardware_from_tree(Path(r.path))
-        for p in _listdir(Path(r.path), problems):
+        children = _listdir(Path(r.path), problems)
+        if any(c.name in FLAT_RANK_FILES for c in children):
+            # vLLM < 0.9.2: no <prefix> level, the rank folder holds the artifacts.
+            prefix_dirs.append(_read_prefix(r.name, r, deep, problems, prefix=""))
+            continue
+        for p in children:
             if not _is_dir(p):
                 continue
             if p.name in ("inductor_cache", "triton_cache"):
@@ -317,18 +329,30 @@ def check_root(root: CacheRoot) -> None:
         raise RootError(f"cache root {_display(p)} is not readable")
 
 
-def classify(cc: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
-    """(layout, path) for every entry folder under ``torch_compile_cache``; foreign items go
-    to ``problems``."""
+def _classify_aot(tree: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
     found: list[tuple[str, Path]] = []
+    for a in _listdir(tree, problems):
+        if AOT_KEY.match(a.name) and _is_dir(a):
+            found.append(("aot", Path(a.path)))
+        else:
+            problems.append(Problem(_display(a.path), "foreign",
+                                    "not an AOT entry (64-hex folder)"))
+    return found
+
+
+def classify(cc: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
+    """(layout, path) for every entry folder under ``torch_compile_cache`` and, for vLLM
+    0.11.1-0.16 (AOT tree beside it), ``<root>/torch_aot_compile``; foreign items go to
+    ``problems``."""
+    found: list[tuple[str, Path]] = []
+    old_aot = cc.parent / AOT_DIRNAME
+    if old_aot.is_dir() and not old_aot.is_symlink():
+        found += _classify_aot(old_aot, problems)
+    if not (cc.is_dir() and not cc.is_symlink()):
+        return found
     for e in _listdir(cc, problems):
         if e.name == AOT_DIRNAME and _is_dir(e):
-            for a in _listdir(Path(e.path), problems):
-                if AOT_KEY.match(a.name) and _is_dir(a):
-                    found.append(("aot", Path(a.path)))
-                else:
-                    problems.append(Problem(_display(a.path), "foreign",
-                                            "not an AOT entry (64-hex folder)"))
+            found += _classify_aot(Path(e.path), problems)
         elif BACKEND_KEY.match(e.name) and _is_dir(e):
             found.append(("backend", Path(e.path)))
         elif e.is_symlink():
@@ -360,14 +384,14 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
     problems: list[Problem] = []
     others: list[OtherItem] = []
     for e in _listdir(croot.vllm_root, problems):
-        if e.name == COMPILE_CACHE_DIRNAME:
+        if e.name in (COMPILE_CACHE_DIRNAME, AOT_DIRNAME):
             continue
         kind = KNOWN_ROOT_ITEMS.get(e.name, "other")
         size = tree_stats(e.path).size_bytes if _is_dir(e) else _lsize(e)
         others.append(OtherItem(Path(e.path), kind, size))
     cc = croot.compile_cache
     entries: list[Entry] = []
-    if cc.is_dir() and not cc.is_symlink():
+    if (cc.is_dir() and not cc.is_symlink()) or (croot.vllm_root / AOT_DIRNAME).is_dir():
         counted = [0]
 
         def tick(n: int) -> None:
@@ -397,7 +421,7 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
         problems.append(Problem(_display(cc), "symlink", "torch_compile_cache is a symlink "
                                 "(not followed; pass its target as --root)"))
     if check_in_use and entries:
-        entries = _mark_in_use(entries, open_paths_under(cc))
+        entries = _mark_in_use(entries, open_paths_under(croot.vllm_root))
     return CacheInfo(croot.vllm_root, croot.source, tuple(entries), tuple(others),
                      tuple(problems))
 
@@ -443,8 +467,7 @@ def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = Non
     croot = root if isinstance(root, CacheRoot) else resolve_root(root)
     check_root(croot)
     cc = croot.compile_cache
-    found = [(layout, path) for layout, path in classify(cc, []) if path.name.startswith(ref)] \
-        if cc.is_dir() else []
+    found = [(layout, path) for layout, path in classify(cc, []) if path.name.startswith(ref)]
     if not found:
         raise EntryNotFound(f"no entry matches {ref!r} under {_display(cc)}")
     exact = [f for f in found if f[1].name == ref]

@@ -1,4 +1,5 @@
-"""Reader for the backend tree's ``vllm_compile_cache.py``.
+"""Reader for the backend tree's ``vllm_compile_cache.py`` (and its predecessor
+``inductor_hash_cache.py``, vLLM 0.6.5-0.7.2: a list of ``(shape, graph_index, hash[, path])``).
 
 vLLM's ``CompilerManager.save_to_file`` writes ``pprint.pformat(self.cache)``: a Python literal
 mapping ``(compile_range_or_size, graph_index, compiler_name)`` to a handle (older versions: a
@@ -47,6 +48,13 @@ def parse_compile_cache(text: str) -> tuple[CompiledGraphRecord, ...]:
     except (SyntaxError, ValueError, MemoryError, RecursionError, TypeError) as exc:
         raise ReadError(f"vllm_compile_cache.py is not a Python literal "
                         f"({type(exc).__name__})") from None
+    if isinstance(data, list):
+        # vLLM 0.6.5-0.7.2 inductor_hash_cache.py: [(shape, graph_index, hash[, path]), ...]
+        rows = {(t[0], t[1], "inductor"): t[2:] for t in data
+                if isinstance(t, tuple) and len(t) >= 3}
+        if len(rows) != len(data):
+            raise ReadError("inductor_hash_cache.py does not hold (shape, index, hash) tuples")
+        data = rows
     if not isinstance(data, dict):
         raise ReadError("vllm_compile_cache.py does not hold a dict")
     out = []
