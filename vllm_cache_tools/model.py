@@ -159,3 +159,17 @@ class CacheInfo:
     @property
     def total_disk_bytes(self) -> int:
         return sum(e.disk_bytes for e in self.entries)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One reason two keys differ (or a start will miss): which part, which item, old and new
+    values, and what evidence says so."""
+
+    component: str
+    """``env``, ``config``, ``code``, ``compiler``, ``model``, ``vllm``, ``rank``, ``cache``."""
+    item: str
+    old: object
+    new: object
+    evidence: str
+    detail: str = ""

@@ -18,7 +18,8 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -84,16 +85,30 @@ class Start:
     env: tuple[tuple[str, str], ...] = ()
     llm_kwargs: tuple[tuple[str, str], ...] = ()  # name -> JSON value, hashable
     compile_mode: bool = False
+    edit: str | None = None
+    """A source edit of the traced llama.py applied for this start (see EDITS)."""
 
     @staticmethod
     def make(env: Mapping[str, str] | None = None, compile_mode: bool = False,
-             **llm_kwargs: Any) -> Start:
+             edit: str | None = None, **llm_kwargs: Any) -> Start:
         return Start(
             env=tuple(sorted((env or {}).items())),
             llm_kwargs=tuple(sorted((k, json.dumps(v, sort_keys=True))
                                     for k, v in llm_kwargs.items())),
             compile_mode=compile_mode,
+            edit=edit,
         )
+
+    def serve_args(self) -> list[str]:
+        """The same engine arguments as ``vllm serve`` flags (for predict)."""
+        args = [str(model_dir())]
+        for k, v in self.kwargs().items():
+            flag = "--" + k.replace("_", "-")
+            if k == "compilation_config":
+                args += ["-cc", json.dumps(v)]
+            else:
+                args += [flag, str(v)]
+        return args
 
     def kwargs(self) -> dict[str, Any]:
         kw: dict[str, Any] = dict(BASE_LLM_KWARGS)
@@ -133,13 +148,17 @@ class ScenarioRun:
     def compile_cache(self) -> Path:
         return self.vllm_root / "torch_compile_cache"
 
+    def before(self, i: int) -> Path:
+        """A copy of the root as start ``i`` found it."""
+        return self.dir / f"before-{i}"
+
     def log(self, i: int) -> str:
         return self.records[i].log.read_text(errors="replace")
 
 
 # Bump when start_env()/run_start() change what a vLLM process sees; the scripts that run
 # inside vLLM's processes are hashed directly.
-RECIPE_VERSION = 1
+RECIPE_VERSION = 2
 
 
 def _sources_digest() -> str:
@@ -153,6 +172,48 @@ def scenario_key(scn: Scenario) -> str:
     blob = json.dumps({"vllm": VLLM_REQ, "torch": TORCH_REQ, "scenario": asdict(scn),
                        "sources": _sources_digest()}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+LLAMA_REL = Path("vllm") / "model_executor" / "models" / "llama.py"
+
+
+def llama_path() -> Path:
+    return venv_dir() / "lib" / "python3.11" / "site-packages" / LLAMA_REL
+
+
+def _edit_text(text: str, edit: str) -> str:
+    if edit == "append-comment":
+        # Same line numbers: the AOT key stays, the pickled source copy no longer matches.
+        return text + "# vllm-cache-tools test edit: a trailing comment\n"
+    if edit == "insert-above-forward":
+        # One line inserted at the top: LlamaModel.forward's co_firstlineno moves by one.
+        return "# vllm-cache-tools test edit: one line above forward\n" + text
+    raise ValueError(f"unknown edit {edit!r}")
+
+
+@contextmanager
+def applied_edit(edit: str | None) -> Iterator[None]:
+    """Apply a source edit to the venv's llama.py for the duration; always restored (and a
+    pristine copy kept, so an interrupted run is repaired by the next one)."""
+    if edit is None:
+        yield
+        return
+    path = llama_path()
+    pristine = home() / "pristine-llama.py"
+    if not pristine.exists():
+        shutil.copy2(path, pristine)
+    original = pristine.read_text()
+    path.write_text(_edit_text(original, edit))
+    try:
+        yield
+    finally:
+        path.write_text(original)
+
+
+def restore_pristine_sources() -> None:
+    pristine = home() / "pristine-llama.py"
+    if pristine.exists() and llama_path().read_text() != pristine.read_text():
+        llama_path().write_text(pristine.read_text())
 
 
 def start_env(vllm_root: Path, start: Start) -> dict[str, str]:
@@ -174,6 +235,11 @@ def start_env(vllm_root: Path, start: Start) -> dict[str, str]:
     return env
 
 
+def model_lock() -> FileLock:
+    """Held by every vLLM start and every source edit (one at a time on this machine)."""
+    return FileLock(str(model_dir()) + ".lock")
+
+
 def run_start(python: Path, vllm_root: Path, start: Start, log: Path,
               timeout: float = 900) -> StartRecord:
     spec = {"model_dir": str(model_dir()), "llm_kwargs": start.kwargs()}
@@ -181,7 +247,7 @@ def run_start(python: Path, vllm_root: Path, start: Start, log: Path,
     spec_path.write_text(json.dumps(spec, indent=1))
     model_dir().parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    with FileLock(str(model_dir()) + ".lock"), open(log, "wb") as out:
+    with model_lock(), open(log, "wb") as out, applied_edit(start.edit):
         # The model lock also serialises starts: two vLLM engines on 2 cores only thrash.
         proc = subprocess.run([str(python), str(START_SCRIPT), str(spec_path)],
                               env=start_env(vllm_root, start), stdout=out,
@@ -208,8 +274,12 @@ def run_scenario(scn: Scenario) -> ScenarioRun:
         if d.exists():
             shutil.rmtree(d)
         (d / "root").mkdir(parents=True)
+        with model_lock():
+            restore_pristine_sources()
         records = []
         for i, start in enumerate(scn.starts):
+            # The root as this start found it: what predict must be judged against.
+            copy_root(d / "root", d / f"before-{i}")
             rec = run_start(python, d / "root", start, d / f"start-{i}.log")
             if rec.returncode != 0 or rec.result is None:
                 tail = rec.log.read_text(errors="replace")[-3000:]
@@ -253,6 +323,15 @@ SCENARIOS: dict[str, Scenario] = {
     "compile-tp2": Scenario("compile-tp2", (
         Start.make(env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"}, compile_mode=True,
                    tensor_parallel_size=2),
+    )),
+    # One cause per start, for predict and explain: a config value, a TORCHINDUCTOR_* value,
+    # a comment appended to the traced llama.py, a line inserted above LlamaModel.forward.
+    "variants": Scenario("variants", (
+        Start.make(compile_mode=True),
+        Start.make(compile_mode=True, max_model_len=64),
+        Start.make(env={"TORCHINDUCTOR_BENCHMARK_KERNEL": "1"}, compile_mode=True),
+        Start.make(compile_mode=True, edit="append-comment"),
+        Start.make(compile_mode=True, edit="insert-above-forward"),
     )),
     # Without the mega AOT artifact the backend tree keeps its own per-range artifacts.
     "compile-nomega": Scenario("compile-nomega", (

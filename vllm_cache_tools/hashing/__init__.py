@@ -1,5 +1,15 @@
-"""Exact re-implementations of vLLM's cache-key recipes (pure functions, no vLLM import)."""
+"""Exact re-implementations of vLLM's cache-key recipes (pure functions, no vLLM import).
+docs/recipes.md holds the version table they come from."""
 
-from vllm_cache_tools.hashing.recipes import backend_key, env_hash_from_factors
+from vllm_cache_tools.hashing.recipes import (
+    aot_key,
+    aot_source_hash,
+    backend_code_hash,
+    backend_key,
+    compiler_hash,
+    env_hash_from_factors,
+    model_hash_key,
+)
 
-__all__ = ["backend_key", "env_hash_from_factors"]
+__all__ = ["aot_key", "aot_source_hash", "backend_code_hash", "backend_key", "compiler_hash",
+           "env_hash_from_factors", "model_hash_key"]

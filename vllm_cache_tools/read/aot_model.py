@@ -44,6 +44,10 @@ class CompiledFnInfo:
     torch_version_comment: str | None
     torch_cuda_version_comment: str | None
     artifact_bytes: int
+    deserializer: str | None = None
+    """The class whose ``deserialize_compile_artifacts`` loads it, e.g.
+    ``vllm.compilation.caching.VllmSerializableFunction`` (VLLM_COMPILE mode) or torch's
+    ``BundledAOTAutogradSerializableCallable`` (a plain ``inductor`` backend)."""
 
 
 @dataclass(frozen=True)
@@ -102,13 +106,18 @@ def _compiled_fn(top: dict[str, Any]) -> CompiledFnInfo | None:
     cf = top.get("compiled_fn")
     if not (isinstance(cf, tuple) and len(cf) == 2 and isinstance(cf[1], bytes)):
         return None
-    blob = cf[1]
+    getter, blob = cf
+    deser = None
+    owner = getattr(getter, "args", (None,))[0] if isinstance(getter, Stub) else None
+    if isinstance(owner, type) and issubclass(owner, Stub):
+        deser = owner.qualname()
     try:
         inner = safe_loads(blob)
     except SafePickleError:
-        return None
+        inner = None
     if not isinstance(inner, dict):
-        return None
+        # Not vLLM's serialized backend (e.g. torch's own AOTAutograd bundle).
+        return CompiledFnInfo(None, (), (), None, None, len(blob), deser)
     sca = inner.get("standalone_compile_artifacts")
     ranges: tuple[str, ...] = ()
     sb = _field(sca, "submodule_bytes")
@@ -126,6 +135,7 @@ def _compiled_fn(top: dict[str, Any]) -> CompiledFnInfo | None:
         torch_version_comment=tv.group(1).decode(errors="replace").strip() if tv else None,
         torch_cuda_version_comment=cv.group(1).decode(errors="replace").strip() if cv else None,
         artifact_bytes=len(blob),
+        deserializer=deser,
     )
 
 

@@ -1,0 +1,61 @@
+"""``vllm-cache predict -- <vllm serve args>``: will this start hit, and which folders?"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from vllm_cache_tools.cli.common import console, fail, print_json
+from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.predict import PredictError, predict, prediction_json
+
+
+def predict_cmd(
+    ctx: typer.Context,
+    root: RootOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    python: Annotated[str | None, typer.Option(
+        "--python", help="Interpreter of the environment that runs vLLM (default: this "
+        "one).")] = None,
+    usage: Annotated[str, typer.Option(
+        "--usage", help="serve (vllm serve / API server defaults) or llm (offline LLM "
+        "class defaults).")] = "serve",
+    rank: Annotated[int, typer.Option("--rank", help="Worker rank to predict for.")] = 0,
+) -> None:
+    """Predict the cache folders and hit/miss of a vLLM start, without starting it.
+
+    Pass the arguments you give `vllm serve` after `--`, in the environment you start it
+    with, e.g.: vllm-cache predict -- /models/m --max-model-len 128 -cc '{"mode": 3}'.
+    Exit status: 0 predicted hit, 1 predicted miss, 2 usage error."""
+    args = list(ctx.args)
+    if not args:
+        fail("give the vLLM arguments after --, e.g. vllm-cache predict -- MODEL "
+             "--max-model-len 128")
+    if usage not in ("serve", "llm"):
+        fail("--usage must be serve or llm")
+    try:
+        p = predict(args, root=root, python=python, usage=usage, rank=rank)
+    except PredictError as exc:
+        fail(str(exc))
+    if json_out:
+        print_json(prediction_json(p))
+    else:
+        con = console()
+        con.print(f"[bold]{'HIT' if p.hit else 'MISS'}[/bold]: vLLM "
+                  f"{p.parts['vllm_version']}, torch {p.parts['torch_version']}")
+        for name, t in (("AOT tree", p.aot), ("backend tree", p.backend)):
+            verdict = {True: "hit", False: "miss", None: "-"}[t.hit]
+            con.print(f"  {name:<13} {verdict:<5} {t.key or '-'}")
+            if t.path:
+                con.print(f"  {'':<13} {t.path}")
+            con.print(f"  {'':<13} {t.detail}" + (f" [{t.evidence}]" if t.evidence else ""))
+        con.print(f"  hashes        env {p.parts['env_hash'][:16]}  config "
+                  f"{p.parts['config_hash']}  compiler {p.parts['compiler_hash']}  code "
+                  f"{(p.parts['code_hash'] or 'unknown')[:16]}")
+        if p.reasons:
+            con.print("[bold]reasons[/bold]")
+            for c in p.reasons:
+                con.print(f"  {c.component}: {c.item}: {c.old!r} -> {c.new!r} ({c.evidence})"
+                          + (f" {c.detail}" if c.detail else ""))
+    raise typer.Exit(0 if p.hit else 1)

