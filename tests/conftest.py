@@ -46,6 +46,12 @@ def real_nomega() -> ScenarioRun:
     return run_scenario(SCENARIOS["compile-nomega"])
 
 
+@pytest.fixture(scope="session")
+def real_tp2() -> ScenarioRun:
+    """VLLM_COMPILE mode with tensor_parallel_size=2: two worker ranks (Worker_TP0/1)."""
+    return run_scenario(SCENARIOS["compile-tp2"])
+
+
 def run_cli(*args: str, env: dict[str, str] | None = None,
             unprivileged: bool = False) -> subprocess.CompletedProcess[str]:
     """Run the real ``vllm-cache`` console script in a child process. ``unprivileged`` drops

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -173,3 +174,30 @@ class Cause:
     new: object
     evidence: str
     detail: str = ""
+
+
+@dataclass(frozen=True)
+class KeyParts:
+    """Every input and output of vLLM's cache keys that is known for one start or entry,
+    and where each came from (``provenance``: part -> recipe or evidence). Unknown parts are
+    ``None``; nothing is guessed."""
+
+    vllm_version: str | None = None
+    torch_version: str | None = None
+    env_factors: Mapping[str, object] | None = field(default=None, hash=False)
+    env_hash: str | None = None
+    config_hash: str | None = None
+    config_parts: Mapping[str, object] | None = field(default=None, hash=False)
+    """Sub-config name -> {"hash", "fields"} (live hashing or a recorder manifest)."""
+    traced_files: tuple[str, ...] = ()
+    file_digests: Mapping[str, str] = field(default_factory=dict, hash=False)
+    """Traced file -> sha256 of the content hashed."""
+    code_hash: str | None = None
+    aot_source_hash: str | None = None
+    compiler_hash: str | None = None
+    compiler_factors: Mapping[str, object] | None = field(default=None, hash=False)
+    backend_key: str | None = None
+    aot_key: str | None = None
+    model_key_inputs: tuple[str, str, int] | None = None
+    """(vLLM version, forward qualname, forward first line) hashed into the AOT key."""
+    provenance: Mapping[str, str] = field(default_factory=dict, hash=False)

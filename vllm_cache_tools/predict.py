@@ -8,6 +8,7 @@ recipes in :mod:`vllm_cache_tools.hashing`, and hit/miss against the store.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -26,7 +27,7 @@ from vllm_cache_tools.hashing import (
     model_hash_key,
 )
 from vllm_cache_tools.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, resolve_root
-from vllm_cache_tools.model import Cause, Entry
+from vllm_cache_tools.model import Cause, Entry, KeyParts
 from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.store import read_backend_entry, scan
@@ -56,6 +57,7 @@ class Prediction:
     aot: TreePrediction
     parts: dict[str, Any]
     reasons: tuple[Cause, ...] = ()
+    key_parts: KeyParts = field(default_factory=KeyParts)
     probe: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
 
@@ -209,9 +211,12 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
     aot = TreePrediction(None, None, None, "AOT compile is off (VLLM_USE_AOT_COMPILE=0)")
     aot_hit = False
     chosen: AotModelInfo | None = None
+    mk_inputs: tuple[str, str, int] | None = None
+    files: dict[str, str | None] = {}
     if probe["use_aot_compile"] and probe["forwards"]:
         fw = probe["forwards"][0]
-        mk = model_hash_key(probe["vllm_version"], fw["qualname"], fw["firstlineno"])
+        mk_inputs = (probe["vllm_version"], fw["qualname"], int(fw["firstlineno"]))
+        mk = model_hash_key(*mk_inputs)
         key = aot_key(probe["env_hash"], probe["config_hash"], mk,
                       ind["plain_repr"] if mega else None)
         path = cc / AOT_DIRNAME / key / r_dir / "model"
@@ -288,8 +293,24 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
         if disabled:
             reasons.append(Cause("cache", "disabled", None, True, "env/config",
                                  "VLLM_DISABLE_COMPILE_CACHE or force_disable_caches"))
+    kp = KeyParts(
+        vllm_version=probe["vllm_version"], torch_version=probe["torch_version"],
+        env_factors=probe["env"], env_hash=probe["env_hash"],
+        config_hash=probe["config_hash"], config_parts=probe["config_parts"],
+        traced_files=tuple(sorted(files)),
+        file_digests={p: hashlib.sha256((c or "").encode()).hexdigest()
+                      for p, c in files.items()},
+        code_hash=parts["code_hash"], aot_source_hash=aot_source_hash(files) if files else None,
+        compiler_hash=parts["compiler_hash"], compiler_factors=ind["plain"],
+        backend_key=backend.key, aot_key=aot.key, model_key_inputs=mk_inputs,
+        provenance={"env": "live: envs.compile_factors()",
+                    "config": "live: VllmConfig.compute_hash() as the worker sees it",
+                    "compiler": "live: get_inductor_factors() in a spawned child",
+                    "code": backend.evidence or "unknown",
+                    "recipes": "vLLM 0.20-0.33 (hashing/recipes.py)"},
+    )
     return Prediction(hit=hit, backend=backend, aot=aot, parts=parts,
-                      reasons=tuple(reasons), probe=probe)
+                      reasons=tuple(reasons), key_parts=kp, probe=probe)
 
 
 def prediction_json(p: Prediction) -> dict[str, Any]:

@@ -6,7 +6,9 @@ import sys
 
 import typer
 
+from vllm_cache_tools.cli import log as _log
 from vllm_cache_tools.cli import ls as _ls
+from vllm_cache_tools.cli import predict as _predict
 from vllm_cache_tools.cli import show as _show
 from vllm_cache_tools.cli.common import fail
 
@@ -21,6 +23,11 @@ app = typer.Typer(
 )
 app.command("ls")(_ls.ls)
 app.command("show")(_show.show)
+app.command(
+    "predict",
+    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
+)(_predict.predict_cmd)
+app.command("log")(_log.log)
 
 
 def main() -> None:

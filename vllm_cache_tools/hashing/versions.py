@@ -95,7 +95,7 @@ def env_hash(recipe: RecipeSet, factors: Mapping[str, Any] | Sequence[Any],
         return None
     if recipe.env_hash == "sha256-json":
         return hashlib.sha256(json.dumps(dict(factors), sort_keys=True).encode()).hexdigest()
-    values = list(factors)  # type: ignore[arg-type]
+    values = list(factors)
     if recipe.env_hash == "md5-list-none":
         values = [v if v else "None" for v in values]
     elif recipe.env_hash == "md5-list-ray":
