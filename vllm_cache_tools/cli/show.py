@@ -8,6 +8,8 @@ import typer
 
 from vllm_cache_tools.cli.common import console, fail, human_age, human_size, print_json
 from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.link import same_source_aot_keys
+from vllm_cache_tools.locate import COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.serialize import entry_detail
 from vllm_cache_tools.store import (
     AmbiguousKey,
@@ -15,6 +17,7 @@ from vllm_cache_tools.store import (
     RootError,
     locate_entry,
     read_entry,
+    scan,
 )
 
 
@@ -36,6 +39,11 @@ def show(
         fail(str(exc.args[0]) if exc.args else str(exc))
     entry = read_entry(path, deep=True)
     data = entry_detail(entry)
+    if entry.layout == "backend" and entry.factors is not None:
+        # Proof, not timestamps: which AOT entries hold these exact compile-time sources.
+        siblings = scan(path.parent, check_in_use=False).entries if path.parent.name == \
+            COMPILE_CACHE_DIRNAME else ()
+        data["same_sources_aot"] = same_source_aot_keys(entry, siblings, read_entry)
     if json_out:
         print_json(data)
         return
@@ -93,6 +101,11 @@ def _render(d: dict[str, Any], show_env: bool) -> None:
                 _kv(con, "compiled graphs", "none here (stored in the AOT mega artifact)")
             if p["missing_artifacts"]:
                 _kv(con, "MISSING", ", ".join(p["missing_artifacts"]))
+            same = d.get("same_sources_aot")
+            if same is not None and p is d["prefix_dirs"][0]:
+                con.print("  compiled from the same sources as AOT entries (code hash "
+                          "reproduced from their pickled sources): "
+                          + (", ".join(k[:12] for k in same) or "none in this root"))
             con.print(f"  graph source files ({len(p['graph_files'])}):")
             for f in p["graph_files"]:
                 con.print(f"    {f}")

@@ -1,0 +1,44 @@
+"""Linking the two trees by proof (re-hashing an AOT entry's pickled sources with the backend
+code-hash recipe), on real caches."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.realvllm.harness import SCENARIOS, run_scenario
+from vllm_cache_tools import read_entry, scan
+from vllm_cache_tools.link import linked_aot_entries
+
+pytestmark = pytest.mark.realvllm
+
+
+def test_edited_source_links_to_the_overwritten_aot_entry() -> None:
+    run = run_scenario(SCENARIOS["variants"])
+    deep = [read_entry(e.path) for e in scan(run.vllm_root, check_in_use=False).entries]
+    aots = [e for e in deep if e.layout == "aot"]
+    backend_of = {}
+    for i in range(len(run.scenario.starts)):
+        log = run.log(i)
+        key = log.split("Using cache directory: ", 1)[1].split("/rank_")[0].rsplit("/", 1)[1]
+        aot = log.split("saved AOT compiled function to ", 1)[1].split("/rank_")[0]
+        backend_of[i] = (key, aot.rsplit("/", 1)[1])
+    links = {b.key: set(linked_aot_entries(b, aots)) for b in deep if b.layout == "backend"}
+    # Start 3 (comment appended to llama.py) recompiled into start 0's AOT folder (same key,
+    # overwritten model): its backend entry's code hash is reproduced by that AOT entry's
+    # sources, and start 0's backend entry (pristine sources) no longer is.
+    b3, a3 = backend_of[3]
+    b0, a0 = backend_of[0]
+    assert a3 == a0 and links[b3] == {a3}
+    assert a0 not in links[b0]
+    # Starts 1 and 2 (config / Inductor changes) kept the pristine sources: same code hash.
+    for i in (1, 2):
+        b, a = backend_of[i]
+        assert a in links[b] and a in links[b0]
+    # Start 4 (a line inserted above forward): its own AOT entry only.
+    b4, a4 = backend_of[4]
+    assert links[b4] == {a4}
+    r = run_cli("show", b3, "--root", str(run.vllm_root), "--json")
+    assert json.loads(r.stdout)["same_sources_aot"] == [a3]
