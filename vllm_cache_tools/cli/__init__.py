@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from vllm_cache_tools.cli import explain as _explain
 from vllm_cache_tools.cli import log as _log
 from vllm_cache_tools.cli import ls as _ls
 from vllm_cache_tools.cli import predict as _predict
@@ -28,6 +29,7 @@ app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )(_predict.predict_cmd)
 app.command("log")(_log.log)
+app.command("explain")(_explain.explain)
 
 
 def main() -> None:

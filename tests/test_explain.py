@@ -1,0 +1,108 @@
+"""explain over pairs of real vLLM caches and their logs (tests/realvllm scenarios)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.realvllm.harness import SCENARIOS, ScenarioRun, run_scenario
+from vllm_cache_tools import read_entry, scan
+from vllm_cache_tools.explain import explain_entries
+
+pytestmark = pytest.mark.realvllm
+
+
+@pytest.fixture(scope="module")
+def variants() -> ScenarioRun:
+    return run_scenario(SCENARIOS["variants"])
+
+
+def _keys(run: ScenarioRun, i: int) -> tuple[str, str]:
+    log = run.log(i)
+    b = log.split("Using cache directory: ", 1)[1].split("/rank_")[0].rsplit("/", 1)[1]
+    a = log.split("saved AOT compiled function to ", 1)[1].split("/rank_")[0].rsplit("/", 1)[1]
+    return b, a
+
+
+def _explain(run: ScenarioRun, *args: str) -> tuple[int, dict[str, object]]:
+    r = run_cli("explain", *args, "--json", "--root", str(run.vllm_root))
+    assert r.returncode in (0, 1), r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+def test_env_var_names_the_variable(real_compile: ScenarioRun) -> None:
+    rc, d = _explain(real_compile, _keys(real_compile, 0)[0], _keys(real_compile, 2)[0])
+    assert rc == 0 and d["unexplained"] == []
+    assert [(c["component"], c["item"], c["old"], c["new"]) for c in d["causes"]] == [
+        ("env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", False, True)]
+    assert d["headline"] == "recompiled because VLLM_ALLOW_LONG_MAX_MODEL_LEN changed 0 -> 1"
+
+
+def test_identical_second_start(real_compile: ScenarioRun) -> None:
+    logs = [str(r.log) for r in real_compile.records]
+    r = run_cli("explain", "--logs", logs[0], logs[1], "--json")
+    d = json.loads(r.stdout)
+    assert r.returncode == 0 and d["causes"] == [] and d["same_key"] is True
+
+
+def test_logs_name_env_and_config_fields(real_compile: ScenarioRun,
+                                         variants: ScenarioRun) -> None:
+    logs = [str(r.log) for r in real_compile.records]
+    r = run_cli("explain", "--logs", logs[0], logs[2], "--json")
+    d = json.loads(r.stdout)
+    assert r.returncode == 0
+    assert [(c["component"], c["item"]) for c in d["causes"]] == [
+        ("env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN")]
+    v = [str(r.log) for r in variants.records]
+    r = run_cli("explain", "--logs", v[0], v[1], "--json")
+    d = json.loads(r.stdout)
+    assert r.returncode == 0
+    assert [(c["component"], c["item"], c["old"], c["new"]) for c in d["causes"]] == [
+        ("config", "model_config.max_model_len", "128", "64")]
+
+
+def test_config_and_inductor_changes_between_entries_stay_unexplained(
+        variants: ScenarioRun) -> None:
+    base = _keys(variants, 0)[0]
+    rc, d = _explain(variants, base, _keys(variants, 1)[0])
+    assert rc == 1 and d["causes"] == []
+    assert [u["component"] for u in d["unexplained"]] == ["config"]
+    rc, d = _explain(variants, base, _keys(variants, 2)[0])
+    assert rc == 1 and d["causes"] == []
+    assert [u["component"] for u in d["unexplained"]] == ["compiler"]
+    assert "TORCHINDUCTOR_" in d["unexplained"][0]["detail"]
+
+
+def test_comment_appended_to_traced_file(variants: ScenarioRun) -> None:
+    rc, d = _explain(variants, _keys(variants, 0)[0], _keys(variants, 3)[0])
+    assert rc == 0 and len(d["causes"]) == 1
+    c = d["causes"][0]
+    assert c["component"] == "code" and c["item"] == "vllm/model_executor/models/llama.py"
+    assert "+# vllm-cache-tools test edit: a trailing comment" in c["detail"]
+    # Same AOT folder for starts 0 and 3: the artifact was recompiled and overwritten, which
+    # vLLM's log of start 3 shows as a load failure.
+    assert _keys(variants, 3)[1] == _keys(variants, 0)[1]
+    assert "Source code has changed since the last compilation" in variants.log(3)
+
+
+def test_line_above_forward_moves_the_aot_key(variants: ScenarioRun) -> None:
+    info = {e.key: read_entry(e.path) for e in scan(variants.vllm_root,
+                                                     check_in_use=False).entries}
+    pristine = info[_keys(variants, 1)[1]]  # pristine sources, only max_model_len differs
+    moved = info[_keys(variants, 4)[1]]
+    x = explain_entries(pristine, moved)
+    items = [(c.component, c.item, c.old, c.new) for c in x.causes]
+    assert ("code", "LlamaModel.forward first line", 406, 407) in items
+    assert any(c.component == "code" and c.item.endswith("llama.py") and
+               "+# vllm-cache-tools test edit: one line above forward" in c.detail
+               for c in x.causes)
+    assert not any(c.component == "compiler" for c in x.causes)
+
+
+def test_bad_inputs() -> None:
+    r = run_cli("explain", "onlyone")
+    assert r.returncode == 2 and "two entries" in r.stderr
+    r = run_cli("explain", "--logs", "/nonexistent/a.log", "/nonexistent/b.log")
+    assert r.returncode == 2 and "no such log file" in r.stderr

@@ -1,0 +1,96 @@
+"""``vllm-cache explain A B`` / ``--logs OLD NEW``: why vLLM recompiled."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vllm_cache_tools.cli.common import console, fail, print_json
+from vllm_cache_tools.cli.log import _parse_ref, _pick, _starts_of
+from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.explain import Explanation, explain_entries, explain_logs, explanation_json
+from vllm_cache_tools.store import (
+    AmbiguousKey,
+    EntryNotFound,
+    RootError,
+    locate_entry,
+    read_entry,
+    scan,
+)
+
+
+def explain(
+    refs: Annotated[list[str] | None, typer.Argument(
+        metavar="A B", help="Two entries (keys, unique prefixes or paths), or with --logs two "
+        "log files (FILE or FILE@N for its N-th start).")] = None,
+    root: RootOpt = None,
+    logs: Annotated[bool, typer.Option("--logs", help="A and B are vLLM logs.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+) -> None:
+    """Explain why vLLM compiled again: the exact env variable, traced file (with a diff),
+    config field, torch/GPU change... and what stayed unexplained.
+
+    Exit status: 0 every difference explained (or same key), 1 something unexplained,
+    2 usage error."""
+    refs = refs or []
+    if len(refs) != 2:
+        fail("give two entries (or, with --logs, two log files) to compare")
+    x = _from_logs(refs[0], refs[1]) if logs else _from_entries(refs[0], refs[1], root)
+    if json_out:
+        print_json(explanation_json(x))
+    else:
+        _render(x)
+    raise typer.Exit(1 if x.unexplained else 0)
+
+
+def _from_entries(a: str, b: str, root: Path | None) -> Explanation:
+    try:
+        pa, pb = locate_entry(a, root), locate_entry(b, root)
+    except AmbiguousKey as exc:
+        fail(f"key prefix {exc.ref!r} is ambiguous: "
+             + ", ".join(p.name for _, p in exc.candidates))
+    except (EntryNotFound, RootError) as exc:
+        fail(str(exc))
+    ea, eb = read_entry(pa), read_entry(pb)
+    others = []
+    for p in {pa.parent if ea.layout == "backend" else pa.parent.parent}:
+        try:
+            others = [read_entry(e.path) for e in scan(p, check_in_use=False).entries
+                      if e.layout == "aot" and e.key not in (ea.key, eb.key)]
+        except RootError:
+            others = []
+    return explain_entries(ea, eb, others)
+
+
+def _from_logs(old_ref: str, new_ref: str) -> Explanation:
+    (op, on), (np_, nn) = _parse_ref(old_ref), _parse_ref(new_ref)
+    for p in (op, np_):
+        if not Path(p).is_file():
+            fail(f"{p}: no such log file")
+    so, _ = _starts_of(op, True)
+    sn, _ = _starts_of(np_, True)
+    old = _pick(so, on, old_ref, -1)
+    new = _pick(sn, nn, new_ref, -1)
+    text_o = Path(op).read_text(errors="replace")
+    text_n = Path(np_).read_text(errors="replace")
+    return explain_logs(old, new, text_o, text_n, old_ref, new_ref,
+                        so.index(old) - len(so), sn.index(new) - len(sn))
+
+
+def _render(x: Explanation) -> None:
+    con = console()
+    con.print(f"[bold]{x.headline}[/bold]")
+    con.print(f"  old {x.old}\n  new {x.new}")
+    for c in x.causes:
+        con.print(f"  {c.component:<9} {c.item}: {c.old!r} -> {c.new!r}  [{c.evidence}]",
+                  markup=False)
+        if c.detail:
+            for line in c.detail.rstrip("\n").splitlines():
+                con.print(f"            {line}", markup=False)
+    for u in x.unexplained:
+        con.print(f"  unexplained {u.component}: {u.detail} (would settle it: {u.needs})",
+                  markup=False)
+    for n in x.notes:
+        con.print(f"  note: {n}")

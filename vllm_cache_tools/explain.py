@@ -1,0 +1,309 @@
+"""Why did vLLM recompile? Compare two entries (either tree) or two logged starts and name the
+exact causes, most specific first, with the evidence for each; what cannot be itemised is
+listed as unexplained, with what would settle it. Pure functions over what the store and the
+log reader read; no guessing.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_cache_tools.link import linked_aot_entries
+from vllm_cache_tools.model import Cause, Entry
+from vllm_cache_tools.read.aot_model import AotModelInfo
+
+
+@dataclass(frozen=True)
+class Unexplained:
+    component: str
+    detail: str
+    needs: str
+    """What evidence would settle it."""
+
+
+@dataclass(frozen=True)
+class Explanation:
+    old: str
+    new: str
+    same_key: bool
+    causes: tuple[Cause, ...] = ()
+    unexplained: tuple[Unexplained, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def headline(self) -> str:
+        if self.same_key and not self.causes:
+            return "same key: vLLM would reuse this entry"
+        if self.causes:
+            c = self.causes[0]
+            if c.component == "code" and c.old == "compile-time copy":
+                return f"recompiled because {c.item} changed"
+            return f"recompiled because {c.item} changed {_fmt(c.old)} -> {_fmt(c.new)}"
+        return "recompiled; the cause could not be itemised (see unexplained)"
+
+
+def _fmt(v: object) -> str:
+    if isinstance(v, bool):
+        return "1" if v else "0"
+    return str(v)
+
+
+# --- pieces --------------------------------------------------------------------------------
+
+def env_causes(old: dict[str, Any], new: dict[str, Any], evidence: str) -> list[Cause]:
+    return [Cause("env", k, old.get(k), new.get(k), evidence)
+            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+
+
+def source_causes(old: AotModelInfo, new: AotModelInfo, evidence: str,
+                  context: int = 2) -> list[Cause]:
+    """Traced files whose compile-time copies differ, with a unified diff."""
+    a = {s.module: s.content for s in old.inlined_sources}
+    b = {s.module: s.content for s in new.inlined_sources}
+    out = []
+    for m in sorted(set(a) | set(b)):
+        if a.get(m) == b.get(m):
+            continue
+        if a.get(m) is None or b.get(m) is None:
+            out.append(Cause("code", m, "traced" if m in a else "not traced",
+                             "traced" if m in b else "not traced", evidence,
+                             "the set of traced modules changed"))
+            continue
+        diff = "".join(difflib.unified_diff(
+            (a[m] or "").splitlines(keepends=True), (b[m] or "").splitlines(keepends=True),
+            fromfile=f"{m} (old)", tofile=f"{m} (new)", n=context))
+        out.append(Cause("code", m.replace(".", "/") + ".py", "compile-time copy",
+                         "changed copy", evidence, diff))
+    return out
+
+
+def system_causes(old: AotModelInfo, new: AotModelInfo, evidence: str) -> list[Cause]:
+    out = []
+    for item, x, y in (("torch", old.torch_version, new.torch_version),
+                       ("CUDA", old.cuda_version, new.cuda_version),
+                       ("triton", old.triton_version, new.triton_version),
+                       ("GPU", old.gpu_name, new.gpu_name),
+                       ("device", old.device_type, new.device_type),
+                       ("python", old.python_version, new.python_version)):
+        if x != y:
+            out.append(Cause("compiler", item, x, y, evidence))
+    return out
+
+
+def forward_causes(old: AotModelInfo, new: AotModelInfo, evidence: str) -> list[Cause]:
+    out = []
+    if old.qualname != new.qualname:
+        out.append(Cause("model", "compiled forward", old.qualname, new.qualname, evidence))
+    elif old.firstlineno != new.firstlineno:
+        out.append(Cause("code", f"{new.qualname} first line", old.firstlineno,
+                         new.firstlineno, evidence,
+                         "a change above forward moved it: part of the AOT key "
+                         "(_model_hash_key), so a new AOT folder"))
+    return out
+
+
+_CFG_FIELD = {"max_seq_len": "model_config.max_model_len", "dtype": "model_config.dtype",
+              "tensor_parallel_size": "parallel_config.tensor_parallel_size",
+              "pipeline_parallel_size": "parallel_config.pipeline_parallel_size",
+              "data_parallel_size": "parallel_config.data_parallel_size",
+              "quantization": "model_config.quantization",
+              "kv_cache_dtype": "cache_config.cache_dtype",
+              "enforce_eager": "model_config.enforce_eager",
+              "compilation_config": "compilation_config",
+              "speculative_config": "speculative_config", "seed": "model_config.seed"}
+
+
+def parse_engine_config(line: str) -> dict[str, str]:
+    """Top-level ``key=value`` pairs of vLLM's "Initializing a V1 LLM engine (...) with config:
+    ..." log line (nesting by brackets and quotes respected)."""
+    text = line.split("with config: ", 1)[-1].strip()
+    out: dict[str, str] = {}
+    depth, quote, start = 0, "", 0
+    for i, ch in enumerate(text + ","):
+        if quote:
+            if ch == quote:
+                quote = ""
+            continue
+        if ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        elif ch == "," and depth == 0:
+            part = text[start:i].strip()
+            if "=" in part:
+                k, v = part.split("=", 1)
+                out[k.strip()] = v.strip()
+            start = i + 1
+    return out
+
+
+def config_line_causes(old: dict[str, str], new: dict[str, str], evidence: str) -> list[Cause]:
+    out = []
+    for k in sorted(set(old) | set(new)):
+        if old.get(k) != new.get(k) and k not in ("served_model_name",):
+            out.append(Cause("config", _CFG_FIELD.get(k, f"engine config {k}"), old.get(k),
+                             new.get(k), evidence))
+    return out
+
+
+# --- entries -------------------------------------------------------------------------------
+
+def _linked_aot(e: Entry, aots: Sequence[Entry]) -> AotModelInfo | None:
+    keys = linked_aot_entries(e, aots)
+    infos = [a.aot_info for a in aots if a.key in keys and a.aot_info is not None]
+    return infos[0] if infos else None
+
+
+def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explanation:
+    """Why ``b`` is not ``a``. Entries must be deep reads; ``others`` (deep reads of the other
+    entries of the root) let a backend entry borrow the proven sources of its AOT sibling."""
+    aots = [e for e in [a, b, *others] if e.layout == "aot"]
+    causes: list[Cause] = []
+    unexplained: list[Unexplained] = []
+    notes: list[str] = []
+    same = a.key == b.key and a.layout == b.layout
+    if a.layout == "backend" and b.layout == "backend":
+        fa, fb = a.factors, b.factors
+        if fa is None or fb is None:
+            unexplained.append(Unexplained("all", "an entry has no cache_key_factors.json",
+                                           "a recorder manifest or the start's log"))
+        else:
+            ev = "cache_key_factors.json"
+            causes += env_causes(fa.env or {}, fb.env or {}, ev)
+            if fa.code_hash != fb.code_hash:
+                ia, ib = _linked_aot(a, aots), _linked_aot(b, aots)
+                if ia is not None and ib is not None:
+                    found = source_causes(ia, ib, "compile-time sources of the AOT entries "
+                                          "proven to match each code hash")
+                    causes += found
+                    if not found:
+                        unexplained.append(Unexplained("code", "code hash changed but the "
+                                                       "traced sources are equal",
+                                                       "the traced file list (a log)"))
+                else:
+                    unexplained.append(Unexplained(
+                        "code", f"code hash {fa.code_hash[:12]} -> {(fb.code_hash or '')[:12]}",
+                        "the AOT entries of both starts (their pickled sources) or logs"))
+            if fa.compiler_hash != fb.compiler_hash:
+                ia, ib = _linked_aot(a, aots), _linked_aot(b, aots)
+                sys_c = system_causes(ia, ib, "AOT system_info") if ia and ib else []
+                causes += sys_c
+                if not sys_c:
+                    unexplained.append(Unexplained(
+                        "compiler", f"compiler hash {fa.compiler_hash} -> {fb.compiler_hash}"
+                        " (torch, device and triton are equal: an Inductor/functorch option, "
+                        "e.g. a TORCHINDUCTOR_* variable)",
+                        "a recorder manifest or live hashing (predict) on one side"))
+            if fa.config_hash != fb.config_hash:
+                unexplained.append(Unexplained(
+                    "config", f"config hash {fa.config_hash} -> {fb.config_hash}",
+                    "enable the recorder to itemise, or compare the starts' logs "
+                    "(explain --logs)"))
+    elif a.layout == "aot" and b.layout == "aot":
+        ia, ib = a.aot_info, b.aot_info
+        if ia is None or ib is None:
+            unexplained.append(Unexplained("all", "an AOT model could not be read",
+                                           "an intact artifact"))
+        else:
+            ev = "AOT model"
+            causes += forward_causes(ia, ib, ev)
+            causes += system_causes(ia, ib, ev)
+            causes += source_causes(ia, ib, ev)
+            if not same and not causes:
+                unexplained.append(Unexplained(
+                    "env/config", "the AOT key hashes env and config, which the AOT tree does "
+                    "not store", "the backend entries of both starts, their logs, or "
+                    "the recorder's manifests"))
+            elif not same and not any(c.component in ("env", "config") for c in causes):
+                notes.append("env and config are not stored in the AOT tree; causes above "
+                             "may not be the only ones")
+    else:
+        unexplained.append(Unexplained("layout", f"{a.layout} vs {b.layout}",
+                                       "compare entries of the same tree"))
+    if same and not causes:
+        notes.append("same key")
+    causes.sort(key=lambda c: ("env", "config", "code", "compiler", "model").index(c.component)
+                if c.component in ("env", "config", "code", "compiler", "model") else 9)
+    return Explanation(a.key, b.key, same, tuple(causes), tuple(unexplained), tuple(notes))
+
+
+_CONFIG_LINE = re.compile(r"with config: ")
+
+
+def config_lines(text: str) -> list[str]:
+    """vLLM's engine-config lines, one per start, in order."""
+    return [ln for ln in text.splitlines() if _CONFIG_LINE.search(ln)
+            and "Initializing" in ln]
+
+
+# --- logs ----------------------------------------------------------------------------------
+
+def explain_logs(old: Any, new: Any, old_text: str, new_text: str, old_ref: str,
+                 new_ref: str, old_index: int = -1, new_index: int = -1) -> Explanation:
+    """Two logged starts (``read.logs.StartLog``) and their log texts (for the engine config
+    line, which names config fields)."""
+    from vllm_cache_tools.logsummary import compare_starts
+
+    cmp = compare_starts(old, new, old_ref, new_ref)
+    causes: list[Cause] = []
+    unexplained: list[Unexplained] = []
+    ev = "vLLM log"
+    same = True
+    for s in cmp.slots:
+        changed = set(s.changed_components)
+        same_dir = (s.old_cache_dir == s.new_cache_dir and s.old_cache_dir is not None) or (
+            s.old_aot == s.new_aot and s.old_aot is not None)
+        same = same and not changed and same_dir
+        for e in s.env_changes:
+            causes.append(Cause("env", e.name, e.old, e.new, ev + " (Compile env factors)"))
+        for f in s.traced_added:
+            causes.append(Cause("code", f, "not traced", "traced", ev + " (Traced files)"))
+        for f in s.traced_removed:
+            causes.append(Cause("code", f, "traced", "not traced", ev + " (Traced files)"))
+        if "code" in changed and not s.traced_added and not s.traced_removed:
+            unexplained.append(Unexplained("code", "code hash changed with the same traced "
+                                           "files: a traced file's content changed",
+                                           "the AOT entries (explain A B shows the diff)"))
+        if "compiler" in changed:
+            unexplained.append(Unexplained("compiler", "compiler hash changed",
+                                           "a recorder manifest or predict on one side"))
+        if "env" in changed and not s.env_changes:
+            unexplained.append(Unexplained("env", "env hash changed; raw env factors not "
+                                           "in both logs", "DEBUG logs of vLLM >= 0.14"))
+        if "config" in changed:
+            lo, ln = config_lines(old_text), config_lines(new_text)
+            found = []
+            if lo and ln:
+                found = config_line_causes(parse_engine_config(lo[old_index]),
+                                           parse_engine_config(ln[new_index]),
+                                           ev + " (engine config line)")
+            causes += found
+            if not found:
+                unexplained.append(Unexplained(
+                    "config", "config hash changed; the logged engine config is equal",
+                    "a recorder manifest (the field is not in vLLM's config line)"))
+    causes = list(dict.fromkeys(causes))
+    return Explanation(old_ref, new_ref, same and not causes, tuple(causes),
+                       tuple(dict.fromkeys(unexplained)), cmp.notes)
+
+
+def explanation_json(x: Explanation) -> dict[str, Any]:
+    return {
+        "old": x.old, "new": x.new, "same_key": x.same_key, "headline": x.headline,
+        "causes": [{"component": c.component, "item": c.item, "old": _jsonable(c.old),
+                    "new": _jsonable(c.new), "evidence": c.evidence, "detail": c.detail}
+                   for c in x.causes],
+        "unexplained": [{"component": u.component, "detail": u.detail, "needs": u.needs}
+                        for u in x.unexplained],
+        "notes": list(x.notes),
+    }
+
+
+def _jsonable(v: object) -> object:
+    return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
