@@ -188,7 +188,8 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
                                                        "the traced file list (a log)"))
                 else:
                     unexplained.append(Unexplained(
-                        "code", f"code hash {fa.code_hash[:12]} -> {(fb.code_hash or '')[:12]}",
+                        "code",
+                        f"code hash {(fa.code_hash or '')[:12]} -> {(fb.code_hash or '')[:12]}",
                         "the AOT entries of both starts (their pickled sources) or logs"))
             if fa.compiler_hash != fb.compiler_hash:
                 ia, ib = _linked_aot(a, aots), _linked_aot(b, aots)
