@@ -59,3 +59,9 @@ def state_dir() -> Path:
 
 def user_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("vllm-cache-tools", appauthor=False))
+
+
+def display_path(p: str | os.PathLike[str]) -> str:
+    """A path for messages and JSON: non-UTF-8 bytes shown as ``\\xNN`` instead of failing to
+    print."""
+    return os.fsencode(p).decode("utf-8", errors="backslashreplace")

@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-import os
 from datetime import datetime, timezone
 from typing import Any
 
 from vllm_cache_tools.hashing import backend_key, env_hash_from_factors
+from vllm_cache_tools.locate import display_path
 from vllm_cache_tools.model import CacheInfo, Entry
-
-
-def display_path(p: str | os.PathLike[str]) -> str:
-    """Paths with non-UTF-8 bytes shown as ``\\xNN`` instead of failing to print."""
-    return os.fsencode(p).decode("utf-8", errors="backslashreplace")
 
 
 def iso(t: float | None) -> str | None:

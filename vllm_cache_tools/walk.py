@@ -12,21 +12,10 @@ from collections.abc import Callable
 
 from vllm_cache_tools.model import TreeStats
 
-
-def is_tmp_name(name: str) -> bool:
-    # vLLM/torch write "<file>.<pid>.tmp" and rename it into place; one left behind means a
-    # writer died mid-write.
-    return name.endswith(".tmp")
-
-
 # Files vLLM reads when it loads an entry (their atime is evidence of use) and that our
 # readers parse (their size/mtime validate the listing index).
 KEY_FILES = frozenset({"model", "cache_key_factors.json", "computation_graph.py",
                        "vllm_compile_cache.py"})
-
-
-def is_key_file(name: str) -> bool:
-    return name in KEY_FILES or name.startswith("artifact_compile_range_")
 
 
 def tree_stats(top: str, on_file: Callable[[int], None] | None = None) -> TreeStats:
@@ -80,6 +69,8 @@ def tree_stats(top: str, on_file: Callable[[int], None] | None = None) -> TreeSt
                     oldest = m
                 name = e.name
                 if name.endswith(".tmp"):
+                    # vLLM/torch write "<file>.<pid>.tmp" and rename it into place; one left
+                    # behind means a writer died mid-write.
                     tmps.append(e.path)
                 elif name in KEY_FILES or name.startswith("artifact_compile_range_"):
                     keys.append((e.path[cut:], s.st_size, s.st_mtime_ns, s.st_atime))

@@ -19,9 +19,10 @@ from vllm_cache_tools.cli.common import (
     print_json,
     warn,
 )
+from vllm_cache_tools.locate import display_path
 from vllm_cache_tools.model import Problem
 from vllm_cache_tools.query import QueryError, parse_filter, sort_entries
-from vllm_cache_tools.serialize import display_path, ls_report
+from vllm_cache_tools.serialize import ls_report
 from vllm_cache_tools.store import RootError, scan
 
 RootOpt = Annotated[Path | None, typer.Option(

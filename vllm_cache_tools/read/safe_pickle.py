@@ -18,7 +18,7 @@ import io
 import pickle
 from typing import Any, ClassVar
 
-__all__ = ["SafePickleError", "Stub", "find_stubs", "safe_loads"]
+__all__ = ["SafePickleError", "Stub", "safe_loads"]
 
 
 class SafePickleError(ValueError):
@@ -140,25 +140,3 @@ def safe_loads(data: bytes) -> Any:
             IndexError, KeyError, OverflowError, MemoryError, RecursionError,
             UnicodeDecodeError) as exc:
         raise SafePickleError(f"{type(exc).__name__}: {exc}") from None
-
-
-def find_stubs(obj: Any, qualname: str, limit: int = 100_000) -> list[Stub]:
-    """All stubs built from ``qualname`` anywhere under ``obj`` (iterative, cycle-safe)."""
-    found: list[Stub] = []
-    seen: set[int] = set()
-    todo = [obj]
-    while todo and limit > 0:
-        limit -= 1
-        cur = todo.pop()
-        if id(cur) in seen:
-            continue
-        seen.add(id(cur))
-        if isinstance(cur, Stub):
-            if cur.qualname() == qualname:
-                found.append(cur)
-            todo.extend([cur.args, cur.state, cur.items, cur.mapping])  # type: ignore[attr-defined]
-        elif isinstance(cur, dict):
-            todo.extend(cur.values())
-        elif isinstance(cur, (list, tuple, set, frozenset)):
-            todo.extend(cur)
-    return found
