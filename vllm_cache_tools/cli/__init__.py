@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from vllm_cache_tools.cli import diff_graph as _diff_graph
 from vllm_cache_tools.cli import explain as _explain
 from vllm_cache_tools.cli import log as _log
 from vllm_cache_tools.cli import ls as _ls
@@ -30,6 +31,7 @@ app.command(
 )(_predict.predict_cmd)
 app.command("log")(_log.log)
 app.command("explain")(_explain.explain)
+app.command("diff-graph")(_diff_graph.diff_graph)
 
 
 def main() -> None:
