@@ -106,3 +106,27 @@ def test_bad_inputs() -> None:
     assert r.returncode == 2 and "two entries" in r.stderr
     r = run_cli("explain", "--logs", "/nonexistent/a.log", "/nonexistent/b.log")
     assert r.returncode == 2 and "no such log file" in r.stderr
+
+
+def test_no_arguments_picks_the_latest_start(real_compile: ScenarioRun) -> None:
+    r = run_cli("explain", "--root", str(real_compile.vllm_root), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert (d["old"], d["new"]) == (_keys(real_compile, 0)[0], _keys(real_compile, 2)[0])
+    assert d["notes"][0].startswith("chose newest backend entry")
+    assert [c["item"] for c in d["causes"]] == ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"]
+
+
+def test_against_current_environment(real_compile: ScenarioRun) -> None:
+    from tests.realvllm.harness import start_env, venv_python
+
+    start = real_compile.scenario.starts[2]  # the VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 start
+    env = start_env(real_compile.vllm_root, start)
+    r = run_cli("explain", "--against-current", _keys(real_compile, 0)[0], "--root",
+                str(real_compile.vllm_root), "--python", str(venv_python()), "--json", "--",
+                *start.serve_args(), env=env)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert [(c["component"], c["item"], c["new"]) for c in d["causes"]] == [
+        ("env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", True)]
+    assert d["new"] == _keys(real_compile, 2)[0]  # the live key is the folder vLLM used

@@ -243,6 +243,56 @@ def config_lines(text: str) -> list[str]:
             and "Initializing" in ln]
 
 
+def latest_pair(entries: Sequence[Entry]) -> tuple[Entry, Entry, str] | None:
+    """For ``explain`` without arguments: the most recently created backend entry (else AOT
+    entry) and the newest earlier entry of the same tree and model, with the reason chosen."""
+    for layout in ("backend", "aot"):
+        same = sorted((e for e in entries if e.layout == layout and e.created is not None),
+                      key=lambda e: e.created or 0.0)
+        if not same:
+            continue
+        new = same[-1]
+        earlier = [e for e in same[:-1] if e.model == new.model]
+        if earlier:
+            old = earlier[-1]
+            return old, new, (f"newest {layout} entry {new.key[:12]} (created last) against "
+                              f"the newest earlier one of the same model ({new.model})")
+    return None
+
+
+def against_current(entry: Entry, prediction: Any) -> Explanation:
+    """Why this environment, now, would miss (or hit) ``entry``: live hashing (predict) on
+    one side, the entry's stored factors on the other."""
+    kp = prediction.key_parts
+    causes: list[Cause] = []
+    unexplained: list[Unexplained] = []
+    key = kp.backend_key if entry.layout == "backend" else kp.aot_key
+    same = key == entry.key
+    f = entry.factors
+    if entry.layout == "backend" and f is not None:
+        causes += env_causes(f.env or {}, dict(kp.env_factors or {}),
+                             "cache_key_factors.json vs live compile_factors()")
+        if f.config_hash != kp.config_hash:
+            unexplained.append(Unexplained("config", f"config hash {f.config_hash} -> "
+                                           f"{kp.config_hash}", "a recorder manifest of the "
+                                           "entry (live sub-config hashes are in predict "
+                                           "--json)"))
+        if f.compiler_hash != kp.compiler_hash:
+            unexplained.append(Unexplained("compiler", f"compiler hash {f.compiler_hash} -> "
+                                           f"{kp.compiler_hash}", "a recorder manifest"))
+        if kp.code_hash and f.code_hash != kp.code_hash:
+            unexplained.append(Unexplained("code", "code hash differs", "explain A B "
+                                           "against an entry of this environment"))
+    elif entry.layout == "aot" and entry.aot_info is not None:
+        causes += [c for c in prediction.reasons if c.component in ("code", "compiler")]
+        if not same and not causes:
+            unexplained.append(Unexplained("env/config", "AOT key differs; the AOT tree "
+                                           "stores neither env nor config", "its backend "
+                                           "sibling or a recorder manifest"))
+    return Explanation(entry.key, key or "(unknown)", same and not causes, tuple(causes),
+                       tuple(unexplained))
+
+
 # --- logs ----------------------------------------------------------------------------------
 
 def explain_logs(old: Any, new: Any, old_text: str, new_text: str, old_ref: str,

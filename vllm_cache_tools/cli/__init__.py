@@ -30,7 +30,10 @@ app.command(
     context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
 )(_predict.predict_cmd)
 app.command("log")(_log.log)
-app.command("explain")(_explain.explain)
+app.command(
+    "explain",
+    context_settings={"allow_extra_args": False, "ignore_unknown_options": True},
+)(_explain.explain)
 app.command("diff-graph")(_diff_graph.diff_graph)
 
 

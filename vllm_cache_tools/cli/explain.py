@@ -10,7 +10,14 @@ import typer
 from vllm_cache_tools.cli.common import console, fail, print_json
 from vllm_cache_tools.cli.log import _parse_ref, _pick, _starts_of
 from vllm_cache_tools.cli.ls import RootOpt
-from vllm_cache_tools.explain import Explanation, explain_entries, explain_logs, explanation_json
+from vllm_cache_tools.explain import (
+    Explanation,
+    against_current,
+    explain_entries,
+    explain_logs,
+    explanation_json,
+    latest_pair,
+)
 from vllm_cache_tools.store import (
     AmbiguousKey,
     EntryNotFound,
@@ -27,6 +34,11 @@ def explain(
         "log files (FILE or FILE@N for its N-th start).")] = None,
     root: RootOpt = None,
     logs: Annotated[bool, typer.Option("--logs", help="A and B are vLLM logs.")] = False,
+    against_current: Annotated[str | None, typer.Option(
+        "--against-current", metavar="A", help="Why this environment, now, would miss (or "
+        "hit) entry A; vLLM serve arguments follow --.")] = None,
+    python: Annotated[str | None, typer.Option(
+        "--python", help="With --against-current: the interpreter that runs vLLM.")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Explain why vLLM compiled again: the exact env variable, traced file (with a diff),
@@ -35,9 +47,14 @@ def explain(
     Exit status: 0 every difference explained (or same key), 1 something unexplained,
     2 usage error."""
     refs = refs or []
-    if len(refs) != 2:
+    if against_current is not None:
+        x = _against_current(against_current, refs, root, python)
+    elif not refs and not logs:
+        x = _latest(root)
+    elif len(refs) != 2:
         fail("give two entries (or, with --logs, two log files) to compare")
-    x = _from_logs(refs[0], refs[1]) if logs else _from_entries(refs[0], refs[1], root)
+    else:
+        x = _from_logs(refs[0], refs[1]) if logs else _from_entries(refs[0], refs[1], root)
     if json_out:
         print_json(explanation_json(x))
     else:
@@ -62,6 +79,40 @@ def _from_entries(a: str, b: str, root: Path | None) -> Explanation:
         except RootError:
             others = []
     return explain_entries(ea, eb, others)
+
+
+def _latest(root: Path | None) -> Explanation:
+    try:
+        info = scan(root, check_in_use=False)
+    except RootError as exc:
+        fail(str(exc))
+    pick = latest_pair(info.entries)
+    if pick is None:
+        console().print("nothing to compare: no two entries of the same model in "
+                        f"{info.root}")
+        raise typer.Exit(0)
+    old, new, why = pick
+    x = _from_entries(str(old.path), str(new.path), root)
+    return Explanation(x.old, x.new, x.same_key, x.causes, x.unexplained,
+                       (f"chose {why}", *x.notes))
+
+
+def _against_current(ref: str, args: list[str], root: Path | None,
+                     python: str | None) -> Explanation:
+    from vllm_cache_tools.predict import PredictError, predict
+
+    if not args:
+        fail("give the vLLM serve arguments after --")
+    try:
+        path = locate_entry(ref, root)
+        p = predict(args, root=root or path.parents[1 if path.parent.name !=
+                                                    "torch_aot_compile" else 2].parent,
+                    python=python)
+    except (EntryNotFound, RootError, AmbiguousKey) as exc:
+        fail(str(exc))
+    except PredictError as exc:
+        fail(str(exc))
+    return against_current(read_entry(path), p)
 
 
 def _from_logs(old_ref: str, new_ref: str) -> Explanation:
