@@ -130,3 +130,21 @@ def test_against_current_environment(real_compile: ScenarioRun) -> None:
     assert [(c["component"], c["item"], c["new"]) for c in d["causes"]] == [
         ("env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", True)]
     assert d["new"] == _keys(real_compile, 2)[0]  # the live key is the folder vLLM used
+
+
+def test_logs_of_source_edits_name_the_file_and_the_moved_forward(
+        variants: ScenarioRun) -> None:
+    logs = [str(r.log) for r in variants.records]
+    r = run_cli("explain", "--logs", logs[0], logs[3], "--json")
+    d = json.loads(r.stdout)
+    assert r.returncode == 0, r.stderr
+    assert [(c["component"], c["item"]) for c in d["causes"]] == [
+        ("code", "vllm/model_executor/models/llama.py")]
+    assert any("could not load it (Source code has changed" in n for n in d["notes"])
+    r = run_cli("explain", "--logs", logs[1], logs[4], "--json")
+    d = json.loads(r.stdout)
+    assert r.returncode == 0, r.stderr
+    items = {(c["component"], c["item"]) for c in d["causes"]}
+    assert items == {("code", "vllm/model_executor/models/llama.py"),
+                     ("code", "LlamaModel.forward first line"),
+                     ("config", "model_config.max_model_len")}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -296,9 +296,12 @@ def against_current(entry: Entry, prediction: Any) -> Explanation:
 # --- logs ----------------------------------------------------------------------------------
 
 def explain_logs(old: Any, new: Any, old_text: str, new_text: str, old_ref: str,
-                 new_ref: str, old_index: int = -1, new_index: int = -1) -> Explanation:
+                 new_ref: str, old_index: int = -1, new_index: int = -1,
+                 code_causes: Callable[[str, str], list[Cause]] | None = None
+                 ) -> Explanation:
     """Two logged starts (``read.logs.StartLog``) and their log texts (for the engine config
-    line, which names config fields)."""
+    line, which names config fields). ``code_causes(old_dir, new_dir)``, when given, itemises
+    a code change from the cache entries the logs name (their pickled sources)."""
     from vllm_cache_tools.logsummary import compare_starts
 
     cmp = compare_starts(old, new, old_ref, new_ref)
@@ -318,9 +321,16 @@ def explain_logs(old: Any, new: Any, old_text: str, new_text: str, old_ref: str,
         for f in s.traced_removed:
             causes.append(Cause("code", f, "traced", "not traced", ev + " (Traced files)"))
         if "code" in changed and not s.traced_added and not s.traced_removed:
-            unexplained.append(Unexplained("code", "code hash changed with the same traced "
-                                           "files: a traced file's content changed",
-                                           "the AOT entries (explain A B shows the diff)"))
+            found = (code_causes(s.old_cache_dir, s.new_cache_dir)
+                     if code_causes and s.old_cache_dir and s.new_cache_dir else [])
+            causes += found
+            if not found:
+                unexplained.append(Unexplained(
+                    "code", "code hash changed with the same traced files: a traced file's "
+                    "content changed", "the cache entries the logs name (explain A B)"))
+        if s.old_aot and s.new_aot and s.old_aot != s.new_aot and code_causes:
+            causes += [c for c in code_causes(s.old_aot, s.new_aot)
+                       if c.item.endswith("first line")]
         if "compiler" in changed:
             unexplained.append(Unexplained("compiler", "compiler hash changed",
                                            "a recorder manifest or predict on one side"))
@@ -340,8 +350,14 @@ def explain_logs(old: Any, new: Any, old_text: str, new_text: str, old_ref: str,
                     "config", "config hash changed; the logged engine config is equal",
                     "a recorder manifest (the field is not in vLLM's config line)"))
     causes = list(dict.fromkeys(causes))
+    notes = list(cmp.notes)
+    for _, f in new.functions:
+        if f.load_failure is not None:
+            notes.append(f"the new start found the AOT artifact {f.load_failure.path} but could "
+                         f"not load it ({f.load_failure.reason}); it compiled again and "
+                         "overwrote it in the same folder (same AOT key)")
     return Explanation(old_ref, new_ref, same and not causes, tuple(causes),
-                       tuple(dict.fromkeys(unexplained)), cmp.notes)
+                       tuple(dict.fromkeys(unexplained)), tuple(notes))
 
 
 def explanation_json(x: Explanation) -> dict[str, Any]:

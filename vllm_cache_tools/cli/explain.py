@@ -18,6 +18,7 @@ from vllm_cache_tools.explain import (
     explanation_json,
     latest_pair,
 )
+from vllm_cache_tools.model import Cause
 from vllm_cache_tools.store import (
     AmbiguousKey,
     EntryNotFound,
@@ -127,7 +128,19 @@ def _from_logs(old_ref: str, new_ref: str) -> Explanation:
     text_o = Path(op).read_text(errors="replace")
     text_n = Path(np_).read_text(errors="replace")
     return explain_logs(old, new, text_o, text_n, old_ref, new_ref,
-                        so.index(old) - len(so), sn.index(new) - len(sn))
+                        so.index(old) - len(so), sn.index(new) - len(sn), _code_from_cache)
+
+
+def _code_from_cache(old_dir: str, new_dir: str) -> list[Cause]:
+    """Code causes from the entries two logs name, when they are still on disk."""
+    try:
+        pa, pb = locate_entry(old_dir), locate_entry(new_dir)
+    except (EntryNotFound, RootError, AmbiguousKey):
+        return []
+    if pa == pb:
+        return []
+    x = _from_entries(str(pa), str(pb), None)
+    return [c for c in x.causes if c.component == "code"]
 
 
 def _render(x: Explanation) -> None:
