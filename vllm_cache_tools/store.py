@@ -12,13 +12,21 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 
 from vllm_cache_tools import __version__
+from vllm_cache_tools.delete import TRASH_DIRNAME
 from vllm_cache_tools.index import ListingIndex
 from vllm_cache_tools.inuse import open_paths_under
-from vllm_cache_tools.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, CacheRoot, resolve_root
+from vllm_cache_tools.locate import (
+    AOT_DIRNAME,
+    COMPILE_CACHE_DIRNAME,
+    CacheRoot,
+    display_path,
+    resolve_root,
+)
 from vllm_cache_tools.model import (
     AotRank,
     CacheInfo,
@@ -56,10 +64,6 @@ class RootError(ValueError):
     """The root cannot be scanned at all (missing, a file, unreadable)."""
 
 
-def _display(path: str | Path) -> str:
-    return os.fsencode(path).decode("utf-8", errors="backslashreplace")
-
-
 def _short_src(path: str | None) -> str | None:
     if not path:
         return path
@@ -74,7 +78,7 @@ def _listdir(path: Path, problems: list[Problem]) -> list[os.DirEntry[str]]:
         with os.scandir(path) as it:
             return sorted(it, key=lambda e: e.name)
     except OSError as exc:
-        problems.append(Problem(_display(path), "unreadable", exc.strerror or str(exc)))
+        problems.append(Problem(display_path(path), "unreadable", exc.strerror or str(exc)))
         return []
 
 
@@ -102,11 +106,11 @@ def _times(stats: TreeStats) -> tuple[float | None, str, float | None, float | N
 
 
 def _stat_problems(stats: TreeStats) -> list[Problem]:
-    out = [Problem(_display(p), "tmp-leftover", "temporary file left by an interrupted write")
+    out = [Problem(display_path(p), "tmp-leftover", "temporary file left by an interrupted write")
            for p in stats.tmp_files]
-    out += [Problem(_display(p), "symlink", "symlink inside the cache (not followed)")
+    out += [Problem(display_path(p), "symlink", "symlink inside the cache (not followed)")
             for p in stats.symlinks]
-    out += [Problem(_display(p), "unreadable", "cannot be read (permission denied or vanished)")
+    out += [Problem(display_path(p), "unreadable", "cannot be read (permission denied or vanished)")
             for p in stats.unreadable]
     return out
 
@@ -157,13 +161,13 @@ def _read_prefix(rank: str, e: os.DirEntry[str], deep: bool,
         try:
             factors = read_factors(path / "cache_key_factors.json")
         except ReadError as exc:
-            problems.append(Problem(_display(path / "cache_key_factors.json"), "corrupt",
+            problems.append(Problem(display_path(path / "cache_key_factors.json"), "corrupt",
                                     str(exc)))
     if "computation_graph.py" in names:
         try:
             graph, model_file = _graph_info(path / "computation_graph.py", deep)
         except (ReadError, OSError) as exc:
-            problems.append(Problem(_display(path / "computation_graph.py"), "unreadable",
+            problems.append(Problem(display_path(path / "computation_graph.py"), "unreadable",
                                     str(exc)))
     table = next((n for n in ("vllm_compile_cache.py", "inductor_hash_cache.py") if n in names),
                  None)
@@ -171,7 +175,7 @@ def _read_prefix(rank: str, e: os.DirEntry[str], deep: bool,
         try:
             compiled = read_compile_cache(path / table)
         except ReadError as exc:
-            problems.append(Problem(_display(path / table), "corrupt", str(exc)))
+            problems.append(Problem(display_path(path / table), "corrupt", str(exc)))
         else:
             for rec in compiled:
                 art = rec.artifact
@@ -194,10 +198,11 @@ def read_backend_entry(path: Path, deep: bool = False, progress: Progress | None
     hardware = None
     for r in _listdir(path, problems):
         if not (_is_dir(r) and RANK_DIR.match(r.name)):
-            problems.append(Problem(_display(r.path), "foreign", "not a rank_<r>_<dp> folder"))
+            problems.append(Problem(display_path(r.path), "foreign", "not a rank_<r>_<dp> folder"))
             continue
         ranks.append(r.name)
-        hardware = hardware or _hardware_from_tree(Path(r.path))
+        with suppress(OSError):  # an unreadable rank folder: the walk reports it
+            hardware = hardware or _hardware_from_tree(Path(r.path))
         children = _listdir(Path(r.path), problems)
         if any(c.name in FLAT_RANK_FILES for c in children):
             # vLLM < 0.9.2: no <prefix> level, the rank folder holds the artifacts.
@@ -257,13 +262,14 @@ def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = N
             has_inductor = True
             continue
         if not (_is_dir(r) and RANK_DIR.match(r.name)):
-            problems.append(Problem(_display(r.path), "foreign", "unexpected item in AOT entry"))
+            problems.append(Problem(display_path(r.path), "foreign",
+                                    "unexpected item in AOT entry"))
             continue
         model = Path(r.path) / "model"
         try:
             size = model.lstat().st_size
         except OSError:
-            problems.append(Problem(_display(r.path), "partial", "rank folder without model"))
+            problems.append(Problem(display_path(r.path), "partial", "rank folder without model"))
             ranks.append(AotRank(r.name, model, 0, None, "missing model"))
             continue
         if model.is_symlink():
@@ -273,7 +279,7 @@ def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = N
             info = read_aot_model(model, full=deep)
             ranks.append(AotRank(r.name, model, size, info, None))
         except ReadError as exc:
-            problems.append(Problem(_display(model), "corrupt", str(exc)))
+            problems.append(Problem(display_path(model), "corrupt", str(exc)))
             ranks.append(AotRank(r.name, model, size, None, str(exc)))
     first = next((r.info for r in ranks if r.info is not None), None)
     state: State = "complete"
@@ -285,7 +291,7 @@ def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = N
         detail = next((f"{r.rank}: {r.error}" for r in ranks if r.error),
                       "inductor_cache but no rank_*/model" if has_inductor else "empty entry")
     elif stats.tmp_files:
-        state, detail = "partial", f"leftover temporary file {_display(stats.tmp_files[0])}"
+        state, detail = "partial", f"leftover temporary file {display_path(stats.tmp_files[0])}"
     created, csrc, modified, last_used, lsrc = _times(stats)
     model_desc = None
     if first is not None and first.qualname:
@@ -322,11 +328,11 @@ def _mark_in_use(entries: list[Entry], open_paths: dict[str, set[int]]) -> list[
 def check_root(root: CacheRoot) -> None:
     p = root.vllm_root
     if not os.path.lexists(p):
-        raise RootError(f"cache root {_display(p)} does not exist (from {root.source})")
+        raise RootError(f"cache root {display_path(p)} does not exist (from {root.source})")
     if not p.is_dir():
-        raise RootError(f"cache root {_display(p)} is not a directory")
+        raise RootError(f"cache root {display_path(p)} is not a directory")
     if not os.access(p, os.R_OK | os.X_OK):
-        raise RootError(f"cache root {_display(p)} is not readable")
+        raise RootError(f"cache root {display_path(p)} is not readable")
 
 
 def _classify_aot(tree: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
@@ -335,7 +341,7 @@ def _classify_aot(tree: Path, problems: list[Problem]) -> list[tuple[str, Path]]
         if AOT_KEY.match(a.name) and _is_dir(a):
             found.append(("aot", Path(a.path)))
         else:
-            problems.append(Problem(_display(a.path), "foreign",
+            problems.append(Problem(display_path(a.path), "foreign",
                                     "not an AOT entry (64-hex folder)"))
     return found
 
@@ -355,11 +361,13 @@ def classify(cc: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
             found += _classify_aot(Path(e.path), problems)
         elif BACKEND_KEY.match(e.name) and _is_dir(e):
             found.append(("backend", Path(e.path)))
+        elif e.name == TRASH_DIRNAME and _is_dir(e):
+            continue  # prune's trash (vllm_cache_tools.delete): ours, not an entry
         elif e.is_symlink():
-            problems.append(Problem(_display(e.path), "symlink", "symlink in the cache root "
+            problems.append(Problem(display_path(e.path), "symlink", "symlink in the cache root "
                                     "(not followed)"))
         else:
-            problems.append(Problem(_display(e.path), "foreign", "not a vLLM compile-cache "
+            problems.append(Problem(display_path(e.path), "foreign", "not a vLLM compile-cache "
                                     "entry"))
     return found
 
@@ -418,7 +426,7 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
         if index is not None:
             index.save()
     elif cc.is_symlink():
-        problems.append(Problem(_display(cc), "symlink", "torch_compile_cache is a symlink "
+        problems.append(Problem(display_path(cc), "symlink", "torch_compile_cache is a symlink "
                                 "(not followed; pass its target as --root)"))
     if check_in_use and entries:
         entries = _mark_in_use(entries, open_paths_under(croot.vllm_root))
@@ -461,7 +469,7 @@ def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = Non
                 return cand
             if BACKEND_KEY.match(cand.name) and cand.parent.name == COMPILE_CACHE_DIRNAME:
                 return cand
-        raise EntryNotFound(f"{_display(p)} is not inside a compile-cache entry")
+        raise EntryNotFound(f"{display_path(p)} is not inside a compile-cache entry")
     if not re.fullmatch(r"[0-9a-f]{1,64}", ref):
         raise EntryNotFound(f"{ref!r} is neither an entry key (hex) nor a path")
     croot = root if isinstance(root, CacheRoot) else resolve_root(root)
@@ -469,7 +477,7 @@ def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = Non
     cc = croot.compile_cache
     found = [(layout, path) for layout, path in classify(cc, []) if path.name.startswith(ref)]
     if not found:
-        raise EntryNotFound(f"no entry matches {ref!r} under {_display(cc)}")
+        raise EntryNotFound(f"no entry matches {ref!r} under {display_path(cc)}")
     exact = [f for f in found if f[1].name == ref]
     if len(found) > 1 and len(exact) != 1:
         raise AmbiguousKey(ref, found)

@@ -11,7 +11,10 @@ from vllm_cache_tools.cli import explain as _explain
 from vllm_cache_tools.cli import log as _log
 from vllm_cache_tools.cli import ls as _ls
 from vllm_cache_tools.cli import predict as _predict
+from vllm_cache_tools.cli import prune as _prune
+from vllm_cache_tools.cli import rm as _rm
 from vllm_cache_tools.cli import show as _show
+from vllm_cache_tools.cli import verify as _verify
 from vllm_cache_tools.cli.common import fail
 
 app = typer.Typer(
@@ -35,6 +38,9 @@ app.command(
     context_settings={"allow_extra_args": False, "ignore_unknown_options": True},
 )(_explain.explain)
 app.command("diff-graph")(_diff_graph.diff_graph)
+app.command("prune")(_prune.prune)
+app.command("rm")(_rm.rm)
+app.command("verify")(_verify.verify_cmd)
 
 
 def main() -> None:

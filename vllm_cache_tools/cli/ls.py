@@ -20,7 +20,7 @@ from vllm_cache_tools.cli.common import (
     warn,
 )
 from vllm_cache_tools.locate import display_path
-from vllm_cache_tools.model import Problem
+from vllm_cache_tools.model import Entry, Problem
 from vllm_cache_tools.query import QueryError, parse_filter, sort_entries
 from vllm_cache_tools.serialize import ls_report
 from vllm_cache_tools.store import RootError, scan
@@ -45,6 +45,9 @@ def ls(
     rescan: Annotated[bool, typer.Option(
         "--rescan", help="Walk every entry afresh instead of reusing the listing index for "
         "unchanged ones.")] = False,
+    by_owner: Annotated[bool, typer.Option(
+        "--by-owner", help="Print usage per owner (user owning the entries' files) instead "
+        "of entries.")] = False,
 ) -> None:
     """List the compile-cache entries under a vLLM cache root.
 
@@ -66,6 +69,9 @@ def ls(
     entries = sort_entries(entries, sort)
     _warn_problems(info.problems, [p for e in entries for p in e.problems
                                    if p.kind in ("unreadable", "symlink", "foreign")])
+    if by_owner:
+        _print_owners(info.root, entries, json_out)
+        return
     if json_out:
         print_json(ls_report(info, entries))
         return
@@ -109,3 +115,23 @@ def _warn_problems(root_problems: Sequence[Problem], entry_problems: Sequence[Pr
         warn(f"{p.kind}: {p.path}: {p.detail}")
     if len(allp) > limit:
         warn(f"... and {len(allp) - limit} more problems (see --json)")
+
+
+def _print_owners(root: Path, entries: Sequence[Entry], json_out: bool) -> None:
+    from vllm_cache_tools.prune import owner_usage
+
+    rows = owner_usage(entries)
+    if json_out:
+        print_json({"root": display_path(root), "owners": [
+            {"owner": o.owner, "uids": list(o.uids), "entries": o.entries,
+             "size_bytes": o.size_bytes, "disk_bytes": o.disk_bytes} for o in rows]})
+        return
+    table = Table(title=f"{display_path(root)}/torch_compile_cache by owner",
+                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    for col in ("OWNER", "ENTRIES", "SIZE", "ON DISK"):
+        table.add_column(col, justify="left" if col == "OWNER" else "right")
+    for o in rows:
+        table.add_row(o.owner, str(o.entries), human_size(o.size_bytes),
+                      human_size(o.disk_bytes))
+    console().print(table)
+

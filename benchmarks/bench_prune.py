@@ -1,0 +1,123 @@
+"""Benchmark: ``vllm-cache prune`` of a 100k-file tree against ``rm -rf`` of an identical copy.
+
+    python benchmarks/bench_prune.py [--files 100000] [--repeat 2]
+
+Each round generates two identical trees with benchmarks/synth.py (same seed, so the same keys
+and files) from real caches made by real vLLM (the test harness makes them on first use), then
+times, in alternating order, ``rm -rf`` of one tree's ``torch_compile_cache`` and
+``vllm-cache prune --older-than 0s --grace 0 --yes --json`` of the other (which plans, prints
+the plan, re-checks every entry under its lock, renames it into the trash and removes it).
+``sync`` runs before each timed command so neither pays for the other's writeback.
+Throughput ratio = rm's wall time / prune's wall time (files per second, prune vs rm; the
+median over rounds). Peak RSS of prune from ``os.wait4``. Goals (issue #6): ratio >= 0.9,
+peak RSS < 200 MB; exit status 1 when missed. Results also go to .bench/prune.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.synth import generate  # noqa: E402
+from tests.realvllm.harness import SCENARIOS, run_scenario  # noqa: E402
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int, bytes]:
+    """Wall seconds, peak RSS (KiB) and stdout of one child process."""
+    with tempfile.TemporaryFile() as out:
+        t0 = time.perf_counter()
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - t0
+        err = proc.stderr.read().decode() if proc.stderr else ""
+        if os.waitstatus_to_exitcode(status) != 0:
+            raise SystemExit(f"{cmd[0]} failed: {err}")
+        out.seek(0)
+        return wall, usage.ru_maxrss, out.read()
+
+
+def count_files(top: Path) -> int:
+    """Files left outside prune's trash, plus items left inside it (its lock file aside)."""
+    n = 0
+    for d, dirs, files in os.walk(top):
+        if Path(d) == top:
+            dirs[:] = [x for x in dirs if x != ".vllm-cache-trash"]
+        n += len(files)
+    trash = top / ".vllm-cache-trash"
+    if trash.is_dir():
+        n += sum(1 for x in trash.iterdir() if x.name != "locks")
+    return n
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--files", type=int, default=100_000)
+    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--template-root", action="append", type=Path, default=None,
+                    help="real vLLM cache roots to clone (default: the test harness's)")
+    a = ap.parse_args()
+    bench = REPO / ".bench"
+    bench.mkdir(exist_ok=True)
+    roots = a.template_root or [run_scenario(SCENARIOS[n]).vllm_root
+                                for n in ("compile", "compile-nomega", "compile-tp2")]
+    exe = str(Path(sys.executable).parent / "vllm-cache")
+    state = Path(tempfile.mkdtemp(prefix="vct-bench-"))
+    env = {**os.environ, "XDG_CACHE_HOME": str(state / "cache"),
+           "XDG_STATE_HOME": str(state / "state")}
+    rounds = []
+    for i in range(a.repeat):
+        work = bench / "prune-trees"
+        shutil.rmtree(work, ignore_errors=True)
+        meta = generate(work / "a", roots, a.files)
+        generate(work / "b", roots, a.files)
+        files = count_files(work / "a" / "torch_compile_cache")
+        prune_cmd = [exe, "prune", "--root", str(work / "a"), "--older-than", "0s",
+                     "--grace", "0", "--yes", "--json"]
+        rm_cmd = ["rm", "-rf", str(work / "b" / "torch_compile_cache")]
+        order = ["rm", "prune"] if i % 2 == 0 else ["prune", "rm"]
+        got: dict[str, tuple[float, int, bytes]] = {}
+        for name in order:
+            subprocess.run(["sync"], check=True)
+            got[name] = timed(rm_cmd if name == "rm" else prune_cmd, env)
+        report = json.loads(got["prune"][2])
+        left = count_files(work / "a" / "torch_compile_cache")
+        rounds.append({
+            "files": files, "entries": meta["entries"], "order": order,
+            "rm_s": round(got["rm"][0], 3), "prune_s": round(got["prune"][0], 3),
+            "ratio": round(got["rm"][0] / got["prune"][0], 3),
+            "prune_rss_mb": round(got["prune"][1] / 1024, 1),
+            "deleted": len(report["deleted"]), "skipped": len(report["skipped"]),
+            "freed_bytes": report["freed_bytes"], "files_left": left,
+        })
+        print(json.dumps(rounds[-1]), file=sys.stderr, flush=True)
+        shutil.rmtree(work, ignore_errors=True)
+    shutil.rmtree(state, ignore_errors=True)
+    ratio = statistics.median(r["ratio"] for r in rounds)
+    rss = max(r["prune_rss_mb"] for r in rounds)
+    complete = all(r["files_left"] == 0 and r["skipped"] == 0 for r in rounds)
+    result = {
+        "tree": {"files": rounds[0]["files"], "entries": rounds[0]["entries"]},
+        "rounds": rounds,
+        "throughput_ratio": ratio,
+        "prune_peak_rss_mb": rss,
+        "goals": {"ratio_min": 0.9, "rss_mb_max": 200},
+        "met": ratio >= 0.9 and rss < 200 and complete,
+    }
+    (bench / "prune.json").write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    return 0 if result["met"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,167 @@
+"""``verify [--fix]`` on copies of real vLLM caches, damaged on purpose."""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.realvllm.harness import ScenarioRun, copy_root
+
+pytestmark = pytest.mark.realvllm
+
+
+@pytest.fixture()
+def world_tmp() -> Iterator[Path]:
+    """A temp folder other users can reach (for the unprivileged case)."""
+    d = Path(tempfile.mkdtemp(prefix="vct-verify-"))
+    d.chmod(0o755)
+    yield d
+    subprocess.run(["chmod", "-R", "u+rwx", str(d)], check=False)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def _old(path: Path) -> None:
+    t = time.time() - 86400
+    for d, _, files in os.walk(path, topdown=False):
+        for f in files:
+            os.utime(Path(d) / f, (t, t), follow_symlinks=False)
+        os.utime(d, (t, t))
+
+
+def verify_json(root: Path, *args: str, unprivileged: bool = False
+                ) -> tuple[int, dict[str, Any]]:
+    r = run_cli("verify", "--root", str(root), "--json", *args, unprivileged=unprivileged)
+    assert "Traceback" not in r.stderr, r.stderr
+    return r.returncode, json.loads(r.stdout)
+
+
+def test_clean_real_cache(real_compile: ScenarioRun, real_nomega: ScenarioRun) -> None:
+    for run in (real_compile, real_nomega):
+        rc, data = verify_json(run.vllm_root)
+        assert rc == 0, data
+        assert data["root"] == str(run.vllm_root)
+        assert data["checked"] == len(os.listdir(run.compile_cache / "torch_aot_compile")) + \
+            sum(1 for p in run.compile_cache.iterdir() if len(p.name) == 10)
+        assert data["problems"] == []
+    r = run_cli("verify", "--root", str(real_compile.vllm_root))
+    assert r.returncode == 0 and "no problems" in r.stdout
+
+
+class _Evil:
+    def __init__(self, target: str) -> None:
+        self.target = target
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, (f"touch {self.target}",))
+
+
+def _damage(root: Path, canary: Path) -> dict[str, tuple[str, str]]:
+    """Break one thing in each entry; return kind -> (key, file)."""
+    cc = root / "torch_compile_cache"
+    aots = sorted((cc / "torch_aot_compile").iterdir())
+    backends = sorted(p for p in cc.iterdir() if len(p.name) == 10)
+    out = {}
+    m = aots[0] / "rank_0_0" / "model"
+    m.write_bytes(m.read_bytes()[: m.stat().st_size // 2])
+    out["truncated-model"] = (aots[0].name, "model")
+    m = aots[1] / "rank_0_0" / "model"
+    m.write_bytes(pickle.dumps({"original_code": _Evil(str(canary)),
+                                "system_info": _Evil(str(canary)),
+                                "compiled_fn": (_Evil(str(canary)),
+                                                pickle.dumps(_Evil(str(canary))))}, protocol=4))
+    out["not-aot-model"] = (aots[1].name, "model")
+    (aots[2] / "rank_0_0" / "model.4242.tmp").write_bytes(b"\x80\x04")
+    out["orphan-tmp"] = (aots[2].name, "model.4242.tmp")
+    pre = backends[0] / "rank_0_0" / "backbone"
+    art = sorted(pre.glob("artifact_compile_range_*"))[0]
+    art.unlink()
+    out["missing-artifact"] = (backends[0].name, art.name)
+    pre = backends[1] / "rank_0_0" / "backbone"
+    f = json.loads((pre / "cache_key_factors.json").read_text())
+    f["env"]["VLLM_SOMETHING_EDITED"] = "1"  # valid JSON whose factors name another key
+    (pre / "cache_key_factors.json").write_text(json.dumps(f))
+    out["key-mismatch"] = (backends[1].name, "cache_key_factors.json")
+    pre = backends[2] / "rank_0_0" / "backbone"
+    (pre / "computation_graph.py").unlink()
+    (pre / "vllm_compile_cache.py").unlink(missing_ok=True)
+    for a in pre.glob("artifact_compile_range_*"):
+        a.unlink()
+    out["no-artifacts"] = (backends[2].name, "backbone")
+    return out
+
+
+def test_every_kind_is_found_and_fix_removes_only_broken_entries(
+        real_compile: ScenarioRun, real_nomega: ScenarioRun, world_tmp: Path) -> None:
+    root = copy_root(real_compile.vllm_root, world_tmp / "root")
+    # One more AOT entry and the per-range backend artifacts from the no-mega run.
+    extra = copy_root(real_nomega.vllm_root, world_tmp / "extra")
+    for p in (extra / "torch_compile_cache" / "torch_aot_compile").iterdir():
+        shutil.copytree(p, root / "torch_compile_cache" / "torch_aot_compile" / p.name,
+                        symlinks=True)
+    nomega_backend = next(p for p in (extra / "torch_compile_cache").iterdir()
+                          if len(p.name) == 10)
+    # Sorted first among the backend keys, so _damage removes one of its artifacts.
+    shutil.copytree(nomega_backend, root / "torch_compile_cache" / "0000000000", symlinks=True)
+    canary = world_tmp / "pwned"
+    expected = _damage(root, canary)
+    _old(root / "torch_compile_cache")
+    rc, data = verify_json(root)
+    assert rc == 1
+    problems = data["problems"]
+    assert isinstance(problems, list)
+    found = {(p["kind"], p["key"]) for p in problems}
+    for kind, (key, _) in expected.items():
+        assert (kind, key) in found, (kind, problems)
+    for p in problems:
+        assert set(p) >= {"key", "path", "kind", "detail"}
+    assert not canary.exists()
+    # Unreadable files are found when permissions apply.
+    secret = root / "torch_compile_cache" / "torch_aot_compile" / expected["orphan-tmp"][0] / \
+        "inductor_cache" / "locks"
+    secret.chmod(0o000)
+    rc, data = verify_json(root, unprivileged=True)
+    assert rc == 1 and any(p["kind"] == "unreadable" for p in data["problems"])
+    secret.chmod(0o755)
+    # --fix removes the entries with fixable problems through prune's safe deletion.
+    rc, data = verify_json(root, "--fix", "--yes")
+    assert rc == 1  # the key mismatch is reported, never "fixed"
+    fixed = set(data["fixed"])
+    assert fixed == {key for kind, (key, _) in expected.items() if kind != "key-mismatch"}
+    assert not canary.exists()
+    rc, data = verify_json(root)
+    assert rc == 1
+    assert {p["kind"] for p in data["problems"]} == {"key-mismatch"}
+    r = run_cli("verify", "--root", str(root))
+    assert r.returncode == 1 and "key-mismatch" in r.stdout and "re-hash to" in r.stdout
+
+
+def test_fix_keeps_recent_and_in_progress_entries(real_compile: ScenarioRun,
+                                                  tmp_path: Path) -> None:
+    root = copy_root(real_compile.vllm_root, tmp_path / "root")
+    aot = sorted((root / "torch_compile_cache" / "torch_aot_compile").iterdir())[0]
+    (aot / "rank_0_0" / "model.999.tmp").write_bytes(b"\x80")  # a writer busy right now
+    rc, data = verify_json(root, "--fix", "--yes")
+    assert rc == 1
+    (p,) = data["problems"]
+    assert p["kind"] == "orphan-tmp" and "may still be being written" in p["detail"]
+    assert data["fixed"] == [] and aot.is_dir()
+    skipped = data["fix"]["skipped"]
+    assert "within --grace" in skipped[0]["reason"]
+
+
+def test_usage_errors(tmp_path: Path) -> None:
+    r = run_cli("verify", "--root", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "does not exist" in r.stderr
+    r = run_cli("verify", "--root", str(tmp_path), "--grace", "soon")
+    assert r.returncode == 2 and "--grace" in r.stderr

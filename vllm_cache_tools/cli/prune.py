@@ -1,0 +1,219 @@
+"""``vllm-cache prune``: remove entries chosen by policies, safely. The plan is printed first."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vllm_cache_tools.cli.common import fail, print_json, warn
+from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.hittable import Environment, detect_environment
+from vllm_cache_tools.locate import resolve_root
+from vllm_cache_tools.model import CacheInfo
+from vllm_cache_tools.prune import (
+    Policies,
+    Protections,
+    PrunePlan,
+    PruneResult,
+    RootRefused,
+    check_prunable_root,
+    execute_plan,
+    fmt_duration,
+    fmt_size,
+    plan_prune,
+    prune_report,
+    trash_leftovers,
+)
+from vllm_cache_tools.query import QueryError, parse_age, parse_size
+from vllm_cache_tools.store import RootError, scan
+
+SHOW_SKIPPED = 30
+
+GraceOpt = Annotated[str, typer.Option(
+    "--grace", metavar="AGE", help="Never remove an entry modified within this long (a compile "
+    "may be writing it); 0 turns it off.")]
+AllUsersOpt = Annotated[bool, typer.Option(
+    "--all-users", help="Also remove entries with files owned by other users (where "
+    "permissions allow); by default only your own.")]
+DryRunOpt = Annotated[bool, typer.Option("--dry-run", "-n", help="Print the plan and stop.")]
+YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+ForceOpt = Annotated[bool, typer.Option(
+    "--force", help="Allow a root that is /, your home folder, or has no torch_compile_cache.")]
+
+
+def parse_grace(text: str) -> float:
+    t = text.strip()
+    if t in ("0", "0s", "off"):
+        return 0.0
+    try:
+        return parse_age(t)
+    except QueryError as exc:
+        fail(f"--grace: {exc}")
+
+
+def load_root(root: Path | None, force: bool) -> CacheInfo:
+    """Resolve, refuse unsafe roots, and scan afresh: a deleting command does not plan from
+    the listing index. In use is judged by the planner."""
+    croot = resolve_root(root)
+    try:
+        check_prunable_root(croot.vllm_root, force)
+        return scan(croot, check_in_use=False, use_index=False)
+    except (RootError, RootRefused) as exc:
+        fail(str(exc))
+
+
+def confirm(plan: PrunePlan, yes: bool, json_out: bool) -> bool:
+    """Ask on the terminal (stderr, so --json stays clean); refuse when nobody can answer."""
+    if yes or not plan.entries:
+        return True
+    if not sys.stdin.isatty():
+        fail("not deleting without confirmation: stdin is not a terminal; pass --yes, or "
+             "--dry-run to only see the plan")
+    sys.stderr.write(f"Delete {len(plan.entries)} entries ({fmt_size(plan.bytes)})? [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline().strip().lower()
+    return answer in ("y", "yes")
+
+
+def _p(line: str = "") -> None:
+    sys.stdout.write(line + "\n")
+
+
+def render_plan(plan: PrunePlan, dry_run: bool) -> None:
+    _p(f"{'Dry run: would remove' if dry_run else 'Plan: remove'} {len(plan.entries)} of "
+       f"{plan.entry_count} entries, {fmt_size(plan.bytes)} of {fmt_size(plan.total_bytes)} "
+       f"under {plan.root}")
+    grace = fmt_duration(plan.protections.grace_s) if plan.protections.grace_s else "off"
+    _p(f"  policies: {', '.join(plan.policies)}; grace {grace}; "
+       f"{'all users' if plan.protections.all_users else 'your entries only'}")
+    for n in plan.notes:
+        _p(f"  {n}")
+    for model, group in plan.groups():
+        layouts = sorted({p.layout for p in group})
+        head = f"model {model}" if model else "model unknown"
+        if model and len(layouts) > 1:
+            head += (" (backend and AOT entries of one model; which of them came from the same "
+                     "start is not recorded)")
+        _p("")
+        _p(f"  {head}")
+        for p in group:
+            key = p.key[:12] if p.layout == "aot" else p.key
+            used = (f"last used {fmt_duration(plan.made_at - p.last_used)} ago "
+                    f"({p.last_used_source})" if p.last_used else "never used")
+            _p(f"    {p.layout:<8} {key:<12} {fmt_size(p.size_bytes):>7}  {used}")
+            for r in p.reasons:
+                _p(f"      - {r}")
+            if p.same_sources_aot:
+                _p("      = same traced sources as aot "
+                   + ", ".join(k[:12] for k in p.same_sources_aot)
+                   + " (proven by re-hashing; sources alone do not tell which start)")
+    if plan.skipped:
+        _p("")
+        _p(f"  kept {len(plan.skipped)}:")
+        for s in plan.skipped[:SHOW_SKIPPED]:
+            key = s.key[:12] if s.layout == "aot" else s.key
+            _p(f"    {s.layout:<8} {key:<12} {s.reason}")
+        if len(plan.skipped) > SHOW_SKIPPED:
+            _p(f"    ... and {len(plan.skipped) - SHOW_SKIPPED} more (--json lists all)")
+
+
+def render_result(res: PruneResult) -> None:
+    plan_skips = set(map(id, res.plan.skipped))
+    late = [s for s in res.skipped if id(s) not in plan_skips]
+    if res.finished_trash:
+        _p(f"finished {len(res.finished_trash)} item(s) an interrupted run left in the trash")
+    _p(f"deleted {len(res.deleted)} entries, freed {fmt_size(res.freed_bytes)}")
+    for s in late[:SHOW_SKIPPED]:
+        key = s.key[:12] if s.layout == "aot" else s.key
+        _p(f"  kept {s.layout} {key}: {s.reason}")
+    if len(late) > SHOW_SKIPPED:
+        _p(f"  ... and {len(late) - SHOW_SKIPPED} more kept (--json lists all)")
+    for e in res.errors:
+        warn(e)
+
+
+def run_plan(plan: PrunePlan, *, dry_run: bool, yes: bool, json_out: bool) -> PruneResult | None:
+    """Print the plan, stop on --dry-run, confirm, execute, print the outcome."""
+    if not json_out:
+        render_plan(plan, dry_run)
+        leftovers = trash_leftovers(plan.root)
+        if leftovers and dry_run:
+            _p(f"  the trash holds {len(leftovers)} item(s) from an interrupted run; a real run "
+               "removes them first")
+    if dry_run:
+        if json_out:
+            print_json(prune_report(plan, None))
+        return None
+    if not confirm(plan, yes, json_out):
+        if json_out:
+            print_json(prune_report(plan, None))
+        else:
+            _p("nothing deleted")
+        raise typer.Exit(1)
+    try:
+        res = execute_plan(plan)
+    except OSError as exc:
+        fail(f"cannot prune {plan.root}: {exc.strerror or exc}", code=1)
+    if json_out:
+        print_json(prune_report(plan, res))
+    else:
+        _p("")
+        render_result(res)
+    return res
+
+
+def prune(
+    root: RootOpt = None,
+    older_than: Annotated[str | None, typer.Option(
+        "--older-than", metavar="AGE", help="Remove entries last used longer ago than AGE "
+        "(e.g. 30d, 12h); last use from the hit ledger, else atime, else mtime.",
+        show_default=False)] = None,
+    max_size: Annotated[str | None, typer.Option(
+        "--max-size", metavar="SIZE", help="Remove least recently used entries until the "
+        "entries total at most SIZE (e.g. 50G).", show_default=False)] = None,
+    keep: Annotated[int | None, typer.Option(
+        "--keep", metavar="N", min=0, help="Keep the N most recently used entries per model "
+        "(and layout); remove older ones.", show_default=False)] = None,
+    unhittable: Annotated[bool, typer.Option(
+        "--unhittable", help="Remove AOT entries this environment can never load: built with "
+        "another Python, torch, CUDA toolkit, Triton or GPU. Unknown never deletes.")] = False,
+    corrupt: Annotated[bool, typer.Option("--corrupt", help="Remove corrupt entries.")] = False,
+    partial: Annotated[bool, typer.Option(
+        "--partial", help="Remove partial entries (interrupted compiles).")] = False,
+    python: Annotated[str | None, typer.Option(
+        "--python", metavar="PATH", help="For --unhittable: the Python of the environment "
+        "that runs vLLM (default: this one). torch is never imported.",
+        show_default=False)] = None,
+    grace: GraceOpt = "10m",
+    all_users: AllUsersOpt = False,
+    dry_run: DryRunOpt = False,
+    yes: YesOpt = False,
+    json_out: JsonOpt = False,
+    force: ForceOpt = False,
+) -> None:
+    """Remove compile-cache entries chosen by policies (combinable; an entry goes if any
+    chooses it). Entries in use, modified within the grace period, or owned by others stay.
+    Each entry is moved into a trash folder inside the root in one rename, then removed."""
+    try:
+        pol = Policies(
+            older_than_s=parse_age(older_than) if older_than is not None else None,
+            max_size_bytes=parse_size(max_size) if max_size is not None else None,
+            keep=keep, unhittable=unhittable, corrupt=corrupt, partial=partial)
+    except QueryError as exc:
+        fail(str(exc))
+    if pol.empty:
+        fail("choose at least one policy: --older-than, --max-size, --keep, --unhittable, "
+             "--corrupt or --partial (or use `vllm-cache rm KEY`)")
+    prot = Protections(grace_s=parse_grace(grace), all_users=all_users)
+    info = load_root(root, force)
+    env: Environment | None = detect_environment(python) if unhittable else None
+    if env is not None and env.error and python:
+        fail(f"--python {python}: {env.error}")
+    plan = plan_prune(info, pol, prot, environment=env, link_sources=True)
+    res = run_plan(plan, dry_run=dry_run, yes=yes, json_out=json_out)
+    if res is not None and res.errors:
+        raise typer.Exit(1)

@@ -1,0 +1,107 @@
+"""``vllm-cache verify [--fix]``: check every entry is whole and named by its own factors."""
+
+from __future__ import annotations
+
+import sys
+from typing import Annotated
+
+import typer
+
+from vllm_cache_tools.cli.common import fail, print_json
+from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.cli.prune import (
+    AllUsersOpt,
+    ForceOpt,
+    GraceOpt,
+    JsonOpt,
+    YesOpt,
+    confirm,
+    parse_grace,
+    render_plan,
+    render_result,
+)
+from vllm_cache_tools.locate import resolve_root
+from vllm_cache_tools.prune import (
+    Policies,
+    Protections,
+    RootRefused,
+    check_prunable_root,
+    execute_plan,
+    plan_prune,
+    prune_report,
+)
+from vllm_cache_tools.store import RootError, scan
+from vllm_cache_tools.verify import VerifyReport, verify, verify_json
+
+
+def _p(line: str = "") -> None:
+    sys.stdout.write(line + "\n")
+
+
+def _render(report: VerifyReport) -> None:
+    n = len(report.problems)
+    entries = len({(p.layout, p.key) for p in report.problems})
+    _p(f"checked {report.checked} entries under {report.root}: "
+       + ("no problems" if not n else f"{n} problem(s) in {entries} entries"))
+    for p in report.problems:
+        key = p.key[:12] if p.layout == "aot" else p.key
+        _p(f"  {p.kind:<17} {p.layout:<8} {key:<12} {p.path}")
+        _p(f"  {'':<17} {p.detail}")
+
+
+def verify_cmd(
+    root: RootOpt = None,
+    fix: Annotated[bool, typer.Option(
+        "--fix", help="Remove entries found corrupt or partial, through prune's safe deletion "
+        "(in-use, recent and other users' entries stay).")] = False,
+    grace: GraceOpt = "10m",
+    all_users: AllUsersOpt = False,
+    yes: YesOpt = False,
+    json_out: JsonOpt = False,
+    force: ForceOpt = False,
+) -> None:
+    """Check every entry: empty or truncated AOT models (read by the restricted reader, never
+    executed), leftover *.tmp files, artifacts named but missing, factors without compiled
+    artifacts, unreadable files, and factors that do not re-hash to the entry's key.
+    Exit 0 when clean, 1 when problems were found (and, with --fix, not all removed)."""
+    prot = Protections(grace_s=parse_grace(grace), all_users=all_users)
+    croot = resolve_root(root)
+    try:
+        if fix:
+            check_prunable_root(croot.vllm_root, force)
+        report = verify(croot)
+    except (RootError, RootRefused) as exc:
+        fail(str(exc))
+    out: dict[str, object] = verify_json(report)
+    fixable = report.fixable_entries()
+    remaining = len(report.problems)
+    if not json_out:
+        _render(report)
+    if fix and fixable:
+        reasons: dict[tuple[str, str], str] = {}
+        for p in report.problems:
+            if p.fixable:
+                reasons.setdefault((p.layout, p.key), p.kind)
+        named = tuple((e.path, f"verify: {reasons[(e.layout, e.key)]}") for e in fixable)
+        # Plan from a fresh summary scan: the same view prune has.
+        info = scan(croot, check_in_use=False, use_index=False)
+        plan = plan_prune(info, Policies(named=named), prot, link_sources=True)
+        if not json_out:
+            _p("")
+            render_plan(plan, dry_run=False)
+        if confirm(plan, yes, json_out):
+            res = execute_plan(plan)
+            gone = set(res.deleted)
+            remaining = sum(1 for p in report.problems if p.key not in gone)
+            out["fix"] = prune_report(plan, res)
+            out["fixed"] = sorted(gone)
+            if not json_out:
+                _p("")
+                render_result(res)
+        else:
+            out["fix"] = prune_report(plan, None)
+            out["fixed"] = []
+    out["remaining"] = remaining
+    if json_out:
+        print_json(out)
+    raise typer.Exit(1 if remaining else 0)

@@ -1,0 +1,393 @@
+"""Safe removal of whole cache entries: by atomic rename into a trash folder inside the root,
+then fd-relative deletion that never follows a symlink and never leaves the root.
+
+Why not ``rm -rf``: vLLM engines load and write entries while we prune. An entry is either
+whole in its place or gone from it, never half-deleted where vLLM would find it: the only
+operation on the entry's place is one ``rename(2)`` of its folder into
+``<root>/torch_compile_cache/.vllm-cache-trash/``. Everything after happens in the trash, where
+vLLM never looks; a prune killed mid-way leaves its items there and the next run finishes them
+(:meth:`Trash.empty`).
+
+Every path operation is relative to a folder fd opened with ``O_NOFOLLOW``: a symlink planted
+anywhere (even swapped in after planning) is unlinked as a link, never entered, so nothing
+outside the root is touched. Folders are told apart by the directory entry's type, not by
+``stat`` of the target.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import os
+import stat as st
+import time
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+TRASH_DIRNAME = ".vllm-cache-trash"
+"""Inside ``torch_compile_cache`` (same filesystem as the entries, so rename is atomic)."""
+LOCKS_DIRNAME = "locks"
+"""Inside the trash: the entry lock file (:class:`EntryLocks`)."""
+
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class UnsafeTree(OSError):
+    """A folder we must operate in is a symlink or not a folder."""
+
+
+def open_dir(name: str | os.PathLike[str], dir_fd: int | None = None) -> int:
+    """Open a folder without following a symlink at its last component."""
+    try:
+        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise UnsafeTree(exc.errno, f"{os.fsdecode(name)} is a symlink or not a "
+                             "folder (not followed)") from None
+        raise
+
+
+@dataclass(frozen=True)
+class RemoveResult:
+    files: int
+    dirs: int
+    error: str | None = None
+    """Why removal stopped (the item stays, partly removed, in the trash); ``None`` if done."""
+
+
+def remove_tree_at(parent_fd: int, name: str) -> RemoveResult:
+    """Remove ``name`` under the folder ``parent_fd`` and everything in it.
+
+    Iterative (no recursion limit), fd-relative (``unlinkat``/``openat``/``rmdir`` with
+    ``dir_fd``), ``O_NOFOLLOW`` on every folder: a symlink is removed as a link. Names that
+    vanish meanwhile (another process emptying the same trash item) are not errors."""
+    files = dirs = 0
+    try:
+        top = open_dir(name, parent_fd)
+    except FileNotFoundError:
+        return RemoveResult(0, 0)
+    except UnsafeTree:
+        try:
+            os.unlink(name, dir_fd=parent_fd)
+            return RemoveResult(1, 0)
+        except FileNotFoundError:
+            return RemoveResult(0, 0)
+        except OSError as exc:
+            return RemoveResult(0, 0, f"{name}: {exc.strerror}")
+    except OSError as exc:
+        return RemoveResult(0, 0, f"{name}: {exc.strerror}")
+    # Frames: [folder fd, its name in the parent frame, pending subfolder names or None, tries]
+    stack: list[list[object]] = [[top, name, None, 0]]
+    unlink = os.unlink
+    try:
+        while stack:
+            frame = stack[-1]
+            fd = frame[0]
+            assert isinstance(fd, int)
+            if frame[2] is None:
+                subdirs: list[str] = []
+                with os.scandir(fd) as it:
+                    for e in it:
+                        try:
+                            if e.is_dir(follow_symlinks=False):
+                                subdirs.append(e.name)
+                                continue
+                            unlink(e.name, dir_fd=fd)
+                            files += 1
+                        except FileNotFoundError:
+                            pass
+                        except IsADirectoryError:  # replaced by a folder meanwhile
+                            subdirs.append(e.name)
+                frame[2] = subdirs
+            pending = frame[2]
+            assert isinstance(pending, list)
+            if pending:
+                sub = pending.pop()
+                try:
+                    stack.append([open_dir(sub, fd), sub, None, 0])
+                except FileNotFoundError:
+                    pass
+                except UnsafeTree:  # became a link or a file: remove the name itself
+                    try:
+                        unlink(sub, dir_fd=fd)
+                        files += 1
+                    except FileNotFoundError:
+                        pass
+                continue
+            stack.pop()
+            os.close(fd)
+            parent = stack[-1][0] if stack else parent_fd
+            assert isinstance(parent, int)
+            try:
+                os.rmdir(str(frame[1]), dir_fd=parent)
+                dirs += 1
+            except FileNotFoundError:
+                pass
+            except OSError as exc:
+                tries = int(frame[3])  # type: ignore[call-overload]
+                if exc.errno != errno.ENOTEMPTY or tries >= 3:
+                    raise
+                # Something was added after we listed it: list again.
+                stack.append([open_dir(str(frame[1]), parent), frame[1], None, tries + 1])
+    except OSError as exc:
+        where = "/".join(str(f[1]) for f in stack)
+        for f in stack:
+            os.close(f[0])  # type: ignore[arg-type]
+        return RemoveResult(files, dirs, f"{where or name}: {exc.strerror or exc}")
+    return RemoveResult(files, dirs)
+
+
+@dataclass(frozen=True)
+class TreeCheck:
+    """A fresh, fd-relative look at an entry's folders just before it is moved."""
+
+    changed: bool
+    """A folder was added, removed or replaced, or its mtime differs from ``dir_mtimes``."""
+    newest_ns: int
+    problem: str | None
+    """Why the entry must not be moved (a folder we may not empty), else ``None``."""
+
+
+def check_tree_at(parent_fd: int, name: str, dir_mtimes: tuple[tuple[str, int], ...],
+                  uid: int | None = None) -> TreeCheck:
+    """Re-stat, relative to the entry's folder fd, every folder recorded when the entry was
+    planned (``dir_mtimes``: relative path -> mtime_ns; ``.`` is the entry). Creating,
+    renaming or removing a file changes its folder's mtime, which is how vLLM and Inductor
+    write, so equal mtimes mean no file came or went; a new subfolder changes its parent's.
+    Each folder must also be ours to empty (read, write and search), so that an entry we
+    could only partly remove is never moved at all."""
+    uid = os.geteuid() if uid is None else uid
+    newest = 0
+    ok = os.W_OK | os.X_OK | os.R_OK
+    try:
+        fd = open_dir(name, parent_fd)
+    except OSError as exc:
+        return TreeCheck(True, 0, f"{name}: {exc.strerror or exc}")
+    try:
+        lstat = os.lstat
+        for rel, mtime in dir_mtimes:
+            try:
+                s = lstat(rel, dir_fd=fd) if rel != "." else os.fstat(fd)
+            except FileNotFoundError:
+                return TreeCheck(True, newest, None)
+            if not st.S_ISDIR(s.st_mode) or s.st_mtime_ns != mtime:
+                return TreeCheck(True, max(newest, s.st_mtime_ns), None)
+            newest = max(newest, s.st_mtime_ns)
+            # Owner with rwx: no access(2) call needed (true with or without privileges).
+            if s.st_uid == uid and s.st_mode & 0o700 == 0o700:
+                continue
+            where = name if rel == "." else f"{name}/{rel}"
+            if rel == ".":
+                allowed = os.access(name, ok, dir_fd=parent_fd, effective_ids=True,
+                                    follow_symlinks=False)
+            else:
+                allowed = os.access(rel, ok, dir_fd=fd, effective_ids=True,
+                                    follow_symlinks=False)
+            if not allowed:
+                return TreeCheck(False, newest, f"permission denied: cannot empty {where}")
+    except OSError as exc:
+        return TreeCheck(True, newest, f"{exc.strerror or exc}")
+    finally:
+        os.close(fd)
+    return TreeCheck(False, newest, None)
+
+
+class EntryLocks:
+    """Per-entry exclusive locks, held by a vllm-cache process while it re-checks and moves
+    one entry, so that two prunes (or a prune and a ``verify --fix``) never act on one entry
+    at once. vLLM itself takes no such lock: entries in use are found through /proc and the
+    grace period instead.
+
+    Each entry's lock is a one-byte POSIX record lock (``lockf``) at an offset derived from
+    its name (60 bits of sha256) in one shared file, ``<trash>/locks/entries.lock``: no lock
+    file is created or removed per entry (that costs as much as the deletion on a busy
+    journal), and the kernel drops the locks of a process that dies. The file is made
+    writable by everyone who may use the trash (a write lock needs a writable fd) and is
+    opened without ``O_CREAT`` when it exists, which a shared sticky folder allows."""
+
+    FILENAME = "entries.lock"
+
+    def __init__(self, locks_fd: int) -> None:
+        self.fd = -1
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+        for _ in range(5):
+            try:
+                self.fd = os.open(self.FILENAME, flags, dir_fd=locks_fd)
+                break
+            except FileNotFoundError:
+                try:
+                    self.fd = os.open(self.FILENAME, flags | os.O_CREAT | os.O_EXCL, 0o666,
+                                      dir_fd=locks_fd)
+                except FileExistsError:
+                    continue
+                os.fchmod(self.fd, 0o666)
+                break
+        if self.fd < 0:
+            raise OSError(errno.EAGAIN, "cannot open the entry lock file")
+
+    @staticmethod
+    def offset(name: str) -> int:
+        return int.from_bytes(hashlib.sha256(name.encode()).digest()[:8], "big") >> 4
+
+    def try_lock(self, name: str) -> bool:
+        try:
+            fcntl.lockf(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, self.offset(name))
+        except OSError as exc:
+            if exc.errno in (errno.EACCES, errno.EAGAIN):
+                return False
+            raise
+        return True
+
+    def unlock(self, name: str) -> None:
+        fcntl.lockf(self.fd, fcntl.LOCK_UN, 1, self.offset(name))
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+@dataclass(frozen=True)
+class TrashItem:
+    name: str
+    uid: int
+
+
+class Trash:
+    """``<compile cache>/.vllm-cache-trash``: where entries go in one rename, and are then
+    removed. Everything in it except ``locks/`` is doomed; nothing else ever goes in."""
+
+    def __init__(self, cc_fd: int, create: bool) -> None:
+        self.fd: int | None = None
+        self.locks_fd: int | None = None
+        if create:
+            mode = os.fstat(cc_fd).st_mode & 0o7777
+            for name, parent in ((TRASH_DIRNAME, cc_fd), (LOCKS_DIRNAME, None)):
+                pfd = parent if parent is not None else self.fd
+                assert pfd is not None
+                try:
+                    os.mkdir(name, 0o700, dir_fd=pfd)
+                    # Same permissions as torch_compile_cache (umask aside): on a shared root
+                    # other users can use the trash and locks as they use the cache.
+                    fd = open_dir(name, pfd)
+                    os.fchmod(fd, mode)
+                except FileExistsError:
+                    fd = open_dir(name, pfd)
+                if self.fd is None:
+                    self.fd = fd
+                else:
+                    self.locks_fd = fd
+        else:
+            try:
+                self.fd = open_dir(TRASH_DIRNAME, cc_fd)
+            except FileNotFoundError:
+                return
+            with suppress(FileNotFoundError):
+                self.locks_fd = open_dir(LOCKS_DIRNAME, self.fd)
+
+    def close(self) -> None:
+        for fd in (self.fd, self.locks_fd):
+            if fd is not None:
+                os.close(fd)
+        self.fd = self.locks_fd = None
+
+    def new_name(self, key: str) -> str:
+        return f"{key}.{os.getpid()}.{time.time_ns():x}"
+
+    def items(self) -> list[TrashItem]:
+        if self.fd is None:
+            return []
+        out = []
+        with os.scandir(self.fd) as it:
+            for e in it:
+                if e.name == LOCKS_DIRNAME:
+                    continue
+                try:
+                    out.append(TrashItem(e.name, e.stat(follow_symlinks=False).st_uid))
+                except FileNotFoundError:
+                    continue
+        return sorted(out, key=lambda t: t.name)
+
+    def remove(self, name: str) -> RemoveResult:
+        assert self.fd is not None
+        return remove_tree_at(self.fd, name)
+
+    def empty(self, uid: int | None) -> list[tuple[TrashItem, RemoveResult]]:
+        """Finish what earlier (possibly killed) runs left: remove every item, or only those
+        owned by ``uid``."""
+        done = []
+        for item in self.items():
+            if uid is not None and item.uid != uid:
+                continue
+            done.append((item, self.remove(item.name)))
+        return done
+
+
+class RootHandle:
+    """Open folder fds of one cache root: the root (its own path may be a symlink; the user
+    named it), ``torch_compile_cache``, its ``torch_aot_compile`` and the older
+    ``<root>/torch_aot_compile`` (vLLM 0.11.1-0.16), each opened without following links."""
+
+    def __init__(self, vllm_root: Path) -> None:
+        self.vllm_root = vllm_root
+        self.root_fd = os.open(vllm_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.fds: dict[str, int | None] = {"backend": None, "aot": None, "aot-old": None}
+        with suppress(FileNotFoundError, UnsafeTree):
+            self.fds["backend"] = open_dir("torch_compile_cache", self.root_fd)
+        cc = self.fds["backend"]
+        if cc is not None:
+            with suppress(FileNotFoundError, UnsafeTree):
+                self.fds["aot"] = open_dir("torch_aot_compile", cc)
+        with suppress(FileNotFoundError, UnsafeTree):
+            self.fds["aot-old"] = open_dir("torch_aot_compile", self.root_fd)
+
+    @property
+    def cc_fd(self) -> int | None:
+        return self.fds["backend"]
+
+    def parent_fd(self, tree: str) -> int | None:
+        return self.fds.get(tree)
+
+    def trash(self, create: bool) -> Trash | None:
+        if self.cc_fd is None:
+            return None
+        return Trash(self.cc_fd, create)
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            if fd is not None:
+                os.close(fd)
+        os.close(self.root_fd)
+
+    def __enter__(self) -> RootHandle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def entry_tree(path: Path, vllm_root: Path) -> str | None:
+    """Which of the root's entry folders holds ``path``: ``backend`` (torch_compile_cache),
+    ``aot`` (torch_compile_cache/torch_aot_compile) or ``aot-old`` (<root>/torch_aot_compile);
+    ``None`` when it is in none of them (another root)."""
+    # Entries found by scanning this root have exactly these parents: no realpath needed.
+    lexical = {vllm_root / "torch_compile_cache": "backend",
+               vllm_root / "torch_compile_cache" / "torch_aot_compile": "aot",
+               vllm_root / "torch_aot_compile": "aot-old"}.get(path.parent)
+    if lexical is not None:
+        return lexical
+    parent = os.path.realpath(path.parent)
+    cc = os.path.realpath(vllm_root / "torch_compile_cache")
+    if parent == cc:
+        return "backend"
+    if parent == os.path.join(cc, "torch_aot_compile"):
+        return "aot"
+    if parent == os.path.join(os.path.realpath(vllm_root), "torch_aot_compile"):
+        return "aot-old"
+    return None
+
+
+def is_dir_stat(s: os.stat_result) -> bool:
+    return st.S_ISDIR(s.st_mode)

@@ -1,0 +1,178 @@
+"""``verify``: is every entry whole and what its name says it is?
+
+Everything is read with the store's safe readers (``scan(deep=True)``): AOT ``model`` pickles
+through the restricted, non-executing reader; ``vllm_compile_cache.py`` with
+``ast.literal_eval``; nothing from the cache is ever imported or run.
+
+Kinds of problem (``--fix`` removes the entries with the first nine, through the same safe
+deletion as ``prune``; the last three are reported only):
+
+- ``empty-model``, ``truncated-model``, ``corrupt-model``: an AOT ``model`` of 0 bytes, cut
+  short, or not a pickle;
+- ``not-aot-model``: a pickle without the code object and system info torch writes;
+- ``missing-model``: a ``rank_*`` folder without ``model``, or an AOT entry without ranks;
+- ``orphan-tmp``: a ``*.tmp`` left by a writer that died before its rename;
+- ``missing-artifact``: ``vllm_compile_cache.py`` names an artifact that is not there;
+- ``no-artifacts``: ``cache_key_factors.json`` but no compiled graph or artifact table;
+- ``corrupt``: factors JSON or artifact table unreadable;
+- ``key-mismatch``: the recorded factors do not re-hash to the folder name;
+- ``unreadable``: a file or folder we may not read;
+- ``symlink``: a symlink inside an entry (never followed).
+
+``key-mismatch`` is reported, not fixed: the recipe is vLLM 0.32-0.33's, and an entry written
+by another version may be named by another recipe (docs/recipes.md).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllm_cache_tools.delete import entry_tree
+from vllm_cache_tools.hashing import backend_key, env_hash_from_factors
+from vllm_cache_tools.locate import CacheRoot, display_path
+from vllm_cache_tools.model import Entry
+from vllm_cache_tools.prune import busy_entries, entry_rel_path, fmt_duration
+from vllm_cache_tools.store import scan
+
+FIXABLE = frozenset({"empty-model", "truncated-model", "corrupt-model", "not-aot-model",
+                     "missing-model", "orphan-tmp", "missing-artifact", "no-artifacts",
+                     "corrupt"})
+_SUFFIX = re.compile(r"-\d+$")  # vLLM 0.9.0-0.9.1 "<key>-<n>"
+
+
+@dataclass(frozen=True)
+class VerifyProblem:
+    key: str
+    layout: str
+    path: str
+    kind: str
+    detail: str
+
+    @property
+    def fixable(self) -> bool:
+        return self.kind in FIXABLE
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    root: Path
+    root_source: str
+    checked: int
+    problems: tuple[VerifyProblem, ...]
+    entries: tuple[Entry, ...]
+
+    def fixable_entries(self) -> list[Entry]:
+        keys = {(p.layout, p.key) for p in self.problems if p.fixable}
+        return [e for e in self.entries if (e.layout, e.key) in keys]
+
+
+def _model_kind(error: str) -> str:
+    if "0 bytes" in error:
+        return "empty-model"
+    if "missing model" in error:
+        return "missing-model"
+    if "truncated" in error or "past the end" in error or "STOP" in error:
+        return "truncated-model"
+    return "corrupt-model"
+
+
+def check_entry(e: Entry) -> list[VerifyProblem]:
+    """Problems of one deep-read entry."""
+    out: list[VerifyProblem] = []
+
+    def add(path: object, kind: str, detail: str) -> None:
+        out.append(VerifyProblem(e.key, e.layout, display_path(str(path)), kind, detail))
+
+    for p in e.stats.tmp_files:
+        add(p, "orphan-tmp", "temporary file left by a writer that died before its rename")
+    for p in e.stats.unreadable:
+        add(p, "unreadable", "cannot be read (permission denied or vanished)")
+    for p in e.stats.symlinks:
+        add(p, "symlink", "symlink inside the entry (not followed)")
+    if e.layout == "aot":
+        if not e.aot_ranks:
+            add(e.path, "missing-model", e.state_detail or "no rank_*/model")
+        for r in e.aot_ranks:
+            if r.error is not None:
+                if "symlink" in r.error:
+                    continue  # already reported as a symlink
+                add(r.path, _model_kind(r.error), r.error)
+            elif r.info is not None and r.info.qualname is None and r.info.torch_version is None:
+                add(r.path, "not-aot-model", "the pickle holds no code object and no system "
+                    "info: not an artifact written by torch/vLLM")
+    else:
+        for prob in e.problems:
+            if prob.kind == "corrupt":
+                add(prob.path, "corrupt", prob.detail)
+        if not e.prefix_dirs:
+            add(e.path, "no-artifacts", e.state_detail or "no rank/prefix folders")
+        for pd in e.prefix_dirs:
+            for art in pd.missing_artifacts:
+                add(pd.path / art, "missing-artifact",
+                    f"named in vllm_compile_cache.py but missing ({pd.rank}/{pd.prefix})")
+            if pd.factors is not None and not pd.has_graph and pd.compiled is None:
+                add(pd.path, "no-artifacts", "cache_key_factors.json but no compiled graph or "
+                    "artifacts (interrupted compile)")
+        out += _key_mismatches(e)
+    return out
+
+
+def _key_mismatches(e: Entry) -> list[VerifyProblem]:
+    seen: set[str] = set()
+    out = []
+    want = _SUFFIX.sub("", e.key)
+    for pd in e.prefix_dirs:
+        f = pd.factors
+        if f is None or f.env is None or not (f.config_hash and f.code_hash and f.compiler_hash):
+            continue
+        key = backend_key([env_hash_from_factors(f.env), f.config_hash, f.code_hash,
+                           f.compiler_hash])
+        if key != want and key not in seen:
+            seen.add(key)
+            out.append(VerifyProblem(
+                e.key, e.layout, display_path(pd.path / "cache_key_factors.json"),
+                "key-mismatch", f"recorded factors re-hash to {key}, the folder is {want} "
+                "(recipe of vLLM 0.32-0.33; another version may name folders differently)"))
+    return out
+
+
+def verify(root: str | Path | CacheRoot | None = None, *, now: float | None = None,
+           busy: Mapping[str, Sequence[int]] | None = None) -> VerifyReport:
+    """Check every entry under the root (deep read). Entries that are in use or were
+    modified in the last minutes get that noted: a compile in progress looks partial."""
+    info = scan(root, deep=True, check_in_use=False, use_index=False)
+    now = time.time() if now is None else now
+    busy = busy_entries(info.root) if busy is None else busy
+    problems: list[VerifyProblem] = []
+    for e in info.entries:
+        found = check_entry(e)
+        note = _activity_note(e, info.root, now, busy)
+        if note:
+            found = [VerifyProblem(p.key, p.layout, p.path, p.kind, f"{p.detail} ({note})")
+                     for p in found]
+        problems += found
+    return VerifyReport(info.root, info.root_source, len(info.entries), tuple(problems),
+                        info.entries)
+
+
+def _activity_note(e: Entry, root: Path, now: float, busy: Mapping[str, Sequence[int]]
+                   ) -> str | None:
+    tree = entry_tree(e.path, root)
+    pids = busy.get(entry_rel_path(tree, e.key)) if tree else None
+    if pids:
+        return f"in use by pid {', '.join(map(str, pids[:5]))}"
+    newest = max([e.stats.newest_mtime or 0.0, *(m / 1e9 for _, m in e.stats.dir_mtimes)])
+    if now - newest < 600:
+        return f"modified {fmt_duration(now - newest)} ago: may still be being written"
+    return None
+
+
+def verify_json(report: VerifyReport) -> dict[str, object]:
+    return {"root": display_path(report.root), "checked": report.checked,
+            "problems": [{"key": p.key, "path": p.path, "kind": p.kind, "detail": p.detail,
+                          "layout": p.layout, "fixable": p.fixable}
+                         for p in report.problems]}
