@@ -45,6 +45,7 @@ from vllm_cache_tools.inuse import open_paths_under
 from vllm_cache_tools.link import install_prefix, sources_code_hashes
 from vllm_cache_tools.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, display_path
 from vllm_cache_tools.model import CacheInfo, Entry, Layout
+from vllm_cache_tools.query import format_size
 from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.serialize import iso
@@ -109,15 +110,6 @@ def fmt_duration(seconds: float) -> str:
     return f"{s:.0f}s"
 
 
-def fmt_size(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "K", "M", "G", "T"):
-        if size < 1024 or unit == "T":
-            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
-        size /= 1024
-    return f"{n}B"
-
-
 @dataclass(frozen=True)
 class Policies:
     """What to remove; an entry goes if any policy chooses it."""
@@ -138,7 +130,7 @@ class Policies:
         if self.older_than_s is not None:
             out.append(f"older-than {fmt_duration(self.older_than_s)}")
         if self.max_size_bytes is not None:
-            out.append(f"max-size {fmt_size(self.max_size_bytes)}")
+            out.append(f"max-size {format_size(self.max_size_bytes)}")
         if self.keep is not None:
             out.append(f"keep {self.keep} per model")
         out += [n for n, on in (("unhittable", self.unhittable), ("corrupt", self.corrupt),
@@ -386,7 +378,7 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
             if remaining <= policies.max_size_bytes:
                 break
             t, src = lu[id(e)]
-            reason = (f"max-size {fmt_size(policies.max_size_bytes)}: least recently used "
+            reason = (f"max-size {format_size(policies.max_size_bytes)}: least recently used "
                       f"(last used {fmt_duration(now - t) + ' ago' if t else 'never'}, {src})")
             why_not = protection_reason(e, info.root, prot, now, busy)
             if why_not is not None:
@@ -397,8 +389,8 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
                 planned.append(pe)
                 remaining -= e.size_bytes
         if remaining > policies.max_size_bytes:
-            notes.append(f"still {fmt_size(remaining)} after this plan, above --max-size "
-                         f"{fmt_size(policies.max_size_bytes)}: the rest is protected")
+            notes.append(f"still {format_size(remaining)} after this plan, above --max-size "
+                         f"{format_size(policies.max_size_bytes)}: the rest is protected")
     for e, why in undecided:
         skipped.append(Skip(e.key, e.layout, e.path, f"unhittable? unknown: {why}"))
     planned.sort(key=lambda p: (p.last_used or 0.0, p.key))

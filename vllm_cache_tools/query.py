@@ -59,6 +59,16 @@ def parse_size(text: str) -> int:
     return int(float(m["n"]) * _UNITS[m["unit"].lower()])
 
 
+def format_size(n: int) -> str:
+    """Bytes -> ``70.9K`` / ``5.1M`` (powers of 1024, as :func:`parse_size` reads them)."""
+    size = float(n)
+    for unit in ("B", "K", "M", "G", "T"):
+        if size < 1024 or unit == "T":
+            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
+        size /= 1024
+    return f"{n}B"
+
+
 def parse_age(text: str) -> float:
     """``30d`` -> seconds."""
     m = _AGE.match(text.strip())

@@ -11,6 +11,8 @@ from typing import Any, NoReturn
 
 from rich.console import Console
 
+from vllm_cache_tools.query import format_size
+
 USAGE_ERROR = 2
 
 
@@ -35,14 +37,7 @@ def console() -> Console:
 
 
 def human_size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    size = float(n)
-    for unit in ("B", "K", "M", "G", "T"):
-        if size < 1024 or unit == "T":
-            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
-        size /= 1024
-    return f"{n}B"
+    return "-" if n is None else format_size(n)
 
 
 def human_age(t: float | None, now: float | None = None) -> str:

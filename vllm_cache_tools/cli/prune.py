@@ -22,12 +22,11 @@ from vllm_cache_tools.prune import (
     check_prunable_root,
     execute_plan,
     fmt_duration,
-    fmt_size,
     plan_prune,
     prune_report,
     trash_leftovers,
 )
-from vllm_cache_tools.query import QueryError, parse_age, parse_size
+from vllm_cache_tools.query import QueryError, format_size, parse_age, parse_size
 from vllm_cache_tools.store import RootError, scan
 
 SHOW_SKIPPED = 30
@@ -73,7 +72,7 @@ def confirm(plan: PrunePlan, yes: bool, json_out: bool) -> bool:
     if not sys.stdin.isatty():
         fail("not deleting without confirmation: stdin is not a terminal; pass --yes, or "
              "--dry-run to only see the plan")
-    sys.stderr.write(f"Delete {len(plan.entries)} entries ({fmt_size(plan.bytes)})? [y/N] ")
+    sys.stderr.write(f"Delete {len(plan.entries)} entries ({format_size(plan.bytes)})? [y/N] ")
     sys.stderr.flush()
     answer = sys.stdin.readline().strip().lower()
     return answer in ("y", "yes")
@@ -85,7 +84,7 @@ def _p(line: str = "") -> None:
 
 def render_plan(plan: PrunePlan, dry_run: bool) -> None:
     _p(f"{'Dry run: would remove' if dry_run else 'Plan: remove'} {len(plan.entries)} of "
-       f"{plan.entry_count} entries, {fmt_size(plan.bytes)} of {fmt_size(plan.total_bytes)} "
+       f"{plan.entry_count} entries, {format_size(plan.bytes)} of {format_size(plan.total_bytes)} "
        f"under {plan.root}")
     grace = fmt_duration(plan.protections.grace_s) if plan.protections.grace_s else "off"
     _p(f"  policies: {', '.join(plan.policies)}; grace {grace}; "
@@ -104,7 +103,7 @@ def render_plan(plan: PrunePlan, dry_run: bool) -> None:
             key = p.key[:12] if p.layout == "aot" else p.key
             used = (f"last used {fmt_duration(plan.made_at - p.last_used)} ago "
                     f"({p.last_used_source})" if p.last_used else "never used")
-            _p(f"    {p.layout:<8} {key:<12} {fmt_size(p.size_bytes):>7}  {used}")
+            _p(f"    {p.layout:<8} {key:<12} {format_size(p.size_bytes):>7}  {used}")
             for r in p.reasons:
                 _p(f"      - {r}")
             if p.same_sources_aot:
@@ -126,7 +125,7 @@ def render_result(res: PruneResult) -> None:
     late = [s for s in res.skipped if id(s) not in plan_skips]
     if res.finished_trash:
         _p(f"finished {len(res.finished_trash)} item(s) an interrupted run left in the trash")
-    _p(f"deleted {len(res.deleted)} entries, freed {fmt_size(res.freed_bytes)}")
+    _p(f"deleted {len(res.deleted)} entries, freed {format_size(res.freed_bytes)}")
     for s in late[:SHOW_SKIPPED]:
         key = s.key[:12] if s.layout == "aot" else s.key
         _p(f"  kept {s.layout} {key}: {s.reason}")
