@@ -176,8 +176,12 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
         else:
             ev = "cache_key_factors.json"
             causes += env_causes(fa.env or {}, fb.env or {}, ev)
-            if fa.code_hash != fb.code_hash:
+            # Proving which AOT entry holds each side's sources re-hashes every candidate:
+            # do it once, and only when the code or compiler hash needs it.
+            ia = ib = None
+            if fa.code_hash != fb.code_hash or fa.compiler_hash != fb.compiler_hash:
                 ia, ib = _linked_aot(a, aots), _linked_aot(b, aots)
+            if fa.code_hash != fb.code_hash:
                 if ia is not None and ib is not None:
                     found = source_causes(ia, ib, "compile-time sources of the AOT entries "
                                           "proven to match each code hash")
@@ -192,7 +196,6 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
                         f"code hash {(fa.code_hash or '')[:12]} -> {(fb.code_hash or '')[:12]}",
                         "the AOT entries of both starts (their pickled sources) or logs"))
             if fa.compiler_hash != fb.compiler_hash:
-                ia, ib = _linked_aot(a, aots), _linked_aot(b, aots)
                 sys_c = system_causes(ia, ib, "AOT system_info") if ia and ib else []
                 causes += sys_c
                 if not sys_c:
