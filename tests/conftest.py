@@ -52,12 +52,16 @@ def real_tp2() -> ScenarioRun:
     return run_scenario(SCENARIOS["compile-tp2"])
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None,
+def run_cli(*args: str, env: dict[str, str] | None = None, inherit: bool = True,
             unprivileged: bool = False) -> subprocess.CompletedProcess[str]:
     """Run the real ``vllm-cache`` console script in a child process. ``unprivileged`` drops
-    root's permission-bypass capabilities (setpriv), so file modes apply as for a normal user."""
+    root's permission-bypass capabilities (setpriv), so file modes apply as for a normal user.
+    ``inherit=False`` runs it in exactly ``env`` (plus this test's XDG dirs): what a vLLM
+    process would see, without the test runner's own variables."""
     exe = Path(sys.executable).parent / "vllm-cache"
-    full_env = {**os.environ, **(env or {})}
+    base = dict(os.environ) if inherit else {
+        k: v for k, v in os.environ.items() if k.startswith("XDG_")}
+    full_env = {**base, **(env or {})}
     cmd = [str(exe), *args]
     if unprivileged and os.geteuid() == 0:
         cmd = ["setpriv", "--bounding-set=-dac_override,-dac_read_search", *cmd]

@@ -124,7 +124,7 @@ def test_against_current_environment(real_compile: ScenarioRun) -> None:
     env = start_env(real_compile.vllm_root, start)
     r = run_cli("explain", "--against-current", _keys(real_compile, 0)[0], "--root",
                 str(real_compile.vllm_root), "--python", str(venv_python()), "--json", "--",
-                *start.serve_args(), env=env)
+                *start.serve_args(), env=env, inherit=False)
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert [(c["component"], c["item"], c["new"]) for c in d["causes"]] == [

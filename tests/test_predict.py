@@ -118,7 +118,7 @@ def test_predict_cli_exit_codes(real_compile: ScenarioRun) -> None:
     env = start_env(real_compile.before(1), start)
     args = ["predict", "--root", str(real_compile.before(1)), "--python", str(venv_python()),
             "--usage", "llm", "--json", "--", *start.serve_args()]
-    r = run_cli(*args, env=env)
+    r = run_cli(*args, env=env, inherit=False)
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["hit"] is True and data["aot"]["hit"] is True
@@ -126,7 +126,7 @@ def test_predict_cli_exit_codes(real_compile: ScenarioRun) -> None:
     assert {"key", "path", "hit", "code_hash_evidence"} <= set(data["backend"])
     assert {"key", "path", "hit", "source_check"} <= set(data["aot"])
     r = run_cli(*args[:-len(start.serve_args())], *start.serve_args()[:1], "--max-model-len",
-                "64", *start.serve_args()[3:], env=env)
+                "64", *start.serve_args()[3:], env=env, inherit=False)
     assert r.returncode == 1, r.stderr
 
 

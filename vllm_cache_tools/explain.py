@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_cache_tools.link import linked_aot_entries
+from vllm_cache_tools.manifestdiff import compiler_causes, config_causes, pick_pair
 from vllm_cache_tools.model import Cause, Entry
 from vllm_cache_tools.read.aot_model import AotModelInfo
 
@@ -168,6 +169,10 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
     unexplained: list[Unexplained] = []
     notes: list[str] = []
     same = a.key == b.key and a.layout == b.layout
+    pair = pick_pair(a.manifests, b.manifests)
+    if pair is not None:
+        notes.append(f"recorder manifests {pair[0].digest} and {pair[1].digest} "
+                     f"({pair[1].rank}{'/' + pair[1].prefix if pair[1].prefix else ''})")
     if a.layout == "backend" and b.layout == "backend":
         fa, fb = a.factors, b.factors
         if fa is None or fb is None:
@@ -197,6 +202,8 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
                         "the AOT entries of both starts (their pickled sources) or logs"))
             if fa.compiler_hash != fb.compiler_hash:
                 sys_c = system_causes(ia, ib, "AOT system_info") if ia and ib else []
+                if not sys_c and pair is not None:
+                    sys_c = compiler_causes(*pair)
                 causes += sys_c
                 if not sys_c:
                     unexplained.append(Unexplained(
@@ -204,7 +211,10 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
                         " (torch, device and triton are equal: an Inductor/functorch option, "
                         "e.g. a TORCHINDUCTOR_* variable)",
                         "a recorder manifest or live hashing (predict) on one side"))
-            if fa.config_hash != fb.config_hash:
+            cfg_c = config_causes(*pair) if pair is not None and \
+                fa.config_hash != fb.config_hash else []
+            causes += cfg_c
+            if fa.config_hash != fb.config_hash and not cfg_c:
                 unexplained.append(Unexplained(
                     "config", f"config hash {fa.config_hash} -> {fb.config_hash}",
                     "enable the recorder to itemise, or compare the starts' logs "
@@ -219,6 +229,11 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
             causes += forward_causes(ia, ib, ev)
             causes += system_causes(ia, ib, ev)
             causes += source_causes(ia, ib, ev)
+            if pair is not None and not same:
+                causes += env_causes(pair[0].env, pair[1].env, "recorder manifests")
+                causes += config_causes(*pair)
+                if not any(c.component == "compiler" for c in causes):
+                    causes += compiler_causes(*pair)
             if not same and not causes:
                 unexplained.append(Unexplained(
                     "env/config", "the AOT key hashes env and config, which the AOT tree does "

@@ -11,6 +11,7 @@ from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.read.compile_cache import CompiledGraphRecord
 from vllm_cache_tools.read.factors import CacheKeyFactors
 from vllm_cache_tools.read.graph import GraphInfo
+from vllm_cache_tools.read.manifest import Manifest
 
 Layout = Literal["backend", "aot"]
 State = Literal["complete", "partial", "corrupt", "in-use", "unknown"]
@@ -109,6 +110,12 @@ class Entry:
     aot_ranks: tuple[AotRank, ...] = ()
     deep: bool = False
     """True when artifacts were read whole (``show``), False for the quick ``ls`` read."""
+    hits: int | None = None
+    """Starts that reused this entry, from the recorder's ledger (``None``: no ledger)."""
+    misses: int | None = None
+    """Starts that had to compile it (normally 1: the one that created it)."""
+    manifests: tuple[Manifest, ...] = ()
+    """The recorder's manifests (deep reads only), oldest first."""
 
     @property
     def size_bytes(self) -> int:

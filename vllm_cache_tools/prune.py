@@ -42,6 +42,7 @@ from vllm_cache_tools.delete import (
 )
 from vllm_cache_tools.hittable import Environment, aot_verdict, describe_env_for_json
 from vllm_cache_tools.inuse import open_paths_under
+from vllm_cache_tools.ledger import usage
 from vllm_cache_tools.link import install_prefix, sources_code_hashes
 from vllm_cache_tools.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, display_path
 from vllm_cache_tools.model import CacheInfo, Entry, Layout
@@ -82,13 +83,9 @@ def check_prunable_root(vllm_root: Path, force: bool = False) -> None:
 
 
 def ledger_last_used(vllm_root: Path) -> Mapping[str, float]:
-    """LEDGER HOOK: entry key -> when vLLM last loaded it, from the recorder's hit ledger.
-
-    The recorder (a vLLM plugin that appends to a ledger under ``locate.state_dir()``) is not
-    built yet, so this returns nothing and last use comes from the store: the atime of the
-    files vLLM loads when the mount records reads, else the newest mtime (``store._times``).
-    When the ledger exists, read it here; everything downstream already prefers it."""
-    return {}
+    """Entry key -> when vLLM last decided it (hit or miss), from the recorder's ledger under
+    ``torch_compile_cache/.vllm-cache-tools/ledger``; empty when the recorder never ran."""
+    return {k: u.last for k, u in usage(vllm_root / COMPILE_CACHE_DIRNAME).items()}
 
 
 def last_use(e: Entry, ledger: Mapping[str, float]) -> tuple[float | None, str | None]:
@@ -400,7 +397,7 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
     if planned:
         note = "last use from " + ", ".join(f"{src} ({n})" for src, n in sorted(sources.items()))
         if not ledger:
-            note += "; no hit ledger yet (the recorder is not built)"
+            note += ("; no hit ledger (the recorder plugin has not run on this root)")
         notes.insert(0, note)
     return PrunePlan(info.root, info.root_source, tuple(planned), tuple(skipped),
                      policies.describe(), prot, now, total, len(entries), environment,

@@ -33,6 +33,8 @@ def entry_summary(e: Entry) -> dict[str, Any]:
         "modified": iso(e.modified),
         "last_used": iso(e.last_used),
         "last_used_source": e.last_used_source,
+        "hits": e.hits,
+        "misses": e.misses,
         "vllm_version": e.vllm_version,
         "torch_version": e.torch_version,
         "model": e.model,

@@ -20,6 +20,7 @@ from vllm_cache_tools import __version__
 from vllm_cache_tools.delete import TRASH_DIRNAME
 from vllm_cache_tools.index import ListingIndex
 from vllm_cache_tools.inuse import open_paths_under
+from vllm_cache_tools.ledger import apply_usage, usage
 from vllm_cache_tools.locate import (
     AOT_DIRNAME,
     COMPILE_CACHE_DIRNAME,
@@ -42,8 +43,10 @@ from vllm_cache_tools.read.compile_cache import read_compile_cache
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.factors import read_factors
 from vllm_cache_tools.read.graph import GraphInfo, model_file_from_head, read_graph
+from vllm_cache_tools.read.manifest import Manifest, read_manifests
 from vllm_cache_tools.read.noatime import read_noatime
 from vllm_cache_tools.read.triton import read_triton_meta
+from vllm_cache_tools.recorder.layout import STATE_DIRNAME
 from vllm_cache_tools.walk import tree_stats
 
 # vLLM 0.9.0-0.9.1 suffixed a second compiled model in one process with "-<n>".
@@ -224,6 +227,7 @@ def read_backend_entry(path: Path, deep: bool = False, progress: Progress | None
         created_source=csrc, modified=modified, last_used=last_used,
         last_used_source=lsrc,  # type: ignore[arg-type]
         vllm_version=None, torch_version=None, model=model, hardware=hardware,
+        manifests=_manifests(path, "backend", deep, problems),
         problems=tuple(problems), prefix_dirs=tuple(prefix_dirs), deep=deep,
     )
 
@@ -307,6 +311,7 @@ def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = N
         last_used=last_used, last_used_source=lsrc,  # type: ignore[arg-type]
         vllm_version=None, torch_version=first.torch_version if first else None,
         model=model_desc, hardware=first.hardware if first else None,
+        manifests=_manifests(path, "aot", deep, problems),
         problems=tuple(problems), aot_ranks=tuple(ranks), deep=deep,
     )
 
@@ -361,8 +366,8 @@ def classify(cc: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
             found += _classify_aot(Path(e.path), problems)
         elif BACKEND_KEY.match(e.name) and _is_dir(e):
             found.append(("backend", Path(e.path)))
-        elif e.name == TRASH_DIRNAME and _is_dir(e):
-            continue  # prune's trash (vllm_cache_tools.delete): ours, not an entry
+        elif e.name in (TRASH_DIRNAME, STATE_DIRNAME) and _is_dir(e):
+            continue  # prune's trash, the recorder's ledger and snapshots: ours, not entries
         elif e.is_symlink():
             problems.append(Problem(display_path(e.path), "symlink", "symlink in the cache root "
                                     "(not followed)"))
@@ -370,6 +375,15 @@ def classify(cc: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
             problems.append(Problem(display_path(e.path), "foreign", "not a vLLM compile-cache "
                                     "entry"))
     return found
+
+
+def _manifests(path: Path, layout: str, deep: bool,
+               problems: list[Problem]) -> tuple[Manifest, ...]:
+    if not deep:
+        return ()
+    found, bad = read_manifests(path, layout)
+    problems += [Problem(display_path(path), "corrupt-manifest", b) for b in bad]
+    return tuple(found)
 
 
 def _summary(e: Entry) -> Entry:
@@ -430,6 +444,8 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
                                 "(not followed; pass its target as --root)"))
     if check_in_use and entries:
         entries = _mark_in_use(entries, open_paths_under(croot.vllm_root))
+    if entries and (cc / STATE_DIRNAME).is_dir():
+        entries = apply_usage(entries, usage(cc))
     return CacheInfo(croot.vllm_root, croot.source, tuple(entries), tuple(others),
                      tuple(problems))
 

@@ -11,6 +11,7 @@ only copy of the truth: this file is the generator.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -106,6 +107,8 @@ class Start:
             flag = "--" + k.replace("_", "-")
             if k == "compilation_config":
                 args += ["-cc", json.dumps(v)]
+            elif isinstance(v, (dict, list)):
+                args += [flag, json.dumps(v)]
             else:
                 args += [flag, str(v)]
         return args
@@ -123,6 +126,10 @@ class Start:
 class Scenario:
     name: str
     starts: tuple[Start, ...]
+    recorder: bool = False
+    """Install this checkout into the venv and record (VLLM_CACHE_TOOLS_RECORD=1)."""
+    setup: str | None = None
+    """Prepared in the empty root before the first start (see SETUPS)."""
 
 
 @dataclass(frozen=True)
@@ -158,7 +165,7 @@ class ScenarioRun:
 
 # Bump when start_env()/run_start() change what a vLLM process sees; the scripts that run
 # inside vLLM's processes are hashed directly.
-RECIPE_VERSION = 2
+RECIPE_VERSION = 3
 
 
 def _sources_digest() -> str:
@@ -168,9 +175,64 @@ def _sources_digest() -> str:
     return h.hexdigest()
 
 
+_FINGERPRINT_SCRIPT = """
+import hashlib
+from torch._functorch import config as fc
+from torch._inductor import config as ic
+from torch._inductor.codecache import CacheBase, torch_key
+f = [CacheBase.get_system(), torch_key(), ic.save_config_portable(), fc.save_config_portable()]
+print(hashlib.sha256(str(f).encode()).hexdigest())
+"""
+
+
+@functools.cache
+def compiler_fingerprint() -> str:
+    """This machine's Inductor state as a worker of the test venv sees it (torch build, device,
+    every Inductor/functorch option, including those read from the environment). It is part of
+    every scenario's key: a cache produced under another compiler state (another machine, a
+    rebuilt venv) would no longer be what vLLM does here, so it is regenerated."""
+    env = start_env(home() / "fingerprint-root", Start(compile_mode=True))
+    out = subprocess.run([str(ensure_venv()), "-c", _FINGERPRINT_SCRIPT], env=env,
+                         capture_output=True, text=True, check=True, timeout=300)
+    return out.stdout.strip()
+
+
+REPO = HERE.parent.parent
+PACKAGE = REPO / "vllm_cache_tools"
+RECORDER_SOURCES = (PACKAGE / "recorder", PACKAGE / "live" / "probe.py", PACKAGE / "__init__.py")
+
+
+def _digest(paths: tuple[Path, ...]) -> str:
+    h = hashlib.sha256()
+    for root in paths:
+        files = [root] if root.is_file() else sorted(root.rglob("*.py"))
+        for f in files:
+            h.update(str(f.relative_to(REPO)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def ensure_package() -> None:
+    """Install this checkout (not editable: what a user's ``pip install`` gives, entry point
+    included) into the vLLM venv when the package changed since the last install."""
+    python = ensure_venv()
+    digest = _digest((PACKAGE, REPO / "pyproject.toml"))
+    stamp = venv_dir() / ".vct-package"
+    with FileLock(str(home() / "venv.lock")):
+        if stamp.exists() and stamp.read_text() == digest:
+            return
+        with open(home() / "package-install.log", "wb") as log:
+            subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-deps",
+                            "--force-reinstall", "--disable-pip-version-check", str(REPO)],
+                           check=True, stdout=log, stderr=log)
+        stamp.write_text(digest)
+
+
 def scenario_key(scn: Scenario) -> str:
     blob = json.dumps({"vllm": VLLM_REQ, "torch": TORCH_REQ, "scenario": asdict(scn),
-                       "sources": _sources_digest()}, sort_keys=True, default=str)
+                       "sources": _sources_digest(), "compiler": compiler_fingerprint(),
+                       "recorder": _digest(RECORDER_SOURCES) if scn.recorder else None},
+                      sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -216,11 +278,19 @@ def restore_pristine_sources() -> None:
         llama_path().write_text(pristine.read_text())
 
 
+# The only variables a vLLM start inherits from the caller. Anything else (CXX,
+# TORCH_COMPILE_DEBUG, VLLM_*, TORCHINDUCTOR_*, a CI runner's extras) can change vLLM's or
+# Inductor's keys, so scenario caches and the predictions checked against them would disagree.
+_INHERITED = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR", "TZ")
+_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+
 def start_env(vllm_root: Path, start: Start) -> dict[str, str]:
-    # Start from the caller's environment minus anything that would change vLLM's keys.
-    env = {k: v for k, v in os.environ.items()
-           if not k.startswith(("VLLM_", "TORCHINDUCTOR_", "TRITON_", "VCT_", "PYTHON"))}
+    """The whole environment of a vLLM start: hermetic, so the same scenario gives the same keys
+    from any shell, CI runner or checkout."""
+    env = {k: os.environ[k] for k in _INHERITED if k in os.environ}
     env.update({
+        "PATH": f"{venv_dir() / 'bin'}:{_PATH}",
         "HF_HUB_OFFLINE": "1",
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "VLLM_LOGGING_LEVEL": "DEBUG",
@@ -228,6 +298,8 @@ def start_env(vllm_root: Path, start: Start) -> dict[str, str]:
         "PYTHONPATH": str(SITE_DIR),
         "PYTHONUNBUFFERED": "1",
         "TOKENIZERS_PARALLELISM": "false",
+        # Our recorder plugin (installed in the venv) records only in scenarios that ask.
+        "VLLM_CACHE_TOOLS_RECORD": "0",
     })
     if start.compile_mode:
         env["VCT_TEST_FORCE_COMPILE"] = "1"
@@ -274,6 +346,10 @@ def run_scenario(scn: Scenario) -> ScenarioRun:
         if d.exists():
             shutil.rmtree(d)
         (d / "root").mkdir(parents=True)
+        if scn.recorder:
+            ensure_package()
+        if scn.setup is not None:
+            SETUPS[scn.setup](d / "root")
         with model_lock():
             restore_pristine_sources()
         records = []
@@ -309,6 +385,16 @@ def copy_root(src: Path, dst: Path) -> Path:
 
 # The scenarios the test-suite and the sample cache use.
 LONG_LEN_ENV = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
+RECORD_ENV = {"VLLM_CACHE_TOOLS_RECORD": "1"}
+
+
+def _block_recorder_state(root: Path) -> None:
+    cc = root / "torch_compile_cache"
+    cc.mkdir(parents=True)
+    (cc / ".vllm-cache-tools").write_text("not a folder: the recorder must cope\n")
+
+
+SETUPS = {"block-recorder-state": _block_recorder_state}
 
 SCENARIOS: dict[str, Scenario] = {
     # Default CPU mode: DYNAMO_TRACE_ONCE, AOT tree only; the second start loads it.
@@ -337,6 +423,23 @@ SCENARIOS: dict[str, Scenario] = {
     "compile-nomega": Scenario("compile-nomega", (
         Start.make(env={"VLLM_USE_MEGA_AOT_ARTIFACT": "0"}, compile_mode=True),
     )),
+    # The recorder plugin installed and on: cold, warm (hit), a field of additional_config,
+    # max_model_len, a planted change outside the key (seed: a hit with another record), and
+    # two tensor-parallel ranks.
+    "recorder": Scenario("recorder", (
+        Start.make(env=RECORD_ENV, compile_mode=True),
+        Start.make(env=RECORD_ENV, compile_mode=True),
+        Start.make(env=RECORD_ENV, compile_mode=True, additional_config={"vct_probe": 1}),
+        Start.make(env=RECORD_ENV, compile_mode=True, max_model_len=64),
+        Start.make(env=RECORD_ENV, compile_mode=True, seed=7),
+        Start.make(env={**RECORD_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0|1"}, compile_mode=True,
+                   tensor_parallel_size=2),
+    ), recorder=True),
+    # The recorder cannot write its ledger or snapshots (a file where its folder goes):
+    # vLLM must start and compile as usual.
+    "recorder-blocked": Scenario("recorder-blocked", (
+        Start.make(env=RECORD_ENV, compile_mode=True),
+    ), recorder=True, setup="block-recorder-state"),
 }
 
 

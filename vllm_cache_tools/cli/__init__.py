@@ -6,6 +6,7 @@ import sys
 
 import typer
 
+from vllm_cache_tools.cli import audit as _audit
 from vllm_cache_tools.cli import diff_graph as _diff_graph
 from vllm_cache_tools.cli import explain as _explain
 from vllm_cache_tools.cli import log as _log
@@ -41,6 +42,7 @@ app.command("diff-graph")(_diff_graph.diff_graph)
 app.command("prune")(_prune.prune)
 app.command("rm")(_rm.rm)
 app.command("verify")(_verify.verify_cmd)
+app.command("audit")(_audit.audit_cmd)
 
 
 def main() -> None:

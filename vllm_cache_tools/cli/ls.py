@@ -90,7 +90,7 @@ def ls(
             table.add_row(
                 e.key[:12] if e.layout == "aot" else e.key, e.layout, human_size(e.size_bytes),
                 str(e.stats.files), ",".join(r.removeprefix("rank_") for r in e.ranks) or "-",
-                e.state, f"{human_age(e.last_used)} ({e.last_used_source or '-'})",
+                e.state, _last_used(e),
                 e.torch_version or "-", e.hardware or "-", _short_model(e.model))
         con.print(table)
         total = sum(e.size_bytes for e in entries)
@@ -135,3 +135,9 @@ def _print_owners(root: Path, entries: Sequence[Entry], json_out: bool) -> None:
                       human_size(o.disk_bytes))
     console().print(table)
 
+
+def _last_used(e: Entry) -> str:
+    src: str = e.last_used_source or "-"
+    if e.hits is not None:
+        src += f", {e.hits} hit" + ("" if e.hits == 1 else "s")
+    return f"{human_age(e.last_used)} ({src})"

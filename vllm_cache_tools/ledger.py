@@ -1,0 +1,58 @@
+"""Use of each entry, from the recorder's ledger: hits, misses, load failures and the last
+time vLLM decided it. Where it exists it is the source of truth for "last used" (``ls``,
+prune's LRU policy); otherwise the store's atime/mtime evidence stands."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from vllm_cache_tools.model import Entry
+from vllm_cache_tools.read.manifest import LedgerEvent, read_ledger
+
+
+@dataclass(frozen=True)
+class Usage:
+    hits: int
+    misses: int
+    load_failures: int
+    first: float
+    last: float
+    last_event: str
+
+
+def summarize(events: Iterable[LedgerEvent]) -> dict[str, Usage]:
+    """Entry key -> usage. One start that decides several ranks/prefixes of one entry counts
+    once per (host, pid)."""
+    seen: dict[str, dict[tuple[str, int | None], LedgerEvent]] = {}
+    for e in events:
+        if e.event == "disabled":
+            continue
+        seen.setdefault(e.key, {})[(e.host, e.pid)] = e
+    out: dict[str, Usage] = {}
+    for key, starts in seen.items():
+        evs = sorted(starts.values(), key=lambda e: e.time)
+        out[key] = Usage(
+            hits=sum(e.event == "hit" for e in evs),
+            misses=sum(e.event == "miss" for e in evs),
+            load_failures=sum(e.event == "load-failure" for e in evs),
+            first=evs[0].time, last=evs[-1].time, last_event=evs[-1].event)
+    return out
+
+
+def usage(compile_cache: Path) -> dict[str, Usage]:
+    return summarize(read_ledger(compile_cache)[0])
+
+
+def apply_usage(entries: Iterable[Entry], use: Mapping[str, Usage]) -> list[Entry]:
+    """Entries with ``last_used`` from the ledger (and their hit counts) where it knows them."""
+    out = []
+    for e in entries:
+        u = use.get(e.key)
+        if u is None:
+            out.append(e)
+        else:
+            out.append(replace(e, last_used=max(u.last, e.last_used or 0.0),
+                               last_used_source="ledger", hits=u.hits, misses=u.misses))
+    return out

