@@ -62,4 +62,5 @@ def test_h200_vs_cpu_factors_name_the_device_and_versions() -> None:
     assert "torch_key" in causes
     assert causes["inductor.benchmark_kernel"].detail.endswith("TORCHINDUCTOR_BENCHMARK_KERNEL")
     assert inductor_env_var("cpp.dynamic_threads") == "TORCHINDUCTOR_CPP_DYNAMIC_THREADS"
+    assert inductor_env_var("cpp.cxx") == "CXX"
     assert diff_inductor_factors(gpu_f, gpu_f, "same") == []

@@ -124,6 +124,32 @@ def test_explain_names_the_config_field(rec: ScenarioRun) -> None:
     assert "model_config.max_model_len changed 128 -> 64" in r.stdout
 
 
+def test_explain_names_the_inductor_option_in_both_trees(rec: ScenarioRun) -> None:
+    b0, a0 = _keys(rec, 0)
+    b6, a6 = _keys(rec, 6)
+    for old, new in ((b0, b6), (a0, a6)):
+        r = run_cli("explain", str(old), str(new), "--root", str(rec.vllm_root), "--json")
+        assert r.returncode == 0, r.stderr
+        d = json.loads(r.stdout)
+        causes = [(c["component"], c["item"], c["old"], c["new"]) for c in d["causes"]]
+        assert causes == [("compiler", "inductor.benchmark_kernel", False, True)], d
+        assert "TORCHINDUCTOR_BENCHMARK_KERNEL" in d["causes"][0]["detail"]
+        assert not d["unexplained"]
+
+
+def test_explain_logs_of_recorded_starts(rec: ScenarioRun) -> None:
+    # The same pairs from the starts' logs: the config line names max_model_len; an
+    # additional_config value is in no log line vLLM writes, so only manifests itemise it.
+    logs = [str(r.log) for r in rec.records]
+    r = run_cli("explain", "--logs", logs[0], logs[3], "--json")
+    d = json.loads(r.stdout)
+    assert ("config", "model_config.max_model_len") in {(c["component"], c["item"])
+                                                        for c in d["causes"]}, d
+    r = run_cli("explain", "--logs", logs[0], logs[2], "--json")
+    d = json.loads(r.stdout)
+    assert r.returncode == 1 and any(u["component"] == "config" for u in d["unexplained"]), d
+
+
 def test_audit_flags_the_planted_unhashed_change(rec: ScenarioRun) -> None:
     # Start 4 changed `seed`, which vLLM 0.32 leaves out of the config hash: it reused the
     # entry of start 0, and its manifest says so.

@@ -68,6 +68,11 @@ def entry_detail(e: Entry) -> dict[str, Any]:
     out = entry_summary(e)
     out["created_source"] = e.created_source
     out["problems"] = [{"path": p.path, "kind": p.kind, "detail": p.detail} for p in e.problems]
+    out["manifests"] = [{"digest": m.digest, "rank": m.rank, "prefix": m.prefix,
+                         "created": iso(m.created), "path": display_path(m.path),
+                         "vllm": (m.data.get("versions") or {}).get("vllm"),
+                         "command_line": m.data.get("command_line"),
+                         "timings": m.data.get("timings")} for m in e.manifests]
     if e.layout == "backend":
         f = e.factors
         check = key_check(e)

@@ -424,8 +424,8 @@ SCENARIOS: dict[str, Scenario] = {
         Start.make(env={"VLLM_USE_MEGA_AOT_ARTIFACT": "0"}, compile_mode=True),
     )),
     # The recorder plugin installed and on: cold, warm (hit), a field of additional_config,
-    # max_model_len, a planted change outside the key (seed: a hit with another record), and
-    # two tensor-parallel ranks.
+    # max_model_len, a planted change outside the key (seed: a hit with another record), two
+    # tensor-parallel ranks, and an Inductor option set by its TORCHINDUCTOR_* variable.
     "recorder": Scenario("recorder", (
         Start.make(env=RECORD_ENV, compile_mode=True),
         Start.make(env=RECORD_ENV, compile_mode=True),
@@ -434,6 +434,8 @@ SCENARIOS: dict[str, Scenario] = {
         Start.make(env=RECORD_ENV, compile_mode=True, seed=7),
         Start.make(env={**RECORD_ENV, "VLLM_CPU_OMP_THREADS_BIND": "0|1"}, compile_mode=True,
                    tensor_parallel_size=2),
+        Start.make(env={**RECORD_ENV, "TORCHINDUCTOR_BENCHMARK_KERNEL": "1"},
+                   compile_mode=True),
     ), recorder=True),
     # The recorder cannot write its ledger or snapshots (a file where its folder goes):
     # vLLM must start and compile as usual.

@@ -134,6 +134,14 @@ def _render(d: dict[str, Any], show_env: bool) -> None:
                       "modules, compile-time copies kept in model):")
             for m in mods:
                 con.print(f"    {m}")
+    mans = d.get("manifests") or []
+    if mans:
+        con.print(f"[bold]recorder manifests[/bold] ({len(mans)}):")
+        for m in mans:
+            where = f"{m['rank']}/{m['prefix']}" if m["prefix"] else m["rank"]
+            t = m.get("timings") or {}
+            con.print(f"    {m['digest']}  {where}  {m['created']}  {t.get('event', '')}  "
+                      f"vllm {m['vllm']}")
     for p in d.get("problems", []):
         con.print(f"  [yellow]problem[/yellow] {p['kind']}: {p['path']}: {p['detail']}")
     _ = human_age

@@ -14,11 +14,18 @@ from vllm_cache_tools.model import Cause
 _TRITON = re.compile(r"^(\d+\.\d+(?:\.\d+)?)")
 
 
+# Options torch reads from variables outside the TORCHINDUCTOR_<OPTION> pattern
+# (torch/_inductor/config.py). A CI runner's CXX changes cpp.cxx and with it the key.
+_OTHER_ENV = {"cpp.cxx": "CXX", "trace.enabled": "TORCH_COMPILE_DEBUG",
+              "trace.save_real_tensors": "TORCH_COMPILE_DEBUG_SAVE_REAL"}
+
+
 def inductor_env_var(option: str) -> str:
     """The env var torch reads for an Inductor option (``benchmark_kernel`` ->
     ``TORCHINDUCTOR_BENCHMARK_KERNEL``; ``cpp.dynamic_threads`` ->
-    ``TORCHINDUCTOR_CPP_DYNAMIC_THREADS``), the usual way such a value changes."""
-    return "TORCHINDUCTOR_" + option.upper().replace(".", "_")
+    ``TORCHINDUCTOR_CPP_DYNAMIC_THREADS``; ``cpp.cxx`` -> ``CXX``), the usual way such a value
+    changes."""
+    return _OTHER_ENV.get(option) or "TORCHINDUCTOR_" + option.upper().replace(".", "_")
 
 
 def _short_triton(v: Any) -> Any:
