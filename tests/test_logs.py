@@ -33,6 +33,7 @@ from vllm_cache_tools.logsummary import (
     summarize,
     traced_groups,
 )
+from vllm_cache_tools.read import logs as logs_mod
 from vllm_cache_tools.read.logs import (
     CompiledFunction,
     LogStream,
@@ -240,6 +241,25 @@ def test_grep_and_python_paths_agree(real_compile: ScenarioRun, real_cpu_default
     a, b = [start_json(s) for s in fast], [start_json(s) for s in slow]
     assert fast.used_grep and not slow.used_grep
     assert a == b and len(a) == len(paths)
+
+
+@real
+def test_split_grep_agrees_with_one_grep(real_compile: ScenarioRun, real_tp2: ScenarioRun,
+                                         tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    # Real logs back to back, searched by 2..7 greps at once: the same starts, the same line
+    # numbers as one grep and as the pure-Python path.
+    big = tmp_path / "vllm.log"
+    data = b"".join(r.log.read_bytes() for run in (real_compile, real_tp2)
+                    for r in run.records)
+    big.write_bytes(data * 3)
+    whole = [start_json(s) for s in LogStream([str(big)], accelerate=False)]
+    monkeypatch.setattr(logs_mod, "SPLIT_MIN", 1)
+    monkeypatch.setattr(logs_mod, "MAX_PARTS", 64)
+    for parts in (2, 3, 7):
+        monkeypatch.setattr(logs_mod.os, "cpu_count", lambda n=parts: n)
+        got = [start_json(s) for s in LogStream([str(big)], accelerate=True)]
+        assert got == whole, parts
 
 
 @real

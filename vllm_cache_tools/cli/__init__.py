@@ -1,53 +1,65 @@
-"""The ``vllm-cache`` command: a thin typer app over the library. One module per verb."""
+"""The ``vllm-cache`` command: a thin typer app over the library. One module per verb,
+imported only when its verb runs (``vllm-cache log`` does not pay for ``predict``'s imports)."""
 
 from __future__ import annotations
 
+import importlib
 import sys
+from typing import Any
 
 import typer
 
-from vllm_cache_tools.cli import audit as _audit
-from vllm_cache_tools.cli import diff_graph as _diff_graph
-from vllm_cache_tools.cli import explain as _explain
-from vllm_cache_tools.cli import log as _log
-from vllm_cache_tools.cli import ls as _ls
-from vllm_cache_tools.cli import predict as _predict
-from vllm_cache_tools.cli import prune as _prune
-from vllm_cache_tools.cli import rm as _rm
-from vllm_cache_tools.cli import show as _show
-from vllm_cache_tools.cli import verify as _verify
 from vllm_cache_tools.cli.common import fail
 
-app = typer.Typer(
-    name="vllm-cache",
-    help="Inspect and manage vLLM's torch.compile cache "
-         "($VLLM_CACHE_ROOT/torch_compile_cache).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-    rich_markup_mode=None,
-)
-app.command("ls")(_ls.ls)
-app.command("show")(_show.show)
-app.command(
-    "predict",
-    context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
-)(_predict.predict_cmd)
-app.command("log")(_log.log)
-app.command(
-    "explain",
-    context_settings={"allow_extra_args": False, "ignore_unknown_options": True},
-)(_explain.explain)
-app.command("diff-graph")(_diff_graph.diff_graph)
-app.command("prune")(_prune.prune)
-app.command("rm")(_rm.rm)
-app.command("verify")(_verify.verify_cmd)
-app.command("audit")(_audit.audit_cmd)
+_PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
+# verb -> (module, function, typer context settings)
+COMMANDS: dict[str, tuple[str, str, dict[str, Any] | None]] = {
+    "ls": ("ls", "ls", None),
+    "show": ("show", "show", None),
+    "predict": ("predict", "predict_cmd", _PASSTHROUGH),
+    "log": ("log", "log", None),
+    "explain": ("explain", "explain", {"allow_extra_args": False,
+                                       "ignore_unknown_options": True}),
+    "diff-graph": ("diff_graph", "diff_graph", None),
+    "prune": ("prune", "prune", None),
+    "rm": ("rm", "rm", None),
+    "verify": ("verify", "verify_cmd", None),
+    "audit": ("audit", "audit_cmd", None),
+}
+
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The app with every verb, or with ``only`` one (kept a group, so ``vllm-cache VERB``
+    parses the same either way)."""
+    app = typer.Typer(
+        name="vllm-cache",
+        help="Inspect and manage vLLM's torch.compile cache "
+             "($VLLM_CACHE_ROOT/torch_compile_cache).",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        rich_markup_mode=None,
+    )
+    for verb, (mod, fn, ctx) in COMMANDS.items():
+        if only is not None and verb != only:
+            continue
+        func = getattr(importlib.import_module(f"vllm_cache_tools.cli.{mod}"), fn)
+        app.command(verb, **({"context_settings": ctx} if ctx else {}))(func)
+    if only is not None:
+        app.callback()(lambda: None)
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":  # the whole app, for callers that want it (e.g. click's testing tools)
+        return build_app()
+    raise AttributeError(name)
 
 
 def main() -> None:
+    verb = sys.argv[1] if len(sys.argv) > 1 else None
     try:
-        app()
+        build_app(verb if verb in COMMANDS else None)()
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)

@@ -33,6 +33,8 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -981,23 +983,151 @@ def _filtered(read: Callable[[int], bytes]) -> Iterator[tuple[int, bytes]]:
         base += block.count(b"\n")
 
 
+SPLIT_MIN = 64 << 20
+"""Files at least this big are searched by several greps at once (one per CPU)."""
+MAX_PARTS = 4
+
+
+def _grep_cmd(exe: str, offsets: bool) -> list[str]:
+    cmd = [exe, "-a", "-n"] + (["-b"] if offsets else []) + ["-F"]
+    for anchor in ANCHORS:
+        cmd += ["-e", anchor.decode()]
+    return cmd
+
+
 def _grep_lines(path: str) -> Iterator[tuple[int, bytes]] | None:
     """Candidate lines through ``grep -F`` with the same anchors (about 2.5 times faster than
-    the Python search on a 1 GiB log, benchmarks/bench_log.py); None when there is no grep."""
+    the Python search on a 1 GiB log, benchmarks/bench_log.py); None when there is no grep.
+    A big file is cut into parts at line ends and each part searched by its own grep."""
     exe = shutil.which("grep")
     if exe is None:
         return None
-    cmd = [exe, "-a", "-n", "-F"]
-    for anchor in ANCHORS:
-        cmd += ["-e", anchor.decode()]
-    cmd += ["--", path]
     env = {**os.environ, "LC_ALL": "C"}
     try:
-        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, env=env, bufsize=1 << 20)
+        size = os.path.getsize(path)
+        parts = min(os.cpu_count() or 1, MAX_PARTS) if size >= SPLIT_MIN else 1
+        if parts > 1:
+            return _grep_split(exe, path, size, parts, env)
+        proc = subprocess.Popen([*_grep_cmd(exe, False), "--", path], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                bufsize=1 << 20)
     except OSError:
         return None
     return _read_grep(proc)
+
+
+def _line_ends(path: str, size: int, parts: int) -> list[int]:
+    """Part boundaries: ``parts + 1`` offsets, each (but 0 and ``size``) just after a line
+    end."""
+    cuts = [0]
+    with open(path, "rb") as f:
+        for i in range(1, parts):
+            f.seek(max(cuts[-1], size * i // parts))
+            while True:
+                chunk = f.read(1 << 16)
+                if not chunk:
+                    return [*cuts, size]
+                nl = chunk.find(b"\n")
+                if nl >= 0:
+                    cuts.append(f.tell() - len(chunk) + nl + 1)
+                    break
+    return [*cuts, size]
+
+
+class _Part(threading.Thread):
+    """One grep over ``[start, EOF)`` of the file, stopped once it reports a line at or past
+    ``end``: keeps (local line number, line) of its own range in a spooled file and the local
+    number of the first line past it (the same line the next part's grep reports first: that
+    is how the parts' line numbers are joined)."""
+
+    def __init__(self, exe: str, path: str, start: int, end: int, env: dict[str, str]) -> None:
+        super().__init__(daemon=True)
+        self.limit = end - start
+        self.kept = tempfile.SpooledTemporaryFile(max_size=8 << 20)  # noqa: SIM115
+        self.first_local: int | None = None
+        self.past_local: int | None = None
+        self.error: str | None = None
+        self.f = open(path, "rb")  # noqa: SIM115 - closed in run()
+        self.f.seek(start)
+        self.proc = subprocess.Popen(_grep_cmd(exe, True), stdin=self.f,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env,
+                                     bufsize=1 << 20)
+
+    def run(self) -> None:
+        for n, line in self.lines():
+            self.kept.write(b"%d:%s\n" % (n, line))
+
+    def lines(self) -> Iterator[tuple[int, bytes]]:
+        """(local line number, line) of this part's range, as grep reports them (the first
+        part is read this way directly, the others by their thread into ``kept``)."""
+        proc = self.proc
+        assert proc.stdout is not None and proc.stderr is not None
+        killed = False
+        try:
+            out: Any = proc.stdout
+            for block in _blocks(out.read1):
+                for raw in block.split(b"\n")[:-1]:  # blocks end at a line end
+                    c1 = raw.find(b":")
+                    c2 = raw.find(b":", c1 + 1)
+                    try:
+                        n, off = int(raw[:c1]), int(raw[c1 + 1:c2])
+                    except ValueError:
+                        continue
+                    if self.first_local is None:
+                        self.first_local = n
+                    if off >= self.limit:
+                        self.past_local = n
+                        killed = True
+                        proc.kill()
+                        return
+                    yield n, raw[c2 + 1:]
+        finally:
+            proc.stdout.close()
+            err = proc.stderr.read(4096)
+            proc.stderr.close()
+            rc = proc.wait()
+            self.f.close()
+            if not killed and rc > 1:
+                msg = err.decode("utf-8", "replace").strip().splitlines()
+                self.error = msg[-1] if msg else f"exit status {rc}"
+
+
+def _grep_split(exe: str, path: str, size: int, parts: int,
+                env: dict[str, str]) -> Iterator[tuple[int, bytes]]:
+    cuts = _line_ends(path, size, parts)
+    workers = [_Part(exe, path, cuts[i], cuts[i + 1], env) for i in range(len(cuts) - 1)]
+    for w in workers[1:]:
+        w.start()
+    delta = 0  # global line number = local + delta
+    try:
+        yield from workers[0].lines()  # the first part streams while the others search
+        if workers[0].error is not None:
+            raise LogInputError(f"grep failed: {workers[0].error}")
+        for i, w in enumerate(workers):
+            if i == 0:
+                continue
+            w.join()
+            if w.error is not None:
+                raise LogInputError(f"grep failed: {w.error}")
+            if i > 0:
+                prev = workers[i - 1]
+                if prev.past_local is None:
+                    return  # no candidate line after the previous part's range: done
+                # The previous part's first line past its range is this part's first line.
+                assert w.first_local is not None
+                delta += prev.past_local - w.first_local
+            w.kept.seek(0)
+            for raw in _blocks(w.kept.read):
+                for line in raw.split(b"\n")[:-1]:
+                    colon = line.find(b":")
+                    yield int(line[:colon]) + delta, line[colon + 1:]
+    finally:
+        for w in workers:
+            if w.proc.poll() is None:
+                w.proc.kill()
+            if w.is_alive() or w.ident is not None:
+                w.join()
+            w.kept.close()
 
 
 def _read_grep(proc: subprocess.Popen[bytes]) -> Iterator[tuple[int, bytes]]:
