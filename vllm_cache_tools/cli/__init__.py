@@ -44,7 +44,7 @@ def build_app(only: str | None = None) -> typer.Typer:
         if only is not None and verb != only:
             continue
         func = getattr(importlib.import_module(f"vllm_cache_tools.cli.{mod}"), fn)
-        app.command(verb, **({"context_settings": ctx} if ctx else {}))(func)
+        app.command(verb, context_settings=ctx)(func)
     if only is not None:
         app.callback()(lambda: None)
     return app
