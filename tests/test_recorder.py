@@ -211,3 +211,24 @@ def test_redaction() -> None:
             "--port", "8000", "sk-abcdefghijk"]
     assert redact_argv(argv) == ["vllm", "serve", "m", "--api-key", REDACTED,
                                  f"--hf-token={REDACTED}", "--port", "8000", REDACTED]
+
+
+def test_version_gate_and_off_switch(monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+    import types
+
+    from vllm_cache_tools import recorder
+
+    assert recorder.supported("0.32.0") and recorder.supported("0.15.1+cpu")
+    assert not recorder.supported("0.9.2") and not recorder.supported("1.0.0")
+    assert not recorder.supported("garbage")
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.9.2"))
+    before = list(sys.meta_path)
+    recorder.register()  # an unknown version: one warning line, no hooks
+    assert "vLLM 0.9.2 is outside" in capsys.readouterr().err
+    assert sys.meta_path == before
+    monkeypatch.setenv("VLLM_CACHE_TOOLS_RECORD", "0")
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.32.0"))
+    recorder.register()  # off: silent, nothing installed
+    assert capsys.readouterr().err == "" and sys.meta_path == before
