@@ -150,6 +150,22 @@ def test_explain_logs_of_recorded_starts(rec: ScenarioRun) -> None:
     assert r.returncode == 1 and any(u["component"] == "config" for u in d["unexplained"]), d
 
 
+def test_against_current_names_the_field_from_the_manifest(rec: ScenarioRun) -> None:
+    # Entry of start 0 (max_model_len 128) against live hashing of start 3's arguments (64).
+    from tests.realvllm.harness import start_env, venv_python
+
+    b0, _ = _keys(rec, 0)
+    start = rec.scenario.starts[3]
+    r = run_cli("explain", "--against-current", str(b0), "--root", str(rec.vllm_root),
+                "--python", str(venv_python()), "--json", "--", *start.serve_args(),
+                env=start_env(rec.vllm_root, start), inherit=False)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert [(c["component"], c["item"], c["old"], c["new"]) for c in d["causes"]] == [
+        ("config", "model_config.max_model_len", 128, 64)], d
+    assert d["new"] == _keys(rec, 3)[0]
+
+
 def test_audit_flags_the_planted_unhashed_change(rec: ScenarioRun) -> None:
     # Start 4 changed `seed`, which vLLM 0.32 leaves out of the config hash: it reused the
     # entry of start 0, and its manifest says so.

@@ -12,10 +12,17 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_cache_tools.hashing.compiler import diff_inductor_factors
 from vllm_cache_tools.link import linked_aot_entries
-from vllm_cache_tools.manifestdiff import compiler_causes, config_causes, pick_pair
+from vllm_cache_tools.manifestdiff import (
+    compiler_causes,
+    config_causes,
+    field_changes,
+    pick_pair,
+)
 from vllm_cache_tools.model import Cause, Entry
 from vllm_cache_tools.read.aot_model import AotModelInfo
+from vllm_cache_tools.read.manifest import Manifest
 
 
 @dataclass(frozen=True)
@@ -278,31 +285,61 @@ def latest_pair(entries: Sequence[Entry]) -> tuple[Entry, Entry, str] | None:
     return None
 
 
+def _live_config(m: Manifest | None, kp: Any) -> list[Cause]:
+    if m is None or not kp.config_parts:
+        return []
+    return [Cause("config", item, o, n, "recorder manifest vs live hashing")
+            for item, o, n in field_changes(m.config, kp.config_parts, hashed_only=True)]
+
+
+def _live_compiler(m: Manifest | None, kp: Any, backend: bool) -> list[Cause]:
+    if m is None or m.inductor is None or not kp.compiler_factors:
+        return []
+    old, new = dict(m.inductor), dict(kp.compiler_factors)
+    if backend:  # the backend hashed inside torch's aot_compile functorch patch: not comparable
+        old.pop("functorch_config", None)
+        new.pop("functorch_config", None)
+    return diff_inductor_factors(old, new, "recorder manifest vs live hashing")
+
+
 def against_current(entry: Entry, prediction: Any) -> Explanation:
     """Why this environment, now, would miss (or hit) ``entry``: live hashing (predict) on
-    one side, the entry's stored factors on the other."""
+    one side, the entry's stored factors (and its newest recorder manifest) on the other."""
     kp = prediction.key_parts
     causes: list[Cause] = []
     unexplained: list[Unexplained] = []
     key = kp.backend_key if entry.layout == "backend" else kp.aot_key
     same = key == entry.key
     f = entry.factors
+    m = entry.manifests[-1] if entry.manifests else None
     if entry.layout == "backend" and f is not None:
         causes += env_causes(f.env or {}, dict(kp.env_factors or {}),
                              "cache_key_factors.json vs live compile_factors()")
         if f.config_hash != kp.config_hash:
-            unexplained.append(Unexplained("config", f"config hash {f.config_hash} -> "
-                                           f"{kp.config_hash}", "a recorder manifest of the "
-                                           "entry (live sub-config hashes are in predict "
-                                           "--json)"))
+            found = _live_config(m, kp)
+            causes += found
+            if not found:
+                unexplained.append(Unexplained("config", f"config hash {f.config_hash} -> "
+                                               f"{kp.config_hash}", "a recorder manifest of "
+                                               "the entry (live sub-config hashes are in "
+                                               "predict --json)"))
         if f.compiler_hash != kp.compiler_hash:
-            unexplained.append(Unexplained("compiler", f"compiler hash {f.compiler_hash} -> "
-                                           f"{kp.compiler_hash}", "a recorder manifest"))
+            found = _live_compiler(m, kp, backend=True)
+            causes += found
+            if not found:
+                unexplained.append(Unexplained("compiler", f"compiler hash {f.compiler_hash} "
+                                               f"-> {kp.compiler_hash}", "a recorder manifest"))
         if kp.code_hash and f.code_hash != kp.code_hash:
             unexplained.append(Unexplained("code", "code hash differs", "explain A B "
                                            "against an entry of this environment"))
     elif entry.layout == "aot" and entry.aot_info is not None:
         causes += [c for c in prediction.reasons if c.component in ("code", "compiler")]
+        if not same and m is not None:
+            causes += env_causes(m.env, dict(kp.env_factors or {}),
+                                 "recorder manifest vs live compile_factors()")
+            causes += _live_config(m, kp)
+            if not any(c.component == "compiler" for c in causes):
+                causes += _live_compiler(m, kp, backend=False)
         if not same and not causes:
             unexplained.append(Unexplained("env/config", "AOT key differs; the AOT tree "
                                            "stores neither env nor config", "its backend "
