@@ -221,7 +221,7 @@ def read_backend_entry(path: Path, deep: bool = False, progress: Progress | None
     model = next((_short_src(pd.model_file) for pd in prefix_dirs if pd.model_file), None)
     state, detail = _backend_state(prefix_dirs, problems, ranks)
     created, csrc, modified, last_used, lsrc = _times(stats)
-    return Entry(
+    return _versions_from_manifests(Entry(
         key=path.name, layout="backend", path=path, stats=stats, ranks=tuple(ranks),
         prefixes=prefixes, state=state, state_detail=detail, created=created,
         created_source=csrc, modified=modified, last_used=last_used,
@@ -229,7 +229,7 @@ def read_backend_entry(path: Path, deep: bool = False, progress: Progress | None
         vllm_version=None, torch_version=None, model=model, hardware=hardware,
         manifests=_manifests(path, "backend", deep, problems),
         problems=tuple(problems), prefix_dirs=tuple(prefix_dirs), deep=deep,
-    )
+    ))
 
 
 def _backend_state(prefix_dirs: list[PrefixDir], problems: list[Problem],
@@ -304,7 +304,7 @@ def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = N
     prefixes: tuple[str, ...] = ()
     if first is not None and first.compiled_fn is not None and first.compiled_fn.prefix:
         prefixes = (first.compiled_fn.prefix,)
-    return Entry(
+    return _versions_from_manifests(Entry(
         key=path.name, layout="aot", path=path, stats=stats,
         ranks=tuple(r.rank for r in ranks), prefixes=prefixes, state=state,
         state_detail=detail, created=created, created_source=csrc, modified=modified,
@@ -313,7 +313,7 @@ def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = N
         model=model_desc, hardware=first.hardware if first else None,
         manifests=_manifests(path, "aot", deep, problems),
         problems=tuple(problems), aot_ranks=tuple(ranks), deep=deep,
-    )
+    ))
 
 
 def _mark_in_use(entries: list[Entry], open_paths: dict[str, set[int]]) -> list[Entry]:
@@ -375,6 +375,15 @@ def classify(cc: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
             problems.append(Problem(display_path(e.path), "foreign", "not a vLLM compile-cache "
                                     "entry"))
     return found
+
+
+def _versions_from_manifests(e: Entry) -> Entry:
+    """vLLM does not record its own version in either tree; the recorder's manifests do."""
+    if e.vllm_version is None and e.manifests:
+        v = (e.manifests[0].data.get("versions") or {}).get("vllm")
+        if isinstance(v, str):
+            return replace(e, vllm_version=v)
+    return e
 
 
 def _manifests(path: Path, layout: str, deep: bool,
