@@ -93,9 +93,11 @@ def test_ledger_records_miss_then_hit(rec: ScenarioRun) -> None:
     events, problems = read_ledger(cc)
     assert not problems
     mine = [e for e in events if e.key == a0 and e.rank == "rank_0_0"]
-    # start 0 compiled (miss), start 1 loaded (hit), start 4 (seed=7) loaded it too.
-    assert [e.event for e in mine] == ["miss", "hit", "hit"]
-    assert len({e.pid for e in mine}) == 3
+    # start 0 compiled (miss), start 1 loaded (hit), start 4 (seed=7) loaded it too, start 7
+    # (llama.py edited) found it but could not load it: vLLM's reason is kept.
+    assert [e.event for e in mine] == ["miss", "hit", "hit", "load-failure"]
+    assert len({e.pid for e in mine}) == 4
+    assert mine[-1].reason is not None and "Source code has changed" in mine[-1].reason
     b0, _ = _keys(rec, 0)
     assert [e.event for e in events if e.key == b0] == ["miss"]
     # ls: last use from the ledger, with the hit count.
@@ -103,6 +105,13 @@ def test_ledger_records_miss_then_hit(rec: ScenarioRun) -> None:
     entry = next(e for e in json.loads(r.stdout)["entries"] if e["key"] == a0)
     assert entry["last_used_source"] == "ledger" and entry["hits"] == 2
     assert entry["misses"] == 1
+    # prune's LRU policy takes last use from the ledger too.
+    r = run_cli("prune", "--root", str(rec.vllm_root), "--older-than", "0s", "--grace", "0",
+                "--dry-run", "--json")
+    assert r.returncode == 0, r.stderr
+    plan = json.loads(r.stdout)["plan"]["entries"]
+    assert plan and {row["last_used_source"] for row in plan} == {"ledger"}
+    assert "no hit ledger" not in r.stdout
 
 
 def test_explain_names_the_config_field(rec: ScenarioRun) -> None:
@@ -127,8 +136,10 @@ def test_explain_names_the_config_field(rec: ScenarioRun) -> None:
 def test_explain_names_the_inductor_option_in_both_trees(rec: ScenarioRun) -> None:
     b0, a0 = _keys(rec, 0)
     b6, a6 = _keys(rec, 6)
+    # The root before start 7, whose edit of llama.py recompiled (and rewrote) a0.
+    root = rec.before(7)
     for old, new in ((b0, b6), (a0, a6)):
-        r = run_cli("explain", str(old), str(new), "--root", str(rec.vllm_root), "--json")
+        r = run_cli("explain", str(old), str(new), "--root", str(root), "--json")
         assert r.returncode == 0, r.stderr
         d = json.loads(r.stdout)
         causes = [(c["component"], c["item"], c["old"], c["new"]) for c in d["causes"]]
@@ -164,6 +175,26 @@ def test_against_current_names_the_field_from_the_manifest(rec: ScenarioRun) -> 
     assert [(c["component"], c["item"], c["old"], c["new"]) for c in d["causes"]] == [
         ("config", "model_config.max_model_len", 128, 64)], d
     assert d["new"] == _keys(rec, 3)[0]
+
+
+def test_predict_takes_the_traced_files_from_a_manifest(rec: ScenarioRun,
+                                                        tmp_path: Path) -> None:
+    # Without any AOT entry, the backend code hash needs the traced file list: the recorder's
+    # manifest has it. Predicted key == the folder vLLM created for start 0.
+    import shutil
+
+    from tests.realvllm.harness import model_lock, start_env, venv_python
+    from vllm_cache_tools.predict import predict
+
+    root = tmp_path / "root"
+    shutil.copytree(rec.before(1), root, symlinks=True)
+    shutil.rmtree(root / "torch_compile_cache" / "torch_aot_compile")
+    start = rec.scenario.starts[0]
+    with model_lock():
+        p = predict(start.serve_args(), env=start_env(root, start), root=root,
+                    python=str(venv_python()), usage="llm")
+    assert p.backend.key == _keys(rec, 0)[0]
+    assert "recorder manifest" in p.backend.evidence
 
 
 def test_audit_flags_the_planted_unhashed_change(rec: ScenarioRun) -> None:

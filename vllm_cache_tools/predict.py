@@ -30,6 +30,7 @@ from vllm_cache_tools.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, resolve_
 from vllm_cache_tools.model import Cause, Entry, KeyParts
 from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.read.manifest import read_manifests
 from vllm_cache_tools.store import read_backend_entry, scan
 
 PROBE = Path(__file__).resolve().parent / "live" / "probe.py"
@@ -107,6 +108,37 @@ def _files_for(info: AotModelInfo, modules: Mapping[str, Any]) -> dict[str, str 
         if m.get("path"):
             files[m["path"]] = m.get("content")
     return files
+
+
+def _manifest_files(entries: Sequence[Entry], probe: Mapping[str, Any]
+                    ) -> tuple[dict[str, str | None], str] | None:
+    """Traced files of the newest recorder manifest of a backend entry whose traced files
+    include this model's file, with their contents as they are now (what vLLM would hash)."""
+    fws = probe.get("forwards") or []
+    model_file = fws[0].get("file") if fws else None
+    if not model_file:
+        return None
+    best = None
+    for e in entries:
+        if e.layout != "backend":
+            continue
+        for m in read_manifests(e.path, "backend")[0]:
+            paths = [f.get("path") for f in m.data.get("traced_files") or []]
+            if model_file in paths and (best is None or (m.created or 0) > (best.created or 0)):
+                best = m
+    if best is None:
+        return None
+    files: dict[str, str | None] = {}
+    for f in best.data.get("traced_files") or []:
+        path = f.get("path")
+        if not isinstance(path, str):
+            continue
+        try:
+            with open(path, encoding="utf-8") as fh:
+                files[path] = fh.read()
+        except (OSError, UnicodeDecodeError):
+            files[path] = None  # vLLM hashes the path alone
+    return files, best.digest
 
 
 def _source_changes(info: AotModelInfo, modules: Mapping[str, Any]) -> list[Cause]:
@@ -258,16 +290,23 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
         evidence_info = chosen or next(
             (i for i in aot_infos.values()
              if probe["forwards"] and i.qualname == probe["forwards"][0]["qualname"]), None)
-        if evidence_info is None:
+        from_manifest = None if chosen is not None else _manifest_files(entries, probe)
+        if evidence_info is None and from_manifest is None:
             backend = TreePrediction(None, None, None, "code hash unknown: no evidence of "
                                      "the traced files (no AOT entry, manifest or log)",
                                      "unknown")
         else:
-            files = _files_for(evidence_info, probe["modules"])
+            if from_manifest is not None:
+                files, digest = from_manifest
+                how = (f"traced file list of recorder manifest {digest}, contents read now "
+                       "(assumes the same files are traced)")
+            else:
+                assert evidence_info is not None
+                files = _files_for(evidence_info, probe["modules"])
+                how = ("traced sources of this start's AOT entry" if evidence_info is chosen
+                       else "traced modules of another AOT entry of the same forward "
+                       "(assumed unchanged set)")
             parts["code_hash"] = backend_code_hash(files)
-            how = ("traced sources of this start's AOT entry" if evidence_info is chosen
-                   else "traced modules of another AOT entry of the same forward (assumed "
-                   "unchanged set)")
             bkey = backend_key([parts["env_hash"], parts["config_hash"], parts["code_hash"],
                                 parts["compiler_hash"]])
             bdir = cc / bkey / r_dir / "backbone"
