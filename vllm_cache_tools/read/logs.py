@@ -984,8 +984,9 @@ def _filtered(read: Callable[[int], bytes]) -> Iterator[tuple[int, bytes]]:
 
 
 SPLIT_MIN = 64 << 20
-"""Files at least this big are searched by several greps at once (one per CPU)."""
-MAX_PARTS = 4
+"""Files at least this big are searched by several greps at once (one per CPU, at most
+MAX_PARTS)."""
+MAX_PARTS = 16
 
 
 def _grep_cmd(exe: str, offsets: bool) -> list[str]:
