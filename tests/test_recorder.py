@@ -279,3 +279,33 @@ def test_version_gate_and_off_switch(monkeypatch: pytest.MonkeyPatch,
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.32.0"))
     recorder.register()  # off: silent, nothing installed
     assert capsys.readouterr().err == "" and sys.meta_path == before
+
+
+def test_damaged_manifests_and_ledger_are_reported_not_fatal(rec: ScenarioRun,
+                                                             tmp_path: Path) -> None:
+    import shutil
+
+    root = tmp_path / "root"
+    shutil.copytree(rec.vllm_root, root, symlinks=True)
+    cc = root / "torch_compile_cache"
+    b0, _ = _keys(rec, 0)
+    b3, _ = _keys(rec, 3)
+    for m in (cc / b0 / "rank_0_0" / "backbone").glob("vct-manifest.*.json"):
+        m.write_text("{truncated")
+    ledger = next((cc / STATE_DIRNAME / "ledger").glob("*.jsonl"))
+    with open(ledger, "ab") as f:
+        f.write(b"\x80\x81 not json\n{\"time\": 1}\n")
+    events, problems = read_ledger(cc)
+    assert len(problems) == 2 and events  # the good lines are all still read
+    r = run_cli("show", b0, "--root", str(root), "--json")
+    assert r.returncode == 0, r.stderr
+    kinds = {p["kind"] for p in json.loads(r.stdout)["problems"]}
+    assert "corrupt-manifest" in kinds
+    # Without a readable manifest on one side the config change is honestly unexplained.
+    r = run_cli("explain", b0, b3, "--root", str(root), "--json")
+    d = json.loads(r.stdout)
+    assert r.returncode == 1 and [u["component"] for u in d["unexplained"]] == ["config"]
+    r = run_cli("audit", "--root", str(root))
+    assert r.returncode == 1 and "model_config.seed" in r.stdout and not r.stderr
+    r = run_cli("audit", "--root", str(tmp_path / "missing"))
+    assert r.returncode == 2 and "does not exist" in r.stderr
