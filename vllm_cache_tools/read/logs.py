@@ -1083,14 +1083,8 @@ class _Part(threading.Thread):
                         return
                     yield n, raw[c2 + 1:]
         finally:
-            proc.stdout.close()
-            err = proc.stderr.read(4096)
-            proc.stderr.close()
-            rc = proc.wait()
+            self.error = _finish_grep(proc, killed)
             self.f.close()
-            if not killed and rc > 1:
-                msg = err.decode("utf-8", "replace").strip().splitlines()
-                self.error = msg[-1] if msg else f"exit status {rc}"
 
 
 def _grep_split(exe: str, path: str, size: int, parts: int,
@@ -1147,13 +1141,23 @@ def _read_grep(proc: subprocess.Popen[bytes]) -> Iterator[tuple[int, bytes]]:
                     continue
                 yield n, raw[colon + 1:]
     finally:
-        proc.stdout.close()
-        err = proc.stderr.read(4096)
-        proc.stderr.close()
-        rc = proc.wait()
-    if rc > 1:
-        msg = err.decode("utf-8", "replace").strip().splitlines()
-        raise LogInputError(f"grep failed: {msg[-1] if msg else f'exit status {rc}'}")
+        error = _finish_grep(proc)
+    if error is not None:
+        raise LogInputError(f"grep failed: {error}")
+
+
+def _finish_grep(proc: subprocess.Popen[bytes], killed: bool = False) -> str | None:
+    """Close a grep's pipes and reap it; its error (exit status 2 or more) in one line, or
+    None (1 means no line matched; a grep we killed has no error)."""
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read(4096)
+    proc.stderr.close()
+    rc = proc.wait()
+    if killed or rc <= 1:
+        return None
+    msg = err.decode("utf-8", "replace").strip().splitlines()
+    return msg[-1] if msg else f"exit status {rc}"
 
 
 class LogStream:
