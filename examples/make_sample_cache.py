@@ -2,12 +2,13 @@
 
     python examples/make_sample_cache.py
 
-Runs the harness's "compile" scenario (tests/realvllm/harness.py): the same tiny random Llama
-started three times in VLLM_COMPILE mode on one VLLM_CACHE_ROOT: cold (compiles), warm (loads
-the AOT artifact), and with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (a real cause: the env hash
-changes, so vLLM compiles into a new backend and a new AOT entry). The resulting root is copied
-to examples/sample_cache and the three DEBUG logs to examples/sample_logs. The first run creates
-the harness's vLLM venv (a few minutes, ~3.5 GB).
+Runs the harness's "sample" scenario (tests/realvllm/harness.py): the same tiny random Llama
+started three times in VLLM_COMPILE mode on one VLLM_CACHE_ROOT, with this package installed in
+vLLM's environment (its recorder plugin on): cold (compiles), warm (loads the AOT artifact), and
+with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (a real cause: the env hash changes, so vLLM compiles into
+a new backend and a new AOT entry). The recorder's manifests and ledger come along. The
+resulting root is copied to examples/sample_cache and the three DEBUG logs to
+examples/sample_logs. The first run creates the harness's vLLM venv (a few minutes, ~3.5 GB).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from tests.realvllm.harness import SCENARIOS, copy_root, run_scenario  # noqa: E
 
 
 def main() -> None:
-    run = run_scenario(SCENARIOS["compile"])
+    run = run_scenario(SCENARIOS["sample"])
     dst = HERE / "sample_cache"
     logs = HERE / "sample_logs"
     for d in (dst, logs):

@@ -120,3 +120,8 @@ def test_sample_cache_shipped_in_examples() -> None:
     rows = json.loads(r.stdout)["entries"]
     assert {r["layout"] for r in rows} == {"backend", "aot"} and len(rows) == 4
     assert all(r["state"] == "complete" for r in rows)
+    # Made with the recorder on: the warm start's hit is in the ledger, every entry has a
+    # manifest, nothing is flagged by audit.
+    assert sorted(r["hits"] for r in rows) == [0, 0, 0, 1]
+    r = run_cli("audit", "--root", str(root), "--json")
+    assert r.returncode == 0 and json.loads(r.stdout)["with_manifests"] == 4

@@ -46,13 +46,18 @@ def usage(compile_cache: Path) -> dict[str, Usage]:
 
 
 def apply_usage(entries: Iterable[Entry], use: Mapping[str, Usage]) -> list[Entry]:
-    """Entries with ``last_used`` from the ledger (and their hit counts) where it knows them."""
+    """Entries with their hit counts and ``last_used`` from the ledger where it knows them.
+    When the store's evidence is newer (a start with the recorder off, or another reader of the
+    files), that later time is kept with its own source: last use is never moved back, so
+    prune's age policies stay on the safe side."""
     out = []
     for e in entries:
         u = use.get(e.key)
         if u is None:
             out.append(e)
+        elif e.last_used is not None and e.last_used > u.last:
+            out.append(replace(e, hits=u.hits, misses=u.misses))
         else:
-            out.append(replace(e, last_used=max(u.last, e.last_used or 0.0),
-                               last_used_source="ledger", hits=u.hits, misses=u.misses))
+            out.append(replace(e, last_used=u.last, last_used_source="ledger", hits=u.hits,
+                               misses=u.misses))
     return out

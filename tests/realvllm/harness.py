@@ -439,6 +439,13 @@ SCENARIOS: dict[str, Scenario] = {
                    compile_mode=True),
         Start.make(env=RECORD_ENV, compile_mode=True, edit="append-comment"),
     ), recorder=True),
+    # The shipped example (examples/make_sample_cache.py): the "compile" starts with the
+    # recorder on, so the example carries manifests and a ledger too.
+    "sample": Scenario("sample", (
+        Start.make(env=RECORD_ENV, compile_mode=True),
+        Start.make(env=RECORD_ENV, compile_mode=True),
+        Start.make(env={**LONG_LEN_ENV, **RECORD_ENV}, compile_mode=True),
+    ), recorder=True),
     # The recorder cannot write its ledger or snapshots (a file where its folder goes):
     # vLLM must start and compile as usual.
     "recorder-blocked": Scenario("recorder-blocked", (
