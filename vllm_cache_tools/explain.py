@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_cache_tools.hashing.compiler import diff_inductor_factors
 from vllm_cache_tools.link import linked_aot_entries
 from vllm_cache_tools.manifestdiff import (
     compiler_causes,
     config_causes,
-    field_changes,
+    config_field_causes,
+    inductor_causes,
     pick_pair,
 )
 from vllm_cache_tools.model import Cause, Entry
@@ -286,20 +286,14 @@ def latest_pair(entries: Sequence[Entry]) -> tuple[Entry, Entry, str] | None:
 
 
 def _live_config(m: Manifest | None, kp: Any) -> list[Cause]:
-    if m is None or not kp.config_parts:
-        return []
-    return [Cause("config", item, o, n, "recorder manifest vs live hashing")
-            for item, o, n in field_changes(m.config, kp.config_parts, hashed_only=True)]
+    return config_field_causes(m.config if m else None, kp.config_parts,
+                               "recorder manifest vs live hashing")
 
 
 def _live_compiler(m: Manifest | None, kp: Any, backend: bool) -> list[Cause]:
-    if m is None or m.inductor is None or not kp.compiler_factors:
-        return []
-    old, new = dict(m.inductor), dict(kp.compiler_factors)
-    if backend:  # the backend hashed inside torch's aot_compile functorch patch: not comparable
-        old.pop("functorch_config", None)
-        new.pop("functorch_config", None)
-    return diff_inductor_factors(old, new, "recorder manifest vs live hashing")
+    # The backend hashed inside torch's aot_compile functorch patch; the live factors are not.
+    return inductor_causes(m.inductor if m else None, kp.compiler_factors,
+                           "recorder manifest vs live hashing", without_functorch=backend)
 
 
 def against_current(entry: Entry, prediction: Any) -> Explanation:

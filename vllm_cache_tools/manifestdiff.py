@@ -45,16 +45,35 @@ def field_changes(old: Mapping[str, Any], new: Mapping[str, Any],
     return out
 
 
+def config_field_causes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
+                        evidence: str) -> list[Cause]:
+    """Config causes from two sets of sub-config parts (a manifest's, or live hashing's)."""
+    if not old or not new:
+        return []
+    return [Cause("config", item, o, n, evidence) for item, o, n in
+            field_changes(old, new, hashed_only=True)]
+
+
+def inductor_causes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,
+                    evidence: str, without_functorch: bool = False) -> list[Cause]:
+    """Compiler causes from two sets of raw Inductor factors. ``without_functorch``: the
+    functorch config of one side was taken inside torch's ``aot_compile`` patch and the other's
+    outside it, so they are not comparable."""
+    if not old or not new:
+        return []
+    o, n = dict(old), dict(new)
+    if without_functorch:
+        o.pop("functorch_config", None)
+        n.pop("functorch_config", None)
+    return diff_inductor_factors(o, n, evidence)
+
+
 def config_causes(a: Manifest, b: Manifest) -> list[Cause]:
-    ev = "recorder manifests"
-    return [Cause("config", item, o, n, ev) for item, o, n in
-            field_changes(a.config, b.config, hashed_only=True)]
+    return config_field_causes(a.config, b.config, "recorder manifests")
 
 
 def compiler_causes(a: Manifest, b: Manifest) -> list[Cause]:
-    if a.inductor is None or b.inductor is None:
-        return []
-    return diff_inductor_factors(a.inductor, b.inductor, "recorder manifests (Inductor factors)")
+    return inductor_causes(a.inductor, b.inductor, "recorder manifests (Inductor factors)")
 
 
 def pick_pair(old: Sequence[Manifest], new: Sequence[Manifest]) -> tuple[Manifest, Manifest] | None:
