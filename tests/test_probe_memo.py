@@ -218,3 +218,69 @@ def test_memo_key_covers_inputs(tmp_path: Path) -> None:
     ):
         assert other != base
     assert machine["machine"] and machine["cpu_count"]
+
+
+def test_env_watch_reads_and_enumerations() -> None:
+    from vllm_cache_tools.live.probe import EnvWatch
+
+    before = dict(os.environ)
+    with EnvWatch() as w:
+        os.environ.get("VCT_WATCH_A")
+        os.getenv("VCT_WATCH_B")
+        _ = "VCT_WATCH_C" in os.environ
+    assert {"VCT_WATCH_A", "VCT_WATCH_B", "VCT_WATCH_C"} <= w.read and not w.enumerated_by
+    after = {**before, "VCT_WATCH_B": "1", "VCT_UNREAD": "1"}
+    assert w.conflicts(before, after) == ["VCT_WATCH_B"]
+    # tqdm scans for TQDM_* at import: only that prefix counts, though it reads every value.
+    scan = "x = {k: v for k, v in os.environ.items() if k.startswith('TQDM_')}"
+    with EnvWatch() as w:
+        exec(scan, {"__name__": "tqdm.utils", "os": os})
+    assert w.enumerated_by == {"tqdm.utils"}
+    assert w.conflicts(before, {**before, "TORCHINDUCTOR_X": "1"}) == []
+    assert w.conflicts(before, {**before, "TQDM_MININTERVAL": "5"}) == ["TQDM_MININTERVAL"]
+    # Anyone else enumerating could be looking for anything: every change counts.
+    with EnvWatch() as w:
+        exec(scan, {"__name__": "somepkg", "os": os})
+    assert w.conflicts(before, {**before, "TORCHINDUCTOR_X": "1"}) == ["TORCHINDUCTOR_X"]
+    assert "watched" not in type(os.environ).__getitem__.__qualname__  # restored
+
+
+_RESTART = r"""
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("probe", sys.argv[1])
+probe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(probe)
+payload = {"vllm_functorch_patch": {}, "aot_patch": {}}
+out = {}
+for name, env in (("same", dict(os.environ)),
+                  ("changed", {**os.environ, "TORCH_LOGS": "+dynamo"})):
+    child = probe._Child(None)
+    child.send({**payload, "env": env})
+    os.environ.clear(); os.environ.update(env)  # as if this process had set it
+    res = child.result()
+    out[name] = {"conflicts": res.get("preimport_conflicts"), "repr": res["plain_repr"]}
+plain = probe._Child(None)
+plain.kill()
+plain.proc = plain._spawn(preimport=False)
+plain.send({**payload, "env": dict(os.environ)})
+out["plain"] = {"repr": plain.result()["plain_repr"]}
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.realvllm
+def test_inductor_child_restarts_when_early_imports_read_a_changed_variable() -> None:
+    """Real torch: the child imports torch before it knows the worker's environment; a
+    variable that import read and the platform changed makes it start over without early
+    imports, and its factors equal those of a child that never imported early."""
+    import subprocess
+
+    from vllm_cache_tools.probing import PROBE
+
+    r = subprocess.run([str(venv_python()), "-c", _RESTART, str(PROBE)], capture_output=True,
+                       text=True, timeout=300, env={**os.environ, "VLLM_CACHE_TOOLS_RECORD": "0"})
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["same"]["conflicts"] is None
+    assert out["changed"]["conflicts"] == ["TORCH_LOGS"]
+    assert out["changed"]["repr"] == out["plain"]["repr"]

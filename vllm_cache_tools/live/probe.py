@@ -304,8 +304,77 @@ def module_origins() -> dict[str, Any]:
 
 # --- the child: Inductor factors as a freshly spawned worker sees them ----------------------
 
-def child_main() -> None:
+# Modules the child imports before it knows the worker's environment: they take ~1.2 s and
+# do not import torch's Inductor, functorch or Dynamo config (which read the environment at
+# import, and whose values are the factors). Checked: torch 2.10-2.13.
+PREIMPORT = ("torch", "sympy")
+# Code that enumerates the environment during those imports, and the prefix it keeps.
+ENUMERATORS = {"tqdm.utils": "TQDM_"}
+
+
+def _caller_module() -> str:
+    f = sys._getframe(2)
+    while f is not None and f.f_globals.get("__name__") in ("os", "_collections_abc",
+                                                            "collections.abc", __name__):
+        f = f.f_back  # type: ignore[assignment]
+    return str(f.f_globals.get("__name__")) if f is not None else "?"
+
+
+class EnvWatch:
+    """Which environment variables a block of code read (by name), and which modules
+    enumerated them; reads made while an ``ENUMERATORS`` module scans for its prefix count
+    only for names with that prefix."""
+
+    def __init__(self) -> None:
+        self.read: set[str] = set()
+        self.enumerated_by: set[str] = set()
+        cls = type(os.environ)
+        self._cls, self._orig = cls, (cls.__getitem__, cls.__iter__)
+
+    def __enter__(self) -> EnvWatch:
+        getitem, iterate = self._orig
+
+        def watched_getitem(env: Any, key: str) -> Any:
+            prefix = ENUMERATORS.get(_caller_module())
+            if prefix is None or str(key).startswith(prefix):
+                self.read.add(key)
+            return getitem(env, key)
+
+        def watched_iter(env: Any) -> Any:
+            self.enumerated_by.add(_caller_module())
+            return iterate(env)
+
+        self._cls.__getitem__, self._cls.__iter__ = watched_getitem, watched_iter  # type: ignore[method-assign]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._cls.__getitem__, self._cls.__iter__ = self._orig  # type: ignore[method-assign]
+
+    def conflicts(self, before: dict[str, str], after: dict[str, str]) -> list[str]:
+        """Variables that differ between ``before`` (what the watched code saw) and
+        ``after`` and that the watched code read, or could have found by enumerating."""
+        changed = {k for k in set(before) | set(after) if before.get(k) != after.get(k)}
+        out = changed & self.read
+        for site in self.enumerated_by:
+            prefix = ENUMERATORS.get(site)
+            out |= {k for k in changed if prefix is None or k.startswith(prefix)}
+        return sorted(out)
+
+
+def child_main(preimport: bool) -> None:
+    before = dict(os.environ)
+    watch = EnvWatch()
+    if preimport:
+        with watch:
+            for name in PREIMPORT:
+                __import__(name)
     req = json.loads(sys.stdin.read())
+    if preimport:
+        conflicts = watch.conflicts(before, req["env"])
+        if conflicts:  # the caller starts a child that imports after the environment is set
+            sys.stdout.write(json.dumps({"restart": conflicts}))
+            sys.stdout.flush()
+            return
     os.environ.clear()
     os.environ.update(req["env"])
     from torch._functorch import config as functorch_config
@@ -367,8 +436,9 @@ class _Child:
         self.cached: dict[str, Any] | None = None
 
     @staticmethod
-    def _spawn() -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, os.path.abspath(__file__), "--inductor-child"],
+    def _spawn(preimport: bool = True) -> subprocess.Popen[str]:
+        mode = "--inductor-child" if preimport else "--inductor-child-plain"
+        return subprocess.Popen([sys.executable, os.path.abspath(__file__), mode],
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def send(self, payload: dict[str, Any]) -> None:
@@ -399,6 +469,12 @@ class _Child:
         out = self.proc.stdout.read()
         self.proc.wait(timeout=300)
         res: dict[str, Any] = json.loads(out)
+        if "restart" in res:  # its early imports read a variable the platform changed
+            self.proc = self._spawn(preimport=False)
+            self.send(self.payload)
+            res = self.result()
+            res["preimport_conflicts"] = json.loads(out)["restart"]
+            return res
         if self.mod is not None and self.memo is not None:
             self.mod.save(self.key, res, res.get("deps") or {}, Path(self.memo["dir"]))
         return res
@@ -475,8 +551,8 @@ def _merge_deps(out: dict[str, Any]) -> None:
 
 def main() -> None:
     sys.addaudithook(_audit)
-    if sys.argv[1:] == ["--inductor-child"]:
-        child_main()
+    if sys.argv[1:] in (["--inductor-child"], ["--inductor-child-plain"]):
+        child_main(preimport=sys.argv[1] == "--inductor-child")
         os._exit(0)
     req = json.loads(sys.stdin.read() or "{}")
     try:
