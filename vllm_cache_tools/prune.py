@@ -50,10 +50,15 @@ from vllm_cache_tools.query import format_size
 from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.serialize import iso
+from vllm_cache_tools.snapshots import SnapshotSweep, sweep_snapshots
 from vllm_cache_tools.store import read_entry
 
 # --------------------------------------------------------------------------------------------
 # Root safety
+
+
+SNAPSHOT_MIN_AGE_S = 600.0
+"""Recorder source snapshots younger than this (or than the grace period) are never swept."""
 
 
 class RootRefused(ValueError):
@@ -551,6 +556,8 @@ class PruneResult:
     """Trash items left by an earlier, interrupted run and removed by this one."""
     errors: tuple[str, ...] = ()
     """Items that could not be removed from the trash (they stay there, out of vLLM's way)."""
+    snapshots: SnapshotSweep | None = None
+    """The recorder's source snapshots no manifest names any more, swept after deleting."""
 
 
 class _Busy:
@@ -676,8 +683,11 @@ def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1
             if locks is not None:
                 locks.close()
             trash.close()
+    sweep = (sweep_snapshots(plan.root / COMPILE_CACHE_DIRNAME,
+                             min_age_s=max(SNAPSHOT_MIN_AGE_S, prot.grace_s))
+             if deleted else None)
     return PruneResult(plan, tuple(deleted), tuple(skipped), freed, tuple(finished),
-                       tuple(errors))
+                       tuple(errors), sweep)
 
 
 def trash_leftovers(vllm_root: Path) -> list[str]:
@@ -722,6 +732,11 @@ def prune_report(plan: PrunePlan, result: PruneResult | None) -> dict[str, Any]:
     if result is not None:
         out["finished_trash"] = list(result.finished_trash)
         out["errors"] = list(result.errors)
+        sw = result.snapshots
+        out["snapshots"] = None if sw is None else {
+            "removed": list(sw.removed), "freed_bytes": sw.freed_bytes,
+            "kept_referenced": sw.kept_referenced, "kept_young": sw.kept_young,
+            "restored": list(sw.restored), "stopped": sw.stopped, "errors": list(sw.errors)}
     if plan.environment is not None:
         out["environment"] = describe_env_for_json(plan.environment)
     return out

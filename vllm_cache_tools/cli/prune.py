@@ -131,7 +131,12 @@ def render_result(res: PruneResult) -> None:
         _p(f"  kept {s.layout} {key}: {s.reason}")
     if len(late) > SHOW_SKIPPED:
         _p(f"  ... and {len(late) - SHOW_SKIPPED} more kept (--json lists all)")
-    for e in res.errors:
+    sw = res.snapshots
+    if sw is not None and (sw.removed or sw.stopped):
+        _p(f"removed {len(sw.removed)} recorder source snapshot(s) no manifest names any more, "
+           f"freed {format_size(sw.freed_bytes)}" if not sw.stopped else
+           f"recorder source snapshots not swept: {sw.stopped}")
+    for e in (*res.errors, *(sw.errors if sw is not None else ())):
         warn(e)
 
 
