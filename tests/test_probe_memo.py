@@ -284,3 +284,45 @@ def test_inductor_child_restarts_when_early_imports_read_a_changed_variable() ->
     assert out["same"]["conflicts"] is None
     assert out["changed"]["conflicts"] == ["TORCH_LOGS"]
     assert out["changed"]["repr"] == out["plain"]["repr"]
+
+
+def test_config_field_secrets_are_redacted() -> None:
+    import dataclasses
+
+    from vllm_cache_tools.live.probe import config_parts, is_secret_name
+
+    @dataclasses.dataclass
+    class FakeModelConfig:
+        hf_token: str | bool | None = "hf_abcdefghijkl"
+        tokenizer: str = "/models/m"
+        max_num_batched_tokens: int = 128
+        model_loader_extra_config: dict[str, Any] = dataclasses.field(default_factory=lambda: {
+            "aws_secret_access_key": "AKIAxyz", "region": "us-east-1"})
+
+        def compute_hash(self) -> str:
+            return "h"
+
+    class Vllm:
+        model_config = FakeModelConfig()
+
+    fields = config_parts(Vllm())["model_config"]["fields"]
+    assert fields["hf_token"].startswith("<redacted sha256:")
+    assert "hf_abcdefghijkl" not in json.dumps(fields)
+    assert fields["tokenizer"] == "/models/m" and fields["max_num_batched_tokens"] == 128
+    extra = fields["model_loader_extra_config"]
+    assert extra["region"] == "us-east-1" and extra["aws_secret_access_key"].startswith("<red")
+    assert not is_secret_name("tokenizer_mode") and is_secret_name("api-key")
+    Vllm.model_config.hf_token = True  # "use the cached token": not a secret itself
+    assert config_parts(Vllm())["model_config"]["fields"]["hf_token"] is True
+
+
+@pytest.mark.realvllm
+def test_hf_token_never_reaches_the_memo(real_compile: ScenarioRun) -> None:
+    token = "hf_vctTestSecret0123456789"
+    args = [*real_compile.scenario.starts[1].serve_args(), "--hf-token", token]
+    p = _pred(real_compile, args)
+    assert p.probe_run is not None and p.probe_run.kept == "kept"
+    assert p.key_parts.config_parts["model_config"]["fields"]["hf_token"].startswith(
+        "<redacted sha256:")
+    for f in memo_dir().rglob("*.json"):
+        assert token not in f.read_text(), f

@@ -145,9 +145,34 @@ def _jsonable(x: Any, depth: int = 0) -> Any:
     return repr(x)[:500]
 
 
+SECRET_WORDS = frozenset({"token", "key", "secret", "password", "passwd", "credential",
+                          "credentials", "auth", "apikey"})
+
+
+def is_secret_name(name: str) -> bool:
+    """``hf_token``, ``api_key``, ``aws_secret_access_key``: a word of the name (split at
+    ``_``, ``-``, ``.``) is a secret word; ``tokenizer`` or ``max_num_batched_tokens`` is not."""
+    words = name.lower().replace("-", "_").replace(".", "_").split("_")
+    return any(w in SECRET_WORDS for w in words)
+
+
+def redact(name: str, value: Any) -> Any:
+    """A field's JSON value with secrets replaced by a short digest (a changed secret still
+    shows as changed): string values of secret-named fields, at any depth of a dict."""
+    if isinstance(value, dict):
+        return {k: redact(str(k), v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact(name, v) for v in value]
+    if isinstance(value, str) and value and is_secret_name(name):
+        digest = hashlib.sha256(value.encode()).hexdigest()[:12]
+        return f"<redacted sha256:{digest}>"
+    return value
+
+
 def config_parts(vllm_config: Any) -> dict[str, Any]:
-    """Every sub-config's own hash and its fields (JSON-safe; fields are all dataclass
-    fields, hashed or not: a diff must only cite a field when the sub-config hash differs)."""
+    """Every sub-config's own hash and its fields (JSON-safe, secrets redacted; fields are all
+    dataclass fields, hashed or not: a diff must only cite a field when the sub-config hash
+    differs)."""
     import dataclasses
 
     parts: dict[str, Any] = {}
@@ -166,7 +191,7 @@ def config_parts(vllm_config: Any) -> dict[str, Any]:
         if dataclasses.is_dataclass(cfg):
             for f in dataclasses.fields(cfg):
                 try:
-                    fields[f.name] = _jsonable(getattr(cfg, f.name, None))
+                    fields[f.name] = redact(f.name, _jsonable(getattr(cfg, f.name, None)))
                 except Exception:
                     fields[f.name] = "<unreadable>"
         entry["fields"] = fields
@@ -176,7 +201,7 @@ def config_parts(vllm_config: Any) -> dict[str, Any]:
         "hash": hashlib.md5(json.dumps(add, sort_keys=True).encode(),
                             usedforsecurity=False).hexdigest() if isinstance(add, dict)
         else add.compute_hash(),
-        "fields": _jsonable(add)}
+        "fields": redact("additional_config", _jsonable(add))}
     return parts
 
 
@@ -304,10 +329,12 @@ def module_origins() -> dict[str, Any]:
 
 # --- the child: Inductor factors as a freshly spawned worker sees them ----------------------
 
-# Modules the child imports before it knows the worker's environment: they take ~1.2 s and
-# do not import torch's Inductor, functorch or Dynamo config (which read the environment at
-# import, and whose values are the factors). Checked: torch 2.10-2.13.
+# Modules the child imports before it knows the worker's environment: ~1.2 s that then runs
+# beside vLLM's import. They must not import torch's Inductor, functorch or Dynamo config
+# (which read the environment at import, and whose values are the factors): measured so on
+# torch 2.13, and checked at run time on every version (CONFIG_MODULES).
 PREIMPORT = ("torch", "sympy")
+CONFIG_MODULES = ("torch._inductor.config", "torch._functorch.config", "torch._dynamo.config")
 # Code that enumerates the environment during those imports, and the prefix it keeps.
 ENUMERATORS = {"tqdm.utils": "TQDM_"}
 
@@ -370,7 +397,8 @@ def child_main(preimport: bool) -> None:
                 __import__(name)
     req = json.loads(sys.stdin.read())
     if preimport:
-        conflicts = watch.conflicts(before, req["env"])
+        conflicts = [m for m in CONFIG_MODULES if m in sys.modules]
+        conflicts += watch.conflicts(before, req["env"])
         if conflicts:  # the caller starts a child that imports after the environment is set
             sys.stdout.write(json.dumps({"restart": conflicts}))
             sys.stdout.flush()
