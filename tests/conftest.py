@@ -25,6 +25,8 @@ def _own_state_dirs(tmp_path_factory: pytest.TempPathFactory,
     d = tmp_path_factory.mktemp("state")
     monkeypatch.setenv("XDG_CACHE_HOME", str(d / "cache"))
     monkeypatch.setenv("XDG_STATE_HOME", str(d / "state"))
+    # No probe standby outliving a test (tests/test_standby.py turns it on for itself).
+    monkeypatch.setenv("VLLM_CACHE_TOOLS_PROBE_STANDBY", "0")
 
 
 @pytest.fixture(scope="session")
@@ -56,11 +58,12 @@ def run_cli(*args: str, env: dict[str, str] | None = None, inherit: bool = True,
             unprivileged: bool = False) -> subprocess.CompletedProcess[str]:
     """Run the real ``vllm-cache`` console script in a child process. ``unprivileged`` drops
     root's permission-bypass capabilities (setpriv), so file modes apply as for a normal user.
-    ``inherit=False`` runs it in exactly ``env`` (plus this test's XDG dirs): what a vLLM
-    process would see, without the test runner's own variables."""
+    ``inherit=False`` runs it in exactly ``env`` (plus this test's XDG dirs and standby
+    setting): what a vLLM process would see, without the test runner's own variables."""
     exe = Path(sys.executable).parent / "vllm-cache"
     base = dict(os.environ) if inherit else {
-        k: v for k, v in os.environ.items() if k.startswith("XDG_")}
+        k: v for k, v in os.environ.items()
+        if k.startswith("XDG_") or k == "VLLM_CACHE_TOOLS_PROBE_STANDBY"}
     full_env = {**base, **(env or {})}
     cmd = [str(exe), *args]
     if unprivileged and os.geteuid() == 0:

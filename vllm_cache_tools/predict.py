@@ -344,7 +344,8 @@ def prediction_json(p: Prediction) -> dict[str, Any]:
                      "evidence": c.evidence, "detail": c.detail} for c in p.reasons],
         "probe": None if p.probe_run is None else {
             "memo": p.probe_run.memo, "kept": p.probe_run.kept,
-            "seconds": round(p.probe_run.seconds, 3),
+            "seconds": round(p.probe_run.seconds, 3), "served_by": p.probe_run.served_by,
+            "standby": p.probe_run.standby,
             "inductor_factors_from": p.probe_run.data.get("inductor_from")},
     }
 

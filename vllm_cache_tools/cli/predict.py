@@ -61,7 +61,9 @@ def predict_cmd(
         if p.probe_run is not None:
             pr = p.probe_run
             con.print(f"  probe         {pr.seconds:.2f} s, memo: {pr.memo}"
-                      + ("" if pr.memo == "hit" else f"; answer {pr.kept}"))
+                      + ("" if pr.memo == "hit" else
+                         f"; served by {pr.served_by}, answer {pr.kept}; standby: "
+                         f"{pr.standby}"))
         if p.reasons:
             con.print("[bold]reasons[/bold]")
             for c in p.reasons:

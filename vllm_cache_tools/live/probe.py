@@ -58,7 +58,11 @@ _LISTED: set[str] = set()
 _NETWORK: list[str] = []
 _NET_EVENTS = frozenset({"socket.connect", "socket.getaddrinfo", "socket.gethostbyname",
                          "socket.gethostbyaddr", "socket.sendto", "urllib.Request"})
-_NOT_FILES = ("/proc/", "/sys/", "/dev/")
+_NOT_FILES: tuple[str, ...] = ("/proc/", "/sys/", "/dev/")
+_OWN: tuple[str, ...] = ()
+"""The Inductor child's memo folder: read by this probe, but its files are this tool's
+bookkeeping (touched on every use), not inputs of the answer."""
+_OWN_DIRS: set[str] = set()
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -119,11 +123,12 @@ def dependencies() -> dict[str, Any]:
         f = getattr(m, "__file__", None)
         if isinstance(f, str) and os.path.isabs(f):
             files.add(os.path.normpath(f))
-    keep = sorted(p for p in files if not p.startswith(_NOT_FILES))
+    keep = sorted(p for p in files if not p.startswith(_NOT_FILES + _OWN))
     # The folder of each file read as data (a model's config.json): a file added beside it
     # (params.json, a tokenizer file) can change what vLLM decides without being opened.
     listed = _LISTED | {os.path.dirname(p) for p in _OPENED if not p.endswith((".py", ".pyc"))}
-    dirs = sorted(p for p in listed if not p.startswith(_NOT_FILES))
+    dirs = sorted(p for p in listed if not p.startswith(_NOT_FILES + _OWN)
+                  and p not in _OWN_DIRS)
     return {"files": _stats(keep, False), "dirs": _stats(dirs, True),
             "network": sorted(set(_NETWORK))}
 
@@ -456,6 +461,11 @@ class _Child:
     that leaves the worker's environment alone needs no child)."""
 
     def __init__(self, memo: dict[str, Any] | None) -> None:
+        global _OWN
+        if memo:
+            own = os.path.normpath(memo["dir"])
+            _OWN = (own + os.sep,)
+            _OWN_DIRS.update({own, os.path.dirname(own)})
         self.memo = memo
         self.mod = _memo_module() if memo else None
         self.proc = self._spawn()
@@ -563,13 +573,14 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _merge_deps(out: dict[str, Any]) -> None:
-    """This process's dependencies plus the child's, in ``out["deps"]``."""
+def _merge_deps(out: dict[str, Any], base: dict[str, Any] | None = None) -> None:
+    """This process's dependencies plus the child's, in ``out["deps"]``; rows in ``base``
+    (taken when a standby imported vLLM) win: they describe the files as they were loaded."""
     mine = dependencies()
     theirs = (out.get("inductor") or {}).pop("deps", None) or {}
     for kind in ("files", "dirs"):
         merged: dict[str, dict[str, list[Any]]] = {}
-        for source in (theirs.get(kind, {}), mine[kind]):
+        for source in (theirs.get(kind, {}), mine[kind], (base or {}).get(kind, {})):
             for folder, rows in source.items():
                 merged.setdefault(folder, {}).update({r[0]: r for r in rows})
         mine[kind] = {f: [rows[n] for n in sorted(rows)] for f, rows in sorted(merged.items())}
@@ -577,20 +588,86 @@ def _merge_deps(out: dict[str, Any]) -> None:
     out["deps"] = mine
 
 
-def main() -> None:
-    sys.addaudithook(_audit)
-    if sys.argv[1:] in (["--inductor-child"], ["--inductor-child-plain"]):
-        child_main(preimport=sys.argv[1] == "--inductor-child")
-        os._exit(0)
-    req = json.loads(sys.stdin.read() or "{}")
+def answer(req: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
     try:
         out = describe(req)
-        _merge_deps(out)
+        _merge_deps(out, base)
     except SystemExit as exc:  # argparse rejected the arguments
         out = {"error": f"invalid vLLM arguments (argparse exit {exc.code})"}
     except Exception as exc:
         out = {"error": f"{type(exc).__name__}: {exc}",
                "traceback": traceback.format_exc(limit=8)}
+    return out
+
+
+# --- standby: a probe that imported vLLM before it knew its arguments -----------------------
+
+STANDBY_IMPORTS = ("vllm.engine.arg_utils", "vllm.usage.usage_lib",
+                   "vllm.utils.argparse_utils")
+"""What :func:`build_config` imports before it parses the arguments: a standby that imported
+them is where a fresh probe is when it starts parsing."""
+
+
+def standby_main(path: str, idle_s: float) -> None:
+    """Import what a probe imports before it sees its arguments, note every file as it was
+    when imported, then answer exactly one request on the Unix socket ``path`` and leave (the
+    next request gets a new process: no state carries over); leave after ``idle_s`` without
+    one. A connection that sends no request (a liveness check) is closed and ignored."""
+    import socket
+
+    for name in STANDBY_IMPORTS:
+        __import__(name)
+    base = dependencies()
+    srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        srv.bind(path)  # another standby holds it: leave it that one
+    except OSError:
+        return
+    ino = os.stat(path).st_ino
+    srv.listen(8)
+    srv.settimeout(idle_s)
+    req: dict[str, Any] | None = None
+    conn: Any = None
+    try:
+        while req is None:
+            conn, _ = srv.accept()
+            conn.settimeout(60)
+            chunks = []
+            while chunk := conn.recv(1 << 16):
+                chunks.append(chunk)
+            try:
+                req = json.loads(b"".join(chunks)) if chunks else None
+            except ValueError:
+                req = None
+            if req is None:
+                conn.close()
+    except OSError:  # idle timeout (socket.timeout is an OSError), or the socket broke
+        return
+    finally:
+        srv.close()
+        try:
+            if os.stat(path).st_ino == ino:
+                os.unlink(path)
+        except OSError:
+            pass
+    out = answer(req, base)
+    conn.settimeout(None)
+    conn.sendall(("VCT_PROBE " + json.dumps(out) + "\n").encode())
+    conn.close()
+
+
+def main() -> None:
+    sys.addaudithook(_audit)
+    if sys.argv[1:] in (["--inductor-child"], ["--inductor-child-plain"]):
+        child_main(preimport=sys.argv[1] == "--inductor-child")
+        os._exit(0)
+    if sys.argv[1:2] == ["--standby"]:
+        try:
+            standby_main(sys.argv[2], float(sys.argv[3]))
+        finally:
+            os._exit(0)
+    req = json.loads(sys.stdin.read() or "{}")
+    out = answer(req)
     sys.stdout.write("VCT_PROBE " + json.dumps(out) + "\n")
     sys.stdout.flush()
     sys.stderr.flush()
