@@ -179,6 +179,11 @@ def test_store_load_trim_and_bad_memos(tmp_path: Path) -> None:
     assert probememo.load("k2", memo) == (None, "no memo for these inputs")
     (memo / "k3.json").write_text("{not json")
     assert probememo.load("k3", memo) == (None, "memo unreadable")
+    (memo / "k7.json").write_text(json.dumps({"memo_version": probememo.MEMO_VERSION,
+                                              "answer": {}, "deps": {"files": [["x"]]}}))
+    assert probememo.load("k7", memo) == (None, "memo unreadable")
+    shaky = {**deps, "unstable": [str(f)]}
+    assert probememo.save("k8", {}, shaky, memo) == f"not kept: {f} changed while the probe ran"
     net = {**deps, "network": ["socket.connect"]}
     assert probememo.save("k4", {}, net, memo).startswith("not kept: the probe used the network")
     assert not (memo / "k4.json").exists()
@@ -326,3 +331,43 @@ def test_hf_token_never_reaches_the_memo(real_compile: ScenarioRun) -> None:
         "<redacted sha256:")
     for f in memo_dir().rglob("*.json"):
         assert token not in f.read_text(), f
+
+
+_UNSTABLE = r"""
+import importlib.util, json, os, sys, time
+spec = importlib.util.spec_from_file_location("probe", sys.argv[1])
+probe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(probe)
+probe.watch_reads()
+data, mod = sys.argv[2], sys.argv[3]
+open(data).read()
+sys.path.insert(0, os.path.dirname(mod))
+__import__(os.path.basename(mod)[:-3])
+st = os.stat(data)
+os.utime(data, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))  # changed after it was read
+deps = probe.dependencies()
+rows = {os.path.join(d, r[0]): r for d, rs in deps["files"].items() for r in rs}
+print(json.dumps({"unstable": deps["unstable"], "data_row": rows[data],
+                  "module_seen": mod in rows, "first_mtime": st.st_mtime_ns}))
+"""
+
+
+def test_probe_notes_stats_when_it_reads_and_flags_files_changed_since(tmp_path: Path) -> None:
+    """The probe records a file's stat when it opens it (and a module's when the import
+    system checks its source), and lists what changed before its answer was complete."""
+    import subprocess
+    import sys
+
+    from vllm_cache_tools.probing import PROBE
+
+    data = tmp_path / "config.json"
+    data.write_text("{}")
+    mod = tmp_path / "vct_probe_dep_mod.py"
+    mod.write_text("X = 1\n")
+    r = subprocess.run([sys.executable, "-c", _UNSTABLE, str(PROBE), str(data), str(mod)],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["unstable"] == [str(data)]
+    assert out["data_row"][1] == out["first_mtime"]  # the stat as read, not as it is now
+    assert out["module_seen"]

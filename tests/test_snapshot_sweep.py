@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -121,6 +122,34 @@ def test_sweep_keeps_young_restores_late_named_and_stops_on_bad_manifest(
     assert sw.removed == (orphan_a,) and sw.restored == (orphan_b,)
     assert sw.kept_young == 1 and (src / young).exists() and (src / orphan_b).exists()
     assert all((src / n).exists() for n in named)
+    assert not list(src.glob(".sweep-*"))
+    # A recorder reusing an old snapshot touches it (recorder/write.py): even when that
+    # happens after the sweep listed it, the quarantine re-check puts it back.
+    orphan_d = "d" * 64
+    (src / orphan_d).write_text("# orphan d\n")
+    os.utime(src / orphan_d, (1, 1))
+
+    def listed_then_reused(cc_: Path, newer_than: float | None = None
+                           ) -> tuple[set[str], str | None]:
+        out = real(cc_, newer_than)
+        if newer_than is None:
+            from vllm_cache_tools.recorder.write import _place
+
+            _place(str(src / orphan_d), b"# orphan d\n", touch=True)
+        return out
+
+    monkeypatch.setattr(snapshots, "referenced", listed_then_reused)
+    sw = snapshots.sweep_snapshots(cc)
+    assert orphan_d in sw.restored and orphan_d not in sw.removed
+    assert (src / orphan_d).exists()
+    monkeypatch.setattr(snapshots, "referenced", real)
+    # What an interrupted sweep left in quarantine (its process gone) is put back first.
+    left = src / f".sweep-{socket.gethostname()}-999999999-{int(time.time())}"
+    left.mkdir()
+    keep = next(iter(named))
+    os.rename(src / keep, left / keep)
+    snapshots.sweep_snapshots(cc)
+    assert (src / keep).exists() and not left.exists()
     monkeypatch.setattr(snapshots, "referenced", real)
     (manifest.parent / "vct-manifest.0000000000000000.json").write_text("{broken")
     os.utime(src / orphan_b, (1, 1))

@@ -143,6 +143,8 @@ def test_runtime_dir_must_be_private(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert standby.idle_seconds({}) == standby.IDLE_S
     assert standby.idle_seconds({standby.STANDBY_VAR: "0"}) is None
     assert standby.idle_seconds({standby.STANDBY_VAR: "45"}) == 45.0
+    assert standby.idle_seconds({standby.STANDBY_VAR: "inf"}) == standby.MAX_IDLE_S
+    assert standby.idle_seconds({standby.STANDBY_VAR: "nan"}) is None
     assert standby.ask(run / "nobody.sock", {"args": []}) is None
     long_run = tmp_path / ("x" * 90)
     long_run.mkdir()

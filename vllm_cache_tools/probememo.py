@@ -137,7 +137,10 @@ def load(key: str, directory: Path) -> tuple[dict[str, Any] | None, str]:
         return None, "no memo for these inputs"
     except (OSError, ValueError, KeyError, TypeError):
         return None, "memo unreadable"
-    changed = stale_dependency(deps)
+    try:
+        changed = stale_dependency(deps)
+    except (AttributeError, TypeError, ValueError, IndexError):
+        return None, "memo unreadable"
     if changed is not None:
         return None, f"memo stale: {changed} changed"
     with contextlib.suppress(OSError):
@@ -152,6 +155,8 @@ def save(key: str, answer: Mapping[str, Any], deps: Mapping[str, Any], directory
     cache folder (the memo is an optimisation)."""
     if deps.get("network"):
         return "not kept: the probe used the network (" + ", ".join(deps["network"]) + ")"
+    if deps.get("unstable"):
+        return f"not kept: {deps['unstable'][0]} changed while the probe ran"
     d = directory
     try:
         d.mkdir(parents=True, exist_ok=True)

@@ -50,7 +50,9 @@ def _checked(data: dict[str, Any], exe: str) -> dict[str, Any]:
         msg = str(data["error"])
         if "No module named 'vllm'" in msg:
             raise PredictError(f"vLLM is not installed for {exe}")
-        raise PredictError(f"vLLM rejected the arguments: {msg}")
+        if data.get("error_kind", "arguments") == "arguments":
+            raise PredictError(f"vLLM rejected the arguments: {msg}")
+        raise PredictError(f"the vLLM probe failed: {msg}")
     return data
 
 
@@ -62,6 +64,10 @@ def _invoke(req: Mapping[str, Any], env: Mapping[str, str], exe: str) -> dict[st
         raise PredictError(f"python interpreter not found: {exe}") from None
     except PermissionError:
         raise PredictError(f"python interpreter not executable: {exe}") from None
+    except OSError as exc:
+        raise PredictError(f"cannot run {exe}: {exc.strerror or exc}") from None
+    except subprocess.TimeoutExpired:
+        raise PredictError(f"the vLLM probe did not answer within 900 s ({exe})") from None
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("VCT_PROBE ")), None)
     if line is None:
         if "No module named 'vllm'" in proc.stderr or "No module named 'torch'" in proc.stderr:
@@ -79,10 +85,16 @@ def _from_standby(path: Path | None, req: Mapping[str, Any], exe: str
     data = standby.ask(path, req)
     if data is None:
         return None, "none waiting"
-    changed = probememo.stale_dependency(data.get("deps") or {})
+    if "error" in data:  # maybe an older vLLM than is installed now: let a fresh probe say
+        return None, "answered with an error: asked a fresh probe"
+    deps = data.get("deps")
+    changed = (probememo.stale_dependency(deps) if isinstance(deps, dict)
+               else "its answer (no dependency list)")
+    if changed is None and deps and deps.get("unstable"):
+        changed = deps["unstable"][0]
     if changed is not None:
         return None, f"discarded: {changed} changed since it imported it"
-    return _checked(data, exe), "answered"
+    return data, "answered"
 
 
 def run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,

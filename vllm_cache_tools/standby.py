@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import socket
 import stat
@@ -27,6 +28,7 @@ from typing import Any
 
 STANDBY_VAR = "VLLM_CACHE_TOOLS_PROBE_STANDBY"
 IDLE_S = 300.0
+MAX_IDLE_S = 86400.0
 
 
 def idle_seconds(environ: Mapping[str, str]) -> float | None:
@@ -38,7 +40,9 @@ def idle_seconds(environ: Mapping[str, str]) -> float | None:
         value = float(raw) if raw else IDLE_S
     except ValueError:
         return IDLE_S
-    return value if value > 0 else None
+    if not math.isfinite(value):
+        return MAX_IDLE_S if value > 0 else None
+    return min(value, MAX_IDLE_S) if value > 0 else None
 
 
 SUN_PATH_MAX = 100
@@ -119,13 +123,10 @@ def alive(path: Path) -> bool:
 
 def start(path: Path, python: str, probe: Path, env: Mapping[str, str],
           idle_s: float) -> bool:
-    """Start a standby at ``path`` unless one listens there (a socket file nobody listens on
-    is left by a killed standby: removed). Detached, silent, in its own session."""
+    """Start a standby at ``path`` unless one listens there (the standby itself replaces a
+    socket file nobody listens on, under a lock). Detached, silent, in its own session."""
     if alive(path):
         return False
-    with contextlib.suppress(FileNotFoundError):
-        if stat.S_ISSOCK(path.lstat().st_mode):
-            path.unlink()
     try:
         subprocess.Popen([python, str(probe), "--standby", str(path), str(idle_s)],
                          env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -32,7 +32,9 @@ def predict_cmd(
     with, e.g.: vllm-cache predict -- /models/m --max-model-len 128 -cc '{"mode": 3}'.
     The probe's answer is memoized and reused while its inputs are unchanged: arguments,
     environment, working directory, interpreter, machine, and every file it read (checked
-    by stat on each use). Exit status: 0 predicted hit, 1 predicted miss, 2 usage error."""
+    by stat on each use). After a predict, a standby probe with vLLM imported waits 300 s
+    for the next one in the same environment (VLLM_CACHE_TOOLS_PROBE_STANDBY=0: none).
+    Exit status: 0 predicted hit, 1 predicted miss, 2 usage error."""
     args = list(ctx.args)
     if not args:
         fail("give the vLLM arguments after --, e.g. vllm-cache predict -- MODEL "

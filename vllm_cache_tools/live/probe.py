@@ -3,6 +3,7 @@ engine or loading weights. Runs inside the user's vLLM environment, standalone (
 from vllm_cache_tools), so ``predict`` can run it with that environment's interpreter::
 
     python probe.py < request.json      # prints one line: VCT_PROBE {json}
+    python probe.py --standby SOCKET IDLE_S   # imports vLLM, answers one request on SOCKET
 
 Request: ``{"args": [vllm serve args], "usage": "serve"|"llm", "rank": 0, "child_memo":
 {"dir": folder, "fresh": bool} (optional)}``.
@@ -76,9 +77,24 @@ def _abs(path: Any) -> str | None:
     return os.path.normpath(path if os.path.isabs(path) else os.path.join(_CWD, path))
 
 
+_SEEN: dict[str, list[Any]] = {}
+"""path -> [mtime_ns, size, inode] as first seen (None for what was absent): taken when the file
+was opened or the folder listed, before its content was used."""
+
+
+def _note(path: str, is_dir: bool) -> None:
+    if path in _SEEN:
+        return
+    try:
+        st = os.stat(path)
+        _SEEN[path] = [st.st_mtime_ns, None if is_dir else st.st_size, st.st_ino]
+    except OSError:
+        _SEEN[path] = [None, None, None]
+
+
 def _audit(event: str, args: tuple[Any, ...]) -> None:
-    """Records reads of files and directories and any network use. Never raises: an audit
-    hook that raises would fail the operation it observes."""
+    """Records reads of files and directories (with their stat at that moment) and any
+    network use. Never raises: an audit hook that raises would fail what it observes."""
     try:
         if event == "open":
             path, mode, flags = args
@@ -88,36 +104,74 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
             p = _abs(path)
             if p is not None:
                 _OPENED.add(p)
+                _note(p, False)
         elif event in ("os.listdir", "os.scandir"):
             p = _abs(args[0] if args[0] is not None else ".")
             if p is not None:
                 _LISTED.add(p)
+                _note(p, True)
         elif event in _NET_EVENTS:
             _NETWORK.append(event)
     except Exception:
         pass
 
 
-def _stats(paths: list[str], is_dir: bool) -> dict[str, list[list[Any]]]:
-    """``{folder: [[name, mtime_ns, size, inode], ...]}`` (None for what is absent); folders
-    get size None (their mtime moves when an entry is added, removed or renamed)."""
+def watch_reads() -> None:
+    """Start recording: the audit hook, the stat of each module source as the import system
+    checks it (``SourceFileLoader.path_stats``, before it reads the source or its byte-code),
+    and every ``sys.path`` folder (listed by the import system before this hook existed)."""
+    import importlib.machinery
+
+    sys.addaudithook(_audit)
+    loader = importlib.machinery.SourceFileLoader
+    original = loader.path_stats
+
+    def path_stats(self: Any, path: str) -> Any:
+        p = _abs(path)
+        if p is not None:
+            _note(p, False)
+        return original(self, path)
+
+    loader.path_stats = path_stats  # type: ignore[method-assign]
+    for entry in sys.path:
+        p = _abs(entry or ".")
+        if p is not None and os.path.isdir(p):
+            _LISTED.add(p)
+            _note(p, True)
+
+
+def _rows(paths: list[str], is_dir: bool) -> dict[str, list[list[Any]]]:
+    """``{folder: [[name, mtime_ns, size, inode], ...]}`` as first seen (folders: size None;
+    their mtime moves when an entry is added, removed or renamed)."""
     out: dict[str, list[list[Any]]] = {}
     for path in paths:
+        _note(path, is_dir)
         folder, name = os.path.split(path)
+        out.setdefault(folder, []).append([name, *_SEEN[path]])
+    return out
+
+
+def _unstable(paths: list[str]) -> list[str]:
+    """Paths whose stat now differs from the one first seen: changed while this ran."""
+    out = []
+    for path in paths:
+        first = _SEEN[path]
         try:
             st = os.stat(path)
-            row = [name, st.st_mtime_ns, None if is_dir else st.st_size, st.st_ino]
+            now = [st.st_mtime_ns, st.st_size if first[1] is not None else None, st.st_ino]
         except OSError:
-            row = [name, None, None, None]
-        out.setdefault(folder, []).append(row)
+            now = [None, None, None]
+        if now != first:
+            out.append(path)
     return out
 
 
 def dependencies() -> dict[str, Any]:
     """Every file this process opened for reading or imported a module from, and every
     directory it listed (the import system lists each ``sys.path`` folder: a module added
-    there changes the folder's mtime), with (mtime_ns, size, inode); absent ones as None.
-    Byte-code caches are left out: they follow their source."""
+    there changes the folder's mtime), with (mtime_ns, size, inode) as first seen; absent ones
+    as None; ``unstable``: those that changed while this process ran (its answer may mix
+    old and new: not to be kept). Byte-code caches are left out: they follow their source."""
     files = {p for p in _OPENED if not p.endswith(".pyc")}
     for m in list(sys.modules.values()):
         f = getattr(m, "__file__", None)
@@ -129,8 +183,10 @@ def dependencies() -> dict[str, Any]:
     listed = _LISTED | {os.path.dirname(p) for p in _OPENED if not p.endswith((".py", ".pyc"))}
     dirs = sorted(p for p in listed if not p.startswith(_NOT_FILES + _OWN)
                   and p not in _OWN_DIRS)
-    return {"files": _stats(keep, False), "dirs": _stats(dirs, True),
-            "network": sorted(set(_NETWORK))}
+    out = {"files": _rows(keep, False), "dirs": _rows(dirs, True),
+           "network": sorted(set(_NETWORK))}
+    out["unstable"] = _unstable(keep) + _unstable(dirs)
+    return out
 
 
 def _jsonable(x: Any, depth: int = 0) -> Any:
@@ -573,31 +629,40 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _merge_deps(out: dict[str, Any], base: dict[str, Any] | None = None) -> None:
-    """This process's dependencies plus the child's, in ``out["deps"]``; rows in ``base``
-    (taken when a standby imported vLLM) win: they describe the files as they were loaded."""
+def _merge_deps(out: dict[str, Any]) -> None:
+    """This process's dependencies plus the child's, in ``out["deps"]``."""
     mine = dependencies()
     theirs = (out.get("inductor") or {}).pop("deps", None) or {}
     for kind in ("files", "dirs"):
         merged: dict[str, dict[str, list[Any]]] = {}
-        for source in (theirs.get(kind, {}), mine[kind], (base or {}).get(kind, {})):
+        for source in (theirs.get(kind, {}), mine[kind]):
             for folder, rows in source.items():
                 merged.setdefault(folder, {}).update({r[0]: r for r in rows})
         mine[kind] = {f: [rows[n] for n in sorted(rows)] for f, rows in sorted(merged.items())}
-    mine["network"] = sorted(set(mine["network"]) | set(theirs.get("network", [])))
+    for kind in ("network", "unstable"):
+        mine[kind] = sorted(set(mine[kind]) | set(theirs.get(kind, [])))
     out["deps"] = mine
 
 
-def answer(req: dict[str, Any], base: dict[str, Any] | None = None) -> dict[str, Any]:
+def answer(req: dict[str, Any]) -> dict[str, Any]:
     try:
         out = describe(req)
-        _merge_deps(out, base)
+        _merge_deps(out)
     except SystemExit as exc:  # argparse rejected the arguments
-        out = {"error": f"invalid vLLM arguments (argparse exit {exc.code})"}
+        out = {"error": f"invalid vLLM arguments (argparse exit {exc.code})",
+               "error_kind": "arguments"}
+    except (ValueError, TypeError) as exc:  # vLLM's config validation
+        out = {"error": f"{type(exc).__name__}: {exc}", "error_kind": "arguments",
+               "traceback": traceback.format_exc(limit=8)}
     except Exception as exc:
-        out = {"error": f"{type(exc).__name__}: {exc}",
+        out = {"error": f"{type(exc).__name__}: {exc}", "error_kind": "probe",
                "traceback": traceback.format_exc(limit=8)}
     return out
+
+
+def _emit(out: dict[str, Any]) -> bytes:
+    # On a line of its own even if something left stdout mid-line.
+    return ("\nVCT_PROBE " + json.dumps(out) + "\n").encode()
 
 
 # --- standby: a probe that imported vLLM before it knew its arguments -----------------------
@@ -606,26 +671,75 @@ STANDBY_IMPORTS = ("vllm.engine.arg_utils", "vllm.usage.usage_lib",
                    "vllm.utils.argparse_utils")
 """What :func:`build_config` imports before it parses the arguments: a standby that imported
 them is where a fresh probe is when it starts parsing."""
+MAX_IDLE_S = 86400.0
+
+
+def _claim(path: str, srv: Any) -> int | None:
+    """Bind ``srv`` and put it at ``path`` unless a live standby is there (a socket file with
+    no listener, left by a killed one, is replaced). Under a lock on the folder, so two
+    standbys starting at once cannot both think they won. Returns the socket's inode."""
+    import fcntl
+    import socket
+
+    tmp = f"{path}.{os.getpid()}.tmp"
+    srv.bind(tmp)
+    lock = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                probe.settimeout(1.0)
+                probe.connect(path)
+                return None  # a live one: leave it be
+            except OSError:
+                os.unlink(path)  # stale
+                os.link(tmp, path)
+            finally:
+                probe.close()
+        return os.stat(path).st_ino
+    finally:
+        os.unlink(tmp)
+        os.close(lock)
+
+
+def _release(path: str, ino: int) -> None:
+    import fcntl
+
+    lock = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if os.stat(path).st_ino == ino:  # ours (our socket is open: its inode is not reused)
+            os.unlink(path)
+    except OSError:
+        pass
+    finally:
+        os.close(lock)
 
 
 def standby_main(path: str, idle_s: float) -> None:
-    """Import what a probe imports before it sees its arguments, note every file as it was
-    when imported, then answer exactly one request on the Unix socket ``path`` and leave (the
+    """Import what a probe imports before it sees its arguments (each file's stat noted as
+    it is read), then answer exactly one request on the Unix socket ``path`` and leave (the
     next request gets a new process: no state carries over); leave after ``idle_s`` without
     one. A connection that sends no request (a liveness check) is closed and ignored."""
+    import math
     import socket
 
+    if not math.isfinite(idle_s) or idle_s <= 0:
+        return
     for name in STANDBY_IMPORTS:
         __import__(name)
-    base = dependencies()
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        srv.bind(path)  # another standby holds it: leave it that one
+        ino = _claim(path, srv)
     except OSError:
         return
-    ino = os.stat(path).st_ino
+    if ino is None:
+        return
     srv.listen(8)
-    srv.settimeout(idle_s)
+    srv.settimeout(min(idle_s, MAX_IDLE_S))
     req: dict[str, Any] | None = None
     conn: Any = None
     try:
@@ -639,37 +753,37 @@ def standby_main(path: str, idle_s: float) -> None:
                 req = json.loads(b"".join(chunks)) if chunks else None
             except ValueError:
                 req = None
-            if req is None:
+            if not isinstance(req, dict):
+                req = None
                 conn.close()
     except OSError:  # idle timeout (socket.timeout is an OSError), or the socket broke
         return
     finally:
+        _release(path, ino)
         srv.close()
-        try:
-            if os.stat(path).st_ino == ino:
-                os.unlink(path)
-        except OSError:
-            pass
-    out = answer(req, base)
+    out = answer(req)
     conn.settimeout(None)
-    conn.sendall(("VCT_PROBE " + json.dumps(out) + "\n").encode())
+    conn.sendall(_emit(out))
     conn.close()
 
 
 def main() -> None:
-    sys.addaudithook(_audit)
+    watch_reads()
     if sys.argv[1:] in (["--inductor-child"], ["--inductor-child-plain"]):
         child_main(preimport=sys.argv[1] == "--inductor-child")
         os._exit(0)
     if sys.argv[1:2] == ["--standby"]:
         try:
             standby_main(sys.argv[2], float(sys.argv[3]))
+        except (IndexError, ValueError):
+            pass
         finally:
             os._exit(0)
     req = json.loads(sys.stdin.read() or "{}")
     out = answer(req)
-    sys.stdout.write("VCT_PROBE " + json.dumps(out) + "\n")
     sys.stdout.flush()
+    sys.stdout.buffer.write(_emit(out))
+    sys.stdout.buffer.flush()
     sys.stderr.flush()
     os._exit(0)
 

@@ -32,10 +32,21 @@ def manifest_digest(manifest: dict[str, Any]) -> str:
     return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def _place(path: str, data: bytes) -> bool:
-    """Create ``path`` with ``data`` unless it exists; True when this call created it."""
+def _place(path: str, data: bytes, touch: bool = False) -> bool:
+    """Create ``path`` with ``data`` unless it exists; True when this call created it.
+    ``touch``: an existing file's mtime is set to now (a snapshot reused by this start: the
+    snapshot sweep never removes one touched within its minimum age), and one removed at
+    that moment is placed again."""
     if os.path.exists(path):
-        return False
+        if not touch:
+            return False
+        try:
+            os.utime(path)
+            return False
+        except FileNotFoundError:
+            pass  # swept just now: place it again
+        except OSError:
+            return False
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
         f.write(data)
@@ -81,7 +92,7 @@ def snapshot_file(compile_cache: str, path: str) -> dict[str, Any]:
     if kept:
         d = os.path.join(state_dir(compile_cache), SOURCES_DIRNAME)
         os.makedirs(d, exist_ok=True)
-        _place(os.path.join(d, sha), data)
+        _place(os.path.join(d, sha), data, touch=True)
     return {"path": path, "sha256": sha, "size": size, "snapshot": kept}
 
 
