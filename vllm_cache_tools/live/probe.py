@@ -61,9 +61,16 @@ _NET_EVENTS = frozenset({"socket.connect", "socket.getaddrinfo", "socket.gethost
                          "socket.gethostbyaddr", "socket.sendto", "urllib.Request"})
 _NOT_FILES: tuple[str, ...] = ("/proc/", "/sys/", "/dev/")
 _OWN: tuple[str, ...] = ()
-"""The Inductor child's memo folder: read by this probe, but its files are this tool's
-bookkeeping (touched on every use), not inputs of the answer."""
+"""This tool's own folders (the Inductor child's memo, the standby's socket folder): read or
+opened by the probe, but their contents are bookkeeping, not inputs of the answer."""
 _OWN_DIRS: set[str] = set()
+
+
+def _ignore(folder: str) -> None:
+    global _OWN
+    own = os.path.normpath(os.path.abspath(folder))
+    _OWN = (*_OWN, own + os.sep)
+    _OWN_DIRS.update({own, os.path.dirname(own)})
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -177,7 +184,8 @@ def dependencies() -> dict[str, Any]:
         f = getattr(m, "__file__", None)
         if isinstance(f, str) and os.path.isabs(f):
             files.add(os.path.normpath(f))
-    keep = sorted(p for p in files if not p.startswith(_NOT_FILES + _OWN))
+    keep = sorted(p for p in files if not p.startswith(_NOT_FILES + _OWN)
+                  and p not in _OWN_DIRS)
     # The folder of each file read as data (a model's config.json): a file added beside it
     # (params.json, a tokenizer file) can change what vLLM decides without being opened.
     listed = _LISTED | {os.path.dirname(p) for p in _OPENED if not p.endswith((".py", ".pyc"))}
@@ -517,11 +525,8 @@ class _Child:
     that leaves the worker's environment alone needs no child)."""
 
     def __init__(self, memo: dict[str, Any] | None) -> None:
-        global _OWN
         if memo:
-            own = os.path.normpath(memo["dir"])
-            _OWN = (own + os.sep,)
-            _OWN_DIRS.update({own, os.path.dirname(own)})
+            _ignore(memo["dir"])
         self.memo = memo
         self.mod = _memo_module() if memo else None
         self.proc = self._spawn()
@@ -729,6 +734,7 @@ def standby_main(path: str, idle_s: float) -> None:
 
     if not math.isfinite(idle_s) or idle_s <= 0:
         return
+    _ignore(os.path.dirname(path))
     for name in STANDBY_IMPORTS:
         __import__(name)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
