@@ -41,6 +41,7 @@ from tests.realvllm.harness import (
     run_start,
     venv_python,
 )
+from tests.trees import age, files_of, trash_items
 from vllm_cache_tools import scan
 from vllm_cache_tools.delete import TRASH_DIRNAME, remove_tree_at
 from vllm_cache_tools.prune import Policies, Protections, execute_plan, plan_prune
@@ -58,27 +59,10 @@ def world_tmp() -> Iterator[Path]:
     shutil.rmtree(d, ignore_errors=True)
 
 
-def tree_files(top: Path) -> dict[str, int]:
-    out = {}
-    for d, dirs, files in os.walk(top):
-        dirs[:] = [x for x in dirs if x != TRASH_DIRNAME]
-        for f in files:
-            p = Path(d) / f
-            out[str(p.relative_to(top))] = p.lstat().st_size
-    return out
 
 
-def trash_items(root: Path) -> list[str]:
-    t = root / "torch_compile_cache" / TRASH_DIRNAME
-    return sorted(x.name for x in t.iterdir() if x.name != "locks") if t.exists() else []
 
 
-def age(path: Path, days: float) -> None:
-    t = time.time() - days * 86400
-    for d, _, files in os.walk(path, topdown=False):
-        for f in files:
-            os.utime(Path(d) / f, (t, t), follow_symlinks=False)
-        os.utime(d, (t, t))
 
 
 # --------------------------------------------------------------------------------------------
@@ -317,7 +301,7 @@ def _snapshot(root: Path) -> dict[str, frozenset[str]]:
     out = {}
     info = scan(root, check_in_use=False, use_index=False)
     for e in info.entries:
-        out[str(e.path)] = frozenset(tree_files(e.path))
+        out[str(e.path)] = frozenset(files_of(e.path))
     return out
 
 
@@ -411,7 +395,7 @@ def test_symlink_escapes_are_never_followed(real_compile: ScenarioRun, tmp_path:
     for i in range(5):
         (outside / f"precious{i}").write_text("keep")
         (outside / "sub" / f"deep{i}").write_text("keep")
-    before = tree_files(outside)
+    before = files_of(outside)
     cc = root / "torch_compile_cache"
     aots = sorted((cc / "torch_aot_compile").iterdir())
     backends = sorted(cc.glob("??????????"))
@@ -431,7 +415,7 @@ def test_symlink_escapes_are_never_followed(real_compile: ScenarioRun, tmp_path:
     assert sorted(res.deleted) == sorted(e.key for e in info.entries if e.key != aots[1].name)
     assert [s.reason for s in res.skipped] == ["changed since the plan was made (being written?)"]
     assert res.errors == ()
-    assert tree_files(outside) == before
+    assert files_of(outside) == before
     assert (cc / "abcdef0123").is_symlink()
     assert trash_items(root) == []
     # The whole torch_compile_cache a symlink: refused, nothing touched.
@@ -442,15 +426,15 @@ def test_symlink_escapes_are_never_followed(real_compile: ScenarioRun, tmp_path:
     assert r.returncode == 2 and "does not look like a vLLM cache root" in r.stderr
     r = run_cli("prune", "--root", str(other), "--older-than", "0s", "--grace", "0", "--yes",
                 "--force")
-    assert r.returncode == 0 and tree_files(outside) == before
+    assert r.returncode == 0 and files_of(outside) == before
     r = run_cli("rm", "abcdef0123", "--root", str(root), "--yes", "--grace", "0")
-    assert r.returncode == 2 and tree_files(outside) == before
+    assert r.returncode == 2 and files_of(outside) == before
     # A trash folder planted as a link: refused (one line, exit 1), nothing moved or removed.
     third = copy_root(real_compile.vllm_root, tmp_path / "third")
     (third / "torch_compile_cache" / TRASH_DIRNAME).symlink_to(outside)
     r = run_cli("prune", "--root", str(third), "--older-than", "0s", "--grace", "0", "--yes")
     assert r.returncode == 1 and "is a symlink or not a folder" in r.stderr, r.stderr
-    assert tree_files(outside) == before and len(scan(third).entries) == 4
+    assert files_of(outside) == before and len(scan(third).entries) == 4
     # remove_tree_at on a tree of links removes the links only.
     tree = tmp_path / "links"
     (tree / "d").mkdir(parents=True)
@@ -461,7 +445,7 @@ def test_symlink_escapes_are_never_followed(real_compile: ScenarioRun, tmp_path:
         assert remove_tree_at(fd, "links").error is None
     finally:
         os.close(fd)
-    assert not tree.exists() and tree_files(outside) == before
+    assert not tree.exists() and files_of(outside) == before
 
 
 def test_permission_denied_trees(real_compile: ScenarioRun, world_tmp: Path) -> None:
@@ -471,7 +455,7 @@ def test_permission_denied_trees(real_compile: ScenarioRun, world_tmp: Path) -> 
     backends = sorted(cc.glob("??????????"))
     (aots[0] / "inductor_cache" / "24").chmod(0o555)  # cannot be emptied
     (backends[0] / "rank_0_0").chmod(0o000)  # cannot even be read
-    keep = {p.name: tree_files(p) for p in (aots[0],)}
+    keep = {p.name: files_of(p) for p in (aots[0],)}
     r = run_cli("prune", "--root", str(root), "--max-size", "0", "--grace", "0", "--yes",
                 "--json", unprivileged=True)
     assert r.returncode == 0, r.stderr
@@ -480,18 +464,18 @@ def test_permission_denied_trees(real_compile: ScenarioRun, world_tmp: Path) -> 
     assert "permission denied: cannot empty" in kept[aots[0].name]
     assert "could not be read" in kept[backends[0].name]
     assert sorted(data["deleted"]) == sorted([aots[1].name, backends[1].name])
-    assert {p.name: tree_files(p) for p in (aots[0],)} == keep  # whole, in place
+    assert {p.name: files_of(p) for p in (aots[0],)} == keep  # whole, in place
     assert trash_items(root) == []
     # A folder the entries cannot be moved out of: every entry there stays whole.
     (aots[0] / "inductor_cache" / "24").chmod(0o755)
     (cc / "torch_aot_compile").chmod(0o555)
-    before = tree_files(cc / "torch_aot_compile")
+    before = files_of(cc / "torch_aot_compile")
     r = run_cli("prune", "--root", str(root), "--older-than", "0s", "--grace", "0", "--yes",
                 "--json", unprivileged=True)
     assert r.returncode == 0, r.stderr
     kept = {s["key"]: s["reason"] for s in json.loads(r.stdout)["skipped"]}
     assert "cannot move it to the trash: Permission denied" in kept[aots[0].name]
-    assert tree_files(cc / "torch_aot_compile") == before
+    assert files_of(cc / "torch_aot_compile") == before
 
 
 class _Evil:

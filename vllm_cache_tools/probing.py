@@ -113,7 +113,8 @@ def run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | No
     req: dict[str, Any] = {"args": list(vllm_args), "usage": usage, "rank": rank}
     exe = python or sys.executable
     source = PROBE.read_bytes()
-    key = probememo.memo_key(req, env, exe, source) if use else ""
+    machine = probememo.hardware()
+    key = probememo.memo_key(req, env, exe, source, machine=machine) if use else ""
     why = "off" if not use else "fresh"
     if use and not fresh:
         answer, why = probememo.load(key, memo_dir())
@@ -123,7 +124,8 @@ def run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | No
     if use:  # the Inductor child's answer is memoized apart: it outlives argument changes
         req["child_memo"] = {"dir": str(memo_dir() / "inductor"), "fresh": fresh}
     idle = standby.idle_seconds(os.environ)
-    path = (standby.socket_path(probememo.memo_key({"standby": 1}, env, exe, source))
+    path = (standby.socket_path(probememo.memo_key({"standby": 1}, env, exe, source,
+                                                   machine=machine))
             if idle is not None else None)
     data, sb = (None, "off") if idle is None else (
         (None, "skipped (--fresh)") if fresh else _from_standby(path, req, exe))
