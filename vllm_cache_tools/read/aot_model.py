@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_cache_tools.read.aot_quick import read_aot_quick
-from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.read.errors import ReadError, unreadable
 from vllm_cache_tools.read.noatime import read_noatime
 from vllm_cache_tools.read.safe_pickle import SafePickleError, Stub, safe_loads
 
@@ -188,5 +188,5 @@ def read_aot_model(path: str | os.PathLike[str], full: bool = True) -> AotModelI
     except SafePickleError as exc:
         raise ReadError(f"unreadable AOT model pickle: {exc}") from None
     except OSError as exc:
-        raise ReadError(f"cannot read AOT model: {exc.strerror or exc}") from None
+        raise unreadable("AOT model", exc) from None
     return interpret(top)

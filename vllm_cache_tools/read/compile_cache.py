@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.read.errors import ReadError, unreadable
 from vllm_cache_tools.read.noatime import read_noatime
 
 MAX_BYTES = 64 * 1024 * 1024
@@ -79,7 +79,7 @@ def read_compile_cache(path: str | os.PathLike[str]) -> tuple[CompiledGraphRecor
             raise ReadError("vllm_compile_cache.py is implausibly large")
         text = read_noatime(path).decode("utf-8", errors="replace")
     except OSError as exc:
-        raise ReadError(f"cannot read vllm_compile_cache.py: {exc.strerror or exc}") from None
+        raise unreadable("vllm_compile_cache.py", exc) from None
     if not text.strip():
         raise ReadError("empty vllm_compile_cache.py")
     return parse_compile_cache(text)

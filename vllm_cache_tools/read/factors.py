@@ -13,7 +13,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.read.errors import ReadError, unreadable
 from vllm_cache_tools.read.noatime import read_noatime
 
 MAX_FACTORS_BYTES = 16 * 1024 * 1024
@@ -61,7 +61,7 @@ def read_factors(path: str | os.PathLike[str]) -> CacheKeyFactors:
             raise ReadError(f"cache_key_factors.json is implausibly large ({size} bytes)")
         raw = read_noatime(path)
     except OSError as exc:
-        raise ReadError(f"cannot read cache_key_factors.json: {exc.strerror or exc}") from None
+        raise unreadable("cache_key_factors.json", exc) from None
     if not raw:
         raise ReadError("empty cache_key_factors.json")
     return parse_factors(raw.decode("utf-8", errors="replace"))

@@ -10,7 +10,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.read.errors import ReadError, unreadable
 from vllm_cache_tools.read.noatime import read_noatime
 
 _FILE_COMMENT = re.compile(r"#\s*File:\s*(?P<path>.+?):(?P<line>\d+) in (?P<fn>[\w<>.]+)")
@@ -52,7 +52,7 @@ def read_graph(path: str | os.PathLike[str]) -> GraphInfo:
             raise ReadError("computation_graph.py is implausibly large")
         return parse_graph(read_noatime(path).decode("utf-8", errors="replace"))
     except OSError as exc:
-        raise ReadError(f"cannot read computation_graph.py: {exc.strerror or exc}") from None
+        raise unreadable("computation_graph.py", exc) from None
 
 
 def model_file_from_head(head: bytes) -> str | None:

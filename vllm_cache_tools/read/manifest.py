@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.read.errors import ReadError, unreadable
 from vllm_cache_tools.read.noatime import read_noatime
 from vllm_cache_tools.recorder.layout import (
     LEDGER_DIRNAME,
@@ -52,7 +52,7 @@ def read_manifest(path: Path) -> Manifest:
         raw = read_noatime(path, MAX_MANIFEST_BYTES)
         data = json.loads(raw)
     except OSError as exc:
-        raise ReadError(f"cannot read {path.name}: {exc.strerror or exc}") from None
+        raise unreadable(path.name, exc) from None
     except ValueError as exc:
         raise ReadError(f"invalid manifest {path.name}: {exc}") from None
     if not isinstance(data, dict) or data.get("schema") != 1:

@@ -1,26 +1,108 @@
-"""Open cache files for reading without updating their access time.
+"""Open cache files for reading without leaving a trace and without trusting what they are.
 
 ``ls`` and ``prune`` use atime as evidence of when vLLM last loaded an entry; our own reads
 must not count as use. ``O_NOATIME`` is allowed only for the file's owner (or with
-CAP_FOWNER); elsewhere we fall back to a plain open."""
+CAP_FOWNER), and restoring an atime with ``utime`` needs the same rights, so a non-owner reads
+a file only when the kernel would not update its atime anyway (a ``noatime`` mount, or
+``relatime`` with an atime already newer than the file's last change and younger than a day);
+otherwise the file is not read and :class:`UnreadableError` says why.
+
+A shared root may hold anything under a cache file's name: FIFOs would block an open or a read
+forever, devices read without end. Every open is ``O_NONBLOCK | O_NOFOLLOW``, the file must
+be a regular file (checked with ``lstat`` before opening, so devices are never opened, and with
+``fstat`` after, against a swap), and reads stop at a byte cap."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
+import stat
+import time
 from typing import BinaryIO
 
+from vllm_cache_tools.read.errors import UnreadableError
+
 _NOATIME = getattr(os, "O_NOATIME", 0)
+_FLAGS = (os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+          | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+# relatime updates an atime older than a day; keep clear of the boundary.
+_RELATIME_WINDOW_S = 86400 - 3600
+MAX_READ_BYTES = 512 * 1024 * 1024
+"""No artifact vLLM writes comes near this; a bigger file is read only up to a caller's cap."""
+
+
+def _would_touch_atime(fd: int, st: os.stat_result) -> bool:
+    """Whether a read through ``fd`` (opened without O_NOATIME) may update the file's atime."""
+    try:
+        flags = os.fstatvfs(fd).f_flag
+    except OSError:
+        return True
+    if flags & getattr(os, "ST_NOATIME", 1024):
+        return False
+    if flags & getattr(os, "ST_RELATIME", 4096):
+        return not (st.st_atime_ns > st.st_mtime_ns and st.st_atime_ns > st.st_ctime_ns
+                    and time.time() - st.st_atime < _RELATIME_WINDOW_S)
+    return True  # strictatime
+
+
+def _not_regular(name: str, mode: int) -> UnreadableError:
+    kind = ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a symlink" if stat.S_ISLNK(mode) else "a folder" if stat.S_ISDIR(mode)
+            else "not a regular file")
+    return UnreadableError(f"{name} is {kind}, not a regular file (not read)")
 
 
 def open_noatime(path: str | os.PathLike[str], buffering: int = -1) -> BinaryIO:
-    flags = os.O_RDONLY | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOFOLLOW", 0)
+    """A binary file object on a regular file, opened without following a symlink, without
+    blocking and without updating its atime. Raises :class:`UnreadableError` (an OSError)
+    when that cannot be done."""
+    name = os.path.basename(os.fspath(path)) or os.fspath(path)
     try:
-        fd = os.open(path, flags | _NOATIME)
-    except PermissionError:
-        fd = os.open(path, flags)
-    return os.fdopen(fd, "rb", buffering=buffering)
+        before = os.lstat(path)
+    except OSError as exc:
+        raise UnreadableError(f"cannot read {name}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(before.st_mode):
+        raise _not_regular(name, before.st_mode)
+    try:
+        try:
+            fd = os.open(path, _FLAGS | _NOATIME)
+        except PermissionError as exc:
+            if exc.errno != errno.EPERM or not _NOATIME:
+                raise
+            fd = os.open(path, _FLAGS)  # not the owner: only read if the atime stays
+            st = os.fstat(fd)
+            if _would_touch_atime(fd, st):
+                os.close(fd)
+                raise UnreadableError(
+                    f"{name} not read: reading it as uid {os.geteuid()} would record a use "
+                    f"(its owner is uid {st.st_uid}; O_NOATIME needs the owner)") from None
+    except OSError as exc:
+        if isinstance(exc, UnreadableError):
+            raise
+        if exc.errno == errno.ELOOP:
+            raise UnreadableError(f"{name} is a symlink (not followed)") from None
+        raise UnreadableError(f"cannot read {name}: {exc.strerror or exc}") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_dev, st.st_ino) != (before.st_dev,
+                                                                         before.st_ino):
+            raise _not_regular(name, st.st_mode) if not stat.S_ISREG(st.st_mode) else \
+                UnreadableError(f"{name} was replaced while being opened (not read)")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+        return os.fdopen(fd, "rb", buffering=buffering)
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def read_noatime(path: str | os.PathLike[str], limit: int = -1) -> bytes:
+    """The file's bytes (at most ``limit``, and never more than :data:`MAX_READ_BYTES`)."""
+    cap = MAX_READ_BYTES if limit < 0 else min(limit, MAX_READ_BYTES)
     with open_noatime(path) as f:
-        return f.read(limit)
+        try:
+            return f.read(cap)
+        except OSError as exc:
+            raise UnreadableError(f"cannot read {os.path.basename(os.fspath(path))}: "
+                                  f"{exc.strerror or exc}") from None

@@ -10,7 +10,7 @@ import json
 import os
 from dataclasses import dataclass
 
-from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.read.errors import ReadError, unreadable
 from vllm_cache_tools.read.noatime import read_noatime
 
 
@@ -53,5 +53,5 @@ def read_triton_meta(path: str | os.PathLike[str]) -> TritonKernelMeta:
     try:
         raw = read_noatime(path, 4 * 1024 * 1024)
     except OSError as exc:
-        raise ReadError(f"cannot read Triton metadata: {exc.strerror or exc}") from None
+        raise unreadable("Triton metadata", exc) from None
     return parse_triton_meta(raw.decode("utf-8", errors="replace"))
