@@ -1,19 +1,111 @@
-"""Plain-data (JSON-ready) views of what the store read. The ``--json`` schemas live here."""
+"""Plain-data (JSON-ready) views of what the store read. The ``--json`` schemas live here.
+
+Every ``--json`` document starts with ``"schema": SCHEMAS[verb]``. The number goes up when a
+field changes meaning or goes away; new fields keep it. Times are ISO 8601 with a zone."""
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from vllm_cache_tools.hashing import backend_key, env_hash_from_factors
 from vllm_cache_tools.locate import display_path
 from vllm_cache_tools.model import CacheInfo, Entry
 
+_PREFIX = "vllm-cache-tools"
+# One id per document kind; rm prints prune's document (same plan, same fields).
+SCHEMAS: dict[str, str] = {
+    "ls": f"{_PREFIX}/ls/1",
+    "ls-by-owner": f"{_PREFIX}/ls-by-owner/1",
+    "show": f"{_PREFIX}/show/1",
+    "predict": f"{_PREFIX}/predict/1",
+    "explain": f"{_PREFIX}/explain/1",
+    "log": f"{_PREFIX}/log/1",
+    "log-traced": f"{_PREFIX}/log/1/traced",
+    "log-compare": f"{_PREFIX}/log/1/compare",
+    "prune": f"{_PREFIX}/prune/1",
+    "verify": f"{_PREFIX}/verify/1",
+    "audit": f"{_PREFIX}/audit/1",
+    "diff-graph": f"{_PREFIX}/diff-graph/1",
+}
+
+
+def with_schema(kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
+    """``data`` as the ``--json`` document of ``kind``: its schema id first."""
+    return {"schema": SCHEMAS[kind], **{k: v for k, v in data.items() if k != "schema"}}
+
+
+def predict_document(data: Mapping[str, Any]) -> dict[str, Any]:
+    """``predict --json``: ``causes`` as in ``explain``; ``reasons`` stays one release as a
+    deprecated alias (same list) for scripts written against 0.1."""
+    out = with_schema("predict", data)
+    if "reasons" in out and "causes" not in out:
+        out["causes"] = out["reasons"]
+    return out
+
 
 def iso(t: float | None) -> str | None:
     if t is None:
         return None
     return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="seconds")
+
+
+# vLLM's log format is "%m-%d %H:%M:%S" in the serving process's local time: no year, no zone.
+_LOG_STAMP = re.compile(r"(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
+
+
+def log_stamp_iso(stamp: str, ref: float) -> str | None:
+    """A vLLM log stamp in ISO 8601: the latest year that does not put it after ``ref`` (when
+    the log was last written), in this machine's time zone (vLLM's own was not logged)."""
+    m = _LOG_STAMP.fullmatch(stamp.strip())
+    if m is None:
+        return None
+    mo, d, h, mi, s = (int(x) for x in m.groups()[:5])
+    frac = int((m.group(6) or "0").ljust(6, "0")[:6])
+    limit = datetime.fromtimestamp(ref).astimezone() + timedelta(days=1)
+    for year in (limit.year, limit.year - 1, limit.year - 2, limit.year - 3, limit.year - 4):
+        try:
+            t = datetime(year, mo, d, h, mi, s, frac).astimezone()  # local rules, DST included
+        except ValueError:  # 02-29 outside a leap year, or no such date
+            continue
+        if t <= limit:
+            return t.isoformat(timespec="milliseconds" if m.group(6) else "seconds")
+    return None
+
+
+def log_reference_time(names: Iterable[str]) -> float:
+    """When the logs were last written: the newest input file's mtime (now for stdin)."""
+    times = []
+    for n in names:
+        try:
+            times.append(os.stat(n).st_mtime if n != "-" else time.time())
+        except OSError:
+            times.append(time.time())
+    return max(times, default=time.time())
+
+
+def with_log_times(data: Any, names: Iterable[str]) -> Any:
+    """``data`` with an ISO 8601 ``<field>_iso`` beside every raw log stamp ``<field>_time``
+    (``first_time``: ``"12-01 09:34:36"``, as logged; kept for scripts that read it)."""
+    ref = log_reference_time(names)
+
+    def walk(o: Any) -> Any:
+        if isinstance(o, dict):
+            out: dict[str, Any] = {}
+            for k, v in o.items():
+                out[k] = walk(v)
+                if k.endswith("_time") and (isinstance(v, str) or v is None):
+                    out[f"{k}_iso"] = log_stamp_iso(v, ref) if v else None
+            return out
+        if isinstance(o, list):
+            return [walk(x) for x in o]
+        return o
+
+    return walk(data)
 
 
 def entry_summary(e: Entry) -> dict[str, Any]:
@@ -38,18 +130,32 @@ def entry_summary(e: Entry) -> dict[str, Any]:
         "vllm_version": e.vllm_version,
         "torch_version": e.torch_version,
         "model": e.model,
+        # The served model (name or path) from manifests or logs; ``model`` is the traced code.
+        "checkpoint": getattr(e, "checkpoint", None),
         "hardware": e.hardware,
     }
 
 
+def totals(entries: Iterable[Entry]) -> dict[str, int]:
+    """What the listed entries hold on disk."""
+    es = list(entries)
+    return {"entries": len(es), "size_bytes": sum(e.size_bytes for e in es),
+            "disk_bytes": sum(e.disk_bytes for e in es), "files": sum(e.stats.files for e in es)}
+
+
 def ls_report(info: CacheInfo, entries: list[Entry]) -> dict[str, Any]:
-    return {
+    listed = totals(entries)
+    return with_schema("ls", {
         "root": display_path(info.root),
-        "total_size_bytes": sum(e.size_bytes for e in entries),
+        # Kept from schema 1's first form; the same as totals.size_bytes.
+        "total_size_bytes": listed["size_bytes"],
+        "totals": listed,
+        # Every entry under the root, whatever --filter kept.
+        "root_totals": listed if len(entries) == len(info.entries) else totals(info.entries),
         "entries": [entry_summary(e) for e in entries],
         "problems": [{"path": p.path, "kind": p.kind, "detail": p.detail}
                      for p in info.problems],
-    }
+    })
 
 
 def key_check(e: Entry) -> dict[str, Any] | None:
@@ -65,7 +171,7 @@ def key_check(e: Entry) -> dict[str, Any] | None:
 
 def entry_detail(e: Entry) -> dict[str, Any]:
     """Everything ``show --json`` prints about one entry."""
-    out = entry_summary(e)
+    out = with_schema("show", entry_summary(e))
     out["created_source"] = e.created_source
     out["problems"] = [{"path": p.path, "kind": p.kind, "detail": p.detail} for p in e.problems]
     out["manifests"] = [{"digest": m.digest, "rank": m.rank, "prefix": m.prefix,

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import Any
+from typing import Annotated, Any
 
 import typer
 
 from vllm_cache_tools.cli.common import fail
 
+# -h as well as --help, on the command and on every verb (click passes it down).
+_HELP = {"help_option_names": ["-h", "--help"]}
 _PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 # verb -> (module, function, typer context settings)
 COMMANDS: dict[str, tuple[str, str, dict[str, Any] | None]] = {
@@ -39,15 +41,38 @@ def build_app(only: str | None = None) -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
         rich_markup_mode=None,
+        context_settings=_HELP,
     )
     for verb, (mod, fn, ctx) in COMMANDS.items():
         if only is not None and verb != only:
             continue
         func = getattr(importlib.import_module(f"vllm_cache_tools.cli.{mod}"), fn)
-        app.command(verb, context_settings=ctx)(func)
-    if only is not None:
-        app.callback()(lambda: None)
+        app.command(verb, context_settings={**_HELP, **(ctx or {})})(func)
+    app.callback()(_top)
     return app
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("vllm-cache-tools")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"vllm-cache {_version()}\n")
+        raise typer.Exit(0)
+
+
+def _top(
+    version: Annotated[bool, typer.Option(
+        "--version", "-V", is_eager=True, callback=_show_version,
+        help="Print the version and exit.")] = False,
+) -> None:
+    """Inspect and manage vLLM's torch.compile cache ($VLLM_CACHE_ROOT/torch_compile_cache)."""
 
 
 def __getattr__(name: str) -> Any:

@@ -14,6 +14,7 @@ from vllm_cache_tools.cli.common import fail, print_json
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.locate import display_path
 from vllm_cache_tools.read.manifest import read_manifests
+from vllm_cache_tools.serialize import with_schema
 from vllm_cache_tools.store import RootError, scan
 
 
@@ -58,9 +59,10 @@ def audit_cmd(
         fail(str(exc))
     report = audit(info.root, entries)
     if json_out:
-        print_json({"root": display_path(report.root), "entries": report.entries,
-                    "with_manifests": report.with_manifests, "reused": report.reused,
-                    "findings": [asdict(f) for f in report.findings]})
+        print_json(with_schema("audit", {
+            "root": display_path(report.root), "entries": report.entries,
+            "with_manifests": report.with_manifests, "reused": report.reused,
+            "findings": [asdict(f) for f in report.findings]}))
     else:
         _render(report)
     raise typer.Exit(1 if report.findings else 0)

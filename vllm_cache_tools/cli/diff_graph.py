@@ -11,6 +11,7 @@ from vllm_cache_tools.cli.common import fail, print_json
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.graphdiff import diff_graphs
 from vllm_cache_tools.read.noatime import read_noatime
+from vllm_cache_tools.serialize import with_schema
 from vllm_cache_tools.store import AmbiguousKey, EntryNotFound, RootError, locate_entry
 
 
@@ -44,9 +45,10 @@ def diff_graph(
     tb, nb = _graph_text(b, root, rank, prefix)
     d = diff_graphs(ta, tb, na, nb)
     if json_out:
-        print_json({"old": na, "new": nb, "identical": d.identical, "ops_added": d.ops_added,
-                    "ops_removed": d.ops_removed, "shapes_added": list(d.shapes_added),
-                    "shapes_removed": list(d.shapes_removed), "diff": d.diff})
+        print_json(with_schema("diff-graph", {
+            "old": na, "new": nb, "identical": d.identical, "ops_added": d.ops_added,
+            "ops_removed": d.ops_removed, "shapes_added": list(d.shapes_added),
+            "shapes_removed": list(d.shapes_removed), "diff": d.diff}))
     else:
         if d.identical:
             sys.stdout.write("graphs identical after normalising addresses and generated "

@@ -2,27 +2,28 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich import box
-from rich.table import Table
 
 from vllm_cache_tools.cli.common import (
     DelayedProgress,
-    console,
     fail,
     human_age,
     human_size,
     print_json,
     warn,
 )
+from vllm_cache_tools.cli.render import Column, render, unique_prefixes
 from vllm_cache_tools.locate import display_path
 from vllm_cache_tools.model import Entry, Problem
 from vllm_cache_tools.query import QueryError, parse_filter, sort_entries
-from vllm_cache_tools.serialize import ls_report
+from vllm_cache_tools.serialize import ls_report, with_schema
 from vllm_cache_tools.store import RootError, scan
 
 RootOpt = Annotated[Path | None, typer.Option(
@@ -48,8 +49,16 @@ def ls(
     by_owner: Annotated[bool, typer.Option(
         "--by-owner", help="Print usage per owner (user owning the entries' files) instead "
         "of entries.")] = False,
+    wide: Annotated[bool, typer.Option(
+        "--wide", "-w", help="Every column, however wide the terminal (piped output always "
+        "has every column).")] = False,
 ) -> None:
     """List the compile-cache entries under a vLLM cache root.
+
+    On a terminal the table fits its width by leaving out columns (torch, hardware, files,
+    ranks, hits, layout, in that order); piped, it has every column, one line per entry. Keys
+    are the shortest prefixes that name one entry (AOT keys at least 12 hex digits): paste
+    them into show, rm or explain.
 
     The first listing of a root walks every file; later ones re-read only entries whose
     folders or key files changed (an index in the user cache dir; --rescan skips it)."""
@@ -75,28 +84,58 @@ def ls(
     if json_out:
         print_json(ls_report(info, entries))
         return
-    con = console()
+    out = sys.stdout.write
     if not info.entries:
-        con.print(f"No compile-cache entries under {display_path(info.root)} "
-                  f"(root from {info.root_source}).")
-    else:
-        table = Table(title=f"{display_path(info.root)}/torch_compile_cache", title_justify="left",
-                      box=box.SIMPLE_HEAD, pad_edge=False)
-        for col, kw in (("KEY", {}), ("LAYOUT", {}), ("SIZE", {"justify": "right"}),
-                        ("FILES", {"justify": "right"}), ("RANKS", {}), ("STATE", {}),
-                        ("LAST USED", {}), ("TORCH", {}), ("HARDWARE", {}), ("MODEL", {})):
-            table.add_column(col, **kw)  # type: ignore[arg-type]
-        for e in entries:
-            table.add_row(
-                e.key[:12] if e.layout == "aot" else e.key, e.layout, human_size(e.size_bytes),
-                str(e.stats.files), ",".join(r.removeprefix("rank_") for r in e.ranks) or "-",
-                e.state, _last_used(e),
-                e.torch_version or "-", e.hardware or "-", _short_model(e.model))
-        con.print(table)
-        total = sum(e.size_bytes for e in entries)
-        shown = f"{len(entries)} of {len(info.entries)}" if pred else str(len(entries))
-        con.print(f"{shown} entries, {human_size(total)} total "
-                  f"({human_size(sum(e.disk_bytes for e in entries))} on disk)")
+        out(f"No compile-cache entries under {display_path(info.root)} "
+            f"(root from {info.root_source}).\n")
+        return
+    tty = sys.stdout.isatty()
+    width = None if wide or not tty else shutil.get_terminal_size((80, 24)).columns
+    keys = unique_prefixes((e.key for e in info.entries), AOT_MIN_PREFIX)
+    lines = render(LS_COLUMNS, [_row(e, keys) for e in entries], width)
+    bold = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    out(f"{display_path(info.root)}/torch_compile_cache\n\n")
+    out((f"\x1b[1m{lines[0]}\x1b[0m" if bold else lines[0]) + "\n")
+    for line in lines[1:]:
+        out(line + "\n")
+    total = sum(e.size_bytes for e in entries)
+    shown = f"{len(entries)} of {len(info.entries)}" if pred else str(len(entries))
+    out(f"\n{shown} entries, {human_size(total)} total "
+        f"({human_size(sum(e.disk_bytes for e in entries))} on disk)\n")
+
+
+# What goes first when the terminal is narrow: what the key already tells (layout), then what
+# is there for the curious (torch, hardware, files, ranks). Key, state, size, last use and the
+# model always stay; --wide, and piped output, show every column.
+LS_COLUMNS = (
+    Column("KEY"),
+    Column("LAYOUT", drop=6),
+    Column("SIZE", align="right"),
+    Column("FILES", align="right", drop=3),
+    Column("RANKS", drop=4),
+    Column("STATE"),
+    Column("LAST USED"),
+    Column("HITS", align="right", drop=5),
+    Column("TORCH", drop=1),
+    Column("HARDWARE", drop=2),
+    Column("MODEL", shrink_to=28),
+)
+# Shortest unique prefix of an AOT key (64 hex), but never shorter than this; backend keys
+# (10 hex) are shown whole: they are the folder names vLLM logs.
+AOT_MIN_PREFIX = {64: 12}
+
+
+def _row(e: Entry, keys: dict[str, str]) -> list[str]:
+    return [keys.get(e.key, e.key), e.layout, human_size(e.size_bytes), str(e.stats.files),
+            ",".join(r.removeprefix("rank_") for r in e.ranks) or "-", e.state, _last_used(e),
+            "-" if e.hits is None else str(e.hits), e.torch_version or "-", e.hardware or "-",
+            model_label(e)]
+
+
+def model_label(e: Entry) -> str:
+    """The served model when it was recorded, else the model code it was traced from."""
+    checkpoint: str | None = getattr(e, "checkpoint", None)
+    return checkpoint or _short_model(e.model)
 
 
 def _short_model(model: str | None) -> str:
@@ -122,22 +161,19 @@ def _print_owners(root: Path, entries: Sequence[Entry], json_out: bool) -> None:
 
     rows = owner_usage(entries)
     if json_out:
-        print_json({"root": display_path(root), "owners": [
+        print_json(with_schema("ls-by-owner", {"root": display_path(root), "owners": [
             {"owner": o.owner, "uids": list(o.uids), "entries": o.entries,
-             "size_bytes": o.size_bytes, "disk_bytes": o.disk_bytes} for o in rows]})
+             "size_bytes": o.size_bytes, "disk_bytes": o.disk_bytes} for o in rows]}))
         return
-    table = Table(title=f"{display_path(root)}/torch_compile_cache by owner",
-                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
-    for col in ("OWNER", "ENTRIES", "SIZE", "ON DISK"):
-        table.add_column(col, justify="left" if col == "OWNER" else "right")
-    for o in rows:
-        table.add_row(o.owner, str(o.entries), human_size(o.size_bytes),
-                      human_size(o.disk_bytes))
-    console().print(table)
+    cols = (Column("OWNER"), Column("ENTRIES", align="right"), Column("SIZE", align="right"),
+            Column("ON DISK", align="right"))
+    lines = render(cols, [[o.owner, str(o.entries), human_size(o.size_bytes),
+                           human_size(o.disk_bytes)] for o in rows], None)
+    sys.stdout.write(f"{display_path(root)}/torch_compile_cache by owner\n\n"
+                     + "".join(line + "\n" for line in lines))
 
 
 def _last_used(e: Entry) -> str:
-    src: str = e.last_used_source or "-"
-    if e.hits is not None:
-        src += f", {e.hits} hit" + ("" if e.hits == 1 else "s")
-    return f"{human_age(e.last_used)} ({src})"
+    if e.last_used is None:
+        return "-"
+    return f"{human_age(e.last_used)} ({e.last_used_source or '?'})"
