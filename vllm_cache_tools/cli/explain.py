@@ -19,6 +19,7 @@ from vllm_cache_tools.explain import (
     latest_pair,
 )
 from vllm_cache_tools.model import Cause
+from vllm_cache_tools.serialize import with_schema
 from vllm_cache_tools.store import (
     AmbiguousKey,
     EntryNotFound,
@@ -57,7 +58,7 @@ def explain(
     else:
         x = _from_logs(refs[0], refs[1]) if logs else _from_entries(refs[0], refs[1], root)
     if json_out:
-        print_json(explanation_json(x))
+        print_json(with_schema("explain", explanation_json(x)))
     else:
         _render(x)
     raise typer.Exit(1 if x.unexplained else 0)

@@ -28,8 +28,9 @@ from vllm_cache_tools.logsummary import (
     traced_json,
 )
 from vllm_cache_tools.read.logs import LogInputError, LogStream, StartLog, check_inputs
+from vllm_cache_tools.serialize import SCHEMAS, with_log_times, with_schema
 
-SCHEMA = "vllm-cache-tools/log/1"
+SCHEMA = SCHEMAS["log"]
 EXPLAIN_NOTE = ("factor-level comparison read from the logs; the full explanation (which "
                 "config field, which source line) arrives with `vllm-cache explain`.")
 _REF = re.compile(r"^(?P<path>.*)@(?P<n>-?\d+)$")
@@ -124,7 +125,7 @@ def _summary_json(stream: LogStream, names: list[str]) -> None:
 
     def emit(st: StartLog) -> None:
         nonlocal first
-        out(("\n" if first else ",\n") + json.dumps(start_json(st)))
+        out(("\n" if first else ",\n") + json.dumps(with_log_times(start_json(st), names)))
         first = False
 
     summaries = _summaries(stream, emit)
@@ -132,7 +133,7 @@ def _summary_json(stream: LogStream, names: list[str]) -> None:
     out('\n], "summary": [')
     i = 0
     while s is not None:
-        out(("\n" if i == 0 else ",\n") + json.dumps(summary_json(s)))
+        out(("\n" if i == 0 else ",\n") + json.dumps(with_log_times(summary_json(s), names)))
         i += 1
         s = next(summaries, None)
     out('\n], "warnings": ' + json.dumps(stream.warnings) + "}\n")
@@ -344,7 +345,8 @@ def _compare(old_ref: str, new_ref: str, json_out: bool, accelerate: bool) -> No
     for w in dict.fromkeys([*w1, *w2]):
         warn(w)
     if json_out:
-        sys.stdout.write(json.dumps(comparison_json(cmp), indent=2) + "\n")
+        doc = with_schema("log-compare", comparison_json(cmp))
+        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
         return
     _render_compare(cmp, old, new)
 

@@ -9,6 +9,7 @@ import typer
 from vllm_cache_tools.cli.common import console, fail, print_json
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.predict import PredictError, predict, prediction_json
+from vllm_cache_tools.serialize import predict_document
 
 
 def predict_cmd(
@@ -46,7 +47,7 @@ def predict_cmd(
     except PredictError as exc:
         fail(str(exc))
     if json_out:
-        print_json(prediction_json(p))
+        print_json(predict_document(prediction_json(p)))
     else:
         con = console()
         con.print(f"[bold]{'HIT' if p.hit else 'MISS'}[/bold]: vLLM "

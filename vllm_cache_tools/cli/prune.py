@@ -27,6 +27,7 @@ from vllm_cache_tools.prune import (
     trash_leftovers,
 )
 from vllm_cache_tools.query import QueryError, format_size, parse_age, parse_size
+from vllm_cache_tools.serialize import with_schema
 from vllm_cache_tools.store import RootError, scan
 
 SHOW_SKIPPED = 30
@@ -150,11 +151,11 @@ def run_plan(plan: PrunePlan, *, dry_run: bool, yes: bool, json_out: bool) -> Pr
                "removes them first")
     if dry_run:
         if json_out:
-            print_json(prune_report(plan, None))
+            print_json(with_schema("prune", prune_report(plan, None)))
         return None
     if not confirm(plan, yes, json_out):
         if json_out:
-            print_json(prune_report(plan, None))
+            print_json(with_schema("prune", prune_report(plan, None)))
         else:
             _p("nothing deleted")
         raise typer.Exit(1)
@@ -163,7 +164,7 @@ def run_plan(plan: PrunePlan, *, dry_run: bool, yes: bool, json_out: bool) -> Pr
     except OSError as exc:
         fail(f"cannot prune {plan.root}: {exc.strerror or exc}", code=1)
     if json_out:
-        print_json(prune_report(plan, res))
+        print_json(with_schema("prune", prune_report(plan, res)))
     else:
         _p("")
         render_result(res)

@@ -30,6 +30,7 @@ from vllm_cache_tools.prune import (
     plan_prune,
     prune_report,
 )
+from vllm_cache_tools.serialize import with_schema
 from vllm_cache_tools.store import RootError, scan
 from vllm_cache_tools.verify import VerifyReport, verify, verify_json
 
@@ -72,7 +73,7 @@ def verify_cmd(
         report = verify(croot)
     except (RootError, RootRefused) as exc:
         fail(str(exc))
-    out: dict[str, object] = verify_json(report)
+    out: dict[str, object] = with_schema("verify", verify_json(report))
     fixable = report.fixable_entries()
     remaining = len(report.problems)
     if not json_out:
