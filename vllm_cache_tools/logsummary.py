@@ -4,7 +4,7 @@ two starts. Pure functions over :mod:`vllm_cache_tools.read.logs` records; no I/
 
 The comparison is factor-level only (which of env/config/compiler/code hash changed, which
 raw env variables differ, which traced files came or went); naming the config field or
-source line behind a change is the explainer's job (``vllm-cache explain``).
+source line behind a change is the explainer's job (``vllm-cache explain --logs``).
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from vllm_cache_tools.read.logs import (
     env_value,
 )
 
-StartOutcome = Literal["hit", "miss", "partial", "load-failed", "disabled", "unknown", "none"]
+StartOutcome = Literal["hit", "miss", "partial", "load-failed", "disabled", "unknown", "none",
+                       "incomplete"]
 TimeBasis = Literal["logged", "timestamps"]
 TracedKind = Literal["vllm", "torch", "third-party", "other", "dynamic"]
 
@@ -185,8 +186,17 @@ class StartSummary:
     aot_paths: tuple[str, ...]
     warnings: tuple[str, ...]
     saved_s: float | None = None
+    """Compile time of this entry's cold start minus this start's load time; negative when
+    loading was slower than compiling (a regression, not a saving)."""
     would_save_s: float | None = None
+    """This start's compile time minus a warm start's load time; negative likewise."""
     saving_note: str | None = None
+
+    @property
+    def regression(self) -> bool:
+        """The warm cache cost time instead of saving it."""
+        return (self.saved_s is not None and self.saved_s < 0) or (
+            self.saved_s is None and self.would_save_s is not None and self.would_save_s < 0)
 
 
 @dataclass
@@ -267,8 +277,49 @@ def _per_process_max(fs: Sequence[FunctionSummary], attr: str) -> float | None:
     return _r(max(per.values())) if per else None
 
 
+_MODES = {0: "none", 1: "STOCK_TORCH_COMPILE", 2: "DYNAMO_TRACE_ONCE", 3: "VLLM_COMPILE"}
+
+
+def _mode(start: StartLog) -> str:
+    m = start.compile_mode
+    return "" if m is None else f" (mode {m}, {_MODES.get(m, '?')})"
+
+
+def _unfinished(f: FunctionSummary) -> bool:
+    return f.outcome == "unknown"
+
+
+def _no_compile_why(start: StartLog) -> tuple[StartOutcome, str]:
+    """A start without any compile line: eager, still starting, or a filtered log."""
+    wants = start.compiles
+    if start.incomplete and wants is not False:
+        asks = (f"the config asks for torch.compile{_mode(start)}" if wants else
+                "the log does not say whether it compiles")
+        return "incomplete", (f"in progress or incomplete log: {asks}, and the log ends before "
+                              "the engine was ready, with no compile line yet (vLLM still "
+                              "starting, or the log was cut short)")
+    if wants is False:
+        why = ("no compilation: the config says eager mode ("
+               + ("enforce_eager=True" if start.enforce_eager else "compilation mode 0") + ")")
+        if start.incomplete:
+            why += "; the log ends before the engine was ready"
+        return "none", why
+    if wants:
+        return "unknown", (f"the config asks for torch.compile{_mode(start)} but no compile "
+                           "line is in the log (an INFO-level log with vLLM's compile messages "
+                           "filtered out?)")
+    return "none", ("no torch.compile lines: eager mode (enforce_eager / compilation mode 0), "
+                    "or a log without vLLM's compile messages")
+
+
 def _start_summary(start: StartLog, fs: tuple[FunctionSummary, ...]) -> StartSummary:
     outcome = _outcome(fs)
+    if start.incomplete and any(_unfinished(f) for f in fs):
+        # The log ends while a function is compiling: the start is still going (or cut).
+        outcome = "incomplete"
+        fs = tuple(replace(f, why="in progress or incomplete log: compilation started and "
+                           "the log ends before it finished (vLLM still compiling, or the "
+                           "log was cut short)") if _unfinished(f) else f for f in fs)
     why: list[str] = []
     seen: set[str] = set()
     for f in fs:
@@ -276,8 +327,8 @@ def _start_summary(start: StartLog, fs: tuple[FunctionSummary, ...]) -> StartSum
             seen.add(f.why)
             why.append(f.why)
     if not fs:
-        why.append("no torch.compile lines: eager mode (enforce_eager / compilation mode 0), "
-                   "or a log without vLLM's compile messages")
+        outcome, reason = _no_compile_why(start)
+        why.append(reason)
     bases = {f.times.basis for f in fs if f.times.basis}
     eng = start.engine_inits
     return StartSummary(
@@ -442,7 +493,9 @@ class SavingsIndex:
                 c = self._nearest([self._cold[e] for e in f.entries if e in self._cold], s.index)
                 if c is not None:
                     i, secs = c
-                    saved = _r(max(0.0, secs - f.times.load_s))
+                    # Negative when this warm start was slower than compiling: a regression,
+                    # reported as such rather than as "saved 0".
+                    saved = _r(secs - f.times.load_s)
                     basis = f"start {i} compiled this entry in {secs:.2f} s"
                 else:
                     basis = "no cold start of this entry in these logs to compare with"
@@ -457,7 +510,7 @@ class SavingsIndex:
                     est = True
                 if w is not None:
                     i, secs = w
-                    would = _r(max(0.0, f.times.compile_s - secs))
+                    would = _r(f.times.compile_s - secs)
                     basis = (f"estimate: start {i} loaded another entry of this model in "
                              f"{secs:.2f} s" if est else
                              f"start {i} loaded this entry in {secs:.2f} s")
@@ -733,6 +786,11 @@ def start_json(st: StartLog) -> dict[str, Any]:
         "last_time": st.last_time,
         "vllm_version": st.vllm_version,
         "model": st.model,
+        "compile_mode": st.compile_mode,
+        "enforce_eager": st.enforce_eager,
+        "args_given": None if st.args is None else sorted(str(k) for k in st.args),
+        "ends_log": st.ends_log,
+        "incomplete": st.incomplete,
         "processes": [{
             "pid": p.pid, "name": p.name, "names": list(p.names), "ip": p.ip, "rank": p.rank,
             "engine_init": ({"seconds": p.engine_init.seconds,
@@ -761,6 +819,7 @@ def summary_json(s: StartSummary) -> dict[str, Any]:
         "engine_compile_s": s.engine_compile_s,
         "saved_s": s.saved_s,
         "would_save_s": s.would_save_s,
+        "saving_regression": s.regression,
         "saving_note": s.saving_note,
         "backend_dirs": list(s.backend_dirs),
         "aot_paths": list(s.aot_paths),
@@ -792,7 +851,9 @@ def traced_json(st: StartLog) -> dict[str, Any]:
     return {"index": st.index, "where": str(st.where), "model": st.model, "groups": groups}
 
 
-def comparison_json(c: StartComparison) -> dict[str, Any]:
+def comparison_json(c: StartComparison, explain_command: str | None = None) -> dict[str, Any]:
+    """``explain_command``: the ``vllm-cache explain --logs`` line that names the config field
+    or source line behind each change of this comparison."""
     return {
         "old": c.old_ref, "new": c.new_ref,
         "model": {"old": c.old_model, "new": c.new_model},
@@ -812,6 +873,5 @@ def comparison_json(c: StartComparison) -> dict[str, Any]:
         } for s in c.slots],
         "unmatched_old": list(c.unmatched_old), "unmatched_new": list(c.unmatched_new),
         "notes": list(c.notes),
-        "explainer": "factor-level comparison only; the full explanation (which config field, "
-                     "which source line) arrives with `vllm-cache explain`",
+        "explainer": explain_command or "vllm-cache explain --logs OLD NEW",
     }

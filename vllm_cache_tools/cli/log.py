@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import pickle
 import re
+import shlex
 import sys
 import tempfile
 from collections.abc import Callable, Iterator
@@ -31,8 +32,6 @@ from vllm_cache_tools.read.logs import LogInputError, LogStream, StartLog, check
 from vllm_cache_tools.serialize import SCHEMAS, with_log_times, with_schema
 
 SCHEMA = SCHEMAS["log"]
-EXPLAIN_NOTE = ("factor-level comparison read from the logs; the full explanation (which "
-                "config field, which source line) arrives with `vllm-cache explain`.")
 _REF = re.compile(r"^(?P<path>.*)@(?P<n>-?\d+)$")
 
 
@@ -136,7 +135,8 @@ def _summary_json(stream: LogStream, names: list[str]) -> None:
         out(("\n" if i == 0 else ",\n") + json.dumps(with_log_times(summary_json(s), names)))
         i += 1
         s = next(summaries, None)
-    out('\n], "warnings": ' + json.dumps(stream.warnings) + "}\n")
+    out('\n], "warnings": ' + json.dumps(stream.warnings) + ', "notes": '
+        + json.dumps(stream.notes) + "}\n")
 
 
 def _secs(x: float | None) -> str:
@@ -148,6 +148,9 @@ def _summary_text(stream: LogStream, names: list[str]) -> None:
     for s in _summaries(stream):
         if shown:
             _p("")
+        else:
+            for n in stream.notes:  # known once the first start is out
+                _p(f"note: {n}\n")
         _render_summary(s)
         shown += 1
     if not shown:
@@ -165,7 +168,7 @@ def _kv(key: str, value: object) -> None:
 
 _VERDICT = {"hit": "HIT", "miss": "MISS", "partial": "PARTIAL HIT", "load-failed":
             "MISS (load failed)", "disabled": "CACHE DISABLED", "unknown": "UNKNOWN",
-            "none": "NO COMPILATION"}
+            "none": "NO COMPILATION", "incomplete": "IN PROGRESS / INCOMPLETE LOG"}
 
 
 def _render_summary(s: StartSummary) -> None:
@@ -206,8 +209,14 @@ def _render_summary(s: StartSummary) -> None:
         _kv("engine", f"init took {_secs(s.engine_init_s)}" + (
             f", of which compilation {_secs(s.engine_compile_s)} (vLLM's figure)"
             if s.engine_compile_s is not None else ""))
-    if s.saved_s is not None:
+    if s.saved_s is not None and s.saved_s < 0:
+        _kv("warm cache", f"REGRESSION: loading took {_secs(-s.saved_s)} longer than "
+            f"compiling did ({s.saving_note}; this start loaded in {_secs(s.load_s)})")
+    elif s.saved_s is not None:
         _kv("warm cache", f"saved ~{_secs(s.saved_s)} ({s.saving_note})")
+    elif s.would_save_s is not None and s.would_save_s < 0:
+        _kv("warm cache", f"would not save time: loading took {_secs(-s.would_save_s)} longer "
+            f"than this compile ({s.saving_note})")
     elif s.would_save_s is not None:
         _kv("warm cache", f"would save ~{_secs(s.would_save_s)} ({s.saving_note})")
     elif s.saving_note:
@@ -344,11 +353,16 @@ def _compare(old_ref: str, new_ref: str, json_out: bool, accelerate: bool) -> No
     cmp = compare_starts(old, new, f"start {old.index} of {op}", f"start {new.index} of {np_}")
     for w in dict.fromkeys([*w1, *w2]):
         warn(w)
+    # One file is one stream here, so a start's index is its position in that file.
+    cmd = ("vllm-cache explain --logs " + shlex.quote(f"{op}@{old.index}") + " "
+           + shlex.quote(f"{np_}@{new.index}"))
     if json_out:
-        doc = with_schema("log-compare", comparison_json(cmp))
-        sys.stdout.write(json.dumps(doc, indent=2) + "\n")
+        payload = with_schema("log-compare", comparison_json(cmp, cmd))
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
         return
     _render_compare(cmp, old, new)
+    _p("factor-level comparison; the config field or source line behind each change: "
+       f"{cmd}")
 
 
 def _cmp_line(label: str, a: object, b: object, indent: int = 4) -> None:
@@ -402,4 +416,3 @@ def _render_compare(c: StartComparison, old: StartLog, new: StartLog) -> None:
         _p(f"  only in new: {k}")
     for n in c.notes:
         _p(f"  note: {n}")
-    _p(f"note: {EXPLAIN_NOTE}")

@@ -26,9 +26,11 @@ Lines that match nothing are ignored; a log cut short yields what it holds plus 
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import io
 import os
+import pickle
 import re
 import shutil
 import subprocess
@@ -37,21 +39,25 @@ import tempfile
 import threading
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, Literal
+
+from vllm_cache_tools.read.pyrepr import parse_repr
 
 # Every line the parser uses contains one of these (vLLM 0.6 .. 0.33, INFO and DEBUG):
 # "ompil" covers compile/compiling/Compiling/compilation/torch.compile/Compile env and, in
 # DEBUG logs of vLLM >= 0.11, every line from vllm/compilation/ (location "[compilation/..");
 # "backends.py:" covers continuation lines and INFO lines of older versions
 # ("[backends.py:370] /path/file.py", "Dynamo bytecode transform time");
-# "engine (" covers "init engine (profile, ...)" and "Initializing a V1 LLM engine (v0.8.5)".
+# "engine (" covers "init engine (profile, ...)" and "Initializing a V1 LLM engine (v0.8.5)";
+# "non-default args" the arguments a start was given (vLLM >= 0.9, logged before the engine).
 # Few and long enough that grep (or a bytes `in`) rejects the other lines quickly.
-ANCHORS: tuple[bytes, ...] = (b"ompil", b"backends.py:", b"engine (")
+ANCHORS: tuple[bytes, ...] = (b"ompil", b"backends.py:", b"engine (", b"non-default args")
 
-_A0, _A1, _A2 = ANCHORS
-_S0, _S1, _S2 = (a.decode() for a in ANCHORS)
+_A0, _A1, _A2, _A3 = ANCHORS
+_S0, _S1, _S2, _S3 = (a.decode() for a in ANCHORS)
 
 _OPENERS = ("Traced files (", "Compile env factors (")
 
@@ -245,7 +251,8 @@ class StartLog:
     compile line) to the next start or the end of the input stream."""
 
     index: int
-    """1-based, in input order."""
+    """1-based: in log order within one log; across several logs (:class:`LogStream`), in
+    time order."""
     where: Where
     last_line: int | None
     first_time: str | None
@@ -254,6 +261,19 @@ class StartLog:
     model: str | None
     processes: tuple[ProcessLog, ...]
     warnings: tuple[str, ...]
+    ends_log: bool = False
+    """The input ends inside this start (no later start follows in its log)."""
+    compile_mode: int | None = None
+    """``compilation_config`` mode (``level`` before vLLM 0.11) from the engine config line:
+    0 none (eager), 1 plain Dynamo, 2 Dynamo traced once, 3 VLLM_COMPILE; None: not logged."""
+    enforce_eager: bool | None = None
+    engine_config: str | None = None
+    """The text after "with config: " of the engine line (``key=value, ...``)."""
+    args: dict[Any, Any] | None = field(default=None, hash=False, compare=True)
+    """vLLM's ``non-default args: {...}`` line (the arguments the start was given), read by
+    :func:`~vllm_cache_tools.read.pyrepr.parse_repr`: literals as values, other reprs as
+    :class:`~vllm_cache_tools.read.pyrepr.Opaque` text. May hold secrets (``api_key``):
+    redact before showing values."""
 
     @property
     def functions(self) -> Iterator[tuple[ProcessLog, CompiledFunction]]:
@@ -264,6 +284,37 @@ class StartLog:
     @property
     def engine_inits(self) -> tuple[EngineInit, ...]:
         return tuple(p.engine_init for p in self.processes if p.engine_init is not None)
+
+    @property
+    def incomplete(self) -> bool:
+        """The log ends inside this start before its engine said it was ready ("init engine
+        ... took"): a start still running, or a log cut short."""
+        return self.ends_log and not self.engine_inits
+
+    @property
+    def compiles(self) -> bool | None:
+        """Whether the config asks for torch.compile (None: the log does not say)."""
+        if self.enforce_eager:
+            return False
+        if self.compile_mode is not None:
+            return self.compile_mode > 0
+        if self.args is not None:
+            cc = self.args.get("compilation_config")
+            mode = _mode_of(cc.get("mode", cc.get("level"))) if isinstance(cc, dict) else None
+            if self.args.get("enforce_eager") is True or mode == 0:
+                return False
+            if mode is not None:
+                return True
+        return None
+
+
+def _mode_of(v: Any) -> int | None:
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    m = re.search(r": (\d+)>$", str(v)) if isinstance(v, str) else None
+    return int(m.group(1)) if m else None
 
 
 def env_value(raw: str) -> Any:
@@ -351,6 +402,12 @@ _INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model
 _ENGINE = re.compile(r"Initializing (?:a V[01] LLM|an LLM) engine \(v([^)\s]*)\) with config: "
                      r"(?:.*?\bmodel='([^']*)')?")
 _ENV_ENTRY = re.compile(r"[{ ]'([^'\\]+)': (.*)")
+# compilation_config={'mode': <CompilationMode.VLLM_COMPILE: 3>, .. (0.11+),
+# {"level":3,.. (0.8-0.10, JSON), {'level': 3, ..; CompilationConfig(level=3, ..
+_MODE = re.compile(r"\bcompilation_config=(?:\{\s*['\"]|\w+\()(?:mode|level)['\"]?\s*[:=]\s*"
+                   r"(?:<[\w.]+:\s*(\d+)>|(\d+))")
+_EAGER = re.compile(r"\benforce_eager=(True|False)\b")
+_ARGS = "non-default args: "
 
 
 # --------------------------------------------------------------------------------------------
@@ -454,6 +511,10 @@ class _Start:
         self.last_time = ts
         self.version: str | None = None
         self.model: str | None = None
+        self.compile_mode: int | None = None
+        self.enforce_eager: bool | None = None
+        self.engine_config: str | None = None
+        self.args: dict[Any, Any] | None = None
         self.procs: dict[int | None, _Proc] = {}
         self.warnings: list[str] = []
         self.engines: set[int | None] = set()
@@ -468,7 +529,7 @@ class _Start:
             self.capped.add(key)
             self.warnings.append(message)
 
-    def freeze(self) -> StartLog:
+    def freeze(self, ends_log: bool = False) -> StartLog:
         for p in self.procs.values():
             blk = p.block
             if blk is not None and blk.kind == "env" and blk.fn.env is not None:
@@ -492,7 +553,10 @@ class _Start:
                                     "the log never says how it ended (truncated log, crash, "
                                     "or INFO lines filtered out)")
         return StartLog(self.index, self.where, self.last_line, self.first_time,
-                        self.last_time, self.version, self.model, procs, tuple(warnings))
+                        self.last_time, self.version, self.model, procs, tuple(warnings),
+                        ends_log=ends_log, compile_mode=self.compile_mode,
+                        enforce_eager=self.enforce_eager, engine_config=self.engine_config,
+                        args=self.args)
 
 
 def _rank_key(rank: str | None) -> tuple[int, ...]:
@@ -548,11 +612,11 @@ class LogParser:
     def feed(self, raw: bytes | str, lineno: int | None = None) -> None:
         # The same anchor test as the grep pre-filter, so every input path reads the same.
         if isinstance(raw, bytes):
-            if not (_A0 in raw or _A1 in raw or _A2 in raw):
+            if not (_A0 in raw or _A1 in raw or _A2 in raw or _A3 in raw):
                 return
             text = raw.decode("utf-8", "replace")
         else:
-            if not (_S0 in raw or _S1 in raw or _S2 in raw):
+            if not (_S0 in raw or _S1 in raw or _S2 in raw or _S3 in raw):
                 return
             text = raw
         text = text.rstrip("\r\n")
@@ -594,17 +658,17 @@ class LogParser:
 
     def close(self) -> list[StartLog]:
         if self._start is not None:
-            self._emit()
+            self._emit(ends_log=True)
         return self.pop()
 
     # -- internals
 
-    def _emit(self) -> None:
+    def _emit(self, ends_log: bool = False) -> None:
         st = self._start
         assert st is not None
         self._start = None
-        if st.has_content or st.version or st.model:
-            self._done.append(st.freeze())
+        if st.has_content or st.version or st.model or st.args is not None:
+            self._done.append(st.freeze(ends_log))
             self._next_index = st.index + 1
 
     def _new_start(self, where: Where, ts: str) -> _Start:
@@ -653,6 +717,17 @@ class LogParser:
                     _finish_env(blk.fn, closed=False)
                 p.block = None
 
+        if msg.startswith(_ARGS):
+            # Logged once per start, before the engine: a start boundary.
+            args = parse_repr(msg[len(_ARGS):])
+            args = args if isinstance(args, dict) else {}
+            if st is None or st.has_content or st.engines or (
+                    st.args is not None and st.args != args):
+                st = self._new_start(where, line.ts)
+            st.args = args
+            st.last_line, st.last_time = where.line, line.ts
+            return
+
         m = _ENGINE.search(msg) if "engine (" in msg else None
         if m is not None and "Initializing" in msg:
             pid = line.proc[1]
@@ -662,6 +737,14 @@ class LogParser:
             self._proc(st, line).is_engine = True
             st.version = st.version or m.group(1)
             st.model = st.model or m.group(2)
+            if st.engine_config is None:
+                st.engine_config = msg.partition("with config: ")[2]
+                mm = _MODE.search(msg)
+                if mm is not None:
+                    st.compile_mode = int(mm.group(1) or mm.group(2))
+                me = _EAGER.search(msg)
+                if me is not None:
+                    st.enforce_eager = me.group(1) == "True"
             st.last_line, st.last_time = where.line, line.ts
             return
 
@@ -1160,25 +1243,136 @@ def _finish_grep(proc: subprocess.Popen[bytes], killed: bool = False) -> str | N
     return msg[-1] if msg else f"exit status {rc}"
 
 
+# --------------------------------------------------------------------------------------------
+# Time order across logs. vLLM's lines say ``MM-DD HH:MM:SS`` without the year.
+
+CLOCK_SLACK = timedelta(days=1)
+"""How far a logged time may lie after the bound it is read against: the log's clock zone may
+differ from this machine's (up to 26 h apart), and processes of one start print a little out
+of order."""
+
+
+def _dated(stamp: str | None, year: int) -> datetime | None:
+    try:
+        return datetime.strptime(f"{year}-{stamp}", "%Y-%m-%d %H:%M:%S")
+    except (ValueError, TypeError):
+        return None
+
+
+def resolve_years(stamps: Sequence[str | None], bound: datetime) -> list[datetime | None]:
+    """Full dates for the ``MM-DD HH:MM:SS`` times of one log's starts, oldest first. A log is
+    written in time order and ends before ``bound`` (its file's modification time, or now):
+    walking back from the end, each start takes the latest year that puts it no later than the
+    start after it (plus :data:`CLOCK_SLACK`), so a log across New Year (12-31 .. 01-01) and
+    logs of different years come out right. None where a time cannot be read."""
+    out: list[datetime | None] = [None] * len(stamps)
+    limit = bound + CLOCK_SLACK
+    for i in range(len(stamps) - 1, -1, -1):
+        if not stamps[i]:
+            continue
+        best = None
+        for year in range(limit.year, limit.year - 9, -1):  # 02-29 waits for a leap year
+            t = _dated(stamps[i], year)
+            if t is not None and t <= limit:
+                best = t
+                break
+        if best is not None:
+            out[i] = best
+            limit = best + CLOCK_SLACK
+    return out
+
+
+def _time_key(times: list[datetime | None], bound: datetime) -> list[datetime]:
+    """Sort keys for one log's starts: a start whose time cannot be read stays just after the
+    start before it (else before the next one; else at the file's modification time)."""
+    keys: list[datetime] = []
+    for i, t in enumerate(times):
+        if t is None:
+            t = keys[-1] if keys else next((x for x in times[i + 1:] if x is not None), bound)
+        keys.append(t)
+    return keys
+
+
 class LogStream:
-    """Iterate over the starts in some log inputs, streaming.
+    """Iterate over the starts in some log inputs.
 
     ``LogStream(["vllm.log.1", "vllm.log"])``: each stream (see :func:`group_inputs`) is
-    parsed in turn; starts are yielded as they complete. Problems that are not about one
-    start (a damaged gzip stream) go to ``warnings``. ``accelerate`` uses grep
-    as a pre-filter for plain files when it is available (same result, faster)."""
+    parsed in turn. One stream is read streaming: starts are yielded as they complete. Starts
+    of several streams are yielded in time order (``order="time"``, the default), numbered in
+    that order; that needs the whole input read first, so the starts wait in an anonymous
+    temporary file meanwhile (``notes`` then says how they were ordered). ``order="input"``:
+    stream by stream, in the order given. Problems that are not about one start (a damaged
+    gzip stream) go to ``warnings``. ``accelerate`` uses grep as a pre-filter for plain files
+    when it is available (same result, faster)."""
 
     def __init__(self, names: Sequence[str], accelerate: bool = True,
-                 stdin: IO[bytes] | None = None) -> None:
+                 stdin: IO[bytes] | None = None, order: Literal["time", "input"] = "time",
+                 now: datetime | None = None) -> None:
         self.names = list(names)
         self.accelerate = accelerate
         self.stdin = stdin
+        self.order = order
+        self.now = now
         self.warnings: list[str] = []
+        self.notes: list[str] = []
         self.used_grep = False
 
     def __iter__(self) -> Iterator[StartLog]:
+        streams = group_inputs(self.names)
+        if self.order == "time" and len(streams) > 1:
+            return self._by_time(streams)
+        return self._in_order(streams)
+
+    def _bound(self, stream: list[LogInput]) -> tuple[datetime, bool]:
+        """The latest time a stream's lines can carry: its newest file's modification time
+        (True), or now for stdin and unreadable files (False)."""
+        mtimes = []
+        for item in stream:
+            if not item.is_stdin:
+                with contextlib.suppress(OSError):
+                    mtimes.append(os.stat(item.name).st_mtime)
+        if mtimes and len(mtimes) == len(stream):
+            return datetime.fromtimestamp(max(mtimes)), True
+        return self.now or datetime.now(), False
+
+    def _by_time(self, streams: list[list[LogInput]]) -> Iterator[StartLog]:
+        # An anonymous (already unlinked) temporary file that only this process writes.
+        with tempfile.TemporaryFile() as spill:
+            rows: list[tuple[datetime, int, int, int]] = []
+            guessed = False
+            for pos, stream in enumerate(streams):
+                bound, from_file = self._bound(stream)
+                stamps, offsets = [], []
+                for st in self._in_order([stream]):
+                    offsets.append(spill.tell())
+                    pickle.dump(st, spill, protocol=pickle.HIGHEST_PROTOCOL)
+                    stamps.append(st.first_time)
+                times = resolve_years(stamps, bound)
+                missing = sum(t is None for t in times)
+                if missing:
+                    self.warnings.append(
+                        f"{stream[0].display}: {missing} start(s) without a readable time; "
+                        "placed after the start before them in that log (else by the "
+                        + ("file's modification time" if from_file else "order given") + ")")
+                keys = _time_key(times, bound)
+                for seq, (key, off) in enumerate(zip(keys, offsets, strict=True)):
+                    rows.append((key, pos, seq, off))
+                guessed = guessed or not from_file
+            rows.sort()
+            if [r[1:3] for r in rows] != sorted(r[1:3] for r in rows):
+                self.notes.append(
+                    "starts are numbered and shown in time order across the logs, not in the "
+                    "order the files were given (times from the log lines; their year, which "
+                    "vLLM does not log, from each file's modification time"
+                    + (", or from now for stdin" if guessed else "") + ")")
+            for index, (_, _, _, off) in enumerate(rows, 1):
+                spill.seek(off)
+                st = pickle.load(spill)  # written above by this process, never a cache file
+                yield replace(st, index=index)
+
+    def _in_order(self, streams: list[list[LogInput]]) -> Iterator[StartLog]:
         index = 1
-        for stream in group_inputs(self.names):
+        for stream in streams:
             parser = LogParser(stream[0].display, first_index=index)
             for item in stream:
                 parser.set_source(item.display)
