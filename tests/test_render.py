@@ -144,7 +144,7 @@ def test_sample_cache_piped_and_wide() -> None:
     assert r.returncode == 0, r.stderr
     check_table(r.stdout, SAMPLE, None)
     assert "…" not in r.stdout
-    header, rows = table_rows(r.stdout)
+    header, _ = table_rows(r.stdout)
     assert header == " ".join(c.header for c in LS_COLUMNS).split()
     assert all(not line.endswith(" ") for line in r.stdout.splitlines())
     wide = run_tty("ls", "--root", str(SAMPLE), "--wide", columns=80)
@@ -199,8 +199,8 @@ def test_many_entries_at_80_columns_and_piped(many_root: Path) -> None:
     # A filter still prints prefixes unique in the whole root, not just among listed rows.
     filtered = run_cli("ls", "--root", str(many_root), "--filter", "layout=aot")
     _, rows = table_rows(filtered.stdout)
-    for r in rows:
-        assert locate_entry(r[0], many_root).name.startswith(r[0])
+    for row in rows:
+        assert locate_entry(row[0], many_root).name.startswith(row[0])
 
 
 def test_narrow_terminal_keeps_keys_whole(many_root: Path) -> None:
