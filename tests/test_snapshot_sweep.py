@@ -135,7 +135,9 @@ def test_sweep_keeps_young_restores_late_named_and_stops_on_bad_manifest(
         if newer_than is None:
             from vllm_cache_tools.recorder.write import _place
 
-            _place(str(src / orphan_d), b"# orphan d\n", touch=True)
+            fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY)
+            _place(fd, orphan_d, b"# orphan d\n", touch=True)
+            os.close(fd)
         return out
 
     monkeypatch.setattr(snapshots, "referenced", listed_then_reused)

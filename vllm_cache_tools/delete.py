@@ -11,7 +11,8 @@ vLLM never looks; a prune killed mid-way leaves its items there and the next run
 Every path operation is relative to a folder fd opened with ``O_NOFOLLOW``: a symlink planted
 anywhere (even swapped in after planning) is unlinked as a link, never entered, so nothing
 outside the root is touched. Folders are told apart by the directory entry's type, not by
-``stat`` of the target.
+``stat`` of the target. The primitives (:func:`remove_tree_at`, :func:`open_dir`) live in
+:mod:`vllm_cache_tools.recorder.safeio`, shared with every other writer and deleter.
 """
 
 from __future__ import annotations
@@ -26,117 +27,18 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_cache_tools.recorder.safeio import (
+    RemoveResult,
+    UnsafeTree,
+    is_group_shared,
+    open_dir,
+    remove_tree_at,
+)
+
 TRASH_DIRNAME = ".vllm-cache-trash"
 """Inside ``torch_compile_cache`` (same filesystem as the entries, so rename is atomic)."""
 LOCKS_DIRNAME = "locks"
 """Inside the trash: the entry lock file (:class:`EntryLocks`)."""
-
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-
-
-class UnsafeTree(OSError):
-    """A folder we must operate in is a symlink or not a folder."""
-
-
-def open_dir(name: str | os.PathLike[str], dir_fd: int | None = None) -> int:
-    """Open a folder without following a symlink at its last component."""
-    try:
-        return os.open(name, _DIR_FLAGS, dir_fd=dir_fd)
-    except OSError as exc:
-        if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-            raise UnsafeTree(exc.errno, f"{os.fsdecode(name)} is a symlink or not a "
-                             "folder (not followed)") from None
-        raise
-
-
-@dataclass(frozen=True)
-class RemoveResult:
-    files: int
-    dirs: int
-    error: str | None = None
-    """Why removal stopped (the item stays, partly removed, in the trash); ``None`` if done."""
-
-
-def remove_tree_at(parent_fd: int, name: str) -> RemoveResult:
-    """Remove ``name`` under the folder ``parent_fd`` and everything in it.
-
-    Iterative (no recursion limit), fd-relative (``unlinkat``/``openat``/``rmdir`` with
-    ``dir_fd``), ``O_NOFOLLOW`` on every folder: a symlink is removed as a link. Names that
-    vanish meanwhile (another process emptying the same trash item) are not errors."""
-    files = dirs = 0
-    try:
-        top = open_dir(name, parent_fd)
-    except FileNotFoundError:
-        return RemoveResult(0, 0)
-    except UnsafeTree:
-        try:
-            os.unlink(name, dir_fd=parent_fd)
-            return RemoveResult(1, 0)
-        except FileNotFoundError:
-            return RemoveResult(0, 0)
-        except OSError as exc:
-            return RemoveResult(0, 0, f"{name}: {exc.strerror}")
-    except OSError as exc:
-        return RemoveResult(0, 0, f"{name}: {exc.strerror}")
-    # Frames: [folder fd, its name in the parent frame, pending subfolder names or None, tries]
-    stack: list[list[object]] = [[top, name, None, 0]]
-    unlink = os.unlink
-    try:
-        while stack:
-            frame = stack[-1]
-            fd = frame[0]
-            assert isinstance(fd, int)
-            if frame[2] is None:
-                subdirs: list[str] = []
-                with os.scandir(fd) as it:
-                    for e in it:
-                        try:
-                            if e.is_dir(follow_symlinks=False):
-                                subdirs.append(e.name)
-                                continue
-                            unlink(e.name, dir_fd=fd)
-                            files += 1
-                        except FileNotFoundError:
-                            pass
-                        except IsADirectoryError:  # replaced by a folder meanwhile
-                            subdirs.append(e.name)
-                frame[2] = subdirs
-            pending = frame[2]
-            assert isinstance(pending, list)
-            if pending:
-                sub = pending.pop()
-                try:
-                    stack.append([open_dir(sub, fd), sub, None, 0])
-                except FileNotFoundError:
-                    pass
-                except UnsafeTree:  # became a link or a file: remove the name itself
-                    try:
-                        unlink(sub, dir_fd=fd)
-                        files += 1
-                    except FileNotFoundError:
-                        pass
-                continue
-            stack.pop()
-            os.close(fd)
-            parent = stack[-1][0] if stack else parent_fd
-            assert isinstance(parent, int)
-            try:
-                os.rmdir(str(frame[1]), dir_fd=parent)
-                dirs += 1
-            except FileNotFoundError:
-                pass
-            except OSError as exc:
-                tries = int(frame[3])  # type: ignore[call-overload]
-                if exc.errno != errno.ENOTEMPTY or tries >= 3:
-                    raise
-                # Something was added after we listed it: list again.
-                stack.append([open_dir(str(frame[1]), parent), frame[1], None, tries + 1])
-    except OSError as exc:
-        where = "/".join(str(f[1]) for f in stack)
-        for f in stack:
-            os.close(f[0])  # type: ignore[arg-type]
-        return RemoveResult(files, dirs, f"{where or name}: {exc.strerror or exc}")
-    return RemoveResult(files, dirs)
 
 
 @dataclass(frozen=True)
@@ -203,29 +105,48 @@ class EntryLocks:
     Each entry's lock is a one-byte POSIX record lock (``lockf``) at an offset derived from
     its name (60 bits of sha256) in one shared file, ``<trash>/locks/entries.lock``: no lock
     file is created or removed per entry (that costs as much as the deletion on a busy
-    journal), and the kernel drops the locks of a process that dies. The file is made
-    writable by everyone who may use the trash (a write lock needs a writable fd) and is
-    opened without ``O_CREAT`` when it exists, which a shared sticky folder allows."""
+    journal), and the kernel drops the locks of a process that dies.
+
+    Who may take a lock is who may open the file for writing, and whoever can hold one can
+    stall every prune: the file is ``0600``, or ``0660`` when the locks folder is group-shared
+    (setgid and group-writable: the group's members prune the same root). Never writable by
+    everyone; an older file that was (``0666``) is narrowed when it is ours. A planted link, a
+    FIFO or any non-regular file there is refused (:class:`UnsafeTree`)."""
 
     FILENAME = "entries.lock"
 
     def __init__(self, locks_fd: int) -> None:
         self.fd = -1
-        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+        folder = os.fstat(locks_fd)
+        mode = 0o660 if is_group_shared(folder) else 0o600
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         for _ in range(5):
             try:
                 self.fd = os.open(self.FILENAME, flags, dir_fd=locks_fd)
                 break
             except FileNotFoundError:
                 try:
-                    self.fd = os.open(self.FILENAME, flags | os.O_CREAT | os.O_EXCL, 0o666,
+                    self.fd = os.open(self.FILENAME, flags | os.O_CREAT | os.O_EXCL, mode,
                                       dir_fd=locks_fd)
                 except FileExistsError:
                     continue
-                os.fchmod(self.fd, 0o666)
+                os.fchmod(self.fd, mode)  # the umask aside
                 break
+            except OSError as exc:
+                if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                    raise UnsafeTree(exc.errno, "the entry lock file is a symlink or not a "
+                                     "file: refused") from None
+                raise
         if self.fd < 0:
             raise OSError(errno.EAGAIN, "cannot open the entry lock file")
+        s = os.fstat(self.fd)
+        if not st.S_ISREG(s.st_mode):
+            os.close(self.fd)
+            self.fd = -1
+            raise UnsafeTree(errno.EINVAL, "the entry lock file is not a regular file: refused")
+        if s.st_mode & 0o007 and s.st_uid == os.geteuid():
+            with suppress(OSError):
+                os.fchmod(self.fd, mode)
 
     @staticmethod
     def offset(name: str) -> int:
@@ -310,9 +231,11 @@ class Trash:
                     continue
         return sorted(out, key=lambda t: t.name)
 
-    def remove(self, name: str) -> RemoveResult:
+    def remove(self, name: str, expect: tuple[int, ...] | None = None) -> RemoveResult:
+        """Remove one item; ``expect``: the (st_dev, st_ino) this process moved in (on a
+        shared root another user could swap the name for something else meanwhile)."""
         assert self.fd is not None
-        return remove_tree_at(self.fd, name)
+        return remove_tree_at(self.fd, name, expect=expect)
 
     def empty(self, uid: int | None) -> list[tuple[TrashItem, RemoveResult]]:
         """Finish what earlier (possibly killed) runs left: remove every item, or only those
@@ -391,3 +314,8 @@ def entry_tree(path: Path, vllm_root: Path) -> str | None:
 
 def is_dir_stat(s: os.stat_result) -> bool:
     return st.S_ISDIR(s.st_mode)
+
+
+__all__ = ["LOCKS_DIRNAME", "TRASH_DIRNAME", "EntryLocks", "RemoveResult", "RootHandle",
+           "Trash", "TrashItem", "TreeCheck", "UnsafeTree", "check_tree_at", "entry_tree",
+           "is_dir_stat", "open_dir", "remove_tree_at"]

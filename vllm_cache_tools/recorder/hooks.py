@@ -30,12 +30,14 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from vllm_cache_tools.recorder import capture, write
+from vllm_cache_tools.recorder import capture, safeio, write
 
 SPENT = [0.0]
 """Seconds this process spent in the recorder (reported in ledger events)."""
 _WARNED: set[str] = set()
 _AOT_FACTORS: dict[int, list[Any]] = {}
+FACTORS_CAP = 16 << 20
+"""``cache_key_factors.json`` is a few KB; more is not vLLM's."""
 
 
 def warn(what: str, exc: BaseException | None = None) -> None:
@@ -120,11 +122,12 @@ def _backend_record(backend: Any, pre: dict[str, Any], backend_s: float) -> None
     manifest = capture.base_manifest(backend.vllm_config, "backend",
                                      os.path.basename(os.path.normpath(key_dir)), rank, prefix)
     try:
-        with open(os.path.join(local_dir, "cache_key_factors.json")) as f:
-            stored = json.load(f)
+        # Read like every cache read: a FIFO planted here must not hang vLLM.
+        stored = json.loads(safeio.read_regular(
+            os.path.join(local_dir, "cache_key_factors.json"), cap=FACTORS_CAP))
         manifest["key_parts"] = {k: stored.get(k) for k in
                                  ("config_hash", "code_hash", "compiler_hash")}
-    except (OSError, ValueError):
+    except (OSError, ValueError, AttributeError, RecursionError):
         manifest["key_parts"] = None
     try:
         from vllm.compilation.compiler_interface import get_inductor_factors
@@ -137,7 +140,7 @@ def _backend_record(backend: Any, pre: dict[str, Any], backend_s: float) -> None
     event = "disabled" if disabled else ("hit" if existed else "miss")
     manifest["timings"] = {"dynamo_s": pre["dynamo_s"], "backend_s": round(backend_s, 4),
                            "event": event}
-    digest, _ = write.write_manifest(local_dir, manifest)
+    digest, _ = write.write_manifest(local_dir, manifest, base=compile_cache)
     _event(compile_cache, t0, event=event, tree="backend", key=manifest["key"], rank=rank,
            prefix=prefix, manifest=digest, seconds=round(backend_s, 4),
            dynamo_s=pre["dynamo_s"])
@@ -238,7 +241,7 @@ def _aot_write(manifest: dict[str, Any], path: str, loaded: bool, seconds: float
     reason = next((m for m in messages if "load failure" in m or "Compiling model again" in m),
                   None)
     manifest["timings"] = {"load_s": round(seconds, 4), "event": event}
-    digest, _ = write.write_manifest(rank_dir, manifest)
+    digest, _ = write.write_manifest(rank_dir, manifest, base=compile_cache)
     _event(compile_cache, t0, event=event, tree="aot", key=manifest["key"],
            rank=manifest["rank"], prefix="", manifest=digest, seconds=round(seconds, 4),
            reason=reason)
