@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from tests.conftest import run_cli
 from tests.realvllm.harness import SCENARIOS, ScenarioRun, run_scenario
 from vllm_cache_tools import read_entry, scan
-from vllm_cache_tools.explain import explain_entries
+from vllm_cache_tools.explain import explain_entries, show_value
+from vllm_cache_tools.model import Cause
 
 pytestmark = pytest.mark.realvllm
 
@@ -37,7 +39,14 @@ def test_env_var_names_the_variable(real_compile: ScenarioRun) -> None:
     assert rc == 0 and d["unexplained"] == []
     assert [(c["component"], c["item"], c["old"], c["new"]) for c in d["causes"]] == [
         ("env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", False, True)]
-    assert d["headline"] == "recompiled because VLLM_ALLOW_LONG_MAX_MODEL_LEN changed 0 -> 1"
+    # One rendering of values for the headline and the detail (issue 11: "0 -> 1" above
+    # "False -> True").
+    assert d["headline"] == ("recompiled because env VLLM_ALLOW_LONG_MAX_MODEL_LEN changed "
+                             "False -> True")
+    r = run_cli("explain", _keys(real_compile, 0)[0], _keys(real_compile, 2)[0], "--root",
+                str(real_compile.vllm_root))
+    assert r.stdout.splitlines()[0] == d["headline"]
+    assert "VLLM_ALLOW_LONG_MAX_MODEL_LEN: False -> True  [cache_key_factors.json]" in r.stdout
 
 
 def test_identical_second_start(real_compile: ScenarioRun) -> None:
@@ -60,7 +69,7 @@ def test_logs_name_env_and_config_fields(real_compile: ScenarioRun,
     d = json.loads(r.stdout)
     assert r.returncode == 0
     assert [(c["component"], c["item"], c["old"], c["new"]) for c in d["causes"]] == [
-        ("config", "model_config.max_model_len", "128", "64")]
+        ("config", "model_config.max_model_len", 128, 64)]
 
 
 def test_config_and_inductor_changes_between_entries_stay_unexplained(
@@ -148,3 +157,85 @@ def test_logs_of_source_edits_name_the_file_and_the_moved_forward(
     assert items == {("code", "vllm/model_executor/models/llama.py"),
                      ("code", "LlamaModel.forward first line"),
                      ("config", "model_config.max_model_len")}
+
+
+# --------------------------------------------------------------------------------------------
+# Issue 11: headlines that name the whole change or say it is partial; the args line.
+
+SAMPLES = Path(__file__).resolve().parent.parent / "examples" / "sample_logs"
+
+
+def test_headline_names_every_cause_or_says_partial() -> None:
+    from vllm_cache_tools.explain import Explanation, Unexplained
+
+    env = Cause("env", "VLLM_CPU_OMP_THREADS_BIND", None, "0|1", "e")
+    tp = Cause("config", "parallel_config.tensor_parallel_size", 1, 2, "e")
+    x = Explanation("a", "b", False, (env,), (Unexplained("config", "config hash a -> b", "m"),
+                                              Unexplained("code", "code hash c -> d", "m")))
+    assert x.headline == ("recompiled because env VLLM_CPU_OMP_THREADS_BIND changed None -> "
+                          "0|1; partial: config/code hashes differ, unexplained")
+    x = Explanation("a", "b", False, (env, tp, env))
+    assert x.headline == ("recompiled because env VLLM_CPU_OMP_THREADS_BIND changed None -> 0|1 "
+                          "and config parallel_config.tensor_parallel_size changed 1 -> 2 "
+                          "(+1 more)")
+    x = Explanation("a", "b", False, (), (Unexplained("compiler", "compiler hash", "m"),))
+    assert x.headline == "recompiled; compiler hash differs, unexplained"
+    assert show_value("128") == "'128'" and show_value(128) == "128"
+    assert show_value(True) == "True" and show_value("torch.bfloat16") == "torch.bfloat16"
+
+
+def test_explain_across_roots_tp2(real_compile: ScenarioRun, real_tp2: ScenarioRun) -> None:
+    """explain root/../<key> root_tp2/../<key>: TP=2 changes the env (the OMP bind), the
+    config and the traced code; the headline names all of it, or says what stayed
+    unexplained; never just the env variable."""
+    a = real_compile.vllm_root / "torch_compile_cache" / _keys(real_compile, 0)[0]
+    b = real_tp2.vllm_root / "torch_compile_cache" / _keys(real_tp2, 0)[0]
+    r = run_cli("explain", str(a), str(b), "--json")
+    assert r.returncode in (0, 1), r.stderr
+    d = json.loads(r.stdout)
+    comps = {c["component"] for c in d["causes"]} | {u["component"] for u in d["unexplained"]}
+    assert {"env", "config"} <= comps, d
+    head = d["headline"]
+    assert "VLLM_CPU_OMP_THREADS_BIND" in head
+    for u in d["unexplained"]:
+        assert "partial" in head and u["component"] in head, d
+    named = [c for c in d["causes"] if c["item"] in head]
+    assert named or "more" in head
+    if not d["unexplained"]:
+        assert "partial" not in head
+
+
+def _with_additional_config(text: str) -> str:
+    """The real cold log as if the start had been given additional_config (a per-process id,
+    the public report's case): the args line gains the field, and the config hash vLLM logs
+    changes with it (edited in this copy; cfg=de926b2dc5 -> 0123456789)."""
+    text = text.replace("non-default args: {", "non-default args: {'additional_config': "
+                        "{'request_id': 'pod-7', 'hf_token': 'hf_secret'}, ", 1)
+    return text.replace("cfg=de926b2dc5", "cfg=0123456789")
+
+
+def test_logs_name_an_additional_config_field(tmp_path: Path) -> None:
+    new = tmp_path / "with-additional-config.log"
+    new.write_text(_with_additional_config((SAMPLES / "1-cold-start.log").read_text()))
+    r = run_cli("explain", "--logs", str(SAMPLES / "1-cold-start.log"), str(new), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    causes = [(c["component"], c["item"], c["old"], c["new"]) for c in d["causes"]]
+    assert ("config", "additional_config.request_id", None, "pod-7") in causes, d
+    secret = next(c for c in d["causes"] if c["item"] == "additional_config.hf_token")
+    assert secret["new"].startswith("<redacted") and "hf_secret" not in r.stdout
+    assert d["unexplained"] == [] and "additional_config.request_id" in d["headline"]
+
+
+def test_logs_of_recorded_starts_name_additional_config() -> None:
+    """Real logs: the recorder scenario's start 2 was given additional_config={"vct_probe": 1};
+    vLLM's "non-default args:" line says so."""
+    rec = run_scenario(SCENARIOS["recorder"])
+    logs = [str(r.log) for r in rec.records]
+    r = run_cli("explain", "--logs", logs[0], logs[2], "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert [(c["component"], c["item"], c["old"], c["new"]) for c in d["causes"]] == [
+        ("config", "additional_config.vct_probe", None, 1)], d
+    assert d["headline"] == ("recompiled because config additional_config.vct_probe changed "
+                             "None -> 1")

@@ -7,7 +7,6 @@ log reader read; no guessing.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -44,20 +43,60 @@ class Explanation:
 
     @property
     def headline(self) -> str:
-        if self.same_key and not self.causes:
+        """The whole change in one line: every cause (the first two named, the rest counted)
+        and, when some differences stayed unexplained, that the explanation is partial."""
+        if self.same_key and not self.causes and not self.unexplained:
             return "same key: vLLM would reuse this entry"
-        if self.causes:
-            c = self.causes[0]
-            if c.component == "code" and c.old == "compile-time copy":
-                return f"recompiled because {c.item} changed"
-            return f"recompiled because {c.item} changed {_fmt(c.old)} -> {_fmt(c.new)}"
-        return "recompiled; the cause could not be itemised (see unexplained)"
+        gaps = _gaps(self.unexplained)
+        if not self.causes:
+            return f"recompiled; {gaps}" if gaps else "recompiled"
+        named = " and ".join(cause_phrase(c) for c in self.causes[:HEADLINE_CAUSES])
+        more = len(self.causes) - HEADLINE_CAUSES
+        head = f"recompiled because {named}" + (f" (+{more} more)" if more > 0 else "")
+        return f"{head}; partial: {gaps}" if gaps else head
 
 
-def _fmt(v: object) -> str:
-    if isinstance(v, bool):
-        return "1" if v else "0"
-    return str(v)
+HEADLINE_CAUSES = 2
+_LABEL = {"code": "source"}
+_HASHED = ("env", "config", "code", "compiler")
+
+
+def show_value(v: object) -> str:
+    """One rendering of a cause's values, for the headline, the detail lines and predict:
+    text as it is unless it would read as another type or hides blanks (then quoted)."""
+    if isinstance(v, str):
+        if not v or any(ch.isspace() for ch in v) or _literal_like(v):
+            return repr(v)
+        return v
+    return repr(v) if isinstance(v, (list, tuple, dict)) else str(v)
+
+
+def _literal_like(text: str) -> bool:
+    import ast
+
+    try:
+        return not isinstance(ast.literal_eval(text), str)
+    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return False
+
+
+def cause_phrase(c: Cause) -> str:
+    what = f"{_LABEL.get(c.component, c.component)} {c.item}"
+    if c.component == "code" and c.old == "compile-time copy":
+        return f"{what} changed"
+    return f"{what} changed {show_value(c.old)} -> {show_value(c.new)}"
+
+
+def _gaps(unexplained: Sequence[Unexplained]) -> str:
+    """What stayed unexplained, in a few words ("config/code hashes differ, unexplained")."""
+    comps = list(dict.fromkeys(u.component for u in unexplained))
+    hashes = [c for c in comps if c in _HASHED]
+    bits = []
+    if hashes:
+        bits.append("/".join(hashes) + (" hashes differ" if len(hashes) > 1 else
+                                        " hash differs") + ", unexplained")
+    bits += [f"{u.component}: {u.detail}" for u in unexplained if u.component not in _HASHED]
+    return "; ".join(dict.fromkeys(bits))
 
 
 # --- pieces --------------------------------------------------------------------------------
@@ -152,11 +191,78 @@ def parse_engine_config(line: str) -> dict[str, str]:
 
 
 def config_line_causes(old: dict[str, str], new: dict[str, str], evidence: str) -> list[Cause]:
+    """Differing top-level fields of two engine-config lines; values as Python values where
+    the text is a literal (``128``), else the text (``torch.bfloat16``)."""
     out = []
     for k in sorted(set(old) | set(new)):
         if old.get(k) != new.get(k) and k not in ("served_model_name",):
-            out.append(Cause("config", _CFG_FIELD.get(k, f"engine config {k}"), old.get(k),
-                             new.get(k), evidence))
+            out.append(Cause("config", _CFG_FIELD.get(k, f"engine config {k}"),
+                             _text_value(old.get(k)), _text_value(new.get(k)), evidence))
+    return out
+
+
+def _text_value(raw: str | None) -> object:
+    from vllm_cache_tools.read.logs import env_value
+
+    return None if raw is None else env_value(raw)
+
+
+# Arguments of vLLM's "non-default args:" line and the config field each sets.
+_ARG_FIELD = {"max_model_len": "model_config.max_model_len", "dtype": "model_config.dtype",
+              "model": "model_config.model", "revision": "model_config.revision",
+              "tensor_parallel_size": "parallel_config.tensor_parallel_size",
+              "pipeline_parallel_size": "parallel_config.pipeline_parallel_size",
+              "data_parallel_size": "parallel_config.data_parallel_size",
+              "quantization": "model_config.quantization",
+              "kv_cache_dtype": "cache_config.cache_dtype",
+              "block_size": "cache_config.block_size",
+              "enforce_eager": "model_config.enforce_eager", "seed": "model_config.seed",
+              "max_num_seqs": "scheduler_config.max_num_seqs",
+              "max_num_batched_tokens": "scheduler_config.max_num_batched_tokens"}
+# Arguments that configure the server, not the engine: never in the config hash.
+_SERVER_ARGS = frozenset({"host", "port", "api_key", "served_model_name", "disable_log_stats",
+                          "disable_log_requests", "enable_log_requests", "uvicorn_log_level",
+                          "ssl_keyfile", "ssl_certfile", "ssl_ca_certs", "allowed_origins",
+                          "allowed_methods", "allowed_headers", "root_path", "middleware",
+                          "api_server_count", "log_config_file", "disable_uvicorn_access_log",
+                          "max_log_len", "response_role", "chat_template"})
+MAX_ARG_DEPTH = 4
+
+
+def _arg_diffs(name: str, old: object, new: object, depth: int = 0
+               ) -> list[tuple[str, object, object]]:
+    """(dotted field, old, new) for every leaf that differs; nested dicts (``additional_config``,
+    ``compilation_config``, ``hf_overrides``) are followed so the field itself is named."""
+    if old == new:
+        return []
+    if depth < MAX_ARG_DEPTH and isinstance(old, dict | None) and isinstance(new, dict | None):
+        old, new = old or {}, new or {}  # a dict given on one side only: name its fields
+        out = []
+        for k in sorted(set(old) | set(new), key=str):
+            out += _arg_diffs(f"{name}.{k}", old.get(k), new.get(k), depth + 1)
+        return out
+    return [(name, old, new)]
+
+
+def args_causes(old: dict[Any, Any] | None, new: dict[Any, Any] | None,
+                evidence: str) -> list[Cause]:
+    """Config causes from two starts' ``non-default args:`` lines (read by
+    :func:`~vllm_cache_tools.read.pyrepr.parse_repr`): the arguments that differ, with nested
+    fields named (``additional_config.request_id``); secret-named values redacted."""
+    from vllm_cache_tools.live.probe import redact
+    from vllm_cache_tools.read.pyrepr import plain
+
+    if old is None or new is None:
+        return []
+    out = []
+    for k in sorted(set(old) | set(new), key=str):
+        name = str(k)
+        if name in _SERVER_ARGS:
+            continue
+        for item, a, b in _arg_diffs(name, plain(old.get(k)), plain(new.get(k))):
+            leaf = item.rsplit(".", 1)[-1]
+            out.append(Cause("config", _ARG_FIELD.get(item, item), redact(leaf, a),
+                             redact(leaf, b), evidence))
     return out
 
 
@@ -259,15 +365,6 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
     return Explanation(a.key, b.key, same, tuple(causes), tuple(unexplained), tuple(notes))
 
 
-_CONFIG_LINE = re.compile(r"with config: ")
-
-
-def config_lines(text: str) -> list[str]:
-    """vLLM's engine-config lines, one per start, in order."""
-    return [ln for ln in text.splitlines() if _CONFIG_LINE.search(ln)
-            and "Initializing" in ln]
-
-
 def latest_pair(entries: Sequence[Entry]) -> tuple[Entry, Entry, str] | None:
     """For ``explain`` without arguments: the most recently created backend entry (else AOT
     entry) and the newest earlier entry of the same tree and model, with the reason chosen."""
@@ -344,14 +441,15 @@ def against_current(entry: Entry, prediction: Any) -> Explanation:
 
 # --- logs ----------------------------------------------------------------------------------
 
-def explain_logs(old: Any, new: Any, old_text: str, new_text: str, old_ref: str,
-                 new_ref: str, old_index: int = -1, new_index: int = -1,
+def explain_logs(old: Any, new: Any, old_ref: str, new_ref: str,
                  code_causes: Callable[[str, str], list[Cause]] | None = None
                  ) -> Explanation:
-    """Two logged starts (``read.logs.StartLog``) and their log texts (for the engine config
-    line, which names config fields). ``code_causes(old_dir, new_dir)``, when given, itemises
-    a code change from the cache entries the logs name (their pickled sources)."""
+    """Two logged starts (``read.logs.StartLog``). Config fields come from each start's engine
+    config line and its ``non-default args:`` line (which also names ``additional_config``);
+    ``code_causes(old_dir, new_dir)``, when given, itemises a code change from the cache
+    entries the logs name (their pickled sources)."""
     from vllm_cache_tools.logsummary import compare_starts
+    from vllm_cache_tools.read.logs import env_value
 
     cmp = compare_starts(old, new, old_ref, new_ref)
     causes: list[Cause] = []
@@ -364,7 +462,9 @@ def explain_logs(old: Any, new: Any, old_text: str, new_text: str, old_ref: str,
             s.old_aot == s.new_aot and s.old_aot is not None)
         same = same and not changed and same_dir
         for e in s.env_changes:
-            causes.append(Cause("env", e.name, e.old, e.new, ev + " (Compile env factors)"))
+            causes.append(Cause("env", e.name, None if e.old is None else env_value(e.old),
+                                None if e.new is None else env_value(e.new),
+                                ev + " (Compile env factors)"))
         for f in s.traced_added:
             causes.append(Cause("code", f, "not traced", "traced", ev + " (Traced files)"))
         for f in s.traced_removed:
@@ -387,18 +487,21 @@ def explain_logs(old: Any, new: Any, old_text: str, new_text: str, old_ref: str,
             unexplained.append(Unexplained("env", "env hash changed; raw env factors not "
                                            "in both logs", "DEBUG logs of vLLM >= 0.14"))
         if "config" in changed:
-            lo, ln = config_lines(old_text), config_lines(new_text)
             found = []
-            if lo and ln:
-                found = config_line_causes(parse_engine_config(lo[old_index]),
-                                           parse_engine_config(ln[new_index]),
+            if old.engine_config is not None and new.engine_config is not None:
+                found = config_line_causes(parse_engine_config(old.engine_config),
+                                           parse_engine_config(new.engine_config),
                                            ev + " (engine config line)")
+            named = {c.item for c in found}
+            found += [c for c in args_causes(old.args, new.args, ev + " (non-default args)")
+                      if c.item not in named]
             causes += found
             if not found:
                 unexplained.append(Unexplained(
-                    "config", "config hash changed; the logged engine config is equal",
-                    "a recorder manifest (the field is not in vLLM's config line)"))
-    causes = list(dict.fromkeys(causes))
+                    "config", "config hash changed; the logged engine config and arguments "
+                    "are equal", "a recorder manifest (the field is in neither of vLLM's "
+                    "config lines)"))
+    causes = _unique(causes)
     notes = list(cmp.notes)
     for _, f in new.functions:
         if f.load_failure is not None:
@@ -407,6 +510,14 @@ def explain_logs(old: Any, new: Any, old_text: str, new_text: str, old_ref: str,
                          "overwrote it in the same folder (same AOT key)")
     return Explanation(old_ref, new_ref, same and not causes, tuple(causes),
                        tuple(dict.fromkeys(unexplained)), tuple(notes))
+
+
+def _unique(causes: Iterable[Cause]) -> list[Cause]:
+    """Causes without repeats (ranks repeat them); values may be lists or dicts."""
+    seen: dict[str, Cause] = {}
+    for c in causes:
+        seen.setdefault(repr((c.component, c.item, c.old, c.new, c.evidence)), c)
+    return list(seen.values())
 
 
 def explanation_json(x: Explanation) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from vllm_cache_tools.explain import (
     explain_logs,
     explanation_json,
     latest_pair,
+    show_value,
 )
 from vllm_cache_tools.model import Cause
 from vllm_cache_tools.serialize import with_schema
@@ -74,12 +75,16 @@ def _from_entries(a: str, b: str, root: Path | None) -> Explanation:
         fail(str(exc))
     ea, eb = read_entry(pa), read_entry(pb)
     others = []
-    for p in {pa.parent if ea.layout == "backend" else pa.parent.parent}:
+    # The AOT entries of both roots: entries of two roots (explain root/.. root_tp2/..) each
+    # need their own AOT sibling to itemise a code change.
+    roots = dict.fromkeys(p.parent if e.layout == "backend" else p.parent.parent
+                          for p, e in ((pa, ea), (pb, eb)))
+    for r in roots:
         try:
-            others = [read_entry(e.path) for e in scan(p, check_in_use=False).entries
-                      if e.layout == "aot" and e.key not in (ea.key, eb.key)]
+            others += [read_entry(e.path) for e in scan(r, check_in_use=False).entries
+                       if e.layout == "aot" and e.path not in (ea.path, eb.path)]
         except RootError:
-            others = []
+            continue
     return explain_entries(ea, eb, others)
 
 
@@ -126,10 +131,7 @@ def _from_logs(old_ref: str, new_ref: str) -> Explanation:
     sn, _ = _starts_of(np_, True)
     old = _pick(so, on, old_ref, -1)
     new = _pick(sn, nn, new_ref, -1)
-    text_o = Path(op).read_text(errors="replace")
-    text_n = Path(np_).read_text(errors="replace")
-    return explain_logs(old, new, text_o, text_n, old_ref, new_ref,
-                        so.index(old) - len(so), sn.index(new) - len(sn), _code_from_cache)
+    return explain_logs(old, new, old_ref, new_ref, _code_from_cache)
 
 
 def _code_from_cache(old_dir: str, new_dir: str) -> list[Cause]:
@@ -146,11 +148,11 @@ def _code_from_cache(old_dir: str, new_dir: str) -> list[Cause]:
 
 def _render(x: Explanation) -> None:
     con = console()
-    con.print(f"[bold]{x.headline}[/bold]")
+    con.print(x.headline, style="bold", markup=False)
     con.print(f"  old {x.old}\n  new {x.new}")
     for c in x.causes:
-        con.print(f"  {c.component:<9} {c.item}: {c.old!r} -> {c.new!r}  [{c.evidence}]",
-                  markup=False)
+        con.print(f"  {c.component:<9} {c.item}: {show_value(c.old)} -> {show_value(c.new)}  "
+                  f"[{c.evidence}]", markup=False)
         if c.detail:
             for line in c.detail.rstrip("\n").splitlines():
                 con.print(f"            {line}", markup=False)
