@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -23,6 +22,7 @@ from filelock import FileLock, Timeout
 
 from vllm_cache_tools.locate import user_cache_dir
 from vllm_cache_tools.model import Entry, Problem, TreeStats
+from vllm_cache_tools.recorder import safeio
 
 FORMAT = 1
 
@@ -133,11 +133,13 @@ class ListingIndex:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            data = json.dumps({"format": FORMAT, "version": self.version,
+                               "entries": self.records}, separators=(",", ":")).encode()
             with FileLock(str(self.path) + ".lock", timeout=5):
-                fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".index-")
-                with os.fdopen(fd, "w") as f:
-                    json.dump({"format": FORMAT, "version": self.version,
-                               "entries": self.records}, f, separators=(",", ":"))
-                os.replace(tmp, self.path)
+                fd = safeio.open_dirs(self.path.parent)
+                try:
+                    safeio.replace_at(fd, self.path.name, data, 0o600)
+                finally:
+                    os.close(fd)
         except (OSError, Timeout):
             pass  # the index is an optimisation; a read-only home must not break ls

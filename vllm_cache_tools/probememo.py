@@ -23,6 +23,7 @@ import json
 import os
 import platform
 import socket
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -129,7 +130,7 @@ def load(key: str, directory: Path) -> tuple[dict[str, Any] | None, str]:
     with a reason for the caller's report."""
     path = directory / f"{key}.json"
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
+        doc = json.loads(_read_regular(path).decode("utf-8"))
         answer, deps = doc["answer"], doc["deps"]
         if doc.get("memo_version") != MEMO_VERSION or not isinstance(answer, dict):
             return None, "memo from another version"
@@ -143,9 +144,39 @@ def load(key: str, directory: Path) -> tuple[dict[str, Any] | None, str]:
         return None, "memo unreadable"
     if changed is not None:
         return None, f"memo stale: {changed} changed"
-    with contextlib.suppress(OSError):
-        os.utime(path)  # newest-used first when pruning
+    _touch(path)  # newest-used first when pruning
     return answer, "memo hit"
+
+
+MEMO_CAP = 64 << 20
+"""A memo is a few hundred KB (mostly the dependency list); anything bigger is not ours."""
+
+
+def _read_regular(path: Path) -> bytes:
+    """The memo file, if it is a regular file (a planted FIFO or device is refused without
+    blocking, a symlink is not followed); capped. Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(0, f"{path} is not a regular file")
+        with os.fdopen(os.dup(fd), "rb") as f:
+            data = f.read(MEMO_CAP + 1)
+        if len(data) > MEMO_CAP:
+            raise OSError(0, f"{path} is over {MEMO_CAP} bytes")
+        return data
+    finally:
+        os.close(fd)
+
+
+def _touch(path: Path) -> None:
+    """utime through an fd opened without following a link (never a link's target)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        try:
+            if stat.S_ISREG(os.fstat(fd).st_mode):
+                os.utime(fd)
+        finally:
+            os.close(fd)
 
 
 def save(key: str, answer: Mapping[str, Any], deps: Mapping[str, Any], directory: Path,
