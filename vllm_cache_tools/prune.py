@@ -49,6 +49,7 @@ from vllm_cache_tools.model import CacheInfo, Entry, Layout
 from vllm_cache_tools.query import format_size
 from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.recorder.safeio import rename_at
 from vllm_cache_tools.serialize import iso
 from vllm_cache_tools.snapshots import SnapshotSweep, sweep_snapshots
 from vllm_cache_tools.store import read_entry
@@ -610,7 +611,9 @@ def _move_to_trash(h: RootHandle, trash: Trash, pe: PlannedEntry, prot: Protecti
     assert trash.fd is not None
     name = trash.new_name(pe.key)
     try:
-        os.rename(pe.key, name, src_dir_fd=parent, dst_dir_fd=trash.fd)
+        # Only the folder checked above (a name swapped meanwhile is left where it is).
+        if not rename_at(parent, pe.key, trash.fd, name, expect=pe.ident):
+            return None, "replaced since the plan was made"
     except OSError as exc:
         return None, f"cannot move it to the trash: {exc.strerror}"
     return name, None
@@ -664,7 +667,7 @@ def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1
                         continue
                     if progress is not None:
                         progress("moved", pe.key)
-                    moved.append((pe, pool.submit(trash.remove, name)))
+                    moved.append((pe, pool.submit(trash.remove, name, pe.ident)))
                 for name, fut in leftovers:
                     res = fut.result()
                     if res.error:
