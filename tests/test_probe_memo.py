@@ -311,7 +311,7 @@ def test_config_field_secrets_are_redacted() -> None:
         model_config = FakeModelConfig()
 
     fields = config_parts(Vllm())["model_config"]["fields"]
-    assert fields["hf_token"].startswith("<redacted sha256:")
+    assert fields["hf_token"].startswith("<redacted")
     assert "hf_abcdefghijkl" not in json.dumps(fields)
     assert fields["tokenizer"] == "/models/m" and fields["max_num_batched_tokens"] == 128
     extra = fields["model_loader_extra_config"]
@@ -328,7 +328,7 @@ def test_hf_token_never_reaches_the_memo(real_compile: ScenarioRun) -> None:
     p = _pred(real_compile, args)
     assert p.probe_run is not None and p.probe_run.kept == "kept"
     assert p.key_parts.config_parts["model_config"]["fields"]["hf_token"].startswith(
-        "<redacted sha256:")
+        "<redacted")
     for f in memo_dir().rglob("*.json"):
         assert token not in f.read_text(), f
 

@@ -214,28 +214,37 @@ def _jsonable(x: Any, depth: int = 0) -> Any:
     return repr(x)[:500]
 
 
-SECRET_WORDS = frozenset({"token", "key", "secret", "password", "passwd", "credential",
-                          "credentials", "auth", "apikey"})
+def _redaction() -> Any:
+    """vllm_cache_tools/redaction.py, the one rule for secrets (standard library only): the
+    package's module when this file is imported as part of the package (the recorder, the
+    CLI), else loaded by path, as :func:`_memo_module` loads the memo."""
+    mod = sys.modules.get("vllm_cache_tools.redaction") or sys.modules.get("_vct_redaction")
+    if mod is not None:
+        return mod
+    import importlib
+    import importlib.util
+
+    if __package__:
+        return importlib.import_module("vllm_cache_tools.redaction")
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
+                        "redaction.py")
+    spec = importlib.util.spec_from_file_location("_vct_redaction", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["_vct_redaction"] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def is_secret_name(name: str) -> bool:
-    """``hf_token``, ``api_key``, ``aws_secret_access_key``: a word of the name (split at
-    ``_``, ``-``, ``.``) is a secret word; ``tokenizer`` or ``max_num_batched_tokens`` is not."""
-    words = name.lower().replace("-", "_").replace(".", "_").split("_")
-    return any(w in SECRET_WORDS for w in words)
+    """See ``vllm_cache_tools.redaction.is_secret_name``."""
+    return bool(_redaction().is_secret_name(name))
 
 
 def redact(name: str, value: Any) -> Any:
-    """A field's JSON value with secrets replaced by a short digest (a changed secret still
-    shows as changed): string values of secret-named fields, at any depth of a dict."""
-    if isinstance(value, dict):
-        return {k: redact(str(k), v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact(name, v) for v in value]
-    if isinstance(value, str) and value and is_secret_name(name):
-        digest = hashlib.sha256(value.encode()).hexdigest()[:12]
-        return f"<redacted sha256:{digest}>"
-    return value
+    """A field's JSON value with secrets replaced by a keyed digest (a changed secret still
+    shows as changed): ``vllm_cache_tools.redaction.redact_value``."""
+    return _redaction().redact_value(name, value)
 
 
 def config_parts(vllm_config: Any) -> dict[str, Any]:
@@ -611,7 +620,7 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
     return {
         "vllm_version": vllm.__version__,
         "torch_version": torch.__version__,
-        "env": _jsonable(env),
+        "env": _redaction().redact_env(_jsonable(env)),  # old releases hash S3_* / API keys
         "env_hash": hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest(),
         "config_hash": cfg.compute_hash(),
         "config_parts": config_parts(cfg),
@@ -662,6 +671,9 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:
         out = {"error": f"{type(exc).__name__}: {exc}", "error_kind": "probe",
                "traceback": traceback.format_exc(limit=8)}
+    for k in ("error", "traceback"):  # vLLM's messages may quote an argument's value
+        if k in out:
+            out[k] = _redaction().redact_text(out[k])
     return out
 
 

@@ -5,39 +5,22 @@ hashes and fields, shared with ``predict``)."""
 from __future__ import annotations
 
 import os
-import re
 import socket
 import sys
 import time
 from typing import Any
 
+from vllm_cache_tools import redaction
 from vllm_cache_tools.live.probe import _jsonable, config_parts
 from vllm_cache_tools.recorder.layout import RUNTIME_FIELDS, SCHEMA
 
-_SECRET_FLAG = re.compile(r"(key|token|secret|password|passwd|credential|auth)", re.I)
-_SECRET_VALUE = re.compile(r"^(hf_[A-Za-z0-9]{8,}|sk-[A-Za-z0-9_-]{8,})$")
-REDACTED = "<redacted>"
+REDACTED = redaction.REDACTED
 
 
 def redact_argv(argv: list[str]) -> list[str]:
-    """The command line with the values of secret-looking flags (``--api-key``, ``--hf-token``,
-    ``--x-password=...``) and token-shaped values replaced."""
-    out: list[str] = []
-    hide_next = False
-    for a in argv:
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        if a.startswith("-") and _SECRET_FLAG.search(a.split("=", 1)[0]):
-            if "=" in a:
-                out.append(a.split("=", 1)[0] + "=" + REDACTED)
-            else:
-                out.append(a)
-                hide_next = True
-            continue
-        out.append(REDACTED if _SECRET_VALUE.match(a) else a)
-    return out
+    """The command line as manifests and ledger events keep it: see
+    :func:`vllm_cache_tools.redaction.redact_argv` (the same rule as every other output)."""
+    return redaction.redact_argv(argv)
 
 
 def versions() -> dict[str, Any]:
@@ -87,7 +70,8 @@ def base_manifest(vllm_config: Any, tree: str, key: str, rank: str, prefix: str)
     from vllm import envs
 
     try:
-        env = _jsonable(envs.compile_factors())
+        # Older releases hash credentials (VLLM_API_KEY, S3_*) into the env factors.
+        env = redaction.redact_env(_jsonable(envs.compile_factors()))
     except Exception:
         env = None  # versions without compile_factors
     return {
@@ -97,7 +81,7 @@ def base_manifest(vllm_config: Any, tree: str, key: str, rank: str, prefix: str)
         "env": env,
         "config_hash": vllm_config.compute_hash(),
         "config": _without_runtime(config_parts(vllm_config)),
-        "model": model_info(vllm_config),
+        "model": redaction.redact_value(None, model_info(vllm_config)),
         "command_line": redact_argv(list(sys.argv)),
         "host": socket.gethostname(),
         "pid": os.getpid(),
