@@ -125,6 +125,7 @@ def test_predict_cli_exit_codes(real_compile: ScenarioRun) -> None:
     assert set(data) == {"schema", "hit", "backend", "aot", "parts", "causes", "reasons", "probe"}
     assert {"key", "path", "hit", "code_hash_evidence"} <= set(data["backend"])
     assert {"key", "path", "hit", "source_check"} <= set(data["aot"])
+    assert data["aot"]["source_check"].startswith("the artifact's copies of ")  # issue 11
     r = run_cli(*args[:-len(start.serve_args())], *start.serve_args()[:1], "--max-model-len",
                 "64", *start.serve_args()[3:], env=env, inherit=False)
     assert r.returncode == 1, r.stderr

@@ -131,6 +131,15 @@ def _source_changes(info: AotModelInfo, modules: Mapping[str, Any]) -> list[Caus
     return out
 
 
+def _source_check(info: AotModelInfo, changed: Sequence[Cause]) -> str:
+    """What the source check compared (the AOT tree's ``source_check`` evidence)."""
+    n = len({s.module for s in info.inlined_sources})
+    return (f"the artifact's copies of {n} traced files vs the files now, as vLLM's loader "
+            f"compares them: {len(changed)} differ" if changed else
+            f"the artifact's copies of {n} traced files match the files now, as vLLM's "
+            "loader compares them")
+
+
 def _closest_backend(entries: list[Entry], parts: dict[str, Any]) -> Entry | None:
     best: tuple[int, float] | None = None
     chosen = None
@@ -244,11 +253,12 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
             aot = TreePrediction(key, str(path), False, "artifact unreadable (corrupt)")
         else:
             changed = _source_changes(chosen, probe["modules"])
+            checked = _source_check(chosen, changed)
             if changed:
                 reasons += changed
                 aot = TreePrediction(key, str(path), False,
                                      "artifact exists but traced sources changed: vLLM "
-                                     "recompiles and overwrites it", "source_check")
+                                     "recompiles and overwrites it", checked)
             elif (chosen.compiled_fn and chosen.compiled_fn.deserializer
                   and chosen.compiled_fn.deserializer != LOADABLE_AOT_FN):
                 aot = TreePrediction(key, str(path), False,
@@ -259,7 +269,7 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
             else:
                 aot_hit = True
                 aot = TreePrediction(key, str(path), True, "artifact present, sources "
-                                     "unchanged", "source_check")
+                                     "unchanged", checked)
 
     # Backend tree (VLLM_COMPILE mode only).
     backend = TreePrediction(None, None, None, "not VLLM_COMPILE mode: no backend tree")

@@ -8,6 +8,7 @@ import typer
 
 from vllm_cache_tools.cli.common import console, fail, print_json
 from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.explain import show_value
 from vllm_cache_tools.predict import PredictError, predict, prediction_json
 from vllm_cache_tools.serialize import predict_document
 
@@ -70,6 +71,7 @@ def predict_cmd(
         if p.reasons:
             con.print("[bold]reasons[/bold]")
             for c in p.reasons:
-                con.print(f"  {c.component}: {c.item}: {c.old!r} -> {c.new!r} ({c.evidence})"
-                          + (f" {c.detail}" if c.detail else ""))
+                con.print(f"  {c.component}: {c.item}: {show_value(c.old)} -> "
+                          f"{show_value(c.new)} ({c.evidence})"
+                          + (f" {c.detail}" if c.detail else ""), markup=False)
     raise typer.Exit(0 if p.hit else 1)
