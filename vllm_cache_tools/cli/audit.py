@@ -11,7 +11,8 @@ import typer
 
 from vllm_cache_tools.audit import AuditReport, audit
 from vllm_cache_tools.cli.common import fail, print_json
-from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.cli.ls import AOT_MIN_PREFIX, RootOpt
+from vllm_cache_tools.cli.render import unique_prefixes
 from vllm_cache_tools.locate import display_path
 from vllm_cache_tools.read.manifest import read_manifests
 from vllm_cache_tools.serialize import with_schema
@@ -23,7 +24,7 @@ def _short(v: object, n: int = 60) -> str:
     return s if len(s) <= n else s[: n - 3] + "..."
 
 
-def _render(r: AuditReport) -> None:
+def _render(r: AuditReport, keys: dict[str, str]) -> None:
     w = sys.stdout.write
     w(f"audited {r.entries} entries under {display_path(r.root)}: {r.with_manifests} with "
       f"recorder manifests, {r.reused} reused by starts with different records\n")
@@ -36,7 +37,7 @@ def _render(r: AuditReport) -> None:
     w(f"{len(r.findings)} possible false hit(s): changed between starts that reused the "
       "same entry, but not part of vLLM's key\n")
     for f in r.findings:
-        key = f.key[:12] if f.layout == "aot" else f.key
+        key = keys.get(f.key, f.key)
         where = f"{f.rank}/{f.prefix}" if f.prefix else f.rank
         w(f"  {f.layout:<8} {key:<12} {where:<18} {f.item}: {_short(f.old)} -> "
           f"{_short(f.new)}  (manifests {f.old_manifest} -> {f.new_manifest})\n")
@@ -64,5 +65,5 @@ def audit_cmd(
             "with_manifests": report.with_manifests, "reused": report.reused,
             "findings": [asdict(f) for f in report.findings]}))
     else:
-        _render(report)
+        _render(report, unique_prefixes((e.key for e in info.entries), AOT_MIN_PREFIX))
     raise typer.Exit(1 if report.findings else 0)
