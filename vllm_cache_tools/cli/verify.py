@@ -91,7 +91,11 @@ def verify_cmd(
             _p("")
             render_plan(plan, dry_run=False)
         if confirm(plan, yes, json_out):
-            res = execute_plan(plan)
+            try:
+                res = execute_plan(plan)
+            except OSError as exc:  # e.g. a planted link as the trash or its lock
+                fail(f"cannot remove entries under {plan.root}: {exc.strerror or exc}",
+                     code=1)
             gone = set(res.deleted)
             remaining = sum(1 for p in report.problems if p.key not in gone)
             out["fix"] = prune_report(plan, res)
