@@ -4,7 +4,7 @@ vLLM says a lot about its compile cache in its log, at INFO and (much more) at D
 (``VLLM_LOGGING_LEVEL=DEBUG``). This module turns one or more log files (plain, rotated, gzip,
 or stdin) into :class:`StartLog` records: one per vLLM start, holding per process and per
 compiled function the lines the compile cache is about. It streams: lines are pre-filtered
-by three fixed substrings, only the survivors are decoded and matched, and each start is
+by four fixed substrings, only the survivors are decoded and matched, and each start is
 yielded as soon as the next one begins, so memory stays flat on a log of any size.
 
 Formats handled (each reconstructed from vLLM's source at that version; see tests/test_logs.py):
@@ -52,9 +52,11 @@ from vllm_cache_tools.read.pyrepr import parse_repr
 # "backends.py:" covers continuation lines and INFO lines of older versions
 # ("[backends.py:370] /path/file.py", "Dynamo bytecode transform time");
 # "engine (" covers "init engine (profile, ...)" and "Initializing a V1 LLM engine (v0.8.5)";
-# "non-default args" the arguments a start was given (vLLM >= 0.9, logged before the engine).
-# Few and long enough that grep (or a bytes `in`) rejects the other lines quickly.
-ANCHORS: tuple[bytes, ...] = (b"ompil", b"backends.py:", b"engine (", b"non-default args")
+# "default args: {" the arguments a start was given ("non-default args: {...}", vLLM >= 0.9,
+# logged before the engine; it costs grep -F some 5-15% more time on a serving-style log,
+# "non-default args" more). Few and long enough that grep (or a bytes `in`) rejects the other
+# lines quickly.
+ANCHORS: tuple[bytes, ...] = (b"ompil", b"backends.py:", b"engine (", b"default args: {")
 
 _A0, _A1, _A2, _A3 = ANCHORS
 _S0, _S1, _S2, _S3 = (a.decode() for a in ANCHORS)
