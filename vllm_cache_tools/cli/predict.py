@@ -69,7 +69,7 @@ def predict_cmd(
                          f"; served by {pr.served_by}, answer {pr.kept}; standby: "
                          f"{pr.standby}"))
         if p.reasons:
-            con.print("[bold]reasons[/bold]")
+            con.print("[bold]causes[/bold]")  # the word explain uses
             for c in p.reasons:
                 con.print(f"  {c.component}: {c.item}: {show_value(c.old)} -> "
                           f"{show_value(c.new)} ({c.evidence})"
