@@ -132,6 +132,7 @@ def entry_summary(e: Entry) -> dict[str, Any]:
         "model": e.model,
         # The served model (name or path) from manifests or logs; ``model`` is the traced code.
         "checkpoint": getattr(e, "checkpoint", None),
+        "checkpoint_detail": getattr(e, "checkpoint_detail", None),
         "hardware": e.hardware,
     }
 
