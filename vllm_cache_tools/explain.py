@@ -63,9 +63,10 @@ _HASHED = ("env", "config", "code", "compiler")
 
 def show_value(v: object) -> str:
     """One rendering of a cause's values, for the headline, the detail lines and predict:
-    text as it is unless it would read as another type or hides blanks (then quoted)."""
+    text as it is unless it would read as another type, hides blanks or holds the arrow (then
+    quoted)."""
     if isinstance(v, str):
-        if not v or any(ch.isspace() for ch in v) or _literal_like(v):
+        if not v or v != v.strip() or "\n" in v or " -> " in v or _literal_like(v):
             return repr(v)
         return v
     return repr(v) if isinstance(v, (list, tuple, dict)) else str(v)
@@ -360,9 +361,16 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
                                        "compare entries of the same tree"))
     if same and not causes:
         notes.append("same key")
-    causes.sort(key=lambda c: ("env", "config", "code", "compiler", "model").index(c.component)
-                if c.component in ("env", "config", "code", "compiler", "model") else 9)
+    causes.sort(key=_rank)
     return Explanation(a.key, b.key, same, tuple(causes), tuple(unexplained), tuple(notes))
+
+
+_ORDER = ("env", "config", "code", "compiler", "model")
+
+
+def _rank(c: Cause) -> int:
+    """Most specific first: what the user set (env, config), then code, then the toolchain."""
+    return _ORDER.index(c.component) if c.component in _ORDER else len(_ORDER)
 
 
 def latest_pair(entries: Sequence[Entry]) -> tuple[Entry, Entry, str] | None:
@@ -501,7 +509,7 @@ def explain_logs(old: Any, new: Any, old_ref: str, new_ref: str,
                     "config", "config hash changed; the logged engine config and arguments "
                     "are equal", "a recorder manifest (the field is in neither of vLLM's "
                     "config lines)"))
-    causes = _unique(causes)
+    causes = sorted(_unique(causes), key=_rank)
     notes = list(cmp.notes)
     for _, f in new.functions:
         if f.load_failure is not None:
