@@ -191,11 +191,16 @@ def test_many_entries_at_80_columns_and_piped(many_root: Path) -> None:
     piped = run_cli("ls", "--root", str(many_root), "--sort", "size")
     assert piped.returncode == 0, piped.stderr
     assert check_table(piped.stdout, many_root, None)
-    # The longest prefixes, pasted back into the real CLI.
-    for k in sorted(keys, key=len)[-3:]:
+    # The longest prefixes, pasted back into the real CLI: show, and ls itself.
+    longest = sorted(keys, key=len)[-3:]
+    for k in longest:
         r = run_cli("show", k, "--root", str(many_root), "--json")
         assert r.returncode == 0, r.stderr
         assert json.loads(r.stdout)["key"].startswith(k)
+    again = run_cli("ls", *longest, "--root", str(many_root))
+    assert sorted(row[0] for row in table_rows(again.stdout)[1]) == sorted(longest)
+    shorter = run_cli("ls", longest[-1][:-1], "--root", str(many_root))
+    assert shorter.returncode == 2 and "ambiguous" in shorter.stderr
     # A filter still prints prefixes unique in the whole root, not just among listed rows.
     filtered = run_cli("ls", "--root", str(many_root), "--filter", "layout=aot")
     _, rows = table_rows(filtered.stdout)

@@ -24,7 +24,7 @@ from vllm_cache_tools.locate import display_path
 from vllm_cache_tools.model import Entry, Problem
 from vllm_cache_tools.query import QueryError, parse_filter, sort_entries
 from vllm_cache_tools.serialize import ls_report, with_schema
-from vllm_cache_tools.store import RootError, scan
+from vllm_cache_tools.store import AmbiguousKey, EntryNotFound, RootError, locate_entry, scan
 
 RootOpt = Annotated[Path | None, typer.Option(
     "--root", help="vLLM cache root (default: $VLLM_CACHE_ROOT, else $XDG_CACHE_HOME/vllm, "
@@ -33,6 +33,9 @@ RootOpt = Annotated[Path | None, typer.Option(
 
 
 def ls(
+    refs: Annotated[list[str] | None, typer.Argument(
+        metavar="[KEY...]", help="Only these entries: keys, unique key prefixes (as listed) "
+        "or paths inside entries.", show_default=False)] = None,
     root: RootOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
     = False,
@@ -75,6 +78,9 @@ def ls(
     finally:
         progress.close()
     entries = [e for e in info.entries if pred is None or pred(e)]
+    if refs:
+        named = {os.path.realpath(_locate(ref, info.root)) for ref in refs}
+        entries = [e for e in entries if os.path.realpath(e.path) in named]
     entries = sort_entries(entries, sort)
     _warn_problems(info.problems, [p for e in entries for p in e.problems
                                    if p.kind in ("unreadable", "symlink", "foreign")])
@@ -99,7 +105,7 @@ def ls(
     for line in lines[1:]:
         out(line + "\n")
     total = sum(e.size_bytes for e in entries)
-    shown = f"{len(entries)} of {len(info.entries)}" if pred else str(len(entries))
+    shown = f"{len(entries)} of {len(info.entries)}" if pred or refs else str(len(entries))
     out(f"\n{shown} entries, {human_size(total)} total "
         f"({human_size(sum(e.disk_bytes for e in entries))} on disk)\n")
 
@@ -136,6 +142,16 @@ def model_label(e: Entry) -> str:
     """The served model when it was recorded, else the model code it was traced from."""
     checkpoint: str | None = getattr(e, "checkpoint", None)
     return checkpoint or _short_model(e.model)
+
+
+def _locate(ref: str, root: Path) -> Path:
+    try:
+        return locate_entry(ref, root)
+    except AmbiguousKey as exc:
+        lines = "\n".join(f"  {layout:8} {p.name}" for layout, p in exc.candidates)
+        fail(f"key prefix {exc.ref!r} is ambiguous; candidates:\n{lines}")
+    except (EntryNotFound, RootError) as exc:
+        fail(str(exc.args[0]) if exc.args else str(exc))
 
 
 def _short_model(model: str | None) -> str:
