@@ -23,7 +23,7 @@ from tests.realvllm.harness import (
     venv_dir,
     venv_python,
 )
-from vllm_cache_tools.serialize import SCHEMAS, log_stamp_iso, with_log_times
+from vllm_cache_tools.serialize import SCHEMAS, log_json, log_stamp_iso
 
 SAMPLE = REPO / "examples" / "sample_cache"
 LOGS = REPO / "examples" / "sample_logs"
@@ -168,9 +168,12 @@ def test_log_stamps_get_a_year_and_a_zone() -> None:
     assert iso("02-29 10:00:00").startswith("2024-02-29")
     assert iso("01-02 09:00:00.250").startswith("2026-01-02T09:00:00.250")
     assert log_stamp_iso("yesterday", ref) is None
-    doc = with_log_times({"a": [{"first_time": "01-02 09:00:00", "last_time": None}]},
-                         ["/nonexistent"])
+    doc = json.loads(log_json({"a": [{"first_time": "01-02 09:00:00", "last_time": None,
+                                      "note": 'say "x_time": "01-02 09:00:00"'}]},
+                              ["/nonexistent"]))
     assert doc["a"][0]["first_time_iso"] is not None and doc["a"][0]["last_time_iso"] is None
+    assert set(doc["a"][0]) == {"first_time", "first_time_iso", "last_time", "last_time_iso",
+                                "note"}
 
 
 def _compile_run_if_cached() -> Any:

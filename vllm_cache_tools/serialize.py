@@ -5,6 +5,7 @@ field changes meaning or goes away; new fields keep it. Times are ISO 8601 with 
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -88,24 +89,29 @@ def log_reference_time(names: Iterable[str]) -> float:
     return max(times, default=time.time())
 
 
-def with_log_times(data: Any, names: Iterable[str]) -> Any:
-    """``data`` with an ISO 8601 ``<field>_iso`` beside every raw log stamp ``<field>_time``
-    (``first_time``: ``"12-01 09:34:36"``, as logged; kept for scripts that read it)."""
-    ref = log_reference_time(names)
+# A field named *_time in the JSON text. Inside string values every quote is escaped, so this
+# only meets keys; the key's start is the quote before the match.
+_TIME_FIELD = re.compile(r'_time": ("(?:[^"\\]|\\.)*"|null)')
 
-    def walk(o: Any) -> Any:
-        if isinstance(o, dict):
-            out: dict[str, Any] = {}
-            for k, v in o.items():
-                out[k] = walk(v)
-                if k.endswith("_time") and (isinstance(v, str) or v is None):
-                    out[f"{k}_iso"] = log_stamp_iso(v, ref) if v else None
-            return out
-        if isinstance(o, list):
-            return [walk(x) for x in o]
-        return o
 
-    return walk(data)
+def log_json(data: Any, names: Iterable[str]) -> str:
+    """``json.dumps(data)`` with an ISO 8601 ``<field>_iso`` after every raw log stamp
+    ``<field>`` named ``*_time`` (``"12-01 09:34:36"`` as logged, kept for scripts that read
+    it). On the text, not the objects: ``log --json`` writes thousands of starts."""
+    text = json.dumps(data)
+    ref: float | None = None
+
+    def add_iso(m: re.Match[str]) -> str:
+        nonlocal ref
+        key = text[text.rfind('"', 0, m.start()) + 1:m.start()] + "_time"
+        iso = None
+        if m.group(1) != "null":
+            if ref is None:
+                ref = log_reference_time(names)
+            iso = log_stamp_iso(json.loads(m.group(1)), ref)
+        return f'{m.group(0)}, "{key}_iso": {json.dumps(iso)}'
+
+    return _TIME_FIELD.sub(add_iso, text)
 
 
 def entry_summary(e: Entry) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from vllm_cache_tools.logsummary import (
     traced_json,
 )
 from vllm_cache_tools.read.logs import LogInputError, LogStream, StartLog, check_inputs
-from vllm_cache_tools.serialize import SCHEMAS, with_log_times, with_schema
+from vllm_cache_tools.serialize import SCHEMAS, log_json, with_schema
 
 SCHEMA = SCHEMAS["log"]
 _REF = re.compile(r"^(?P<path>.*)@(?P<n>-?\d+)$")
@@ -124,7 +124,7 @@ def _summary_json(stream: LogStream, names: list[str]) -> None:
 
     def emit(st: StartLog) -> None:
         nonlocal first
-        out(("\n" if first else ",\n") + json.dumps(with_log_times(start_json(st), names)))
+        out(("\n" if first else ",\n") + log_json(start_json(st), names))
         first = False
 
     summaries = _summaries(stream, emit)
@@ -132,7 +132,7 @@ def _summary_json(stream: LogStream, names: list[str]) -> None:
     out('\n], "summary": [')
     i = 0
     while s is not None:
-        out(("\n" if i == 0 else ",\n") + json.dumps(with_log_times(summary_json(s), names)))
+        out(("\n" if i == 0 else ",\n") + log_json(summary_json(s), names))
         i += 1
         s = next(summaries, None)
     out('\n], "warnings": ' + json.dumps(stream.warnings) + ', "notes": '
