@@ -556,7 +556,8 @@ def test_real_vllm_start_while_pruning(real_cpu_default: ScenarioRun, real_compi
     assert len(deleted) >= 3 and set(deleted) <= set(others)
     assert own <= {p.name for p in aot_dir.iterdir()}
     states = {e.key: e.state for e in scan(root, check_in_use=False, use_index=False).entries}
-    assert all(states[k] == "complete" for k in own)
+    # Default CPU mode on vLLM 0.32 rewrites an artifact its own loader cannot load.
+    assert all(states[k] == "unloadable" for k in own)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -24,7 +24,7 @@ from vllm_cache_tools.locate import user_cache_dir
 from vllm_cache_tools.model import Entry, Problem, TreeStats
 from vllm_cache_tools.recorder import safeio
 
-FORMAT = 1
+FORMAT = 2
 
 
 def index_path(compile_cache: Path) -> Path:
@@ -45,7 +45,8 @@ def _to_record(e: Entry) -> dict[str, Any]:
         "state_detail": e.state_detail, "created": e.created,
         "created_source": e.created_source, "modified": e.modified,
         "vllm_version": e.vllm_version, "torch_version": e.torch_version, "model": e.model,
-        "hardware": e.hardware,
+        "hardware": e.hardware, "checkpoint": e.checkpoint,
+        "checkpoint_detail": e.checkpoint_detail,
         "problems": [[p.path, p.kind, p.detail] for p in e.problems],
     }
 
@@ -111,7 +112,8 @@ class ListingIndex:
                 created_source=csrc, modified=modified, last_used=last_used,
                 last_used_source=lsrc, vllm_version=rec["vllm_version"],
                 torch_version=rec["torch_version"], model=rec["model"],
-                hardware=rec["hardware"],
+                hardware=rec["hardware"], checkpoint=rec.get("checkpoint"),
+                checkpoint_detail=rec.get("checkpoint_detail"),
                 problems=tuple(Problem(*x) for x in rec["problems"]),
             )
         except (OSError, KeyError, TypeError, ValueError):
@@ -121,7 +123,7 @@ class ListingIndex:
         p = os.fsdecode(e.path)
         self.seen.add(p)
         # Entries still being written (or broken) are read afresh next time.
-        if e.state in ("complete",) and not e.stats.unreadable:
+        if e.state in ("complete", "unloadable") and not e.stats.unreadable:
             self.records[p] = _to_record(replace(e))
             self.dirty = True
 

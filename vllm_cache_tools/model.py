@@ -14,7 +14,10 @@ from vllm_cache_tools.read.graph import GraphInfo
 from vllm_cache_tools.read.manifest import Manifest
 
 Layout = Literal["backend", "aot"]
-State = Literal["complete", "partial", "corrupt", "in-use", "unknown"]
+State = Literal["complete", "partial", "corrupt", "unloadable", "in-use", "unknown"]
+"""``unloadable``: whole and readable, but vLLM can never load it (its AOT artifact holds a
+function vLLM's loader cannot finalize, or a backend folder holds no compiled graph);
+``unknown``: parts could not be read, so nothing is claimed about them."""
 LastUsedSource = Literal["ledger", "atime", "mtime"]
 
 
@@ -116,6 +119,12 @@ class Entry:
     """Starts that had to compile it (normally 1: the one that created it)."""
     manifests: tuple[Manifest, ...] = ()
     """The recorder's manifests (deep reads only), oldest first."""
+    checkpoint: str | None = None
+    """The model vLLM served when it wrote this entry (``--model``: a hub id or a local path),
+    from the recorder's manifests; ``None`` when nothing recorded it (``model`` then says
+    which model code it was traced from)."""
+    checkpoint_detail: str | None = None
+    """Revision, dtype and parallel sizes of that start, e.g. ``bfloat16, TP=2``."""
 
     @property
     def size_bytes(self) -> int:

@@ -95,8 +95,11 @@ def ledger_last_used(vllm_root: Path) -> Mapping[str, float]:
 
 
 def last_use(e: Entry, ledger: Mapping[str, float]) -> tuple[float | None, str | None]:
-    if e.key in ledger:
-        return ledger[e.key], "ledger"
+    """The later of the ledger's last decision and the store's own evidence: last use is
+    never moved back (a start with the recorder off still reads the files)."""
+    t = ledger.get(e.key)
+    if t is not None and (e.last_used is None or t >= e.last_used):
+        return t, "ledger"
     return e.last_used, e.last_used_source
 
 
@@ -175,6 +178,8 @@ class PlannedEntry:
     """Backend entries: keys of AOT entries compiled from the same traced sources (their
     pickled sources re-hash to this entry's code hash, :mod:`vllm_cache_tools.link`). Several
     starts can share sources, so this is not proof of one start."""
+    checkpoint: str | None = None
+    """The served model (recorder manifests), when known."""
 
 
 @dataclass(frozen=True)
@@ -211,11 +216,17 @@ class PrunePlan:
         so they are grouped by model only, never paired."""
         groups: dict[str | None, list[PlannedEntry]] = {}
         for p in self.entries:
-            groups.setdefault(p.model_file, []).append(p)
+            groups.setdefault(p.checkpoint or p.model_file, []).append(p)
         return sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
 
 
 _AOT_LOC = re.compile(r"^.*\((?P<file>.+):(?P<line>\d+)\)$")
+
+
+def model_identity(e: Entry) -> str | None:
+    """What ``--keep N`` counts per: the served model when the recorder named it (two
+    checkpoints of one architecture are two models), else the model source file."""
+    return e.checkpoint or model_file(e)
 
 
 def model_file(e: Entry) -> str | None:
@@ -313,7 +324,8 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
     entries = list(info.entries)
     lu = {id(e): last_use(e, ledger) for e in entries}
     chosen: dict[int, list[str]] = {}
-    undecided: list[tuple[Entry, str]] = []
+    undecided: list[tuple[Entry, str, str]] = []
+    """(entry, question, why): entries a policy asked about but could not judge."""
     notes: list[str] = []
 
     def choose(e: Entry, reason: str) -> None:
@@ -327,6 +339,9 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
             choose(e, f"corrupt: {e.state_detail}")
         if policies.partial and e.state == "partial":
             choose(e, f"partial: {e.state_detail}")
+        if (policies.corrupt or policies.partial) and e.state == "unknown":
+            undecided.append((e, "corrupt?" if policies.corrupt else "partial?",
+                              e.state_detail or "not judged: parts could not be read"))
         if policies.older_than_s is not None:
             t, src = lu[id(e)]
             if t is not None and now - t > policies.older_than_s:
@@ -335,7 +350,7 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
     if policies.keep is not None:
         by_model: dict[tuple[str, str], list[Entry]] = {}
         for e in entries:
-            mf = model_file(e)
+            mf = model_identity(e)
             if mf is not None:  # no evidence which model it is: never counted
                 by_model.setdefault((e.layout, mf), []).append(e)
         for (layout, mf), group in by_model.items():
@@ -351,11 +366,25 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
             notes.append(f"--unhittable judged against {env.describe()}" if env.torch else
                          f"--unhittable: {env.describe()}, so every entry is unknown and stays")
             for e in entries:
+                if e.state == "unloadable":
+                    continue  # chosen below, whatever the environment
                 verdict, why = unhittable_verdict(e, env)
                 if verdict == "unhittable":
                     choose(e, f"unhittable: {why}")
                 elif verdict == "unknown" and id(e) not in chosen:
-                    undecided.append((e, why))
+                    undecided.append((e, "unhittable?", f"unknown: {why}"))
+        for e in entries:
+            if e.state != "unloadable":
+                continue
+            if e.layout == "aot":
+                choose(e, f"unloadable: {e.state_detail}")
+            elif id(e) not in chosen:
+                # Graph-only backend folders are what vLLM writes beside the mega AOT
+                # artifact; their factors and manifests are explain's evidence, and they are
+                # small. Named removal (`rm`) still takes them.
+                undecided.append((e, "unloadable, kept:", "graph-only backend folder (its "
+                                  "factors and manifests are what explain reads; `vllm-cache "
+                                  "rm KEY` removes it)"))
 
     planned: list[PlannedEntry] = []
     skipped: list[Skip] = []
@@ -394,8 +423,9 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
         if remaining > policies.max_size_bytes:
             notes.append(f"still {format_size(remaining)} after this plan, above --max-size "
                          f"{format_size(policies.max_size_bytes)}: the rest is protected")
-    for e, why in undecided:
-        skipped.append(Skip(e.key, e.layout, e.path, f"unhittable? unknown: {why}"))
+    for e, question, why in undecided:
+        if id(e) not in chosen:
+            skipped.append(Skip(e.key, e.layout, e.path, f"{question} {why}"))
     planned.sort(key=lambda p: (p.last_used or 0.0, p.key))
     if link_sources:
         planned = _with_links(planned, entries, notes)
@@ -513,7 +543,7 @@ def _planned(e: Entry, root: Path, reasons: tuple[str, ...],
         key=e.key, layout=e.layout, path=e.path, tree=tree, size_bytes=e.size_bytes,
         disk_bytes=e.disk_bytes, files=e.stats.files, reasons=reasons, last_used=lu[0],
         last_used_source=lu[1], model=e.model, model_file=model_file(e), state=e.state,
-        ident=(s.st_dev, s.st_ino), dir_mtimes=e.stats.dir_mtimes)
+        ident=(s.st_dev, s.st_ino), dir_mtimes=e.stats.dir_mtimes, checkpoint=e.checkpoint)
 
 
 @dataclass(frozen=True)
@@ -716,7 +746,8 @@ def planned_json(p: PlannedEntry) -> dict[str, Any]:
     return {"key": p.key, "layout": p.layout, "path": display_path(p.path),
             "size_bytes": p.size_bytes, "reasons": list(p.reasons),
             "last_used": iso(p.last_used), "last_used_source": p.last_used_source,
-            "model": p.model, "same_sources_aot": list(p.same_sources_aot)}
+            "model": p.model, "checkpoint": p.checkpoint, "files": p.files,
+            "same_sources_aot": list(p.same_sources_aot)}
 
 
 def prune_report(plan: PrunePlan, result: PruneResult | None) -> dict[str, Any]:

@@ -40,10 +40,10 @@ from vllm_cache_tools.model import (
 )
 from vllm_cache_tools.read.aot_model import read_aot_model
 from vllm_cache_tools.read.compile_cache import read_compile_cache
-from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.read.errors import ReadError, UnreadableError
 from vllm_cache_tools.read.factors import read_factors
 from vllm_cache_tools.read.graph import GraphInfo, model_file_from_head, read_graph
-from vllm_cache_tools.read.manifest import Manifest, read_manifests
+from vllm_cache_tools.read.manifest import Manifest, manifest_paths, read_manifest, read_manifests
 from vllm_cache_tools.read.noatime import read_noatime
 from vllm_cache_tools.read.triton import read_triton_meta
 from vllm_cache_tools.recorder.layout import STATE_DIRNAME
@@ -74,6 +74,13 @@ def _short_src(path: str | None) -> str | None:
         if marker in path:
             return path.split(marker, 1)[1]
     return path
+
+
+def _read_problem(path: Path, exc: ReadError) -> Problem:
+    """``unreadable`` when the bytes could not be had (nothing is known: the entry is
+    ``unknown``), ``corrupt`` when they were read and found broken."""
+    kind = "unreadable" if isinstance(exc, UnreadableError) else "corrupt"
+    return Problem(display_path(path), kind, str(exc))
 
 
 def _listdir(path: Path, problems: list[Problem]) -> list[os.DirEntry[str]]:
@@ -164,8 +171,7 @@ def _read_prefix(rank: str, e: os.DirEntry[str], deep: bool,
         try:
             factors = read_factors(path / "cache_key_factors.json")
         except ReadError as exc:
-            problems.append(Problem(display_path(path / "cache_key_factors.json"), "corrupt",
-                                    str(exc)))
+            problems.append(_read_problem(path / "cache_key_factors.json", exc))
     if "computation_graph.py" in names:
         try:
             graph, model_file = _graph_info(path / "computation_graph.py", deep)
@@ -178,7 +184,7 @@ def _read_prefix(rank: str, e: os.DirEntry[str], deep: bool,
         try:
             compiled = read_compile_cache(path / table)
         except ReadError as exc:
-            problems.append(Problem(display_path(path / table), "corrupt", str(exc)))
+            problems.append(_read_problem(path / table, exc))
         else:
             for rec in compiled:
                 art = rec.artifact
@@ -237,6 +243,10 @@ def _backend_state(prefix_dirs: list[PrefixDir], problems: list[Problem],
     corrupt = [p for p in problems if p.kind == "corrupt"]
     if corrupt:
         return "corrupt", corrupt[0].detail
+    unreadable = [p for p in problems if p.kind == "unreadable"]
+    if unreadable:
+        # Judged before anything that depends on what those files hold.
+        return "unknown", f"not judged: {unreadable[0].detail}"
     if not ranks or not prefix_dirs:
         return "partial", "no rank/prefix folders"
     for p in prefix_dirs:
@@ -250,9 +260,15 @@ def _backend_state(prefix_dirs: list[PrefixDir], problems: list[Problem],
     tmps = [p for p in problems if p.kind == "tmp-leftover"]
     if tmps:
         return "partial", f"leftover temporary file {tmps[0].path}"
-    if any(p.kind == "unreadable" for p in problems):
-        return "unknown", "some files could not be read"
+    if all(p.compiled is None for p in prefix_dirs):
+        return "unloadable", NO_COMPILED_GRAPH
     return "complete", ""
+
+
+NO_COMPILED_GRAPH = (
+    "no compiled graph (no vllm_compile_cache.py or artifacts, only factors and the traced "
+    "graph): vLLM loads nothing from this folder; with the AOT tree on, the compiled model of "
+    "this start lives in its AOT entry")
 
 
 def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = None) -> Entry:
@@ -283,19 +299,26 @@ def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = N
             info = read_aot_model(model, full=deep)
             ranks.append(AotRank(r.name, model, size, info, None))
         except ReadError as exc:
-            problems.append(Problem(display_path(model), "corrupt", str(exc)))
+            problems.append(_read_problem(model, exc))
             ranks.append(AotRank(r.name, model, size, None, str(exc)))
     first = next((r.info for r in ranks if r.info is not None), None)
     state: State = "complete"
     detail = ""
+    unloadable = next((r.info.unloadable_reason for r in ranks
+                       if r.info is not None and r.info.unloadable_reason), None)
     if any(p.kind == "corrupt" for p in problems):
         state, detail = "corrupt", next(p.detail for p in problems if p.kind == "corrupt")
+    elif any(p.kind == "unreadable" for p in problems):
+        state, detail = "unknown", "not judged: " + next(p.detail for p in problems
+                                                          if p.kind == "unreadable")
     elif not ranks or any(r.error for r in ranks):
         state = "partial"
         detail = next((f"{r.rank}: {r.error}" for r in ranks if r.error),
                       "inductor_cache but no rank_*/model" if has_inductor else "empty entry")
     elif stats.tmp_files:
         state, detail = "partial", f"leftover temporary file {display_path(stats.tmp_files[0])}"
+    elif unloadable:
+        state, detail = "unloadable", unloadable
     created, csrc, modified, last_used, lsrc = _times(stats)
     model_desc = None
     if first is not None and first.qualname:
@@ -378,12 +401,43 @@ def classify(cc: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
 
 
 def _versions_from_manifests(e: Entry) -> Entry:
-    """vLLM does not record its own version in either tree; the recorder's manifests do."""
-    if e.vllm_version is None and e.manifests:
-        v = (e.manifests[0].data.get("versions") or {}).get("vllm")
-        if isinstance(v, str):
-            return replace(e, vllm_version=v)
-    return e
+    """vLLM records neither its own version nor the served model in either tree; the
+    recorder's manifests do (deep reads hold them all; quick reads read the first one)."""
+    manifests = e.manifests
+    if not manifests:
+        first = next(manifest_paths(e.path, e.layout), None)
+        try:
+            manifests = (read_manifest(first),) if first is not None else ()
+        except ReadError:
+            manifests = ()
+    if not manifests:
+        return e
+    data = manifests[0].data
+    v = (data.get("versions") or {}).get("vllm") if isinstance(data.get("versions"),
+                                                                 dict) else None
+    checkpoint, detail = checkpoint_of(data.get("model"))
+    return replace(e, vllm_version=e.vllm_version or (v if isinstance(v, str) else None),
+                   checkpoint=checkpoint, checkpoint_detail=detail)
+
+
+def checkpoint_of(model: object) -> tuple[str | None, str | None]:
+    """(served model, "revision, dtype, TP=.." detail) from a manifest's ``model`` block."""
+    if not isinstance(model, dict):
+        return None, None
+    name = model.get("model")
+    if not isinstance(name, str) or not name:
+        return None, None
+    bits = []
+    if isinstance(model.get("revision"), str):
+        bits.append(f"rev {model['revision']}")
+    if isinstance(model.get("dtype"), str):
+        bits.append(model["dtype"].removeprefix("torch."))
+    for key, label in (("tensor_parallel_size", "TP"), ("pipeline_parallel_size", "PP"),
+                       ("data_parallel_size", "DP")):
+        n = model.get(key)
+        if isinstance(n, int) and not isinstance(n, bool) and n > 1:
+            bits.append(f"{label}={n}")
+    return name, ", ".join(bits) or None
 
 
 def _manifests(path: Path, layout: str, deep: bool,

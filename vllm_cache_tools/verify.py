@@ -4,8 +4,9 @@ Everything is read with the store's safe readers (``scan(deep=True)``): AOT ``mo
 through the restricted, non-executing reader; ``vllm_compile_cache.py`` with
 ``ast.literal_eval``; nothing from the cache is ever imported or run.
 
-Kinds of problem (``--fix`` removes the entries with the first nine, through the same safe
-deletion as ``prune``; the last three are reported only):
+Kinds of problem (``--fix`` removes the entries with the first eight, through the same safe
+deletion as ``prune``; ``orphan-tmp`` removes just the leftover file; the rest are reported
+only):
 
 - ``empty-model``, ``truncated-model``, ``corrupt-model``: an AOT ``model`` of 0 bytes, cut
   short, or not a pickle;
@@ -16,8 +17,15 @@ deletion as ``prune``; the last three are reported only):
 - ``no-artifacts``: ``cache_key_factors.json`` but no compiled graph or artifact table;
 - ``corrupt``: factors JSON or artifact table unreadable;
 - ``key-mismatch``: the recorded factors do not re-hash to the folder name;
-- ``unreadable``: a file or folder we may not read;
-- ``symlink``: a symlink inside an entry (never followed).
+- ``unreadable``: a file or folder we may not read (another user's 0600 ``model`` on a shared
+  root): nothing is known about it, so it is never called corrupt and never removed;
+- ``symlink``: a symlink inside an entry (never followed);
+- ``unloadable``: an AOT artifact vLLM's loader can never load (every start compiles again
+  and rewrites it); ``prune --unhittable`` removes such entries.
+
+Notes (reported, never a failure): ``graph-only``, a backend folder holding factors and the
+traced graph but no compiled graph (normal with the AOT tree's mega artifact: vLLM loads the
+compiled model from the AOT entry, never from this folder).
 
 ``key-mismatch`` is reported, not fixed: the recipe is vLLM 0.32-0.33's, and an entry written
 by another version may be named by another recipe (docs/recipes.md).
@@ -25,22 +33,27 @@ by another version may be named by another recipe (docs/recipes.md).
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_cache_tools.delete import entry_tree
+from vllm_cache_tools.delete import entry_tree, open_dir
 from vllm_cache_tools.hashing import backend_key, env_hash_from_factors
 from vllm_cache_tools.locate import CacheRoot, display_path
 from vllm_cache_tools.model import Entry
 from vllm_cache_tools.prune import busy_entries, entry_rel_path, fmt_duration
+from vllm_cache_tools.recorder.safeio import ident, unlink_at
 from vllm_cache_tools.store import scan
 
 FIXABLE = frozenset({"empty-model", "truncated-model", "corrupt-model", "not-aot-model",
-                     "missing-model", "orphan-tmp", "missing-artifact", "no-artifacts",
-                     "corrupt"})
+                     "missing-model", "missing-artifact", "no-artifacts", "corrupt"})
+"""Kinds that make ``--fix`` remove the whole entry."""
+NOTES = frozenset({"graph-only"})
+"""Kinds reported for information: not a failure (exit 0)."""
 _SUFFIX = re.compile(r"-\d+$")  # vLLM 0.9.0-0.9.1 "<key>-<n>"
 
 
@@ -56,6 +69,10 @@ class VerifyProblem:
     def fixable(self) -> bool:
         return self.kind in FIXABLE
 
+    @property
+    def note(self) -> bool:
+        return self.kind in NOTES
+
 
 @dataclass(frozen=True)
 class VerifyReport:
@@ -68,6 +85,17 @@ class VerifyReport:
     def fixable_entries(self) -> list[Entry]:
         keys = {(p.layout, p.key) for p in self.problems if p.fixable}
         return [e for e in self.entries if (e.layout, e.key) in keys]
+
+    def orphan_tmps(self) -> list[VerifyProblem]:
+        """Leftover ``*.tmp`` files of entries that are otherwise not broken (a broken entry
+        goes whole)."""
+        broken = {(p.layout, p.key) for p in self.problems if p.fixable}
+        return [p for p in self.problems
+                if p.kind == "orphan-tmp" and (p.layout, p.key) not in broken]
+
+    @property
+    def failures(self) -> tuple[VerifyProblem, ...]:
+        return tuple(p for p in self.problems if not p.note)
 
 
 def _model_kind(error: str) -> str:
@@ -93,6 +121,7 @@ def check_entry(e: Entry) -> list[VerifyProblem]:
         add(p, "unreadable", "cannot be read (permission denied or vanished)")
     for p in e.stats.symlinks:
         add(p, "symlink", "symlink inside the entry (not followed)")
+    unreadable = {prob.path: prob.detail for prob in e.problems if prob.kind == "unreadable"}
     if e.layout == "aot":
         if not e.aot_ranks:
             add(e.path, "missing-model", e.state_detail or "no rank_*/model")
@@ -100,7 +129,12 @@ def check_entry(e: Entry) -> list[VerifyProblem]:
             if r.error is not None:
                 if "symlink" in r.error:
                     continue  # already reported as a symlink
+                if display_path(r.path) in unreadable:
+                    add(r.path, "unreadable", f"{r.error}: not judged (never removed)")
+                    continue
                 add(r.path, _model_kind(r.error), r.error)
+            elif r.info is not None and r.info.unloadable_reason:
+                add(r.path, "unloadable", r.info.unloadable_reason)
             elif r.info is not None and r.info.qualname is None and r.info.torch_version is None:
                 add(r.path, "not-aot-model", "the pickle holds no code object and no system "
                     "info: not an artifact written by torch/vLLM")
@@ -108,6 +142,8 @@ def check_entry(e: Entry) -> list[VerifyProblem]:
         for prob in e.problems:
             if prob.kind == "corrupt":
                 add(prob.path, "corrupt", prob.detail)
+            elif prob.kind == "unreadable":
+                add(prob.path, "unreadable", f"{prob.detail}: not judged (never removed)")
         if not e.prefix_dirs:
             add(e.path, "no-artifacts", e.state_detail or "no rank/prefix folders")
         for pd in e.prefix_dirs:
@@ -117,6 +153,8 @@ def check_entry(e: Entry) -> list[VerifyProblem]:
             if pd.factors is not None and not pd.has_graph and pd.compiled is None:
                 add(pd.path, "no-artifacts", "cache_key_factors.json but no compiled graph or "
                     "artifacts (interrupted compile)")
+        if e.state == "unloadable":
+            add(e.path, "graph-only", e.state_detail)
         out += _key_mismatches(e)
     return out
 
@@ -174,5 +212,56 @@ def _activity_note(e: Entry, root: Path, now: float, busy: Mapping[str, Sequence
 def verify_json(report: VerifyReport) -> dict[str, object]:
     return {"root": display_path(report.root), "checked": report.checked,
             "problems": [{"key": p.key, "path": p.path, "kind": p.kind, "detail": p.detail,
-                          "layout": p.layout, "fixable": p.fixable}
+                          "layout": p.layout, "fixable": p.fixable or p.kind == "orphan-tmp",
+                          "note": p.note}
                          for p in report.problems]}
+
+
+@dataclass(frozen=True)
+class TmpRemoval:
+    path: str
+    removed: bool
+    why: str
+
+
+def remove_orphan_tmps(root: Path, problems: Sequence[VerifyProblem], *, grace_s: float,
+                       uid: int | None, now: float | None = None) -> list[TmpRemoval]:
+    """Remove leftover ``*.tmp`` files one by one (not their entries): each is reached from
+    the root folder by folder without following a link, must still be a regular ``*.tmp``
+    file, older than ``grace_s`` (a writer may still be on it) and, unless ``uid`` is None,
+    owned by ``uid``."""
+    now = time.time() if now is None else now
+    out = []
+    real = os.path.realpath(root)
+    for p in problems:
+        full = os.path.realpath(os.path.dirname(os.path.expanduser(p.path)))
+        name = os.path.basename(p.path)
+        rel = os.path.relpath(full, real)
+        if rel.startswith("..") or os.path.isabs(rel) or not name.endswith(".tmp"):
+            out.append(TmpRemoval(p.path, False, "not inside the root"))
+            continue
+        out.append(TmpRemoval(p.path, *_unlink_tmp(real, rel, name, grace_s, uid, now)))
+    return out
+
+
+def _unlink_tmp(root: str, rel: str, name: str, grace_s: float, uid: int | None,
+                now: float) -> tuple[bool, str]:
+    fds = [os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+    try:
+        for part in ([] if rel == "." else rel.split(os.sep)):
+            fds.append(open_dir(part, fds[-1]))
+        s = os.lstat(name, dir_fd=fds[-1])
+        if not stat.S_ISREG(s.st_mode):
+            return False, "no longer a regular file"
+        if now - s.st_mtime < grace_s:
+            return False, f"modified {fmt_duration(now - s.st_mtime)} ago (a writer may be on it)"
+        if uid is not None and s.st_uid != uid:
+            return False, "owned by another user (--all-users to include)"
+        if not unlink_at(fds[-1], name, expect=ident(s)):  # swapped since the lstat
+            return False, "replaced meanwhile"
+        return True, "removed"
+    except OSError as exc:
+        return False, exc.strerror or str(exc)
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)

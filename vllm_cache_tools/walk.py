@@ -29,7 +29,9 @@ def tree_stats(top: str, on_file: Callable[[int], None] | None = None) -> TreeSt
     keys: list[tuple[str, int, int, float]] = []
     cut = len(top) + 1
     try:
-        dir_mtimes.append((".", os.lstat(top).st_mtime_ns))
+        top_st = os.lstat(top)
+        dir_mtimes.append((".", top_st.st_mtime_ns))
+        owners.add(top_st.st_uid)
     except OSError:
         unreadable.append(top)
         return TreeStats(unreadable=(top,))
@@ -49,8 +51,11 @@ def tree_stats(top: str, on_file: Callable[[int], None] | None = None) -> TreeSt
                     if e.is_dir(follow_symlinks=False):
                         dirs += 1
                         push(e.path)
-                        dir_mtimes.append((e.path[cut:], e.stat(follow_symlinks=False)
-                                           .st_mtime_ns))
+                        ds = e.stat(follow_symlinks=False)
+                        # A folder of another user decides as much as its files: prune must
+                        # not remove a tree part of which it could not create.
+                        owners.add(ds.st_uid)
+                        dir_mtimes.append((e.path[cut:], ds.st_mtime_ns))
                         continue
                     s = e.stat(follow_symlinks=False)
                 except OSError:

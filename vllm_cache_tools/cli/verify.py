@@ -32,7 +32,7 @@ from vllm_cache_tools.prune import (
 )
 from vllm_cache_tools.serialize import with_schema
 from vllm_cache_tools.store import RootError, scan
-from vllm_cache_tools.verify import VerifyReport, verify, verify_json
+from vllm_cache_tools.verify import VerifyReport, remove_orphan_tmps, verify, verify_json
 
 
 def _p(line: str = "") -> None:
@@ -40,10 +40,12 @@ def _p(line: str = "") -> None:
 
 
 def _render(report: VerifyReport) -> None:
-    n = len(report.problems)
-    entries = len({(p.layout, p.key) for p in report.problems})
+    n = len(report.failures)
+    entries = len({(p.layout, p.key) for p in report.failures})
+    notes = len(report.problems) - n
     _p(f"checked {report.checked} entries under {report.root}: "
-       + ("no problems" if not n else f"{n} problem(s) in {entries} entries"))
+       + ("no problems" if not n else f"{n} problem(s) in {entries} entries")
+       + (f", {notes} note(s)" if notes else ""))
     for p in report.problems:
         key = p.key[:12] if p.layout == "aot" else p.key
         _p(f"  {p.kind:<17} {p.layout:<8} {key:<12} {p.path}")
@@ -54,7 +56,9 @@ def verify_cmd(
     root: RootOpt = None,
     fix: Annotated[bool, typer.Option(
         "--fix", help="Remove entries found corrupt or partial, through prune's safe deletion "
-        "(in-use, recent and other users' entries stay).")] = False,
+        "(in-use, recent and other users' entries stay), and leftover *.tmp files of entries "
+        "that are otherwise whole (the file only). Unreadable entries are never removed.")
+    ] = False,
     grace: GraceOpt = "10m",
     all_users: AllUsersOpt = False,
     yes: YesOpt = False,
@@ -63,8 +67,9 @@ def verify_cmd(
 ) -> None:
     """Check every entry: empty or truncated AOT models (read by the restricted reader, never
     executed), leftover *.tmp files, artifacts named but missing, factors without compiled
-    artifacts, unreadable files, and factors that do not re-hash to the entry's key.
-    Exit 0 when clean, 1 when problems were found (and, with --fix, not all removed)."""
+    artifacts, unreadable files, AOT artifacts vLLM can never load, and factors that do not
+    re-hash to the entry's key. Exit 0 when clean (notes such as graph-only backend folders
+    do not count), 1 when problems were found (and, with --fix, not all removed)."""
     prot = Protections(grace_s=parse_grace(grace), all_users=all_users)
     croot = resolve_root(root)
     try:
@@ -75,9 +80,23 @@ def verify_cmd(
         fail(str(exc))
     out: dict[str, object] = with_schema("verify", verify_json(report))
     fixable = report.fixable_entries()
-    remaining = len(report.problems)
+    remaining = len(report.failures)
     if not json_out:
         _render(report)
+    tmps = report.orphan_tmps() if fix else []
+    tmp_gone: set[str] = set()
+    if tmps:
+        removals = remove_orphan_tmps(croot.vllm_root, tmps, grace_s=prot.grace_s,
+                                      uid=None if all_users else prot.uid)
+        tmp_gone = {r.path for r in removals if r.removed}
+        out["tmp_removed"] = [{"path": r.path, "removed": r.removed, "why": r.why}
+                              for r in removals]
+        remaining -= len(tmp_gone)
+        if not json_out:
+            _p("")
+            for r in removals:
+                _p(f"  {'removed' if r.removed else 'kept':<8} {r.path}"
+                   + ("" if r.removed else f" ({r.why})"))
     if fix and fixable:
         reasons: dict[tuple[str, str], str] = {}
         for p in report.problems:
@@ -97,7 +116,8 @@ def verify_cmd(
                 fail(f"cannot remove entries under {plan.root}: {exc.strerror or exc}",
                      code=1)
             gone = set(res.deleted)
-            remaining = sum(1 for p in report.problems if p.key not in gone)
+            remaining = sum(1 for p in report.failures
+                            if p.key not in gone and p.path not in tmp_gone)
             out["fix"] = prune_report(plan, res)
             out["fixed"] = sorted(gone)
             if not json_out:

