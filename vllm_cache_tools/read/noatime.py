@@ -54,10 +54,12 @@ def _not_regular(name: str, mode: int) -> UnreadableError:
     return UnreadableError(f"{name} is {kind}, not a regular file (not read)")
 
 
-def open_noatime(path: str | os.PathLike[str], buffering: int = -1) -> BinaryIO:
+def open_noatime(path: str | os.PathLike[str], buffering: int = -1, *,
+                 keep_atime: bool = True) -> BinaryIO:
     """A binary file object on a regular file, opened without following a symlink, without
     blocking and without updating its atime. Raises :class:`UnreadableError` (an OSError)
-    when that cannot be done."""
+    when that cannot be done. ``keep_atime=False`` is for files whose atime is no evidence
+    (source files a manifest names): read even when the atime would change."""
     name = os.path.basename(os.fspath(path)) or os.fspath(path)
     try:
         before = os.lstat(path)
@@ -73,7 +75,7 @@ def open_noatime(path: str | os.PathLike[str], buffering: int = -1) -> BinaryIO:
                 raise
             fd = os.open(path, _FLAGS)  # not the owner: only read if the atime stays
             st = os.fstat(fd)
-            if _would_touch_atime(fd, st):
+            if keep_atime and _would_touch_atime(fd, st):
                 os.close(fd)
                 raise UnreadableError(
                     f"{name} not read: reading it as uid {os.geteuid()} would record a use "
@@ -106,3 +108,20 @@ def read_noatime(path: str | os.PathLike[str], limit: int = -1) -> bytes:
         except OSError as exc:
             raise UnreadableError(f"cannot read {os.path.basename(os.fspath(path))}: "
                                   f"{exc.strerror or exc}") from None
+
+
+def read_source_text(path: str | os.PathLike[str], limit: int = 64 * 1024 * 1024) -> str | None:
+    """A source file's text as vLLM would hash it, or ``None`` when it cannot be had the safe
+    way (missing, not a regular file, larger than ``limit``, not UTF-8). Paths come from
+    manifests and probes, so a FIFO or ``/dev/zero`` must neither hang nor fill memory."""
+    try:
+        with open_noatime(path, keep_atime=False) as f:
+            raw = f.read(limit + 1)
+    except OSError:
+        return None
+    if len(raw) > limit:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
