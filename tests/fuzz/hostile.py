@@ -1,0 +1,228 @@
+"""Hand-made hostile artifacts, one per known attack on a reader: shared by the tests
+(tests/test_total_readers.py), the fuzzer's seed corpus and benchmarks/bench_hostile_parse.py.
+
+Each builder returns the bytes of one file; :data:`ARTIFACTS` names them with the file they
+pose as (the reader that gets them)."""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+
+MB = 1024 * 1024
+
+# --------------------------------------------------------------------------------------------
+# Pickle opcodes (protocol 4) as bytes, to write bombs the pickle module would never produce.
+
+PROTO4 = b"\x80\x04"
+STOP = b"."
+NONE = b"N"
+MARK = b"("
+DUP = b"2"
+EMPTY_TUPLE, EMPTY_LIST, EMPTY_DICT = b")", b"]", b"}"
+TUPLE1, TUPLE2 = b"\x85", b"\x86"
+LIST, TUPLE, SETITEM, SETITEMS, BUILD, REDUCE = b"l", b"t", b"s", b"u", b"b", b"R"
+MEMOIZE = b"\x94"
+
+
+def glob(module: str, name: str) -> bytes:
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def ustr(s: str) -> bytes:
+    raw = s.encode()
+    return (b"\x8c" + bytes([len(raw)]) + raw if len(raw) < 256
+            else b"X" + struct.pack("<I", len(raw)) + raw)
+
+
+def binint(n: int) -> bytes:
+    return b"J" + struct.pack("<i", n)
+
+
+def long1(n: int) -> bytes:
+    raw = n.to_bytes((n.bit_length() + 8) // 8 or 1, "little", signed=True)
+    return b"\x8a" + bytes([len(raw)]) + raw
+
+
+def binget(i: int) -> bytes:
+    return b"j" + struct.pack("<I", i)
+
+
+def pickle_bytearray_bomb() -> bytes:
+    """34 bytes asking ``bytearray(2**30)``: a GiB from an allowed constructor."""
+    return PROTO4 + glob("__builtin__", "bytearray") + binint(1 << 30) + TUPLE1 + REDUCE + STOP
+
+
+def pickle_range_set_bomb() -> bytes:
+    """``set(range(2**31 - 1))``: allowed constructors chained."""
+    rng = glob("builtins", "range") + binint(2**31 - 1) + TUPLE1 + REDUCE
+    return PROTO4 + glob("builtins", "set") + rng + TUPLE1 + REDUCE + STOP
+
+
+def pickle_memo_index_bomb() -> bytes:
+    """One ``LONG_BINPUT 2**28``: the C unpickler sizes its memo array to the index."""
+    return PROTO4 + NONE + b"r" + struct.pack("<I", 1 << 28) + STOP
+
+
+def pickle_build_on_reader_function() -> bytes:
+    """BUILD on an allowed function: sets ``__defaults__`` on the reader's own helper."""
+    slots = EMPTY_DICT + ustr("__defaults__") + ustr("x") + ustr("y") + TUPLE2 + SETITEM
+    return PROTO4 + glob("_codecs", "encode") + NONE + slots + TUPLE2 + BUILD + STOP
+
+
+def pickle_build_on_stub_class() -> bytes:
+    """BUILD on the stand-in class itself (rather than an instance of it)."""
+    slots = EMPTY_DICT + ustr("module") + ustr("evil") + SETITEM
+    return PROTO4 + glob("os", "system") + NONE + slots + TUPLE2 + BUILD + STOP
+
+
+def pickle_tuple_dag_hash(levels: int = 64) -> bytes:
+    """A dict keyed by ``t_n = (t_n-1, t_n-1)``: hashing it visits 2**levels tuples."""
+    return PROTO4 + EMPTY_DICT + EMPTY_TUPLE + (DUP + TUPLE2) * levels + NONE + SETITEM + STOP
+
+
+def pickle_deep_tuple_key(depth: int = 1_000_000) -> bytes:
+    """A dict keyed by a tuple nested a million deep (hash recursion in C)."""
+    return PROTO4 + EMPTY_DICT + EMPTY_TUPLE + TUPLE1 * depth + NONE + SETITEM + STOP
+
+
+def pickle_hash_flood(n: int = 50_000) -> bytes:
+    """Dict keys that all hash alike (ints differing by 2**61 - 1): quadratic insertion."""
+    p = (1 << 61) - 1
+    body = b"".join(long1(i * p) + NONE for i in range(1, n + 1))
+    return PROTO4 + EMPTY_DICT + MARK + body + SETITEMS + STOP
+
+
+def pickle_list_dag(levels: int = 60) -> bytes:
+    """``L_n = [L_n-1, L_n-1]``: 2**levels elements for anything that walks it as a tree."""
+    out = PROTO4 + EMPTY_LIST + MEMOIZE
+    for i in range(levels):
+        out += MARK + binget(i) + binget(i) + LIST + MEMOIZE
+    return out + STOP
+
+
+def _aot_model_with(inner: bytes) -> bytes:
+    """A minimal AOT ``model`` top-level dict whose ``compiled_fn`` bytes are ``inner``."""
+    blob = b"B" + struct.pack("<I", len(inner)) + inner
+    return (PROTO4 + EMPTY_DICT + ustr("compiled_fn") + glob("builtins", "getattr") + blob
+            + TUPLE2 + SETITEM + STOP)
+
+
+def aot_model_list_dag(levels: int = 60) -> bytes:
+    """An AOT ``model`` whose nested ``submod_names`` is :func:`pickle_list_dag`."""
+    names = EMPTY_LIST + MEMOIZE
+    for i in range(levels):
+        names += MARK + binget(i) + binget(i) + LIST + MEMOIZE
+    inner = PROTO4 + EMPTY_DICT + ustr("submod_names") + MARK + binget(levels) + LIST
+    return _aot_model_with(inner + SETITEM + STOP)
+
+
+def pickle_many_globals(n: int = 200_000) -> bytes:
+    """Distinct global names: one stand-in class each."""
+    body = b"".join(glob("m", f"c{i}") + b"0" for i in range(n))
+    return PROTO4 + body + NONE + STOP
+
+
+def pickle_big_long(nbytes: int = 4 * MB) -> bytes:
+    """A 32-Mbit integer (``LONG4``)."""
+    return PROTO4 + b"\x8b" + struct.pack("<i", nbytes) + b"\x7f" * nbytes + STOP
+
+
+def pickle_cheap_ops(size: int = 10 * MB) -> bytes:
+    """10 MB of one-byte opcodes (``NONE``/``POP``): the most operations per byte."""
+    return PROTO4 + b"N0" * ((size - 3) // 2) + NONE + STOP
+
+
+# --------------------------------------------------------------------------------------------
+# Text artifacts.
+
+def json_deep(depth: int = 100_000) -> bytes:
+    return b"[" * depth + b"]" * depth
+
+
+def json_deep_in_object(key: str = "env", depth: int = 100_000) -> bytes:
+    return b'{"schema": 1, "' + key.encode() + b'": ' + json_deep(depth) + b"}"
+
+
+def json_huge_int(digits: int = 5000) -> bytes:
+    return b'{"schema": 1, "code_hash": ' + b"1" * digits + b"}"
+
+
+def json_many_containers(size: int = 10 * MB) -> bytes:
+    """``[{},{},...]``: the most Python objects per byte of JSON."""
+    n = (size - 2) // 3
+    return b"[" + b"{}," * (n - 1) + b"{}]"
+
+
+def ledger_lines(size: int = 10 * MB) -> bytes:
+    ok = (b'{"v": 1, "time": 1700000000.5, "event": "hit", "tree": "aot", "key": "k", '
+          b'"host": "h", "pid": 1}\n')
+    bad = [b'{"time": 1' + b"0" * 400 + b', "event": "hit", "tree": "aot", "key": "k"}\n',
+           b'{"time": 1, "event": "hit", "tree": "aot", "key": "k", "pid": [1]}\n',
+           b'{"time": NaN, "event": "hit", "tree": "aot", "key": "k"}\n',
+           json_deep(5000) + b"\n"]
+    one = ok + b"".join(bad)
+    return one * (size // len(one))
+
+
+def literal_hex_int() -> bytes:
+    """A 5000-digit hex integer is a valid literal; ``str()`` of it raises ValueError."""
+    return b"{(0x" + b"f" * 5000 + b", 0, 'inductor'): ('k', '/p')}\n"
+
+
+def literal_big(size: int = 10 * MB) -> bytes:
+    """A 10 MB literal of small items (the parser's node count)."""
+    n = (size - 2) // 2
+    return b"[" + b"1," * (n - 1) + b"1]"
+
+
+def graph_newlines(n: int = 40_000) -> bytes:
+    return b"\n" * n
+
+
+def graph_file_comments(size: int = 300 * 1024) -> bytes:
+    """``# File:`` repeated on one line with no ``:line in fn`` tail."""
+    return b"# File:" * (size // 7)
+
+
+def graph_models_head(size: int = 256 * 1024) -> bytes:
+    """``/model_executor/models/`` repeated after one ``# File:`` (the listing's fast path)."""
+    return b"# File: " + b"/model_executor/models/" * (size // 23)
+
+
+def graph_big(size: int = 10 * MB) -> bytes:
+    line = (b"    # File: /site/vllm/model_executor/models/llama.py:123 in forward, code: "
+            b"x = self.mlp(x)\n    submod_1 = self.submod_1(x);  x = None\n")
+    return line * (size // len(line))
+
+
+ARTIFACTS: dict[str, tuple[str, Callable[[], bytes]]] = {
+    "pickle bytearray(2**30)": ("model", pickle_bytearray_bomb),
+    "pickle set(range(2**31))": ("model", pickle_range_set_bomb),
+    "pickle memo index 2**28": ("model", pickle_memo_index_bomb),
+    "pickle BUILD on reader function": ("model", pickle_build_on_reader_function),
+    "pickle BUILD on stand-in class": ("model", pickle_build_on_stub_class),
+    "pickle tuple DAG as dict key": ("model", pickle_tuple_dag_hash),
+    "pickle 1M-deep tuple as key": ("model", pickle_deep_tuple_key),
+    "pickle hash-flooded dict keys": ("model", pickle_hash_flood),
+    "pickle list DAG": ("model", pickle_list_dag),
+    "model with list DAG names": ("model", aot_model_list_dag),
+    "pickle 200k distinct globals": ("model", pickle_many_globals),
+    "pickle 4 MB integer": ("model", pickle_big_long),
+    "pickle 10 MB of 1-byte ops": ("model", pickle_cheap_ops),
+    "factors nested 100k deep": ("cache_key_factors.json", json_deep),
+    "factors 5000-digit int": ("cache_key_factors.json", json_huge_int),
+    "factors 10 MB of {}": ("cache_key_factors.json", json_many_containers),
+    "manifest nested 100k deep": ("vct-manifest.0123456789abcdef.json", json_deep_in_object),
+    "manifest 10 MB of {}": ("vct-manifest.0123456789abcdef.json", json_many_containers),
+    "ledger 10 MB hostile lines": ("ledger.jsonl", ledger_lines),
+    "compile cache 5000-digit hex": ("vllm_compile_cache.py", literal_hex_int),
+    "compile cache 10 MB literal": ("vllm_compile_cache.py", literal_big),
+    "compile cache nested 100k": ("vllm_compile_cache.py", lambda: b"(" * 100_000),
+    "graph 40k newlines": ("computation_graph.py", graph_newlines),
+    "graph 300 KB of '# File:'": ("computation_graph.py", graph_file_comments),
+    "graph 256 KB head of models/": ("computation_graph.py", graph_models_head),
+    "graph 10 MB real-like": ("computation_graph.py", graph_big),
+    "graph 10 MB newlines": ("computation_graph.py", lambda: graph_newlines(10 * MB)),
+    "triton meta nested": ("triton.json", json_deep),
+}

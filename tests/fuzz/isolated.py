@@ -1,0 +1,139 @@
+"""Read one hostile artifact in a child process and report what happened.
+
+``python -m tests.fuzz.isolated NAME`` writes the artifact :data:`tests.fuzz.hostile.ARTIFACTS`
+names into a temporary folder laid out as the reader expects, reads it with every reader of
+that file, and prints one JSON line: ``{"outcome": "ok" | "ReadError" | <other exception>,
+"seconds": ...}``. The parent measures peak RSS (``os.wait4``) and enforces a timeout, so a
+crash, a hang or a memory bomb is observed rather than suffered. Used by the tests and by
+benchmarks/bench_hostile_parse.py."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent.parent
+
+
+def read_as(kind: str, path: Path) -> None:
+    """Every reader (and the listing's fast paths) a file posing as ``kind`` meets."""
+    if kind == "model":
+        from vllm_cache_tools.read.aot_model import read_aot_model
+        for full in (True, False):
+            try:
+                read_aot_model(path, full=full)
+            except ValueError as exc:  # ReadError is a ValueError; anything else is re-raised
+                _reraise_unless_read_error(exc)
+    elif kind == "cache_key_factors.json":
+        from vllm_cache_tools.read.factors import read_factors
+        read_factors(path)
+    elif kind.startswith("vct-manifest"):
+        from vllm_cache_tools.read.manifest import read_manifest
+        read_manifest(path)
+    elif kind == "ledger.jsonl":
+        from vllm_cache_tools.ledger import usage
+        usage(path.parent.parent.parent)
+    elif kind == "vllm_compile_cache.py":
+        from vllm_cache_tools.read.compile_cache import read_compile_cache
+        read_compile_cache(path)
+    elif kind == "computation_graph.py":
+        from vllm_cache_tools.graphdiff import diff_graphs
+        from vllm_cache_tools.read.graph import model_file_from_head, read_graph
+        from vllm_cache_tools.read.noatime import read_noatime
+        model_file_from_head(read_noatime(path, 256 * 1024))
+        read_graph(path)
+        text = path.read_text(errors="replace")
+        diff_graphs(text, text[: len(text) // 2])
+    elif kind == "triton.json":
+        from vllm_cache_tools.read.triton import read_triton_meta
+        read_triton_meta(path)
+    else:
+        raise SystemExit(f"unknown kind {kind}")
+
+
+def _reraise_unless_read_error(exc: ValueError) -> None:
+    from vllm_cache_tools.read.errors import ReadError
+    if not isinstance(exc, ReadError):
+        raise exc
+
+
+def place(kind: str, data: bytes, folder: Path) -> Path:
+    """Write ``data`` where a reader of ``kind`` looks for it."""
+    if kind == "ledger.jsonl":
+        d = folder / "torch_compile_cache" / ".vllm-cache-tools" / "ledger"
+        d.mkdir(parents=True)
+        path = d / "host.jsonl"
+    else:
+        path = folder / kind
+    path.write_bytes(data)
+    return path
+
+
+def child(name: str) -> None:
+    from tests.fuzz.hostile import ARTIFACTS
+    from vllm_cache_tools.read.errors import ReadError
+    kind, build = ARTIFACTS[name]
+    data = build()
+    with tempfile.TemporaryDirectory(prefix="vct-hostile-") as d:
+        path = place(kind, data, Path(d))
+        del data
+        t0 = time.perf_counter()
+        try:
+            read_as(kind, path)
+            outcome = "ok"
+        except ReadError:
+            outcome = "ReadError"
+        except BaseException as exc:
+            outcome = f"{type(exc).__name__}: {str(exc)[:120]}"
+        seconds = time.perf_counter() - t0
+        size = path.stat().st_size
+    print(json.dumps({"outcome": outcome, "seconds": seconds, "bytes": size}))
+
+
+@dataclass(frozen=True)
+class Result:
+    name: str
+    outcome: str
+    bytes: int
+    seconds: float
+    """Time spent reading (the artifact's creation and the interpreter start excluded)."""
+    peak_rss_mb: float
+    """Peak RSS of the whole child (interpreter and imports included)."""
+
+
+def run_isolated(name: str, timeout: float = 60.0) -> Result:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.Popen([sys.executable, "-m", "tests.fuzz.isolated", name], cwd=REPO,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    t0 = time.monotonic()
+    status = None
+    usage = None
+    while time.monotonic() - t0 < timeout:
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
+        if pid:
+            break
+        time.sleep(0.01)
+    else:
+        proc.kill()
+        _, status, usage = os.wait4(proc.pid, 0)
+        return Result(name, f"timeout after {timeout:.0f} s", 0, timeout,
+                      usage.ru_maxrss / 1024)
+    out = proc.stdout.read().decode() if proc.stdout else ""
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    rss = usage.ru_maxrss / 1024 if usage else 0.0
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        why = (f"killed by signal {os.WTERMSIG(status)}" if os.WIFSIGNALED(status)
+               else f"exit {os.WEXITSTATUS(status)}: {err.strip().splitlines()[-1:]}")
+        return Result(name, why, 0, time.monotonic() - t0, rss)
+    rep = json.loads(out.strip().splitlines()[-1])
+    return Result(name, rep["outcome"], rep["bytes"], rep["seconds"], rss)
+
+
+if __name__ == "__main__":
+    child(sys.argv[1])
