@@ -25,7 +25,7 @@ from vllm_cache_tools.hashing import (
 )
 from vllm_cache_tools.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, resolve_root
 from vllm_cache_tools.model import Cause, Entry, KeyParts
-from vllm_cache_tools.probing import PredictError, ProbeRun, module_files, run_probe
+from vllm_cache_tools.probing import PredictError, ProbeRun, Progress, module_files, run_probe
 from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifests
@@ -188,21 +188,28 @@ def _diff_reasons(e: Entry, parts: dict[str, Any]) -> list[Cause]:
 def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
             root: str | os.PathLike[str] | None = None, *, python: str | None = None,
             usage: str = "serve", rank: int = 0, memo: bool = True,
-            fresh: bool = False) -> Prediction:
+            fresh: bool = False, standby: bool = True,
+            progress: Progress | None = None) -> Prediction:
     """Predict the cache directories vLLM will use for ``vllm serve <vllm_args>`` (or
     ``LLM(...)`` with ``usage="llm"``) and whether each tree will hit. The probe's answer
     comes from the memo when nothing it depended on changed (``memo=False``: never;
-    ``fresh=True``: run it and replace the memo); the store is read while it runs."""
+    ``fresh=True``: run it and replace the memo), else from a waiting probe (``standby=False``:
+    never ask or start one); the store is read while it runs. ``progress`` is told each
+    stage (a short line; called from two threads)."""
     env = dict(os.environ if env is None else env)
     croot = resolve_root(root, env)
     env["VLLM_CACHE_ROOT"] = str(croot.vllm_root)
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(run_probe, vllm_args, env, python, usage, rank, memo=memo,
-                              fresh=fresh)
+                              fresh=fresh, standby=standby, progress=progress)
+        if progress is not None:
+            progress("reading the cache")
         info = scan(croot, check_in_use=False) if croot.vllm_root.is_dir() else None
         entries = list(info.entries) if info else []
         aot_infos = _aot_infos([e for e in entries if e.layout == "aot"])
         probe_run = running.result()
+    if progress is not None:
+        progress("comparing with the cache")
     probe = dict(probe_run.data)
     modules = sorted({s.module for i in aot_infos.values() for s in i.inlined_sources})
     probe["modules"] = module_files(modules, probe.get("module_origins") or {})

@@ -10,16 +10,27 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools import probememo, standby
+from vllm_cache_tools import probememo
+from vllm_cache_tools import standby as standbys
 from vllm_cache_tools.locate import user_cache_dir
+from vllm_cache_tools.read.noatime import read_source_text
 
 PROBE = Path(__file__).resolve().parent / "live" / "probe.py"
+PROBE_TIMEOUT_S = 900.0
+
+Progress = Callable[[str], None]
+"""Called with a short line saying what predict is doing now (from any thread)."""
+
+
+def _quiet(stage: str) -> None:
+    pass
 
 
 def memo_dir() -> Path:
@@ -56,10 +67,52 @@ def _checked(data: dict[str, Any], exe: str) -> dict[str, Any]:
     return data
 
 
-def _invoke(req: Mapping[str, Any], env: Mapping[str, str], exe: str) -> dict[str, Any]:
+def _run(cmd: list[str], stdin: str, env: Mapping[str, str], progress: Progress
+         ) -> tuple[str, str]:
+    """stdout and stderr of ``cmd``; its ``VCT_STAGE`` lines on stderr go to ``progress`` as
+    they come (not into the returned stderr)."""
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=dict(env))
+    err: list[str] = []
+    out: list[str] = []
+
+    def pump_err() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            if line.startswith("VCT_STAGE "):
+                progress(line[10:].strip())
+            else:
+                err.append(line)
+
+    def pump_out() -> None:
+        assert proc.stdout is not None
+        out.append(proc.stdout.read())
+
+    readers = [threading.Thread(target=f, daemon=True) for f in (pump_err, pump_out)]
+    for t in readers:
+        t.start()
     try:
-        proc = subprocess.run([exe, str(PROBE)], input=json.dumps(req), capture_output=True,
-                              text=True, env=dict(env), timeout=900)
+        assert proc.stdin is not None
+        proc.stdin.write(stdin)
+        proc.stdin.close()
+    except OSError:
+        pass  # it exited early: what it wrote says why
+    try:
+        proc.wait(timeout=PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        for t in readers:
+            t.join(timeout=5)
+    return "".join(out), "".join(err)
+
+
+def _invoke(req: Mapping[str, Any], env: Mapping[str, str], exe: str,
+            progress: Progress = _quiet) -> dict[str, Any]:
+    try:
+        stdout, stderr = _run([exe, str(PROBE)], json.dumps(req), env, progress)
     except FileNotFoundError:
         raise PredictError(f"python interpreter not found: {exe}") from None
     except PermissionError:
@@ -67,49 +120,69 @@ def _invoke(req: Mapping[str, Any], env: Mapping[str, str], exe: str) -> dict[st
     except OSError as exc:
         raise PredictError(f"cannot run {exe}: {exc.strerror or exc}") from None
     except subprocess.TimeoutExpired:
-        raise PredictError(f"the vLLM probe did not answer within 900 s ({exe})") from None
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("VCT_PROBE ")), None)
+        raise PredictError(f"the vLLM probe did not answer within {PROBE_TIMEOUT_S:.0f} s "
+                           f"({exe})") from None
+    line = next((ln for ln in stdout.splitlines() if ln.startswith("VCT_PROBE ")), None)
     if line is None:
-        if "No module named 'vllm'" in proc.stderr or "No module named 'torch'" in proc.stderr:
+        if "No module named 'vllm'" in stderr or "No module named 'torch'" in stderr:
             raise PredictError(f"vLLM is not installed for {exe} (use --python to point at "
                                "the interpreter that runs vLLM)")
-        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        tail = stderr.strip().splitlines()[-1:] or ["no output"]
         raise PredictError(f"the vLLM probe failed: {tail[0][:300]}")
     return _checked(json.loads(line.split(" ", 1)[1]), exe)
 
 
-def _from_standby(path: Path | None, req: Mapping[str, Any], exe: str
-                  ) -> tuple[dict[str, Any] | None, str]:
+def _from_standby(path: Path | None, req: Mapping[str, Any], env: Mapping[str, str],
+                  progress: Progress) -> tuple[dict[str, Any] | None, str]:
     if path is None:
         return None, "no private runtime folder"
-    data = standby.ask(path, req)
+    if not standbys.alive(path):
+        return None, "none waiting"
+    progress("asking the waiting vLLM probe (standby)")
+    data = standbys.ask(path, {**req, "env": dict(env), "cwd": os.getcwd()},
+                        on_stage=progress)
     if data is None:
         return None, "none waiting"
+    # In each case below it left: the next one starts in this environment.
+    if "standby_mismatch" in data:
+        return None, f"not used: {data['standby_mismatch']}"
+    if "standby_stale" in data:  # it re-checked what it imported before answering
+        return None, f"discarded: {data['standby_stale']} changed since it imported it"
     if "error" in data:  # maybe an older vLLM than is installed now: let a fresh probe say
         return None, "answered with an error: asked a fresh probe"
-    deps = data.get("deps")
-    changed = (probememo.stale_dependency(deps) if isinstance(deps, dict)
-               else "its answer (no dependency list)")
-    if changed is None and deps and deps.get("unstable"):
-        changed = deps["unstable"][0]
-    if changed is not None:
-        return None, f"discarded: {changed} changed since it imported it"
+    if not isinstance(data.get("deps"), dict):
+        return None, "discarded: its answer has no dependency list"
+    # What it read while answering is judged as a fresh probe's is: used, and not kept when
+    # it changed meanwhile (``deps["unstable"]``, e.g. vLLM writing modelinfos/ in a new root).
     return data, "answered"
 
 
+def _next_standby(path: Path, exe: str, env: Mapping[str, str], idle: float) -> str:
+    if standbys.alive(path):
+        return ""
+    short = standbys.memory_short()
+    if short is not None:
+        return f"; none started ({short})"
+    standbys.make_room(path)
+    return "; next one started" if standbys.start(path, exe, PROBE, env, idle) else ""
+
+
 def run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
-              usage: str, rank: int = 0, *, memo: bool = True,
-              fresh: bool = False) -> ProbeRun:
+              usage: str, rank: int = 0, *, memo: bool = True, fresh: bool = False,
+              standby: bool = True, progress: Progress | None = None) -> ProbeRun:
     """The probe's answer for ``vllm serve <vllm_args>`` (``usage="llm"``: ``LLM(...)``) in
     ``env``: from the memo when every input and file it depended on is unchanged, else from a
-    standby probe when one waits for this environment, else from a fresh probe; then a
-    standby is started for the next call. ``memo=False`` neither reads nor writes the memo;
-    ``fresh=True`` runs a fresh probe and replaces the memoized answer."""
+    standby probe when one waits for this interpreter and can serve ``env``, else from a
+    fresh probe; then a standby is started for the next call. ``memo=False`` neither reads
+    nor writes the memo; ``fresh=True`` runs a fresh probe and replaces the memoized answer;
+    ``standby=False`` (or ``VLLM_CACHE_TOOLS_PROBE_STANDBY=0``) neither asks nor starts a
+    standby. ``progress`` is told each stage."""
     t0 = time.perf_counter()
+    say = progress or _quiet
     use = memo and probememo.enabled(os.environ)
     # This tool's own switches mean nothing to vLLM: not part of any key, not passed on.
     env = {k: v for k, v in env.items()
-           if k not in (probememo.DISABLE_VAR, standby.STANDBY_VAR)}
+           if k not in (probememo.DISABLE_VAR, standbys.STANDBY_VAR)}
     req: dict[str, Any] = {"args": list(vllm_args), "usage": usage, "rank": rank}
     exe = python or sys.executable
     source = PROBE.read_bytes()
@@ -117,23 +190,28 @@ def run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | No
     key = probememo.memo_key(req, env, exe, source, machine=machine) if use else ""
     why = "off" if not use else "fresh"
     if use and not fresh:
+        say("checking the memo of earlier answers")
         answer, why = probememo.load(key, memo_dir())
         if answer is not None:
+            say("answered by the memo")
             return ProbeRun(answer, "hit", "already kept", time.perf_counter() - t0, "memo",
                             "not needed")
     if use:  # the Inductor child's answer is memoized apart: it outlives argument changes
         req["child_memo"] = {"dir": str(memo_dir() / "inductor"), "fresh": fresh}
-    idle = standby.idle_seconds(os.environ)
-    path = (standby.socket_path(probememo.memo_key({"standby": 1}, env, exe, source,
-                                                   machine=machine))
+    idle = standbys.idle_seconds(os.environ) if standby else None
+    path = (standbys.socket_path(standbys.standby_key(exe, source, machine))
             if idle is not None else None)
     data, sb = (None, "off") if idle is None else (
-        (None, "skipped (--fresh)") if fresh else _from_standby(path, req, exe))
+        (None, "skipped (--fresh)") if fresh else _from_standby(path, req, env, say))
     served = "standby" if data is not None else "probe"
     if data is None:
-        data = _invoke(req, env, exe)
+        say("starting the vLLM probe")
+        data = _invoke(req, env, exe, say)
+    else:
+        say("answered by the waiting probe (standby)")
     if idle is not None and path is not None:
-        sb += "; next one started" if standby.start(path, exe, PROBE, env, idle) else ""
+        sb += _next_standby(path, exe, env, idle)
+    data.pop("standby", None)
     deps = data.pop("deps", {})
     kept = probememo.save(key, data, deps, memo_dir()) if use else "memo off"
     return ProbeRun(data, why, kept, time.perf_counter() - t0, served, sb)
@@ -157,13 +235,7 @@ def module_files(modules: Sequence[str], origins: Mapping[str, Any]
                 if os.path.isfile(cand):
                     path = cand
                     break
-        content: str | None = None
-        if path is not None:
-            try:
-                with open(path, encoding="utf-8") as f:
-                    content = f.read()
-            except (OSError, UnicodeDecodeError):
-                content = None
+        content = read_source_text(path) if path is not None else None
         out[m] = {"path": path, "content": content}
     return out
 

