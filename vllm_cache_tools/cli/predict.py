@@ -8,6 +8,7 @@ import typer
 
 from vllm_cache_tools.cli.common import console, fail, print_json
 from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.cli.stageline import StageLine
 from vllm_cache_tools.explain import show_value
 from vllm_cache_tools.predict import PredictError, predict, prediction_json
 from vllm_cache_tools.serialize import predict_document
@@ -27,6 +28,9 @@ def predict_cmd(
     fresh: Annotated[bool, typer.Option(
         "--fresh", help="Run the vLLM probe even when its memoized answer is still valid, "
         "and replace it (the memo is off with VLLM_CACHE_TOOLS_PROBE_MEMO=0).")] = False,
+    no_standby: Annotated[bool, typer.Option(
+        "--no-standby", help="Neither ask nor leave a waiting vLLM probe (~0.5 GB for up "
+        "to 300 s; same as VLLM_CACHE_TOOLS_PROBE_STANDBY=0).")] = False,
 ) -> None:
     """Predict the cache folders and hit/miss of a vLLM start, without starting it.
 
@@ -35,7 +39,9 @@ def predict_cmd(
     The probe's answer is memoized and reused while its inputs are unchanged: arguments,
     environment, working directory, interpreter, machine, and every file it read (checked
     by stat on each use). After a predict, a standby probe with vLLM imported waits 300 s
-    for the next one in the same environment (VLLM_CACHE_TOOLS_PROBE_STANDBY=0: none).
+    for the next one with the same interpreter, one per interpreter, none when memory is
+    short (--no-standby or VLLM_CACHE_TOOLS_PROBE_STANDBY=0: none). On a terminal, stderr
+    shows what predict is waiting for.
     Exit status: 0 predicted hit, 1 predicted miss, 2 usage error."""
     args = list(ctx.args)
     if not args:
@@ -43,10 +49,16 @@ def predict_cmd(
              "--max-model-len 128")
     if usage not in ("serve", "llm"):
         fail("--usage must be serve or llm")
-    try:
-        p = predict(args, root=root, python=python, usage=usage, rank=rank, fresh=fresh)
-    except PredictError as exc:
-        fail(str(exc))
+    error: PredictError | None = None
+    # The stage line is erased before anything is printed (an error included).
+    with StageLine("predict: ", enabled=None if not json_out else False) as show:
+        try:
+            p = predict(args, root=root, python=python, usage=usage, rank=rank, fresh=fresh,
+                        standby=not no_standby, progress=show)
+        except PredictError as exc:
+            error = exc
+    if error is not None:
+        fail(str(error))
     if json_out:
         print_json(predict_document(prediction_json(p)))
     else:
