@@ -109,8 +109,9 @@ def test_help_and_version_on_every_verb() -> None:
 
     from vllm_cache_tools.cli import COMMANDS
 
-    for flag in ("--version", "-V"):
-        r = run_cli(flag)
+    for args in (["--version"], ["-V"], ["ls", "--version"], ["predict", "-V"],
+                 ["log", "--version"]):
+        r = run_cli(*args)
         assert r.returncode == 0 and r.stdout == f"vllm-cache {version('vllm-cache-tools')}\n"
     for verb in ("", *COMMANDS):  # --help itself: test_help_texts
         r = run_cli(*([verb] if verb else []), "-h")

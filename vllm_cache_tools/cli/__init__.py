@@ -3,11 +3,13 @@ imported only when its verb runs (``vllm-cache log`` does not pay for ``predict`
 
 from __future__ import annotations
 
+import copy
 import importlib
 import sys
 from typing import Annotated, Any
 
 import typer
+import typer.main
 
 from vllm_cache_tools.cli.common import fail
 
@@ -81,10 +83,20 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
+def build_command(only: str | None = None) -> Any:
+    """The click command ``main`` runs: the app, with ``--version`` on every verb too."""
+    group = typer.main.get_command(build_app(only))
+    version = copy.copy(next(p for p in group.params if p.name == "version"))
+    version.expose_value = False  # the verb's function does not take it
+    for sub in getattr(group, "commands", {}).values():
+        sub.params.append(version)
+    return group
+
+
 def main() -> None:
     verb = sys.argv[1] if len(sys.argv) > 1 else None
     try:
-        build_app(verb if verb in COMMANDS else None)()
+        build_command(verb if verb in COMMANDS else None)(prog_name="vllm-cache")
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(130)
