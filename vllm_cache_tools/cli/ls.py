@@ -34,7 +34,7 @@ RootOpt = Annotated[Path | None, typer.Option(
 
 def ls(
     refs: Annotated[list[str] | None, typer.Argument(
-        metavar="[KEY...]", help="Only these entries: keys, unique key prefixes (as listed) "
+        metavar="KEY", help="Only these entries: keys, unique key prefixes (as listed) "
         "or paths inside entries.", show_default=False)] = None,
     root: RootOpt = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
