@@ -83,3 +83,16 @@ def docs(session: nox.Session) -> None:
     """Check that docs/cli.md holds the current --help of every command."""
     session.install("-e", ".")
     session.run("python", "docs/gen_cli_docs.py", "--check")
+
+
+@nox.session(python="3.11")
+def hostile(session: nox.Session) -> None:
+    """Issue 12 figures on copies of real roots: files outside the root changed by any command
+    under planted links and folder<->link swap races (0), commands over FIFOs / devices /
+    sockets that do not end within 10 s (0). Runs the tests marked ``hostile``, then
+    benchmarks/hostile_*.py (posargs go to the scripts, e.g. ``--quick``). As root it also
+    acts as a second uid on a group-shared copy and makes device nodes."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "-q", "-m", "hostile", "tests")
+    for script in sorted(glob.glob("benchmarks/hostile_*.py")):
+        session.run("python", script, *session.posargs)

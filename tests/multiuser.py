@@ -217,6 +217,18 @@ def run_as(user: User, argv: Sequence[str], env: Mapping[str, str] | None = None
         capture_output=True, text=True, timeout=timeout, input=input, check=False)
 
 
+def popen_as(user: User, argv: Sequence[str], env: Mapping[str, str] | None = None,
+             umask: int = 0o002, **kwargs: object) -> subprocess.Popen[str]:
+    """:func:`run_as` for a background process (a racing attacker): same uid, groups and
+    clean environment; in its own session so the caller can kill its whole group."""
+    require_root()
+    groups = [g for g in os.getgrouplist(user.name, user.gid) if g != user.gid]
+    return subprocess.Popen(  # type: ignore[call-overload, no-any-return]
+        list(argv), user=user.uid, group=user.gid, extra_groups=groups, umask=umask,
+        env=_user_env(user, env), cwd=str(user_home(user)), text=True,
+        start_new_session=True, **kwargs)
+
+
 # ---- the CLI, runnable by another uid -------------------------------------------------------
 
 _CLI_CODE = ("import sys; from vllm_cache_tools.cli import main; "

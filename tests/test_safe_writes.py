@@ -28,6 +28,8 @@ from vllm_cache_tools.read.manifest import read_ledger
 from vllm_cache_tools.recorder import safeio, write
 from vllm_cache_tools.recorder.layout import LEDGER_DIRNAME, SOURCES_DIRNAME, STATE_DIRNAME
 
+pytestmark = pytest.mark.hostile
+
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
 HOST = socket.gethostname()
 
