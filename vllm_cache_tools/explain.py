@@ -7,6 +7,7 @@ log reader read; no guessing.
 from __future__ import annotations
 
 import difflib
+import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -542,3 +543,30 @@ def explanation_json(x: Explanation) -> dict[str, Any]:
 
 def _jsonable(v: object) -> object:
     return v if v is None or isinstance(v, (bool, int, float, str)) else str(v)
+
+
+def explain(a: str | os.PathLike[str], b: str | os.PathLike[str],
+            root: str | os.PathLike[str] | None = None) -> Explanation:
+    """Why vLLM compiled entry ``b`` instead of reusing entry ``a`` (either tree; keys,
+    unique key prefixes looked up under ``root`` (default: resolved like vLLM), or entry
+    folders, possibly of two roots). Both are read whole; the AOT entries of their roots are
+    the evidence for code changes. Raises ``EntryNotFound``, ``AmbiguousKey`` or
+    ``RootError`` (:mod:`vllm_cache_tools.store`). What ``vllm-cache explain A B`` prints,
+    as data (values unredacted: the CLI hides secrets when it renders)."""
+    # The one function here that reads the store: the rest stays pure.
+    from vllm_cache_tools.store import RootError, locate_entry, read_entry, scan
+
+    pa, pb = locate_entry(os.fspath(a), root), locate_entry(os.fspath(b), root)
+    ea, eb = read_entry(pa), read_entry(pb)
+    others = []
+    # Each side's own root: an entry of another root needs its own AOT sibling to itemise a
+    # code change.
+    roots = dict.fromkeys(p.parent if e.layout == "backend" else p.parent.parent
+                          for p, e in ((pa, ea), (pb, eb)))
+    for r in roots:
+        try:
+            others += [read_entry(e.path) for e in scan(r, check_in_use=False).entries
+                       if e.layout == "aot" and e.path not in (ea.path, eb.path)]
+        except RootError:
+            continue
+    return explain_entries(ea, eb, others)

@@ -774,3 +774,21 @@ def prune_report(plan: PrunePlan, result: PruneResult | None) -> dict[str, Any]:
     if plan.environment is not None:
         out["environment"] = describe_env_for_json(plan.environment)
     return out
+
+
+def plan_prune_root(root: str | os.PathLike[str] | None, policies: Policies,
+                    protections: Protections | None = None, *, force: bool = False,
+                    environment: Environment | None = None) -> PrunePlan:
+    """What ``vllm-cache prune`` plans for ``root`` (default: resolved like vLLM), for
+    library callers: refuses ``/``, ``$HOME`` and folders that are not vLLM cache roots
+    unless ``force`` (:class:`RootRefused`), scans afresh (a plan that deletes is never made
+    from the listing index), then :func:`plan_prune`. Nothing is deleted until the plan is
+    passed to :func:`execute_plan`."""
+    from vllm_cache_tools.locate import resolve_root
+    from vllm_cache_tools.store import scan
+
+    croot = resolve_root(root)
+    check_prunable_root(croot.vllm_root, force)
+    info = scan(croot, check_in_use=False, use_index=False)
+    return plan_prune(info, policies, protections, environment=environment,
+                      link_sources=True)
