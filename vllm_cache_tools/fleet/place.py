@@ -1,0 +1,308 @@
+"""Put entries into a cache root the way the rest of the package writes there: everything is
+first written into a staging folder inside the root (``torch_compile_cache/.vllm-cache-tools/
+staging/<random>``, which vLLM and ``ls`` never read), checked, then each entry folder is put
+in place by one ``rename(2)`` under its entry lock (the lock prune and ``verify --fix`` take,
+:class:`vllm_cache_tools.delete.EntryLocks`). So vLLM sees an entry whole or not at all; an
+interrupted unpack or pull (a full disk, a kill) leaves at most its staging folder, which the
+next one removes.
+
+An entry already in place is never overwritten: identical content is a no-op, other content
+is refused. Every operation is relative to folder fds opened without following links
+(:mod:`vllm_cache_tools.recorder.safeio`)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import errno
+import hashlib
+import os
+import secrets
+import stat
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from vllm_cache_tools.delete import EntryLocks, RootHandle
+from vllm_cache_tools.fleet.errors import FleetError
+from vllm_cache_tools.fleet.records import EntryRecord, FileRecord
+from vllm_cache_tools.locate import COMPILE_CACHE_DIRNAME, display_path
+from vllm_cache_tools.recorder import safeio
+from vllm_cache_tools.recorder.layout import STATE_DIRNAME
+
+STAGING_DIRNAME = "staging"
+"""Under the recorder's state folder: staged unpacks and pulls (not entries)."""
+STALE_STAGING_S = 6 * 3600
+"""Staging folders older than this were left by a killed run: removed by the next one."""
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+LOCK_WAIT_S = 30.0
+
+
+@dataclass(frozen=True)
+class Placement:
+    """What happened to one entry: ``placed``, ``identical`` (already there, same files:
+    nothing done), ``refused`` (another entry of that key is there, or it is busy) or
+    ``checked`` (``--check``: nothing placed)."""
+
+    key: str
+    layout: str
+    path: str
+    action: str
+    detail: str = ""
+
+
+class Staging:
+    """A fresh folder inside the root's state folder to write files into, fd-relative."""
+
+    def __init__(self, vllm_root: Path) -> None:
+        self.vllm_root = vllm_root
+        os.makedirs(vllm_root, exist_ok=True)  # the place the user named (may be new)
+        base = safeio.open_dirs(vllm_root, [COMPILE_CACHE_DIRNAME, STATE_DIRNAME,
+                                            STAGING_DIRNAME], create=True)
+        try:
+            safeio.check_writable_folder(base, "the staging folder")
+            _sweep_stale(base)
+            self.name = f"{os.getpid()}.{secrets.token_hex(8)}"
+            os.mkdir(self.name, 0o700, dir_fd=base)
+            self.fd = safeio.open_dir(self.name, base)
+        except BaseException:
+            os.close(base)
+            raise
+        self.base_fd = base
+        self.written = 0
+
+    @property
+    def path(self) -> Path:
+        return (self.vllm_root / COMPILE_CACHE_DIRNAME / STATE_DIRNAME / STAGING_DIRNAME
+                / self.name)
+
+    def write(self, rel: str, src: BinaryIO, rec: FileRecord, chunk: int = 1 << 20,
+              on_bytes: Callable[[int], None] | None = None) -> None:
+        """Copy ``rec.size`` bytes of ``src`` to ``rel`` (a checked relative path), checking
+        size and sha256; raises :class:`FleetError` on a mismatch."""
+        parent, _, name = rel.rpartition("/")
+        dfd = safeio.open_dirs(self.fd, parent, create=True, mode=0o755) if parent else \
+            os.dup(self.fd)
+        try:
+            fd = os.open(name, _NEW, 0o755 if rec.executable else 0o644, dir_fd=dfd)
+            h = hashlib.sha256()
+            left = rec.size
+            try:
+                while left > 0:
+                    b = src.read(min(chunk, left))
+                    if not b:
+                        break
+                    h.update(b)
+                    view = memoryview(b)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    left -= len(b)
+                    self.written += len(b)
+                    if on_bytes is not None:
+                        on_bytes(len(b))
+                if not left and src.read(1):
+                    raise FleetError(f"{rel}: more bytes than the {rec.size} listed")
+            finally:
+                os.close(fd)
+            if left:
+                raise FleetError(f"{rel}: {rec.size - left} bytes of {rec.size} (truncated)")
+            if h.hexdigest() != rec.sha256:
+                raise FleetError(f"{rel}: sha256 differs from the manifest (tampered or "
+                                 "corrupt)")
+        finally:
+            os.close(dfd)
+
+    def remove(self) -> None:
+        if self.fd < 0:
+            return
+        os.close(self.fd)
+        self.fd = -1
+        safeio.remove_tree_at(self.base_fd, self.name)
+        os.close(self.base_fd)
+
+    def __enter__(self) -> Staging:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.remove()
+
+
+def _sweep_stale(base_fd: int) -> None:
+    now = time.time()
+    with os.scandir(base_fd) as it:
+        names = [(e.name, e.stat(follow_symlinks=False)) for e in it]
+    for name, s in names:
+        if stat.S_ISDIR(s.st_mode) and now - s.st_mtime > STALE_STAGING_S \
+                and s.st_uid == os.geteuid():
+            safeio.remove_tree_at(base_fd, name, expect=safeio.ident(s))
+
+
+# ---- comparing and placing ----------------------------------------------------------------------
+
+def _tree_digests(fd: int) -> dict[str, str] | None:
+    """sha256 of every file under an open folder, by relative path; ``None`` when something
+    in it is not a regular file or folder (then it is not the same entry)."""
+    out: dict[str, str] = {}
+    stack: list[tuple[str, int]] = [("", os.dup(fd))]
+    try:
+        while stack:
+            rel, dfd = stack.pop()
+            try:
+                with os.scandir(dfd) as it:
+                    items = [(e.name, e.stat(follow_symlinks=False)) for e in it]
+                for name, s in items:
+                    r = f"{rel}/{name}" if rel else name
+                    if stat.S_ISDIR(s.st_mode):
+                        stack.append((r, safeio.open_dir(name, dfd)))
+                    elif stat.S_ISREG(s.st_mode):
+                        out[r] = _fd_digest(name, dfd)
+                    else:
+                        return None
+            finally:
+                os.close(dfd)
+    finally:
+        for _, d in stack:
+            os.close(d)
+    return out
+
+
+def _fd_digest(name: str, dir_fd: int) -> str:
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags | getattr(os, "O_NOATIME", 0), dir_fd=dir_fd)
+    except PermissionError:
+        fd = os.open(name, flags, dir_fd=dir_fd)
+    h = hashlib.sha256()
+    try:
+        while b := os.read(fd, 1 << 20):
+            h.update(b)
+    finally:
+        os.close(fd)
+    return h.hexdigest()
+
+
+def same_files(fd: int, rec: EntryRecord) -> bool:
+    return _tree_digests(fd) == {f.path: f.sha256 for f in rec.files}
+
+
+_RENAME_NOREPLACE = 1
+_libc: ctypes.CDLL | None = None
+
+
+def rename_noreplace(src_fd: int, src: str, dst_fd: int, dst: str) -> None:
+    """``renameat2(RENAME_NOREPLACE)``: fails with EEXIST when ``dst`` exists (even an empty
+    folder that a starting vLLM just made, which plain ``rename`` would replace). Falls back
+    to check-then-rename where the kernel or filesystem lacks it."""
+    global _libc
+    if _libc is None:
+        with contextlib.suppress(OSError):
+            _libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(_libc, "renameat2", None) if _libc is not None else None
+    if fn is not None:
+        r = fn(src_fd, os.fsencode(src), dst_fd, os.fsencode(dst), _RENAME_NOREPLACE)
+        if r == 0:
+            return
+        err = ctypes.get_errno()
+        if err not in (errno.ENOSYS, errno.EINVAL):
+            raise OSError(err, os.strerror(err), dst)
+    try:
+        os.stat(dst, dir_fd=dst_fd, follow_symlinks=False)
+        raise FileExistsError(errno.EEXIST, "exists", dst)
+    except FileNotFoundError:
+        pass
+    os.rename(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
+
+
+def _lock(locks: EntryLocks, name: str, wait_s: float) -> bool:
+    end = time.monotonic() + wait_s
+    while not locks.try_lock(name):
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def place_entries(staging: Staging, records: Sequence[EntryRecord],
+                  extras: Iterable[FileRecord] = (), *,
+                  lock_wait_s: float = LOCK_WAIT_S) -> tuple[Placement, ...]:
+    """Move each staged entry (``staging/<record.path>``) into its place in the root; put the
+    staged extras (content-addressed snapshots) in place when missing."""
+    out: list[Placement] = []
+    root = staging.vllm_root
+    with RootHandle(root) as h:
+        trash = h.trash(create=True)
+        if trash is None or trash.locks_fd is None:
+            raise FleetError(f"{display_path(root / COMPILE_CACHE_DIRNAME)} is missing or a "
+                             "symlink: nothing placed")
+        locks = EntryLocks(trash.locks_fd)
+        try:
+            for rec in records:
+                out.append(_place_one(h, staging, rec, locks, lock_wait_s))
+            for x in extras:
+                _place_extra(staging, x)
+        finally:
+            locks.close()
+            trash.close()
+    return tuple(out)
+
+
+def _place_one(h: RootHandle, staging: Staging, rec: EntryRecord, locks: EntryLocks,
+               wait_s: float) -> Placement:
+    parent_rel, _, key = rec.path.rpartition("/")
+    dst_parent = safeio.open_dirs(h.root_fd, parent_rel, create=True, mode=0o755)
+    src_parent = safeio.open_dirs(staging.fd, parent_rel)
+    shown = display_path(staging.vllm_root / rec.path)
+    try:
+        if not _lock(locks, rec.lock_name, wait_s):
+            return Placement(rec.key, rec.layout, shown, "refused",
+                             "another vllm-cache process holds its lock")
+        try:
+            try:
+                rename_noreplace(src_parent, key, dst_parent, key)
+                return Placement(rec.key, rec.layout, shown, "placed")
+            except FileExistsError:
+                pass
+            except OSError as exc:
+                if exc.errno != errno.ENOTEMPTY:
+                    raise
+            try:
+                efd = safeio.open_dir(key, dst_parent)
+            except safeio.UnsafeTree:
+                return Placement(rec.key, rec.layout, shown, "refused",
+                                 "a symlink or file is at its place (not followed)")
+            try:
+                same = same_files(efd, rec)
+            finally:
+                os.close(efd)
+            if same:
+                return Placement(rec.key, rec.layout, shown, "identical",
+                                 "already there with the same files")
+            return Placement(rec.key, rec.layout, shown, "refused",
+                             "an entry of this key with other files is already there "
+                             "(never overwritten; remove it with vllm-cache rm first)")
+        finally:
+            locks.unlock(rec.lock_name)
+    finally:
+        os.close(dst_parent)
+        os.close(src_parent)
+
+
+def _place_extra(staging: Staging, x: FileRecord) -> None:
+    parent, _, name = x.path.rpartition("/")
+    try:
+        src = safeio.open_dirs(staging.fd, parent)
+    except FileNotFoundError:
+        return
+    dst = safeio.open_dirs(staging.vllm_root, parent, create=True, mode=0o755)
+    try:
+        with contextlib.suppress(FileExistsError):
+            os.link(name, name, src_dir_fd=src, dst_dir_fd=dst, follow_symlinks=False)
+    finally:
+        os.close(src)
+        os.close(dst)
+
+
+__all__ = ["STAGING_DIRNAME", "Placement", "Staging", "place_entries", "rename_noreplace",
+           "same_files"]
