@@ -79,6 +79,9 @@ class EntryRecord:
     """``device_type``, ``gpu_name`` (AOT system info), ``label`` (as ``ls`` shows it)."""
     key_parts: Mapping[str, str | None] = field(default_factory=dict, hash=False)
     """Backend entries: ``env_hash``, ``config_hash``, ``code_hash``, ``compiler_hash``."""
+    env_factors: Mapping[str, object] = field(default_factory=dict, hash=False)
+    """Backend entries: the env factors vLLM hashed (``cache_key_factors.json``), so a miss
+    is explained variable by variable before any byte moves."""
     traced_files: tuple[str, ...] = ()
     """Build-time absolute paths of the traced files (graph ``# File:`` comments, recorder
     manifests, the AOT forward's file)."""
@@ -136,7 +139,7 @@ def entry_json(e: EntryRecord) -> dict[str, Any]:
         "prefixes": list(e.prefixes), "state": e.state, "state_detail": e.state_detail,
         "model": e.model, "checkpoint": e.checkpoint, "versions": dict(e.versions),
         "hardware": dict(e.hardware), "key_parts": dict(e.key_parts),
-        "traced_files": list(e.traced_files),
+        "env_factors": dict(e.env_factors), "traced_files": list(e.traced_files),
         "sources": [{"module": s.module, "sha256": s.sha256, "path": s.path}
                     for s in e.sources],
         "forward": list(e.forward) if e.forward else None, "loader": e.loader,
@@ -209,6 +212,14 @@ def _str_map(v: Any, what: str) -> dict[str, str | None]:
     return {str(k): _opt_str(x, f"{what}.{k}") for k, x in v.items()}
 
 
+def _obj(v: Any, what: str) -> dict[str, object]:
+    if v is None:
+        return {}
+    if not isinstance(v, dict):
+        raise _bad(f"{what} is not an object")
+    return {str(k): x for k, x in v.items()}
+
+
 def _str_list(v: Any, what: str) -> tuple[str, ...]:
     if v is None:
         return ()
@@ -257,6 +268,7 @@ def entry_from_json(d: Any) -> EntryRecord:
         versions=_str_map(d.get("versions"), "versions"),
         hardware=_str_map(d.get("hardware"), "hardware"),
         key_parts=_str_map(d.get("key_parts"), "key_parts"),
+        env_factors=_obj(d.get("env_factors"), "env_factors"),
         traced_files=_str_list(d.get("traced_files"), "traced_files"),
         sources=tuple(sources), forward=forward,
         loader=_opt_str(d.get("loader"), "loader"),

@@ -163,7 +163,8 @@ def record_of(e: Entry, root: Path, files: Sequence[LocalFile],
         versions=_versions(e),
         hardware={"device_type": info.device_type if info else None,
                   "gpu_name": info.gpu_name if info else None, "label": e.hardware},
-        key_parts=key_parts, traced_files=traced, sources=_sources(e, traced),
+        key_parts=key_parts, env_factors=dict(f.env or {}) if f is not None else {},
+        traced_files=traced, sources=_sources(e, traced),
         forward=(info.qualname, info.firstlineno) if info and info.qualname
         and info.firstlineno is not None else None,
         loader=info.loader if info else None, linked=tuple(sorted(linked)))

