@@ -158,6 +158,10 @@ def _one_standby_for_two_roots(env: dict[str, str], py: str, args: list[str],
     assert third.probe_run.standby.startswith("not used: VCT_TEST_OTHER differs")
     assert third.probe_run.standby.endswith("next one started")
     assert _wait(lambda: len(_standby_pids(sb)) == 1), _standby_pids(sb)
+    # Asked to leave (as a third interpreter's start does), it goes at once.
+    sock = _socket(sb)
+    assert standby.leave(sock)
+    assert _wait(lambda: not _standby_pids(sb) and not sock.exists(), timeout=180)
 
 
 def test_standby_is_discarded_when_an_imported_file_changed(real_compile: ScenarioRun,

