@@ -117,3 +117,19 @@ def test_line_fits_the_terminal_and_is_erased(monkeypatch: pytest.MonkeyPatch) -
     drawn = [d for d in text.split(ERASE) if d]
     assert drawn and all(len(d) <= 29 for d in drawn)
     assert drawn[0].startswith(tuple(line.frames))
+
+
+def test_probe_stages_reach_progress_and_odd_bytes_do_not_stall(tmp_path: Path) -> None:
+    from vllm_cache_tools.probing import run_probe
+
+    exe = tmp_path / "python"
+    exe.write_text("#!/bin/sh\ncat >/dev/null\n"
+                   "echo 'VCT_STAGE importing vLLM and torch' >&2\n"
+                   "printf 'a log line that is not UTF-8: \\377\\376\\n' >&2\n"
+                   "echo 'VCT_PROBE {\"vllm_version\": \"0\"}'\n")
+    exe.chmod(0o755)
+    stages: list[str] = []
+    r = run_probe(["m"], {}, str(exe), "llm", memo=False, standby=False,
+                  progress=stages.append)
+    assert r.data == {"vllm_version": "0"} and r.served_by == "probe"
+    assert stages == ["starting the vLLM probe", "importing vLLM and torch"]

@@ -71,8 +71,11 @@ def _run(cmd: list[str], stdin: str, env: Mapping[str, str], progress: Progress
          ) -> tuple[str, str]:
     """stdout and stderr of ``cmd``; its ``VCT_STAGE`` lines on stderr go to ``progress`` as
     they come (not into the returned stderr)."""
+    # Bytes that are not UTF-8 (a library's log line) must not stop a reader: a pipe nobody
+    # drains would stall the probe until the timeout.
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=dict(env))
+                            stderr=subprocess.PIPE, encoding="utf-8", errors="replace",
+                            env=dict(env))
     err: list[str] = []
     out: list[str] = []
 
