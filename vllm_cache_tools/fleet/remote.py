@@ -102,9 +102,8 @@ def store_error(exc: BaseException, url: str, what: str) -> FleetError:
     name = type(exc).__name__
     text = _first_line(exc)
     if "Credentials" in name or "credentials" in text.lower():
-        return StoreError(f"{url}: no credentials: set AWS_ACCESS_KEY_ID and "
-                          "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE), or pass them with "
-                          "--storage-option")
+        return StoreError(f"{url}: no credentials found (AWS_ACCESS_KEY_ID with "
+                          "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws, or --storage-option)")
     if isinstance(exc, PermissionError) or "AccessDenied" in text or "Forbidden" in text:
         return StoreError(f"{url}: access denied while {what}")
     if isinstance(exc, FileNotFoundError) or "NoSuchBucket" in text:
@@ -133,6 +132,9 @@ class Store:
             raise store_error(exc, self.url, "opening the store") from None
         self.base = self.base.rstrip("/")
         self.local = "file" in _protocols(self.fs)
+        # fsspec shares one instance per URL and options in a process, with its listing
+        # cache: another pusher's objects must be seen.
+        self.fs.invalidate_cache()
 
     # ---- paths ----
     def blob_path(self, sha: str) -> str:

@@ -1,0 +1,275 @@
+"""pack / unpack on real caches (tests/realvllm harness roots): determinism, atomic and
+idempotent placing, and every bad bundle refused with one line and nothing placed."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+import zstandard
+
+from tests.conftest import run_cli
+from tests.fleet_support import tree_digests
+from tests.realvllm.harness import ScenarioRun
+from vllm_cache_tools.fleet import api
+from vllm_cache_tools.fleet.bundle import read_manifest
+from vllm_cache_tools.fleet.errors import BundleError
+from vllm_cache_tools.fleet.records import MANIFEST_NAME
+
+BACKEND_KEY_LEN = 10
+
+
+def _backend_key(run: ScenarioRun) -> str:
+    return sorted(p.name for p in run.compile_cache.iterdir() if len(p.name) == BACKEND_KEY_LEN)[0]
+
+
+def _entries(root: Path) -> set[str]:
+    cc = root / "torch_compile_cache"
+    out = {p.name for p in cc.iterdir() if len(p.name) == BACKEND_KEY_LEN} if cc.is_dir() else set()
+    aot = cc / "torch_aot_compile"
+    return out | ({p.name for p in aot.iterdir()} if aot.is_dir() else set())
+
+
+@pytest.fixture(scope="module")
+def bundle(real_compile: ScenarioRun, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("bundle") / "start.tar.zst"
+    api.pack([_backend_key(real_compile)], out, root=real_compile.vllm_root)
+    return out
+
+
+def test_pack_is_deterministic_and_carries_linked_entries(real_compile: ScenarioRun,
+                                                          bundle: Path, tmp_path: Path) -> None:
+    again = api.pack([_backend_key(real_compile)], tmp_path / "again.tar.zst",
+                     root=real_compile.vllm_root)
+    assert again.path.read_bytes() == bundle.read_bytes()
+    m = read_manifest(bundle)
+    layouts = {e.layout for e in m.entries}
+    assert layouts == {"backend", "aot"}  # the AOT entry comes along by proof
+    backend = next(e for e in m.entries if e.layout == "backend")
+    assert backend.linked and all(k in {e.key for e in m.entries} for k in backend.linked)
+    aot = next(e for e in m.entries if e.layout == "aot")
+    assert aot.versions["torch"] == "2.13.0+cpu" and aot.forward is not None
+    assert aot.sources and all(s.sha256 for s in aot.sources)
+    assert any(f.path == "rank_0_0/model" for f in aot.files)
+    # Members: the manifest first, then sorted regular files with fixed metadata.
+    with open(bundle, "rb") as f, zstandard.ZstdDecompressor().stream_reader(f) as z, \
+            tarfile.open(fileobj=z, mode="r|") as tar:
+        members = list(tar)
+    assert members[0].name == MANIFEST_NAME
+    assert all(m.isreg() and m.mtime == 0 and m.uid == 0 and m.uname == "" for m in members)
+    names = [m.name for m in members[1:]]
+    assert len(set(names)) == len(names)
+    for e in m.entries:  # each entry's files together, sorted
+        mine = [n for n in names if n.startswith(e.path + "/")]
+        assert mine == sorted(mine) and len(mine) == len(e.files)
+
+
+def test_unpack_into_empty_root_then_again_is_a_noop(real_compile: ScenarioRun, bundle: Path,
+                                                     tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    r = api.unpack(bundle, root=root)
+    assert r.ok and {p.action for p in r.placements} == {"placed"}
+    m = read_manifest(bundle)
+    for e in m.entries:
+        src = tree_digests(real_compile.vllm_root / e.path)
+        assert tree_digests(root / e.path) == src
+    staging = root / "torch_compile_cache" / ".vllm-cache-tools" / "staging"
+    assert list(staging.iterdir()) == []
+    again = api.unpack(bundle, root=root)
+    assert again.ok and {p.action for p in again.placements} == {"identical"}
+    # ls reads the placed entries like any others.
+    res = run_cli("ls", "--root", str(root), "--json")
+    assert res.returncode == 0, res.stderr
+    assert {e["key"] for e in json.loads(res.stdout)["entries"]} == {e.key for e in m.entries}
+
+
+def test_unpack_never_overwrites_another_entry(bundle: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    api.unpack(bundle, root=root)
+    m = read_manifest(bundle)
+    aot = next(e for e in m.entries if e.layout == "aot")
+    victim = root / aot.path / "rank_0_0" / "model"
+    victim.write_bytes(b"someone else's artifact")
+    res = run_cli("unpack", str(bundle), "--root", str(root))
+    assert res.returncode == 1, res.stderr
+    assert "refused" in res.stdout and "never overwritten" in res.stdout
+    assert victim.read_bytes() == b"someone else's artifact"
+
+
+def test_tp2_round_trip_keeps_both_ranks(real_tp2: ScenarioRun, tmp_path: Path) -> None:
+    key = _backend_key(real_tp2)
+    res = run_cli("pack", "--root", str(real_tp2.vllm_root), key, "-o", str(tmp_path / "b.tzst"))
+    assert res.returncode == 0, res.stderr
+    root = tmp_path / "root"
+    res = run_cli("unpack", str(tmp_path / "b.tzst"), "--root", str(root), "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "vllm-cache-tools/unpack/1"
+    for e in doc["entries"]:
+        assert {"rank_0_0", "rank_1_0"} <= set(e["ranks"]) or e["layout"] == "aot"
+        assert tree_digests(root / e["path"]) == tree_digests(real_tp2.vllm_root / e["path"])
+    aot = next(e for e in doc["entries"] if e["layout"] == "aot")
+    assert {"rank_0_0", "rank_1_0"} <= {p.name for p in (root / aot["path"]).iterdir()}
+
+
+# ---- bad bundles: one line, exit 2, nothing placed ----------------------------------------
+
+def _rewrite(src: Path, dst: Path, edit) -> None:  # type: ignore[no-untyped-def]
+    """Re-pack ``src`` with ``edit(members)`` applied to its (TarInfo, bytes) list."""
+    with open(src, "rb") as f, zstandard.ZstdDecompressor().stream_reader(f) as z, \
+            tarfile.open(fileobj=z, mode="r|") as tar:
+        items = []
+        for m in tar:
+            data = tar.extractfile(m).read() if m.isreg() else b""  # type: ignore[union-attr]
+            items.append((m, data))
+    items = edit(items)
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as out:
+        for m, data in items:
+            out.addfile(m, io.BytesIO(data) if m.isreg() else None)
+    dst.write_bytes(zstandard.ZstdCompressor().compress(buf.getvalue()))
+
+
+def _manifest_edit(fn):  # type: ignore[no-untyped-def]
+    def edit(items):  # type: ignore[no-untyped-def]
+        m, data = items[0]
+        doc = json.loads(data)
+        fn(doc)
+        new = json.dumps(doc).encode()
+        m.size = len(new)
+        return [(m, new), *items[1:]]
+    return edit
+
+
+def _extra_member(info: tarfile.TarInfo, data: bytes = b""):  # type: ignore[no-untyped-def]
+    def edit(items):  # type: ignore[no-untyped-def]
+        return [items[0], (info, data), *items[1:]]
+    return edit
+
+
+def _tampered(items):  # type: ignore[no-untyped-def]
+    m, data = items[-1]
+    return [*items[:-1], (m, bytes([data[0] ^ 1]) + data[1:])]
+
+
+def _symlink(name: str, target: str) -> tarfile.TarInfo:
+    t = tarfile.TarInfo(name)
+    t.type, t.linkname = tarfile.SYMTYPE, target
+    return t
+
+
+def _hardlink(name: str, target: str) -> tarfile.TarInfo:
+    t = tarfile.TarInfo(name)
+    t.type, t.linkname = tarfile.LNKTYPE, target
+    return t
+
+
+def _device(name: str) -> tarfile.TarInfo:
+    t = tarfile.TarInfo(name)
+    t.type, t.devmajor, t.devminor = tarfile.CHRTYPE, 1, 3
+    return t
+
+
+def _file(name: str, data: bytes) -> tarfile.TarInfo:
+    t = tarfile.TarInfo(name)
+    t.size = len(data)
+    return t
+
+
+EVIL = {
+    "dotdot-in-manifest": (_manifest_edit(lambda d: d["entries"][0]["files"][0].update(
+        path="../../../../outside")), "not a plain relative path"),
+    "absolute-entry-path": (_manifest_edit(lambda d: d["entries"][0].update(
+        path="/tmp/elsewhere")), "not where vLLM keeps its entries"),
+    "wrong-format-version": (_manifest_edit(lambda d: d.update(format_version=99)),
+                             "format version 99 is not supported"),
+    "member-dotdot": (_extra_member(_file("torch_compile_cache/../../outside", b"x"), b"x"),
+                      "absolute or '..' path"),
+    "member-absolute": (_extra_member(_file("/tmp/outside-abs", b"x"), b"x"),
+                        "absolute or '..' path"),
+    "member-symlink": (_extra_member(_symlink("torch_compile_cache/evil", "/etc")),
+                       "a symlink"),
+    "member-hardlink": (_extra_member(_hardlink("torch_compile_cache/evil", "/etc/passwd")),
+                        "a hard link"),
+    "member-device": (_extra_member(_device("torch_compile_cache/evil")), "a device"),
+    "tampered-byte": (_tampered, "sha256 differs"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EVIL))
+def test_bad_bundles_are_refused_with_one_line(case: str, bundle: Path, tmp_path: Path) -> None:
+    edit, message = EVIL[case]
+    bad = tmp_path / "bad.tar.zst"
+    _rewrite(bundle, bad, edit)
+    root = tmp_path / "root"
+    res = run_cli("unpack", str(bad), "--root", str(root))
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert message in res.stderr
+    assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr
+    assert _entries(root) == set()
+    staging = root / "torch_compile_cache" / ".vllm-cache-tools" / "staging"
+    assert not staging.exists() or list(staging.iterdir()) == []
+    assert not Path("/tmp/outside-abs").exists()
+    assert not (tmp_path / "outside").exists()
+
+
+def test_truncated_bundle_is_refused(bundle: Path, tmp_path: Path) -> None:
+    bad = tmp_path / "cut.tar.zst"
+    data = bundle.read_bytes()
+    bad.write_bytes(data[: len(data) * 2 // 3])
+    root = tmp_path / "root"
+    res = run_cli("unpack", str(bad), "--root", str(root))
+    assert res.returncode == 2 and "truncated or corrupt" in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1
+    assert _entries(root) == set()
+    with pytest.raises(BundleError):
+        api.unpack(bad, root=root)
+
+
+def test_not_a_bundle(tmp_path: Path) -> None:
+    junk = tmp_path / "junk.tar.zst"
+    junk.write_bytes(b"not zstd at all")
+    res = run_cli("unpack", str(junk), "--root", str(tmp_path / "r"))
+    assert res.returncode == 2 and res.stderr.startswith("vllm-cache: error: ")
+    assert res.stderr.count("\n") == 1
+
+
+def test_full_disk_mid_unpack_leaves_nothing_half_placed(bundle: Path, tmp_path: Path) -> None:
+    """A real full file system: a 1.5 MiB tmpfs for a bundle of ~5 MiB of files."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1536k", "tmpfs",
+                                            str(mnt)], capture_output=True).returncode:
+        pytest.skip("needs root to mount a small tmpfs")
+    try:
+        root = mnt / "root"
+        res = run_cli("unpack", str(bundle), "--root", str(root))
+        assert res.returncode == 2, res.stdout
+        assert "No space left on device" in res.stderr and "nothing placed" in res.stderr
+        assert res.stderr.count("\n") == 1
+        assert _entries(root) == set()
+        staging = root / "torch_compile_cache" / ".vllm-cache-tools" / "staging"
+        assert list(staging.iterdir()) == []
+    finally:
+        subprocess.run(["umount", str(mnt)], check=False)
+
+
+def test_pack_refuses_unknown_keys_and_partial_entries(real_compile: ScenarioRun,
+                                                       tmp_path: Path) -> None:
+    res = run_cli("pack", "--root", str(real_compile.vllm_root), "ffffffffff", "-o",
+                  str(tmp_path / "x.tar.zst"))
+    assert res.returncode == 2 and "no entry matches" in res.stderr
+    root = tmp_path / "root"
+    shutil.copytree(real_compile.vllm_root, root, symlinks=True)
+    key = _backend_key(real_compile)
+    for f in (root / "torch_compile_cache" / key).rglob("computation_graph.py"):
+        f.unlink()
+    res = run_cli("pack", "--root", str(root), key, "-o", str(tmp_path / "y.tar.zst"))
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    assert "not packed" in res.stderr and not (tmp_path / "y.tar.zst").exists()

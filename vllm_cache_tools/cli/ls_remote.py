@@ -1,0 +1,87 @@
+"""``vllm-cache ls URL``: a remote store's entries, as the same table and JSON as a local ls
+(called from :mod:`vllm_cache_tools.cli.ls` when its argument is a URL)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from vllm_cache_tools.cli.common import fail, human_age, human_size, print_json
+from vllm_cache_tools.cli.fleetcommon import run
+from vllm_cache_tools.model import Entry, TreeStats
+from vllm_cache_tools.query import QueryError, parse_filter, sort_entries
+from vllm_cache_tools.serialize import entry_summary, totals, with_schema
+
+
+def _entry(e: object) -> Entry:
+    from vllm_cache_tools.fleet.remote import StoreEntry
+
+    assert isinstance(e, StoreEntry)
+    r = e.record
+    size = r.size_bytes
+    t = e.pushed_at
+    return Entry(key=r.key, layout=r.layout,  # type: ignore[arg-type]
+                 path=Path(r.path), stats=TreeStats(size_bytes=size, disk_bytes=size,
+                                                    files=len(r.files)),
+                 ranks=r.ranks, prefixes=r.prefixes, state=r.state,  # type: ignore[arg-type]
+                 state_detail=r.state_detail, created=t, created_source="pushed",
+                 modified=t, last_used=t, last_used_source=None,
+                 vllm_version=r.versions.get("vllm"), torch_version=r.versions.get("torch"),
+                 model=r.model, hardware=r.hardware.get("label"), checkpoint=r.checkpoint)
+
+
+def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
+              wide: bool) -> None:
+    from vllm_cache_tools.cli.ls import AOT_MIN_PREFIX, LS_COLUMNS, _row
+    from vllm_cache_tools.cli.render import render, unique_prefixes
+    from vllm_cache_tools.fleet.remote import Store
+
+    try:
+        pred = parse_filter(filter_expr) if filter_expr else None
+        sort_entries([], sort)
+    except QueryError as exc:
+        fail(str(exc))
+    store = run(lambda: Store(url))
+    run(lambda: store.ensure_marker(create=False))
+    found = run(store.entries)
+    by_key = {(e.record.layout, e.record.key): e for e in found}
+    allv = [_entry(e) for e in found]
+    entries = sort_entries([e for e in allv if pred is None or pred(e)], sort)
+    if json_out:
+        rows = []
+        for e in entries:
+            row = entry_summary(e)
+            row["path"] = store.fs.unstrip_protocol(store.index_path(e.layout, e.key)) \
+                if hasattr(store.fs, "unstrip_protocol") else row["path"]
+            row["last_used_source"] = "pushed"
+            row["entry_path"] = by_key[(e.layout, e.key)].record.path
+            rows.append(row)
+        listed = totals(entries)
+        print_json(with_schema("ls", {
+            "root": store.url, "total_size_bytes": listed["size_bytes"], "totals": listed,
+            "root_totals": listed if len(entries) == len(allv) else totals(allv),
+            "entries": rows, "problems": []}))
+        return
+    write = sys.stdout.write
+    if not allv:
+        write(f"No entries in {store.url}.\n")
+        return
+    tty = sys.stdout.isatty()
+    width = None if wide or not tty else shutil.get_terminal_size((80, 24)).columns
+    keys = unique_prefixes((e.key for e in allv), AOT_MIN_PREFIX)
+    rows2 = []
+    for e in entries:
+        row = _row(e, keys)
+        row[6] = f"{human_age(e.last_used)} (pushed)"
+        rows2.append(row)
+    lines = render(LS_COLUMNS, rows2, width)
+    bold = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    write(f"{store.url}\n\n")
+    write((f"\x1b[1m{lines[0]}\x1b[0m" if bold else lines[0]) + "\n")
+    for line in lines[1:]:
+        write(line + "\n")
+    total = sum(e.size_bytes for e in entries)
+    shown = f"{len(entries)} of {len(allv)}" if pred else str(len(entries))
+    write(f"\n{shown} entries, {human_size(total)} total (LAST USED: when pushed)\n")

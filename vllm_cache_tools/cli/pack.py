@@ -1,0 +1,56 @@
+"""``vllm-cache pack KEY... -o FILE``: one start's cache in one deterministic .tar.zst."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vllm_cache_tools.cli.common import human_size, print_json
+from vllm_cache_tools.cli.fleetcommon import JsonOpt, byte_bar, out, run
+from vllm_cache_tools.cli.ls import RootOpt
+
+
+def pack(
+    refs: Annotated[list[str] | None, typer.Argument(
+        metavar="[KEY...]", help="Entries: keys, unique key prefixes (as ls prints them) or "
+        "paths inside entries.", show_default=False)] = None,
+    output: Annotated[Path, typer.Option("--output", "-o", help="Bundle to write (.tar.zst; "
+                                         "- for stdout).", show_default=False)] = Path("-"),
+    root: RootOpt = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="Also every entry whose served model or traced model code contains "
+        "this text.")] = None,
+    filter_expr: Annotated[str | None, typer.Option(
+        "--filter", help="Also every entry matching this ls --filter expression.")] = None,
+    level: Annotated[int, typer.Option("--level", help="zstd level (1-19).", min=1,
+                                       max=19)] = 3,
+    json_out: JsonOpt = False,
+) -> None:
+    """Pack entries into one .tar.zst bundle.
+
+    Each named entry comes with the other tree's entries proven to be of the same start (the
+    AOT artifact's traced sources reproduce the backend entry's code hash), every rank and
+    prefix, and the recorder's manifests and source snapshots when present. A manifest
+    inside lists every file's size and sha256, the key parts, the vLLM / torch / Triton /
+    Python versions, the hardware and the traced files' paths. The same entries give the
+    same bytes (sorted members, fixed times and owners). Entries that are partial, corrupt or
+    unreadable are refused (exit 1).
+    Exit status: 0 packed, 1 refused, 2 usage or I/O error."""
+    from vllm_cache_tools.fleet.api import pack as do_pack
+    from vllm_cache_tools.fleet.views import pack_document
+
+    with byte_bar("packing", not json_out and str(output) != "-") as bar:
+        r = run(lambda: do_pack(refs or [], output, root=root, model=model,
+                                filter_expr=filter_expr, level=level, progress=bar))
+    if json_out:
+        print_json(pack_document(r))
+        return
+    if str(output) == "-":
+        return
+    out(f"packed {len(r.entries)} entries ({r.files} files, {human_size(r.raw_bytes)}) into "
+        f"{r.path}: {human_size(r.size_bytes)}, sha256 {r.sha256}\n")
+    for e in r.entries:
+        out(f"  {e.layout:<7} {e.key[:16]:<16}  {len(e.files):>4} files "
+            f"{human_size(e.size_bytes):>7}  {e.state}\n")

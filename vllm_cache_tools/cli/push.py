@@ -1,0 +1,65 @@
+"""``vllm-cache push KEY... URL``: entries to a remote store (s3://, gs://, file://)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from vllm_cache_tools.cli.common import fail, human_size, print_json
+from vllm_cache_tools.cli.fleetcommon import JobsOpt, JsonOpt, StorageOpt, byte_bar, out, run
+from vllm_cache_tools.cli.ls import RootOpt
+
+
+def push(
+    args: Annotated[list[str], typer.Argument(
+        metavar="KEY... URL", help="Entries (keys, unique prefixes, paths), then the store's "
+        "URL: s3://bucket/prefix, gs://bucket/prefix, file:///shared/path.",
+        show_default=False)],
+    root: RootOpt = None,
+    model: Annotated[str | None, typer.Option(
+        "--model", help="Also every entry whose served model or traced model code contains "
+        "this text.")] = None,
+    filter_expr: Annotated[str | None, typer.Option(
+        "--filter", help="Also every entry matching this ls --filter expression.")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace the store's index of an entry that it holds with other "
+        "files.")] = False,
+    jobs: JobsOpt = 8,
+    storage_option: StorageOpt = None,
+    json_out: JsonOpt = False,
+) -> None:
+    """Push entries to a remote store.
+
+    Each file goes to a content-addressed blob (one copy for all entries, ranks and pushes
+    that hold the same bytes); blobs already in the store are skipped, so an interrupted push
+    resumes. Each entry's index object is published last, once all its blobs exist: a pull
+    never sees half an entry. Linked entries of the same start, manifests and snapshots go
+    along, as with pack. Credentials come the standard way (AWS_* variables including
+    AWS_ENDPOINT_URL, ~/.aws) and are never printed. S3 needs the s3 extra:
+    pip install 'vllm-cache-tools[s3]'.
+    Exit status: 0 pushed (or already there), 1 refused (the store holds another version of
+    an entry), 2 usage, store or I/O error."""
+    from vllm_cache_tools.fleet.api import push as do_push
+    from vllm_cache_tools.fleet.remote import is_url, parse_storage_options
+    from vllm_cache_tools.fleet.views import push_document
+
+    if len(args) < 1 or not is_url(args[-1]):
+        fail("give the store's URL last, e.g. vllm-cache push KEY s3://bucket/prefix")
+    refs, url = args[:-1], args[-1]
+    opts = run(lambda: parse_storage_options(storage_option or []))
+    with byte_bar("pushing", not json_out) as bar:
+        r = run(lambda: do_push(refs, url, root=root, model=model, filter_expr=filter_expr,
+                                force=force, workers=jobs, storage_options=opts,
+                                progress=bar))
+    if json_out:
+        print_json(push_document(r))
+    else:
+        for e in r.entries:
+            out(f"{e.action:<8} {e.layout:<7} {e.key[:16]:<16}"
+                + (f"  ({e.detail})" if e.detail else "") + "\n")
+        saved = r.logical_bytes - r.bytes_uploaded
+        out(f"{r.url}: {r.blobs_uploaded} blobs uploaded ({human_size(r.bytes_uploaded)}), "
+            f"{r.blobs_present} already there; {human_size(saved)} of "
+            f"{human_size(r.logical_bytes)} not sent; {r.seconds:.1f} s\n")
+    raise typer.Exit(1 if any(e.action == "refused" for e in r.entries) else 0)

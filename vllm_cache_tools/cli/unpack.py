@@ -1,0 +1,87 @@
+"""``vllm-cache unpack FILE [-- <vllm serve args>]``: check a bundle, then place it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from vllm_cache_tools.cli.common import human_size, print_json
+from vllm_cache_tools.cli.fleetcommon import (
+    JsonOpt,
+    PythonOpt,
+    UsageOpt,
+    byte_bar,
+    check_usage,
+    entries_line,
+    out,
+    passthrough,
+    render_check,
+    render_placements,
+    run,
+)
+from vllm_cache_tools.cli.ls import RootOpt
+
+
+def unpack(
+    ctx: typer.Context,
+    bundle: Annotated[Path, typer.Argument(help="The bundle (.tar.zst; - for stdin).",
+                                           show_default=False)],
+    root: RootOpt = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Place even when the checks say vLLM would not use the entries "
+        "(an entry already there with other files is still never overwritten).")] = False,
+    check: Annotated[bool, typer.Option(
+        "--check", help="Only check (integrity of the manifest, compatibility, relocation, "
+        "and with -- args the hit): place nothing.")] = False,
+    python: PythonOpt = None,
+    usage: UsageOpt = "serve",
+    json_out: JsonOpt = False,
+) -> None:
+    """Check a bundle and place its entries in the cache root.
+
+    Before placing anything: the manifest is checked; the entries' Python / torch / CUDA /
+    Triton / GPU against this environment (--python: vLLM's interpreter), the CPU
+    instruction sets against the packing host's; relocation (the backend code hash includes
+    the traced files' absolute paths) and the traced sources (vLLM's AOT loader compares
+    them); and, given the vLLM arguments after --, whether vLLM's next start here would load
+    them (predict). A predicted miss is refused with its causes (--force places anyway).
+    Files are written to a staging folder inside the root and every size and sha256 checked
+    (a truncated or tampered bundle, a member outside its entry, a link or device: nothing
+    placed); then each entry is renamed into place under its lock. An entry already there
+    with the same files is left as is; with other files it is never overwritten.
+    Exit status: 0 placed (or --check: would hit / compatible), 1 refused (would not hit,
+    or another entry of a key is there), 2 usage, bundle or I/O error."""
+    from vllm_cache_tools.fleet.api import unpack as do_unpack
+    from vllm_cache_tools.fleet.views import unpack_document
+
+    check_usage(usage)
+    extra, vllm_args = passthrough(ctx.args)
+    if extra:
+        from vllm_cache_tools.cli.common import fail
+
+        fail(f"unexpected arguments {' '.join(extra)!r}: put the vLLM arguments after --")
+    with byte_bar("unpacking", not json_out) as bar:
+        r = run(lambda: do_unpack(bundle, root=root, vllm_args=vllm_args, force=force,
+                                  check_only=check, python=python, usage=usage,
+                                  progress=bar))
+    if json_out:
+        print_json(unpack_document(r))
+    else:
+        m = r.manifest
+        out(f"bundle {bundle}: {entries_line(m.entries)} ({m.created_by or 'unknown tool'}, "
+            f"format {m.format_version})\n")
+        out(render_check(r.check))
+        if r.refused:
+            out("nothing placed (--force places anyway)\n")
+        elif r.checked_only:
+            out(f"--check: nothing placed ({human_size(m.size_bytes)} would be)\n")
+        else:
+            out(render_placements(r.placements))
+    code = 0
+    if r.checked_only:
+        code = 0 if r.check.would_hit else 1
+    elif not r.ok:
+        code = 1
+    raise typer.Exit(code)
