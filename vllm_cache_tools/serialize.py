@@ -32,6 +32,9 @@ SCHEMAS: dict[str, str] = {
     "verify": f"{_PREFIX}/verify/1",
     "audit": f"{_PREFIX}/audit/1",
     "diff-graph": f"{_PREFIX}/diff-graph/1",
+    "pack": f"{_PREFIX}/pack/1", "unpack": f"{_PREFIX}/unpack/1", "push": f"{_PREFIX}/push/1",
+    "pull": f"{_PREFIX}/pull/1", "warm": f"{_PREFIX}/warm/1",
+    "prune-remote": f"{_PREFIX}/prune-remote/1",
 }
 
 

@@ -29,6 +29,12 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any] | None]] = {
     "rm": ("rm", "rm", None),
     "verify": ("verify", "verify_cmd", None),
     "audit": ("audit", "audit_cmd", None),
+    # Fleets (vllm_cache_tools/fleet): bundles, remote stores, warming.
+    "pack": ("pack", "pack", None),
+    "unpack": ("unpack", "unpack", _PASSTHROUGH),
+    "push": ("push", "push", None),
+    "pull": ("pull", "pull", _PASSTHROUGH),
+    "prune-remote": ("prune_remote", "prune_remote", None),
 }
 
 

@@ -65,6 +65,11 @@ def ls(
 
     The first listing of a root walks every file; later ones re-read only entries whose
     folders or key files changed (an index in the user cache dir; --rescan skips it)."""
+    if refs and len(refs) == 1 and "://" in refs[0]:  # a remote store (vllm-cache push)
+        from vllm_cache_tools.cli.ls_remote import ls_remote
+
+        return ls_remote(refs[0], json_out=json_out, sort=sort, filter_expr=filter_expr,
+                         wide=wide)
     try:
         pred = parse_filter(filter_expr) if filter_expr else None
         sort_entries([], sort)
