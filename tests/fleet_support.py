@@ -22,8 +22,7 @@ import pytest
 # Never let botocore look for EC2 instance credentials (a request to a link-local address):
 # the tests talk to 127.0.0.1 only.
 NO_IMDS = {"AWS_EC2_METADATA_DISABLED": "true"}
-CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-         "AWS_DEFAULT_REGION": "us-east-1", **NO_IMDS}
+CREDS = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", **NO_IMDS}
 
 
 def free_port() -> int:
@@ -57,9 +56,8 @@ class MotoServer:
     def bucket(self, name: str) -> str:
         import s3fs
 
-        fs = s3fs.S3FileSystem(key="testing", secret="testing",
-                               client_kwargs={"endpoint_url": self.endpoint,
-                                              "region_name": "us-east-1"})
+        fs = s3fs.S3FileSystem(key="testing", secret="testing", endpoint_url=self.endpoint,
+                               skip_instance_cache=True)
         fs.mkdir(name)
         return f"s3://{name}"
 

@@ -1,0 +1,166 @@
+"""push / pull / ls / prune-remote against a real S3 server (moto, on loopback) and file://
+stores, with the harness's real caches."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.fleet_support import NO_IMDS, tree_digests
+from tests.fleet_support import moto as moto  # noqa: F401  (fixture)
+from tests.fleet_support import s3 as s3  # noqa: F401  (fixture)
+from tests.realvllm.harness import ScenarioRun
+from vllm_cache_tools.fleet import api
+from vllm_cache_tools.fleet.remote import Store
+
+BK = 10
+
+
+def _backend_key(run: ScenarioRun) -> str:
+    return sorted(p.name for p in run.compile_cache.iterdir() if len(p.name) == BK)[0]
+
+
+@pytest.fixture(params=["file", "s3"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "file":
+        return f"file://{tmp_path}/store"
+    return str(request.getfixturevalue("s3")) + "/fleet/prefix"
+
+
+def test_push_pull_round_trip_dedup_and_ls(real_tp2: ScenarioRun, store_url: str,
+                                           tmp_path: Path) -> None:
+    key = _backend_key(real_tp2)
+    res = run_cli("push", "--root", str(real_tp2.vllm_root), key, store_url, "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "vllm-cache-tools/push/1"
+    assert {e["action"] for e in doc["entries"]} == {"pushed"}
+    # Two ranks hold many identical files: each is stored once.
+    assert doc["bytes_uploaded"] < doc["logical_bytes"]
+    again = json.loads(run_cli("push", "--root", str(real_tp2.vllm_root), key, store_url,
+                               "--json").stdout)
+    assert {e["action"] for e in again["entries"]} == {"present"}
+    assert again["blobs_uploaded"] == 0 and again["bytes_uploaded"] == 0
+
+    # ls URL: the same schema and fields as a local ls.
+    remote = json.loads(run_cli("ls", store_url, "--json").stdout)
+    local = json.loads(run_cli("ls", "--root", str(real_tp2.vllm_root), "--json").stdout)
+    assert remote["schema"] == local["schema"]
+    assert set(remote["entries"][0]) >= set(local["entries"][0])
+    assert {e["key"] for e in remote["entries"]} <= {e["key"] for e in local["entries"]}
+    table = run_cli("ls", store_url)
+    assert table.returncode == 0 and key in table.stdout and "(pushed)" in table.stdout
+
+    root = tmp_path / "pod"
+    res = run_cli("pull", store_url, "--root", str(root), "--json")
+    assert res.returncode == 0, res.stderr
+    pulled = json.loads(res.stdout)
+    assert pulled["schema"] == "vllm-cache-tools/pull/1"
+    assert {p["action"] for p in pulled["placements"]} == {"placed"}
+    for e in pulled["selected"]:
+        assert tree_digests(root / e["path"]) == tree_digests(real_tp2.vllm_root / e["path"])
+    res = run_cli("pull", store_url, "--root", str(root), "--json")
+    assert {p["action"] for p in json.loads(res.stdout)["placements"]} == {"identical"}
+
+
+def test_push_resumes_after_lost_blobs(real_compile: ScenarioRun, store_url: str) -> None:
+    key = _backend_key(real_compile)
+    first = api.push([key], store_url, root=real_compile.vllm_root)
+    store = Store(store_url)
+    blobs = sorted(p for p in store.fs.find(f"{store.base}/blobs"))
+    for p in blobs[:3]:  # an interrupted push / a lost object
+        store.fs.rm_file(p)
+    again = api.push([key], store_url, root=real_compile.vllm_root)
+    assert again.blobs_uploaded == 3
+    assert again.blobs_present == first.blobs_uploaded - 3
+
+
+def _push_child(args: tuple[str, str, str]) -> str:
+    key, url, root = args
+    r = api.push([key], url, root=root)
+    return ",".join(sorted({e.action for e in r.entries}))
+
+
+def test_concurrent_pushers_leave_a_consistent_store(real_compile: ScenarioRun,
+                                                     store_url: str, tmp_path: Path) -> None:
+    key = _backend_key(real_compile)
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(3) as pool:
+        actions = pool.map(_push_child, [(key, store_url, str(real_compile.vllm_root))] * 3)
+    assert all(a in ("pushed", "present", "present,pushed") for a in actions), actions
+    store = Store(store_url)
+    for e in store.entries():
+        for f in e.record.files:
+            assert store.exists(store.blob_path(f.sha256))
+    root = tmp_path / "root"
+    assert api.pull(store_url, root=root).ok
+
+
+def test_missing_blob_is_one_line_and_nothing_placed(real_compile: ScenarioRun,
+                                                     store_url: str, tmp_path: Path) -> None:
+    key = _backend_key(real_compile)
+    api.push([key], store_url, root=real_compile.vllm_root)
+    store = Store(store_url)
+    e = next(x for x in store.entries() if x.record.layout == "aot")
+    store.fs.rm_file(store.blob_path(e.record.files[-1].sha256))
+    root = tmp_path / "root"
+    res = run_cli("pull", store_url, "--root", str(root))
+    assert res.returncode == 2, res.stdout
+    assert "which the store does not have" in res.stderr and "nothing placed" in res.stderr
+    assert res.stderr.count("\n") == 1
+    cc = root / "torch_compile_cache"
+    assert not any(p.name != ".vllm-cache-tools" and not p.name.startswith(".vllm-cache")
+                   for p in cc.iterdir())
+
+
+def test_corrupt_blob_is_refused(real_compile: ScenarioRun, tmp_path: Path) -> None:
+    url = f"file://{tmp_path}/store"
+    api.push([_backend_key(real_compile)], url, root=real_compile.vllm_root)
+    store = Store(url)
+    e = next(x for x in store.entries() if x.record.layout == "aot")
+    blob = Path(store.blob_path(e.record.files[-1].sha256))
+    blob.write_bytes(b"x" + blob.read_bytes()[1:])
+    res = run_cli("pull", url, "--root", str(tmp_path / "root"))
+    assert res.returncode == 2 and "sha256 differs" in res.stderr, res.stderr
+    assert res.stderr.count("\n") == 1
+
+
+def test_missing_credentials(moto: object, tmp_path: Path) -> None:  # noqa: F811
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    env.update(NO_IMDS)
+    env["AWS_ENDPOINT_URL"] = moto.endpoint  # type: ignore[attr-defined]
+    env["AWS_SHARED_CREDENTIALS_FILE"] = str(tmp_path / "none")
+    env["AWS_CONFIG_FILE"] = str(tmp_path / "none")
+    res = run_cli("pull", "s3://nobucket/x", "--root", str(tmp_path / "r"), env=env,
+                  inherit=False)
+    assert res.returncode == 2
+    assert "no credentials found" in res.stderr and res.stderr.count("\n") == 1
+    assert "Traceback" not in res.stderr
+
+
+def test_s3_without_s3fs_hint() -> None:
+    from vllm_cache_tools.fleet.remote import BACKENDS
+
+    assert BACKENDS["s3"] == ("s3fs", "s3")
+
+
+def test_prune_remote_by_age_and_size(real_compile: ScenarioRun, store_url: str) -> None:
+    key = _backend_key(real_compile)
+    api.push([key], store_url, root=real_compile.vllm_root)
+    dry = run_cli("prune-remote", store_url, "--older-than", "0s", "--grace", "0s", "--json")
+    assert dry.returncode == 0, dry.stderr
+    d = json.loads(dry.stdout)
+    assert d["schema"] == "vllm-cache-tools/prune-remote/1" and d["dry_run"] and d["removed"]
+    assert len(Store(store_url).entries()) == len(d["removed"])
+    keep = run_cli("prune-remote", store_url, "--max-size", "1T", "--yes", "--json")
+    assert json.loads(keep.stdout)["removed"] == []
+    res = run_cli("prune-remote", store_url, "--older-than", "0s", "--grace", "0s", "--yes",
+                  "--json")
+    gone = json.loads(res.stdout)
+    assert gone["blobs_removed"] > 0 and Store(store_url).entries() == []
+    assert run_cli("prune-remote", store_url).returncode == 2  # no policy: usage error
