@@ -1008,3 +1008,14 @@ def test_compare_points_to_explain(tmp_path: Path) -> None:
         "VLLM_ALLOW_LONG_MAX_MODEL_LEN"]
     d = json.loads(run_cli("log", "--compare", str(COLD), str(LONG), "--json").stdout)
     assert d["explainer"] == cmd
+
+
+def test_time_keys_keep_the_order_within_one_log() -> None:
+    import datetime as dt
+
+    t = dt.datetime(2026, 3, 1, 12)
+    keys = logs_mod._time_key([t, t - dt.timedelta(hours=2), None, t + dt.timedelta(hours=1)],
+                              t)
+    assert keys == [t, t, t, t + dt.timedelta(hours=1)]
+    assert logs_mod._time_key([None, t], t + dt.timedelta(days=3)) == [t, t]
+    assert logs_mod._time_key([None], t) == [t]

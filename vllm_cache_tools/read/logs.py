@@ -1285,13 +1285,15 @@ def resolve_years(stamps: Sequence[str | None], bound: datetime) -> list[datetim
 
 
 def _time_key(times: list[datetime | None], bound: datetime) -> list[datetime]:
-    """Sort keys for one log's starts: a start whose time cannot be read stays just after the
-    start before it (else before the next one; else at the file's modification time)."""
+    """Sort keys for one log's starts, never decreasing (a log is in time order even when its
+    clock is not): a start whose time cannot be read stays just after the start before it
+    (else before the next one; else at the file's modification time)."""
     keys: list[datetime] = []
     for i, t in enumerate(times):
         if t is None:
             t = keys[-1] if keys else next((x for x in times[i + 1:] if x is not None), bound)
-        keys.append(t)
+        # Never before a start above it in the same log (a clock set back, zones mixed).
+        keys.append(max(t, keys[-1]) if keys else t)
     return keys
 
 
