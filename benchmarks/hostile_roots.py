@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -43,6 +44,7 @@ from tests import multiuser  # noqa: E402
 from tests.victims import changed, make_victim, tree_state  # noqa: E402
 
 HANG_S = 10.0
+_SEQ = itertools.count()
 HOST = socket.gethostname()
 _CLI = ("import sys; from vllm_cache_tools.cli import main; "
         "sys.argv[0] = 'vllm-cache'; sys.exit(main())")
@@ -282,6 +284,7 @@ def _plant_files(lay: Layout, v: Path, o: multiuser.User | None, traced: Path) -
     import hashlib
 
     ledger = lay.state / "ledger"
+    (lay.state / "sources").mkdir(parents=True, exist_ok=True)
     for uid in (0, 1001, 1002, 1003, os.geteuid()):
         _link(ledger / f"{HOST}.{uid}.jsonl", v / "sub" / "deep.txt", o)
     _link(ledger / f"{HOST}.jsonl", v / "notes", o)
@@ -334,9 +337,8 @@ def _plant_hardlinks(lay: Layout, v: Path, o: multiuser.User | None, traced: Pat
         p.unlink()
     os.link(v / "notes", ledger / f"{HOST}.jsonl")
     os.link(v / "sub" / "deep.txt", ledger / f"{HOST}.{os.geteuid()}.jsonl")
-    rank = lay.aot_rank()
-    if rank is not None:
-        os.link(v / OLD, lay.state / "sources" / ("d" * 64))
+    (lay.state / "sources").mkdir(parents=True, exist_ok=True)
+    os.link(v / OLD, lay.state / "sources" / ("d" * 64))
 
 
 OLD = "ab" * 32
@@ -417,13 +419,11 @@ def planted(base: Path, actor: Actor, attacker: multiuser.User | None,
     if not traced.exists():
         traced.write_text("def forward(x):\n    return x + 1\n")
         traced.chmod(0o644)
-    n = 0
     for rname, src in roots:
         for pname, plant in PLANTS.items():
             probe = _layout(src)
             for cname in [*_commands(probe, src), "recorder"]:
-                n += 1
-                d = base / f"p{n}"
+                d = base / f"p{next(_SEQ)}"
                 d.mkdir()
                 if os.geteuid() == 0:
                     multiuser.make_traversable(d)
@@ -436,6 +436,7 @@ def planted(base: Path, actor: Actor, attacker: multiuser.User | None,
                     plant(lay, victim, attacker, traced)
                 except OSError as exc:
                     out.crashes.append(f"plant {pname}: {exc}")
+                    shutil.rmtree(d, ignore_errors=True)
                     continue
                 before = tree_state(victim)
                 if cname == "recorder":
@@ -464,12 +465,10 @@ RACE_TARGETS: dict[str, Callable[[Layout], Path | None]] = {
 def races(base: Path, actor: Actor, attacker: multiuser.User | None,
           roots: list[tuple[str, Path]], rounds: int, out: Outside) -> None:
     traced = base / "traced_source.py"
-    n = 0
     for rname, src in roots[:1]:
         for tname, target_of in RACE_TARGETS.items():
             for i in range(rounds):
-                n += 1
-                d = base / f"r{n}"
+                d = base / f"r{next(_SEQ)}"
                 d.mkdir()
                 if os.geteuid() == 0:
                     multiuser.make_traversable(d)
@@ -477,6 +476,7 @@ def races(base: Path, actor: Actor, attacker: multiuser.User | None,
                 lay = _layout(root)
                 target = target_of(lay)
                 if target is None or not target.exists():
+                    shutil.rmtree(d, ignore_errors=True)
                     continue
                 victim = _victim(d / "victim", root, actor)
                 before = tree_state(victim)
@@ -601,13 +601,11 @@ def hangs(base: Path, actor: Actor, roots: list[tuple[str, Path]], out: Hangs,
           bisect: bool = True) -> None:
     kinds = SPECIAL_KINDS if os.geteuid() == 0 else ("fifo", "fifo-fed", "socket")
     traced = base / "traced_source.py"
-    n = 0
     for rname, src in roots:
         for kind in kinds:
             probe = _layout(src)
             for cname in [*_commands(probe, src), "recorder"]:
-                n += 1
-                d = base / f"h{n}"
+                d = base / f"h{next(_SEQ)}"
                 d.mkdir()
                 if os.geteuid() == 0:
                     multiuser.make_traversable(d)
@@ -618,7 +616,7 @@ def hangs(base: Path, actor: Actor, roots: list[tuple[str, Path]], out: Hangs,
                                   f"{actor.label} {rname} {kind} {cname}")
                 if found and bisect:
                     for pname, p in places.items():
-                        sub = base / f"h{n}-{len(pname)}-{abs(hash(pname))}"
+                        sub = base / f"h{next(_SEQ)}"
                         sub.mkdir()
                         r2 = _copy_root(src, sub / "root", actor)
                         l2 = _layout(r2)

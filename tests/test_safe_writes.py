@@ -254,3 +254,27 @@ def test_planted_lock_symlink_is_refused(tmp_path: Path, victim: Path) -> None:
     with pytest.raises(OSError):
         _lock_mode(root)
     assert changed(before, tree_state(victim)) == []
+
+
+def test_state_folders_made_in_a_shared_root_stay_shared(tmp_path: Path) -> None:
+    """Root (umask 022) records first: the folders it makes take the shared folder's mode, so
+    the next member of the group can record too (in its own ledger file)."""
+    require_root()
+    group = shared_group()
+    user = other_user(group)
+    root = make_shared_root(SAMPLE, tmp_path / "shared", group)
+    cc = root / "torch_compile_cache"
+    shutil.rmtree(cc / STATE_DIRNAME)
+    old = os.umask(0o022)
+    try:
+        write.append_event(str(cc), _event())
+    finally:
+        os.umask(old)
+    for d in (cc / STATE_DIRNAME, cc / STATE_DIRNAME / LEDGER_DIRNAME):
+        s = d.stat()
+        assert s.st_gid == group.gid and s.st_mode & 0o2070 == 0o2070, oct(s.st_mode)
+    r = run_as(user, python_argv(_APPEND, str(cc), HOST))
+    assert r.returncode == 0, r.stderr
+    events, problems = read_ledger(cc)
+    assert len(events) == 2 and not problems
+    assert (cc / STATE_DIRNAME / LEDGER_DIRNAME / f"{HOST}.{user.uid}.jsonl").exists()
