@@ -8,15 +8,16 @@ the directory key plus the raw env factors (``envs.compile_factors()``), e.g.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.read.errors import ReadError, unreadable
 from vllm_cache_tools.read.noatime import read_noatime
 
-MAX_FACTORS_BYTES = 16 * 1024 * 1024
+MAX_FACTORS_BYTES = 4 * 1024 * 1024
+"""Real files are ~10 KB (the env factors); the cap keeps a hostile one's parse small."""
 
 
 @dataclass(frozen=True)
@@ -30,11 +31,7 @@ class CacheKeyFactors:
 
 
 def parse_factors(text: str) -> CacheKeyFactors:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ReadError(f"invalid JSON in cache_key_factors.json: {exc.msg} at line "
-                        f"{exc.lineno}") from None
+    data = jsontext.loads(text, "cache_key_factors.json")
     if not isinstance(data, dict):
         raise ReadError("cache_key_factors.json is not a JSON object")
 
@@ -56,12 +53,12 @@ def parse_factors(text: str) -> CacheKeyFactors:
 
 def read_factors(path: str | os.PathLike[str]) -> CacheKeyFactors:
     try:
-        size = os.path.getsize(path)
-        if size > MAX_FACTORS_BYTES:
-            raise ReadError(f"cache_key_factors.json is implausibly large ({size} bytes)")
-        raw = read_noatime(path)
+        raw = read_noatime(path, MAX_FACTORS_BYTES + 1)
     except OSError as exc:
         raise unreadable("cache_key_factors.json", exc) from None
+    if len(raw) > MAX_FACTORS_BYTES:
+        raise jsontext.beyond_limits("cache_key_factors.json",
+                                     f"larger than {MAX_FACTORS_BYTES} bytes")
     if not raw:
         raise ReadError("empty cache_key_factors.json")
     return parse_factors(raw.decode("utf-8", errors="replace"))

@@ -4,15 +4,16 @@ be read is reported, never guessed at."""
 
 from __future__ import annotations
 
-import json
+import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.read.errors import ReadError, unreadable
-from vllm_cache_tools.read.noatime import read_noatime
+from vllm_cache_tools.read.noatime import open_noatime, read_noatime
 from vllm_cache_tools.recorder.layout import (
     LEDGER_DIRNAME,
     SOURCES_DIRNAME,
@@ -20,7 +21,17 @@ from vllm_cache_tools.recorder.layout import (
     is_manifest_name,
 )
 
-MAX_MANIFEST_BYTES = 64 * 1024 * 1024
+MAX_MANIFEST_BYTES = 8 * 1024 * 1024
+"""Real manifests are ~60 KB (config, env and Inductor factors of one start)."""
+MAX_LEDGER_BYTES = 64 * 1024 * 1024
+"""Of each host's ledger, only the newest this many bytes are read (~300k events)."""
+MAX_LEDGER_LINE = 64 * 1024
+MAX_LINE_PROBLEMS = 20
+"""Bad ledger lines reported one by one per file; the rest are counted."""
+
+_OBJECT_FIELDS = ("config", "env", "inductor", "versions", "timings", "model", "key_parts",
+                  "forward")
+"""Manifest fields the recorder writes as JSON objects (or null), which readers index."""
 
 
 @dataclass(frozen=True)
@@ -49,19 +60,43 @@ class Manifest:
 
 def read_manifest(path: Path) -> Manifest:
     try:
-        raw = read_noatime(path, MAX_MANIFEST_BYTES)
-        data = json.loads(raw)
+        raw = read_noatime(path, MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
         raise unreadable(path.name, exc) from None
-    except ValueError as exc:
-        raise ReadError(f"invalid manifest {path.name}: {exc}") from None
+    if len(raw) > MAX_MANIFEST_BYTES:
+        raise jsontext.beyond_limits(path.name, f"larger than {MAX_MANIFEST_BYTES} bytes")
+    data = jsontext.loads(raw, path.name)
     if not isinstance(data, dict) or data.get("schema") != 1:
         raise ReadError(f"{path.name}: not a version-1 recorder manifest")
-    return Manifest(path, str(data.get("digest", "")), str(data.get("tree", "")),
-                    str(data.get("key", "")), str(data.get("rank", "")),
-                    str(data.get("prefix", "")),
-                    data.get("created") if isinstance(data.get("created"), (int, float))
-                    else None, data)
+    bad = _schema_problem(data)
+    if bad:
+        raise ReadError(f"{path.name}: not a recorder manifest ({bad})")
+
+    def text(key: str) -> str:
+        v = data.get(key, "")
+        return v if isinstance(v, str) else ""
+
+    return Manifest(path, text("digest"), text("tree"), text("key"), text("rank"),
+                    text("prefix"), jsontext.finite_time(data.get("created")), data)
+
+
+def _schema_problem(data: dict[str, Any]) -> str | None:
+    """What in ``data`` the recorder never writes and readers would trip on, or ``None``."""
+    for key in _OBJECT_FIELDS:
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            return f"{key} is not an object"
+    cmd = data.get("command_line")
+    if cmd is not None and not (isinstance(cmd, list) and all(isinstance(a, str) for a in cmd)):
+        return "command_line is not a list of strings"
+    files = data.get("traced_files")
+    if files is not None:
+        if not isinstance(files, list):
+            return "traced_files is not a list"
+        for f in files:
+            if not (isinstance(f, dict) and isinstance(f.get("path"), str)
+                    and isinstance(f.get("sha256"), str | type(None))):
+                return "traced_files holds something other than {path, sha256} records"
+    return None
 
 
 def manifest_paths(entry_path: Path, layout: str) -> Iterator[Path]:
@@ -112,7 +147,7 @@ def source_snapshot(compile_cache: Path, sha256: str) -> str | None:
         return None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class LedgerEvent:
     time: float
     event: str
@@ -129,6 +164,75 @@ class LedgerEvent:
     """Time that process had spent in the recorder when it wrote this event."""
 
 
+def parse_ledger_line(line: bytes) -> LedgerEvent:
+    """One ledger line as an event; :class:`ReadError` for anything the recorder never
+    writes (wrong types, times that are not plausible POSIX times, deep or huge JSON)."""
+    e = jsontext.loads(line, "ledger line", max_depth=8)
+    if not isinstance(e, dict):
+        raise ReadError("not a JSON object")
+    t = jsontext.finite_time(e.get("time"))
+    if t is None:
+        raise ReadError("no plausible time")
+    event, tree, key = e.get("event"), e.get("tree"), e.get("key")
+    if not (isinstance(event, str) and isinstance(tree, str) and isinstance(key, str)
+            and event and key):
+        raise ReadError("event, tree or key missing")
+    rank, prefix, host = e.get("rank", ""), e.get("prefix", ""), e.get("host", "")
+    if not all(isinstance(v, str) for v in (rank, prefix, host)):
+        raise ReadError("rank, prefix or host is not a string")
+    pid = e.get("pid")
+    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int)
+                            or not 0 <= pid < 1 << 32):
+        raise ReadError("pid is not a process id")
+    manifest, reason = e.get("manifest"), e.get("reason")
+    if not all(v is None or isinstance(v, str) for v in (manifest, reason)):
+        raise ReadError("manifest or reason is not a string")
+    return LedgerEvent(t, event, tree, key, rank, prefix, host, pid, manifest, reason,
+                       _seconds(e.get("seconds")), _seconds(e.get("recorder_s")))
+
+
+def _seconds(v: Any) -> float | None:
+    if v is None:
+        return None
+    if not isinstance(v, bool) and isinstance(v, int | float):
+        try:
+            s = float(v)
+        except OverflowError:
+            s = math.inf
+        if math.isfinite(s) and s >= 0:
+            return s
+    raise ReadError("a duration that is not a number of seconds")
+
+
+def _ledger_lines(path: Path, name: str, problems: list[str]) -> Iterator[tuple[int, bytes]]:
+    """(line number, line) of one ledger file, the newest :data:`MAX_LEDGER_BYTES` only;
+    lines longer than :data:`MAX_LEDGER_LINE` are yielded cut (and then fail to parse)."""
+    with open_noatime(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        first = 1
+        if size > MAX_LEDGER_BYTES:
+            f.seek(size - MAX_LEDGER_BYTES)
+            f.readline(MAX_LEDGER_BYTES)  # the rest of a line cut by the seek
+            first = 0
+            problems.append(f"ledger {name}: only its newest {MAX_LEDGER_BYTES >> 20} MB "
+                            f"read (of {size >> 20} MB)")
+        left = MAX_LEDGER_BYTES
+        n = 0
+        while left > 0:
+            line = f.readline(min(MAX_LEDGER_LINE, left))
+            if not line:
+                return
+            left -= len(line)
+            cut = not line.endswith(b"\n")
+            while cut and left > 0:  # skip the rest of an overlong line
+                rest = f.readline(min(MAX_LEDGER_LINE, left))
+                left -= len(rest)
+                if not rest or rest.endswith(b"\n"):
+                    break
+            n += 1
+            yield (n if first else 0), line
+
+
 def read_ledger(compile_cache: Path) -> tuple[list[LedgerEvent], list[str]]:
     """Every host's events, in time order; unreadable lines are reported and skipped."""
     d = compile_cache / STATE_DIRNAME / LEDGER_DIRNAME
@@ -139,22 +243,25 @@ def read_ledger(compile_cache: Path) -> tuple[list[LedgerEvent], list[str]]:
     except OSError:
         return events, problems
     for name in files:
+        bad = 0
         try:
-            text = read_noatime(d / name).decode("utf-8", errors="replace")
+            for n, line in _ledger_lines(d / name, name, problems):
+                if not line.strip():
+                    continue
+                try:
+                    events.append(parse_ledger_line(line))
+                except ReadError as exc:
+                    bad += 1
+                    if bad <= MAX_LINE_PROBLEMS:
+                        where = f"line {n}" if n else "a line"
+                        problems.append(f"ledger {name} {where}: not a ledger event "
+                                        f"({jsontext.one_line(exc, 120)})")
         except OSError as exc:
-            problems.append(f"cannot read ledger {name}: {exc.strerror or exc}")
+            problems.append(f"cannot read ledger {name}: {exc.strerror or exc}"
+                            if not isinstance(exc, ReadError) else str(exc))
             continue
-        for n, line in enumerate(text.splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                e = json.loads(line)
-                events.append(LedgerEvent(
-                    float(e["time"]), str(e["event"]), str(e["tree"]), str(e["key"]),
-                    str(e.get("rank", "")), str(e.get("prefix", "")), str(e.get("host", "")),
-                    e.get("pid"), e.get("manifest"), e.get("reason"), e.get("seconds"),
-                    e.get("recorder_s")))
-            except (ValueError, KeyError, TypeError):
-                problems.append(f"ledger {name} line {n}: not a ledger event")
+        if bad > MAX_LINE_PROBLEMS:
+            problems.append(f"ledger {name}: {bad - MAX_LINE_PROBLEMS} more lines that are "
+                            f"not ledger events")
     events.sort(key=lambda e: e.time)
     return events, problems

@@ -39,9 +39,9 @@ import struct
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.read.errors import ReadError, UnreadableError
 
-__all__ = ["SafePickleError", "Stub", "safe_loads"]
+__all__ = ["SafePickleError", "SafePickleLimit", "Stub", "safe_loads"]
 
 MAX_OPS = 250_000
 """Opcodes per load. Real ``model`` files hold ~2,000 at the top level and ~300 in the nested
@@ -64,6 +64,11 @@ MAX_DEPTH = 100
 
 class SafePickleError(ReadError):
     """The data is not a readable pickle (truncated, corrupt, not a pickle, or past a limit)."""
+
+
+class SafePickleLimit(SafePickleError, UnreadableError):
+    """The pickle is past one of this module's limits (size, count, depth, hashing cost): it
+    was not read, so nothing is known about it (the entry is ``unknown``, not ``corrupt``)."""
 
 
 class Stub:
@@ -121,7 +126,11 @@ class Stub:
 
 
 class _Refused(Exception):
-    """A limit or rule of this reader; becomes :class:`SafePickleError`."""
+    """Not a pickle this reader accepts (broken, or not what torch writes)."""
+
+
+class _Limit(_Refused):
+    """Past one of this module's limits: not judged, rather than broken."""
 
 
 def _iterable_arg(args: tuple[Any, ...], what: str) -> Any:
@@ -194,7 +203,7 @@ def _check_key(k: Any, weights: dict[int, tuple[Any, int]]) -> None:
     """Refuse a dict key / set member whose hash could cost more than a few thousand steps
     (tuple DAGs, deep nesting) or collide on purpose (ints past 2**61 - 1)."""
     if _key_weight(k, weights) < 0:
-        raise _Refused("a dict key or set member that is costly to hash")
+        raise _Limit("a dict key or set member that is costly to hash")
 
 
 def _key_weight(k: Any, weights: dict[int, tuple[Any, int]], depth: int = 0) -> int:
@@ -307,12 +316,12 @@ class _Loader:
         items = st[i + 1:]
         del st[i:]
         if len(items) > MAX_ITEMS:
-            raise _Refused("a container with too many items")
+            raise _Limit("a container with too many items")
         return items
 
     def put(self, idx: int) -> None:
         if len(self.memo) >= MAX_MEMO and idx not in self.memo:
-            raise _Refused("too many memo entries")
+            raise _Limit("too many memo entries")
         self.memo[idx] = self.top()
 
     def get(self, idx: int) -> None:
@@ -325,7 +334,7 @@ class _Loader:
 
     def find_class(self, module: str, name: str) -> Any:
         if len(module) > MAX_NAME or len(name) > MAX_NAME:
-            raise _Refused("a global with an implausibly long name")
+            raise _Limit("a global with an implausibly long name")
         # Protocol < 3 pickles name Python 2 modules (``__builtin__``, ``copy_reg``).
         if (module, name) in _compat_pickle.NAME_MAPPING:
             module, name = _compat_pickle.NAME_MAPPING[(module, name)]
@@ -338,7 +347,7 @@ class _Loader:
         cls = self.classes.get(key)
         if cls is None:
             if len(self.classes) >= MAX_GLOBALS:
-                raise _Refused("too many distinct globals")
+                raise _Limit("too many distinct globals")
             cls = type(f"Stub[{module}.{name}]", (Stub,), {"module": module, "name": name})
             self.classes[key] = cls
         return cls
@@ -386,7 +395,7 @@ class _Loader:
             raise _Refused("SETITEMS with an odd number of items")
         if isinstance(d, dict):
             if len(d) + len(items) // 2 > MAX_ITEMS:
-                raise _Refused("a dict with too many items")
+                raise _Limit("a dict with too many items")
             weights = self.weights
             for i in range(0, len(items), 2):
                 k = items[i]
@@ -402,7 +411,7 @@ class _Loader:
     def append_items(self, lst: Any, items: list[Any]) -> None:
         if isinstance(lst, list):
             if len(lst) + len(items) > MAX_ITEMS:
-                raise _Refused("a list with too many items")
+                raise _Limit("a list with too many items")
             lst.extend(items)
         elif isinstance(lst, Stub):
             lst.extend(items)
@@ -413,7 +422,7 @@ class _Loader:
         if not isinstance(s, set):
             raise _Refused(f"ADDITEMS on a {type(s).__name__}")
         if len(s) + len(items) > MAX_ITEMS:
-            raise _Refused("a set with too many items")
+            raise _Limit("a set with too many items")
         for v in items:
             _check_key(v, self.weights)
             s.add(v)
@@ -425,12 +434,12 @@ class _Loader:
 
     def long(self, raw: memoryview) -> int:
         if len(raw) > MAX_LONG_BYTES:
-            raise _Refused("an integer of more than 1024 bytes")
+            raise _Limit("an integer of more than 1024 bytes")
         return int.from_bytes(raw, "little", signed=True)
 
     def text_int(self, raw: bytes) -> int:
         if len(raw) > 3 * MAX_LONG_BYTES:
-            raise _Refused("an integer of more than 1024 bytes")
+            raise _Limit("an integer of more than 1024 bytes")
         return int(raw)
 
     # -- the loop
@@ -450,7 +459,7 @@ class _Loader:
                 _check_tree(result)
                 return result
             op(self)
-        raise _Refused(f"more than {MAX_OPS} pickle operations")
+        raise _Limit(f"more than {MAX_OPS} pickle operations")
 
 
 def _stop(ld: _Loader) -> None:  # marker; handled in the loop
@@ -628,7 +637,7 @@ def _utf8(raw: memoryview) -> str:
 def _float_text(ld: _Loader) -> float:
     raw = ld.line()
     if len(raw) > 64:
-        raise _Refused("an implausibly long FLOAT")
+        raise _Limit("an implausibly long FLOAT")
     return float(raw)
 
 
@@ -658,7 +667,7 @@ def _memo_op(read: Callable[[_Loader], int], put: bool) -> Callable[[_Loader], N
 def _text_index(ld: _Loader) -> int:
     raw = ld.line()
     if len(raw) > 12:
-        raise _Refused("an implausible memo index")
+        raise _Limit("an implausible memo index")
     return int(raw)
 
 
@@ -762,11 +771,11 @@ def _check_tree(root: Any) -> None:
             if kids is None:
                 continue
             if nodes > MAX_TREE_NODES:
-                raise _Refused(f"more than {MAX_TREE_NODES} values when read as a tree")
+                raise _Limit(f"more than {MAX_TREE_NODES} values when read as a tree")
             if id(child) in on_path:
-                raise _Refused("a value that contains itself")
+                raise _Limit("a value that contains itself")
             if len(stack) > MAX_DEPTH:
-                raise _Refused(f"values nested more than {MAX_DEPTH} deep")
+                raise _Limit(f"values nested more than {MAX_DEPTH} deep")
             on_path.add(id(child))
             path.append(id(child))
             stack.append(iter(kids))
@@ -775,7 +784,7 @@ def _check_tree(root: Any) -> None:
             stack.pop()
             on_path.discard(path.pop())
     if nodes > MAX_TREE_NODES:
-        raise _Refused(f"more than {MAX_TREE_NODES} values when read as a tree")
+        raise _Limit(f"more than {MAX_TREE_NODES} values when read as a tree")
 
 
 def _children(obj: Any) -> Any:
@@ -808,8 +817,11 @@ def safe_loads(data: bytes) -> Any:
     except (_Refused, EOFError, ValueError, TypeError, AttributeError, IndexError, KeyError,
             OverflowError, MemoryError, RecursionError, UnicodeError, struct.error) as exc:
         msg = " ".join(str(exc).split())[:200]
-        raise SafePickleError(f"{type(exc).__name__}: {msg}" if not isinstance(exc, _Refused)
-                              else msg) from None
+        if not isinstance(exc, _Refused):
+            msg = f"{type(exc).__name__}: {msg}"
+        if isinstance(exc, _Limit | MemoryError | RecursionError):
+            raise SafePickleLimit(msg) from None
+        raise SafePickleError(msg) from None
     finally:
         if was_enabled:
             gc.enable()

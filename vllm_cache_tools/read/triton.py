@@ -6,10 +6,10 @@ was compiled for."""
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
+from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.read.errors import ReadError, unreadable
 from vllm_cache_tools.read.noatime import read_noatime
 
@@ -30,23 +30,27 @@ class TritonKernelMeta:
 
 
 def parse_triton_meta(text: str) -> TritonKernelMeta:
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ReadError(f"invalid Triton metadata JSON: {exc.msg}") from None
+    data = jsontext.loads(text, "Triton metadata")
     if not isinstance(data, dict):
         raise ReadError("Triton metadata is not a JSON object")
     target = data.get("target")
     backend = arch = None
     if isinstance(target, dict):
-        backend = str(target["backend"]) if "backend" in target else None
-        arch = str(target["arch"]) if "arch" in target else None
+        backend, arch = _word(target.get("backend")), _word(target.get("arch"))
     elif isinstance(target, list) and len(target) >= 2:  # older Triton: [backend, arch, ...]
-        backend, arch = str(target[0]), str(target[1])
-    name = data.get("name")
-    tv = data.get("triton_version")
-    return TritonKernelMeta(str(name) if name else None, backend, arch,
-                            str(tv) if tv else None)
+        backend, arch = _word(target[0]), _word(target[1])
+    return TritonKernelMeta(_word(data.get("name"), 256), backend, arch,
+                            _word(data.get("triton_version")))
+
+
+def _word(v: object, limit: int = 64) -> str | None:
+    """A short string or integer field as text; anything else (lists, huge values) is not
+    evidence of a target."""
+    if isinstance(v, str) and v and len(v) <= limit:
+        return v
+    if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 10**9:
+        return str(v)
+    return None
 
 
 def read_triton_meta(path: str | os.PathLike[str]) -> TritonKernelMeta:
