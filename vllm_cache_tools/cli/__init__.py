@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any] | None]] = {
     "push": ("push", "push", None),
     "pull": ("pull", "pull", _PASSTHROUGH),
     "prune-remote": ("prune_remote", "prune_remote", None),
+    "warm": ("warm", "warm", _PASSTHROUGH),
 }
 
 

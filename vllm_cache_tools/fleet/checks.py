@@ -109,9 +109,17 @@ def _aot_info(rec: EntryRecord) -> AotModelInfo:
 
 
 def _prefix_of(rec: EntryRecord) -> str | None:
-    mods = [s.module for s in rec.sources] or ["vllm"]
-    return install_prefix(rec.traced_files, mods) or install_prefix(
-        rec.traced_files, ["vllm", "torch"])
+    """The install prefix the traced files were under at build time."""
+    if rec.sources:
+        found = install_prefix(rec.traced_files, [s.module for s in rec.sources])
+        if found is not None:
+            return found
+    for path in rec.traced_files:
+        for pkg in ("vllm", "torch"):
+            i = path.find(f"/{pkg}/")
+            if i >= 0:
+                return path[:i + 1]
+    return None
 
 
 def here_prefix(t: Target) -> str | None:
@@ -204,6 +212,16 @@ def relocation_findings(records: Sequence[EntryRecord], t: Target) -> list[Findi
             out.append(Finding("sources", "ok", r.key,
                                f"the artifact's copies of {n} traced files match the "
                                "files here"))
+    moved = {f.key for f in out if f.check == "relocation" and f.verdict == "miss"}
+    for r in records:
+        # Without the mega artifact the AOT entry holds the graph, and its compiled pieces
+        # are looked up in the backend entry whose key vLLM computes here: relocated, missed.
+        gone = [k for k in r.linked if k in moved]
+        if r.layout == "aot" and gone:
+            out.append(Finding("relocation", "miss", r.key,
+                               f"its compiled pieces are in backend entry {gone[0]}, which "
+                               "vLLM looks up under the key it computes from the traced "
+                               "files' paths here: it compiles them again"))
     return out
 
 
@@ -272,6 +290,15 @@ def hit_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
                    and r_dir in by_key[aot_key].ranks)
     back_hit = bool(bkey and bkey in by_key and bkey not in missed
                     and by_key[bkey].state == "complete" and r_dir in by_key[bkey].ranks)
+    if aot_hit and aot_key is not None:
+        pieces = [k for k in by_key[aot_key].linked
+                  if k in by_key and by_key[k].state == "complete"]
+        if pieces and bkey not in pieces and probe["compilation_mode"] == VLLM_COMPILE:
+            aot_hit = False
+            findings.append(Finding(
+                "hit", "miss", aot_key, f"the AOT artifact loads, but its compiled pieces are "
+                f"in backend entry {pieces[0]} and vLLM here looks them up as "
+                f"{(bkey or '?')[:16]} (traced files' paths or contents differ)"))
     if probe["use_aot_compile"]:
         hit = aot_hit or bool(p.aot.hit)
         if aot_hit and aot_key is not None:
