@@ -73,7 +73,7 @@ def typecheck(session: nox.Session) -> None:
 @nox.session(python="3.11")
 def bench(session: nox.Session) -> None:
     """Speed and memory goals, as ratios against references measured in the same run."""
-    session.install("-e", ".")
+    session.install("-e", ".[test]")  # bench_fleet: moto's S3 server and s3fs
     for script in sorted(__import__("pathlib").Path("benchmarks").glob("bench_*.py")):
         session.run("python", str(script), *session.posargs)
 

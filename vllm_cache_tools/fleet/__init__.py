@@ -1,0 +1,73 @@
+"""Fleets: warm once, ship the cache to every node.
+
+Public API (typed; the same records the CLI prints)::
+
+    from vllm_cache_tools.fleet import pack, unpack, push, pull, warm
+    b = pack(["28fd362d4e"], "start.tar.zst", root="/cache")       # PackResult
+    r = unpack("start.tar.zst", root="/pod-cache",
+               vllm_args=["/models/m", "--max-model-len", "4096"])  # UnpackResult
+    r.ok, r.check.verdict, r.check.causes, r.placements
+    push(["28fd362d4e"], "s3://bucket/vllm", root="/cache")          # PushResult
+    pull("s3://bucket/vllm", root="/pod-cache", vllm_args=[...], if_hit=True)  # PullResult
+    warm(["/models/m", "--max-model-len", "4096"], root="/cache")    # WarmResult
+
+Modules: :mod:`.records` (what a bundle or store says about an entry), :mod:`.select`
+(which entries go, linked by proof), :mod:`.bundle` (the .tar.zst format), :mod:`.place`
+(staging and atomic placing under the entry lock), :mod:`.checks` (compatibility,
+relocation, the hit check via predict), :mod:`.remote` (fsspec stores), :mod:`.warm`,
+:mod:`.api` (the verbs), :mod:`.views` (``--json``).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+_EXPORTS = {
+    "pack": "api", "unpack": "api", "push": "api", "pull": "api", "PackResult": "api",
+    "UnpackResult": "api", "PullResult": "api", "warm": "warm", "WarmResult": "warm",
+    "WarmedEntry": "warm", "PushResult": "remote", "PushedEntry": "remote",
+    "StoreEntry": "remote", "StorePrune": "remote", "prune_store": "remote",
+    "HitCheck": "checks", "Finding": "checks", "Placement": "place",
+    "BundleManifest": "records", "EntryRecord": "records", "FileRecord": "records",
+    "SourceRecord": "records", "FleetError": "errors", "BundleError": "errors",
+    "StoreError": "errors", "Refused": "errors",
+}
+
+if TYPE_CHECKING:
+    from vllm_cache_tools.fleet.api import (
+        PackResult,
+        PullResult,
+        UnpackResult,
+        pack,
+        pull,
+        push,
+        unpack,
+    )
+    from vllm_cache_tools.fleet.checks import Finding, HitCheck
+    from vllm_cache_tools.fleet.errors import BundleError, FleetError, Refused, StoreError
+    from vllm_cache_tools.fleet.place import Placement
+    from vllm_cache_tools.fleet.records import (
+        BundleManifest,
+        EntryRecord,
+        FileRecord,
+        SourceRecord,
+    )
+    from vllm_cache_tools.fleet.remote import (
+        PushedEntry,
+        PushResult,
+        StoreEntry,
+        StorePrune,
+        prune_store,
+    )
+    from vllm_cache_tools.fleet.warm import WarmedEntry, WarmResult, warm
+
+
+def __getattr__(name: str) -> Any:
+    mod = _EXPORTS.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'vllm_cache_tools.fleet' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"vllm_cache_tools.fleet.{mod}"), name)
+
+
+__all__ = sorted(_EXPORTS)

