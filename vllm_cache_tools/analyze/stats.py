@@ -1,0 +1,486 @@
+"""``vllm-cache stats``: what ccache ``-s`` is for a C compiler, for vLLM's compile cache.
+
+Counted from the recorder's ledgers (every host's, merged), one vLLM start at a time:
+
+* a **start** is the processes of one vLLM start, named by the start id the recorder shares
+  between them (ledgers of recorders without it: one process, so a tensor-parallel start counts
+  once per worker there);
+* its **outcome**: ``load failure`` when vLLM found an entry and could not load it, else
+  ``miss`` when it compiled, else ``hit`` when everything it needed was loaded, else
+  ``disabled`` (cache off);
+* **compile seconds**: for each worker of a start that compiled, vLLM's backend time on its
+  misses plus Dynamo's trace; the slowest worker counts (workers compile side by side). vLLM's
+  DYNAMO_TRACE_ONCE mode (AOT tree only) compiles outside anything the recorder times: those
+  starts are counted in ``compile_unknown``;
+* **saved seconds**: each hit (one start loading one entry) is credited with that entry's
+  compile time, measured at the latest miss that wrote it (an AOT entry: the compile seconds of
+  the start that wrote it). Hits on entries whose compile was never measured are counted in
+  ``saved_unknown``; **load seconds** is what the hits spent loading (slowest worker).
+
+Without any ledger the counts are what the cache files prove: every entry was compiled at
+least once (``misses`` >= entries); starts, hits, load failures and seconds are unknown and
+the report says so (``basis == "files"``, ``unknown``).
+
+The same event found in two copies of one host's ledger (a collected folder) counts once:
+ledger files whose first event names the same host are merged by event."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from operator import itemgetter
+from pathlib import Path
+from typing import Any
+
+from vllm_cache_tools.analyze.inputs import EntryFacts, Inputs, gather
+from vllm_cache_tools.read.ledger_stream import LedgerProblem, RawRow, first_row, read_batches
+
+GROUPINGS = ("model", "host", "day", "entry")
+MAX_PROBLEMS = 50
+"""Damaged ledger lines reported one by one; past this only their number."""
+UNKNOWN_MODEL = "unknown"
+
+_HIT, _MISS, _LOAD_FAILURE, _DISABLED = 1, 2, 4, 8
+_FLAG = {"hit": _HIT, "miss": _MISS, "load-failure": _LOAD_FAILURE, "disabled": _DISABLED}
+
+
+@dataclass(frozen=True)
+class Counters:
+    """One row of numbers; ``None`` where the files cannot tell (no ledger)."""
+
+    starts: int | None
+    hits: int | None
+    misses: int | None
+    """Starts that compiled (without a ledger: entries written, a lower bound)."""
+    load_failures: int | None
+    disabled: int | None
+    compile_seconds: float | None
+    saved_seconds: float | None
+    load_seconds: float | None
+    compile_unknown: int | None
+    """Starts that compiled without a measured time (vLLM's DYNAMO_TRACE_ONCE mode)."""
+    saved_unknown: int | None
+    """Hits on entries whose compile time was never measured."""
+
+    @property
+    def hit_ratio(self) -> float | None:
+        if self.hits is None or self.misses is None or self.load_failures is None:
+            return None
+        decided = self.hits + self.misses + self.load_failures
+        return self.hits / decided if decided else None
+
+
+@dataclass(frozen=True)
+class Group:
+    """The counters of one model, host, day (UTC) or entry."""
+
+    by: str
+    name: str
+    counters: Counters
+    entries: int | None = None
+    """Entries of this model (or this entry: 1) in the source; ``None`` for hosts and days."""
+    size_bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class UnusedEntry:
+    """An entry written and never loaded since (by any start the ledgers saw)."""
+
+    key: str
+    layout: str
+    model: str | None
+    size_bytes: int | None
+    """``None`` when the entry is no longer in the source (the ledger remembers it)."""
+    written: float
+
+
+@dataclass(frozen=True)
+class StatsReport:
+    source: str
+    kind: str
+    """``root``, ``folder`` or ``remote`` (see :mod:`.inputs`)."""
+    basis: str
+    """``ledger``: counted from the recorder's ledgers; ``files``: what the cache files prove."""
+    since: float | None
+    by: str
+    totals: Counters
+    groups: tuple[Group, ...]
+    events: Mapping[str, Mapping[str, int]] = field(hash=False)
+    """Ledger events per tree and kind (one per worker and entry, and per prefix in the
+    backend tree): the numbers to compare with vLLM's own log lines."""
+    ledgers: int
+    hosts: int
+    first: float | None
+    last: float | None
+    duplicates: int
+    """Events found in more than one copy of a host's ledger, counted once."""
+    entries: int
+    size_bytes: int
+    untracked: int
+    """Entries in the source that no ledger event names (written with the recorder off)."""
+    never_hit: tuple[UnusedEntry, ...]
+    unknown: tuple[str, ...]
+    """What cannot be counted from this source, and why (empty with ledgers)."""
+    problems: tuple[str, ...]
+
+
+class _Tally:
+    """The streaming count: a small list per start and per entry, nothing kept per event.
+    Hits (most events) take the shortest path."""
+
+    def __init__(self, since: float | None, by_entry: bool) -> None:
+        self.since = since
+        self.starts: dict[str, list[Any]] = {}
+        """start id -> [first time, outcome flags, host, first key, hit keys (one key,
+        a set of keys or None), load seconds]"""
+        self.work: dict[tuple[str, str, str], float] = {}
+        """(start, host, pid) -> backend seconds on misses (one worker's compile time)"""
+        self.key_work: dict[tuple[str, str, str, str], float] = {}
+        self.aot_written: list[tuple[str, str]] = []
+        self.written: dict[str, float] = {}
+        """entry -> when it was last written (a miss or a load failure)"""
+        self.decisions: dict[tuple[str, str], int] | None = {} if by_entry else None
+        self.events: Counter[tuple[str, str]] = Counter()
+        self.strings: dict[str, str] = {}
+
+    def add(self, rows: Sequence[RawRow]) -> None:
+        since = self.since
+        if since is not None:
+            rows = [r for r in rows if float(r[9]) >= since]
+        self.events.update(map(_TREE_EVENT, rows))
+        starts, work, key_work, decisions = self.starts, self.work, self.key_work, self.decisions
+        # One string object per host and entry, not one per start (300k starts hold few).
+        same = self.strings.setdefault
+        for dyn, ev, host, key, pid, _prefix, _rank, sec, start, t, tree in rows:
+            sid = start or host + ":" + pid
+            st = starts.get(sid)
+            if decisions is not None:
+                d = (key, sid)
+                decisions[d] = decisions.get(d, 0) | _FLAG[ev]
+            if ev == "hit":
+                if st is None:
+                    key = same(key, key)
+                    starts[sid] = [float(t), _HIT, same(host, host), key, key,
+                                   float(sec) if sec != "null" else 0.0]
+                    continue
+                st[1] |= _HIT
+                hk = st[4]
+                if hk != key:
+                    if hk is None:
+                        st[4] = same(key, key)
+                    elif isinstance(hk, str):
+                        st[4] = {hk, same(key, key)}
+                    else:
+                        hk.add(key)
+                if sec != "null":
+                    s = float(sec)
+                    if s > st[5]:
+                        st[5] = s
+                continue
+            if st is None:
+                st = starts[sid] = [float(t), 0, same(host, host), same(key, key), None, 0.0]
+            st[1] |= _FLAG[ev]
+            if ev == "disabled":
+                continue
+            tf = float(t)
+            if tf > self.written.get(key, 0.0):
+                self.written[key] = tf
+            if tree == "backend":
+                s = (float(sec) if sec != "null" else 0.0) + (float(dyn) if dyn else 0.0)
+                w = (sid, host, pid)
+                work[w] = work.get(w, 0.0) + s
+                kw = (key, sid, host, pid)
+                key_work[kw] = key_work.get(kw, 0.0) + s
+            else:
+                self.aot_written.append((sid, key))
+
+    def last_hits(self) -> dict[str, float]:
+        """entry -> when a start last loaded it (that start's first event)."""
+        out: dict[str, float] = {}
+        for st in self.starts.values():
+            hk = st[4]
+            if hk is None:
+                continue
+            t = st[0]
+            for k in (hk,) if isinstance(hk, str) else hk:
+                if t > out.get(k, 0.0):
+                    out[k] = t
+        return out
+
+    # ---- after the last row ----
+    def compile_times(self) -> tuple[dict[str, float], dict[str, float],
+                                     dict[tuple[str, str], float]]:
+        """(start -> compile seconds, entry -> compile seconds at its latest measured miss,
+        (entry, start) -> that start's compile seconds for the entry)."""
+        per_start: dict[str, float] = {}
+        for (sid, _h, _p), s in self.work.items():
+            if s > per_start.get(sid, -1.0):
+                per_start[sid] = s
+        per_decision: dict[tuple[str, str], float] = {}
+        for (key, sid, _h, _p), s in self.key_work.items():
+            if s > per_decision.get((key, sid), -1.0):
+                per_decision[key, sid] = s
+        aot_keys: dict[str, set[str]] = {}
+        for sid, key in self.aot_written:
+            aot_keys.setdefault(sid, set()).add(key)
+        for sid, ks in aot_keys.items():
+            if sid in per_start:
+                for key in ks:  # one start writing several AOT entries: its time split
+                    per_decision[key, sid] = per_start[sid] / len(ks)
+        latest: dict[str, tuple[float, float]] = {}
+        for (key, sid), s in per_decision.items():
+            t0 = self.starts[sid][0]
+            if key not in latest or t0 >= latest[key][0]:
+                latest[key] = (t0, s)
+        return per_start, {k: v[1] for k, v in latest.items()}, per_decision
+
+
+_TREE_EVENT = itemgetter(10, 1)
+
+
+# Per group: [starts, hits, misses, load failures, disabled, compile s, compile unknown,
+# saved s, saved unknown, load s]; a start's outcome by its flags (load failure first).
+_OUTCOME = [4 if f & _DISABLED and not f & (_HIT | _MISS | _LOAD_FAILURE) else
+            3 if f & _LOAD_FAILURE else 2 if f & _MISS else 1 if f & _HIT else 4
+            for f in range(16)]
+
+
+def _acc() -> list[Any]:
+    return [0, 0, 0, 0, 0, 0.0, 0, 0.0, 0, 0.0]
+
+
+def _counters(a: list[Any]) -> Counters:
+    return Counters(a[0], a[1], a[2], a[3], a[4], round(a[5], 3), round(a[7], 3),
+                    round(a[9], 3), a[6], a[8])
+
+
+def _sum(accs: Iterable[list[Any]]) -> list[Any]:
+    total = _acc()
+    for a in accs:
+        for i, v in enumerate(a):
+            total[i] += v
+    return total
+
+
+def _day(t: float) -> str:
+    return time.strftime("%Y-%m-%d", time.gmtime(t))
+
+
+Times = tuple[dict[str, float], dict[str, float], dict[tuple[str, str], float]]
+
+
+def _start_groups(tally: _Tally, by: str, models: Mapping[str, str], times: Times
+                  ) -> dict[str, list[Any]]:
+    per_start, entry_time, _ = times
+    groups: dict[str, list[Any]] = {}
+    days: dict[int, str] = {}
+    for sid, (t, flags, host, key0, hit_keys, load) in tally.starts.items():
+        if by == "model":
+            name = models.get(key0, UNKNOWN_MODEL)
+        elif by == "host":
+            name = host or "?"
+        else:
+            t0 = t
+            d = int(t0 // 86400)
+            name = days.get(d) or days.setdefault(d, _day(t0))
+        a = groups.get(name)
+        if a is None:
+            a = groups[name] = _acc()
+        a[0] += 1
+        a[_OUTCOME[flags]] += 1
+        if flags & (_MISS | _LOAD_FAILURE):
+            c = per_start.get(sid)
+            if c is None:
+                a[6] += 1
+            else:
+                a[5] += c
+        if hit_keys is not None:
+            for k in ((hit_keys,) if isinstance(hit_keys, str) else hit_keys):
+                s = entry_time.get(k)
+                if s is None:
+                    a[8] += 1
+                else:
+                    a[7] += s
+            a[9] += load
+    return groups
+
+
+def _entry_groups(tally: _Tally, times: Times) -> dict[str, list[Any]]:
+    _, entry_time, per_decision = times
+    groups: dict[str, list[Any]] = {}
+    assert tally.decisions is not None
+    for (key, sid), flags in tally.decisions.items():
+        a = groups.get(key)
+        if a is None:
+            a = groups[key] = _acc()
+        a[0] += 1
+        a[_OUTCOME[flags]] += 1
+        if flags & (_MISS | _LOAD_FAILURE):
+            c = per_decision.get((key, sid))
+            if c is None:
+                a[6] += 1
+            else:
+                a[5] += c
+        elif flags & _HIT:
+            s = entry_time.get(key)
+            if s is None:
+                a[8] += 1
+            else:
+                a[7] += s
+            a[9] += tally.starts[sid][5]
+    return groups
+
+
+def _first_host(path: Path) -> str | None:
+    row = first_row(path)
+    return row.host if row is not None else None
+
+
+def _read_all(ledgers: Sequence[Path], tally: _Tally, problems: list[str]) -> tuple[int, int]:
+    """Feed every ledger to ``tally``: (files read, duplicate events skipped)."""
+    by_host: dict[str | None, list[Path]] = {}
+    for p in ledgers:
+        by_host.setdefault(_first_host(p), []).append(p)
+    bad = 0
+    duplicates = 0
+    for host, paths in by_host.items():
+        seen: set[RawRow] | None = set() if len(paths) > 1 and host is not None else None
+        for p in paths:
+            for b in read_batches(p, _label(p, ledgers)):
+                if isinstance(b, LedgerProblem):
+                    bad += 1
+                    if bad <= MAX_PROBLEMS:
+                        problems.append(str(b))
+                    continue
+                if seen is not None:
+                    fresh = [r for r in b if r not in seen]
+                    duplicates += len(b) - len(fresh)
+                    seen.update(fresh)
+                    b = fresh
+                tally.add(b)
+    if bad > MAX_PROBLEMS:
+        problems.append(f"... and {bad - MAX_PROBLEMS} more damaged ledger lines")
+    return len(ledgers), duplicates
+
+
+def _label(p: Path, all_paths: Sequence[Path]) -> str:
+    """A ledger's name in messages: its file name, with its folder when names repeat."""
+    same = sum(q.name == p.name for q in all_paths)
+    return p.name if same == 1 else os.path.join(p.parent.name, p.name)
+
+
+def _model_sizes(entries: Iterable[EntryFacts]) -> dict[str, tuple[int, int]]:
+    out: dict[str, tuple[int, int]] = {}
+    for e in entries:
+        n, b = out.get(e.model or UNKNOWN_MODEL, (0, 0))
+        out[e.model or UNKNOWN_MODEL] = (n + 1, b + e.size_bytes)
+    return out
+
+
+def _groups(by: str, accs: Mapping[str, list[Any]], inputs: Inputs) -> tuple[Group, ...]:
+    sizes = _model_sizes(inputs.entries) if by == "model" else {}
+    entry = {e.key: e for e in inputs.entries} if by == "entry" else {}
+    out = []
+    for name, acc in accs.items():
+        n: int | None = None
+        b: int | None = None
+        if by == "model":
+            n, b = sizes.get(name, (0, 0))
+        elif by == "entry":
+            e = entry.get(name)
+            n, b = (1, e.size_bytes) if e is not None else (0, None)
+        out.append(Group(by, name, _counters(acc), n, b))
+    if by == "model":  # models with entries and no start in the ledgers
+        out += [Group(by, m, _counters(_acc()), n, b) for m, (n, b) in sizes.items()
+                if m not in accs]
+    out.sort(key=lambda g: (-(g.counters.starts or 0), -(g.size_bytes or 0), g.name))
+    return tuple(out)
+
+
+def _from_files(inputs: Inputs, by: str, since: float | None, problems: list[str]
+                ) -> StatsReport:
+    """No ledger: only what the entries prove."""
+    es = [e for e in inputs.entries if since is None or (e.created or 0.0) >= since]
+    names: dict[str, list[EntryFacts]] = {}
+    for e in es:
+        if by == "model":
+            name = e.model or UNKNOWN_MODEL
+        elif by == "day":
+            name = _day(e.created) if e.created is not None else "?"
+        elif by == "entry":
+            name = e.key
+        else:
+            name = "?"  # which host wrote an entry is not in its files
+        names.setdefault(name, []).append(e)
+
+    def counters(n: int) -> Counters:
+        return Counters(None, None, n, None, None, None, None, None, None, None)
+
+    groups = tuple(sorted((Group(by, name, counters(len(g)),
+                                 len(g) if by in ("model", "entry") else None,
+                                 sum(e.size_bytes for e in g)) for name, g in names.items()),
+                          key=lambda g: (-(g.size_bytes or 0), g.name)))
+    unknown: tuple[str, ...] = ("starts, hits, load failures, compile and saved seconds: no recorder ledger in "
+               "this source (install vllm-cache-tools where vLLM runs: its recorder writes "
+               "one); misses count the entries written, each compiled at least once",)
+    if by == "host":
+        unknown += ("host: the cache files do not say which host wrote them",)
+    return StatsReport(inputs.source, inputs.kind, "files", since, by, counters(len(es)),
+                       groups, {}, 0, 0, None, None, 0, len(inputs.entries),
+                       sum(e.size_bytes for e in inputs.entries), len(inputs.entries), (),
+                       unknown, tuple(problems))
+
+
+def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None) -> StatsReport:
+    """Statistics over gathered inputs (see :func:`stats`)."""
+    if by not in GROUPINGS:
+        raise ValueError(f"--by must be one of {', '.join(GROUPINGS)}, not {by!r}")
+    problems = list(inputs.problems)
+    tally = _Tally(since, by == "entry")
+    files, duplicates = _read_all(inputs.ledgers, tally, problems)
+    if not tally.starts:
+        if not inputs.entries and not files:
+            raise ValueError(f"{inputs.source}: no recorder ledger and no cache entry to count")
+        if files:
+            problems.append("the ledgers hold no event" + (" in that time" if since else ""))
+        return _from_files(inputs, by, since, problems)
+    models = inputs.models()
+    times = tally.compile_times()
+    by_start = _start_groups(tally, "host" if by == "entry" else by, models, times)
+    total = _sum(by_start.values())
+    accs = _entry_groups(tally, times) if by == "entry" else by_start
+    events: dict[str, dict[str, int]] = {}
+    for (tree, ev), n in sorted(tally.events.items()):
+        events.setdefault(tree, {})[ev] = n
+    present = {e.key: e for e in inputs.entries}
+    hit = tally.last_hits()
+    never = [UnusedEntry(key, "aot" if len(key) == 64 else "backend", models.get(key),
+                         present[key].size_bytes if key in present else None, t)
+             for key, t in tally.written.items() if hit.get(key, 0.0) < t
+             and (key in present or not inputs.entries)]
+    never.sort(key=lambda u: (-(u.size_bytes or 0), -u.written, u.key))
+    hosts = {st[2] for st in tally.starts.values()}
+    first = min(st[0] for st in tally.starts.values())
+    last = max([first, *hit.values(), *tally.written.values()])
+    return StatsReport(
+        inputs.source, inputs.kind, "ledger", since, by, _counters(total),
+        _groups(by, accs, inputs), events, files, len(hosts), first, last,
+        duplicates, len(inputs.entries), sum(e.size_bytes for e in inputs.entries),
+        sum(1 for e in inputs.entries if e.key not in tally.written and e.key not in hit),
+        tuple(never), (),
+        tuple(problems))
+
+
+def stats(source: str | os.PathLike[str] | None = None, *, by: str = "model",
+          since: float | None = None,
+          storage_options: Mapping[str, Any] | None = None) -> StatsReport:
+    """Hit statistics of a cache root (default: resolved like vLLM), a folder of collected
+    roots/ledgers/manifests, or a remote store URL. ``by``: ``model``, ``host``, ``day``
+    (UTC) or ``entry``. ``since``: only events at or after this Unix time.
+
+    Raises :class:`~vllm_cache_tools.analyze.inputs.InputError` when the source cannot be
+    read and ``ValueError`` for a bad ``by`` or a source with nothing to count."""
+    return stats_of(gather(source, storage_options=storage_options), by=by, since=since)
