@@ -39,7 +39,6 @@ sys.path.insert(0, str(REPO))
 from tests.fleet_support import MotoServer  # noqa: E402
 from tests.realvllm.harness import (  # noqa: E402
     SCENARIOS,
-    copy_root,
     model_lock,
     restore_pristine_sources,
     run_scenario,

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.fleet_support import moto as moto  # noqa: F401  (fixture)
-from tests.fleet_support import s3 as s3  # noqa: F401  (fixture)
+from tests.fleet_support import moto as moto
+from tests.fleet_support import s3 as s3
 from tests.realvllm.harness import (
     ScenarioRun,
     model_lock,
@@ -66,7 +66,7 @@ def test_warm_with_dummy_weights_writes_the_keys_of_real_weights(real_compile: S
 
 
 def test_bundle_through_s3_is_loaded_by_a_real_start_without_compiling(
-        real_compile: ScenarioRun, s3: str, tmp_path: Path) -> None:  # noqa: F811
+        real_compile: ScenarioRun, s3: str, tmp_path: Path) -> None:
     start = real_compile.scenario.starts[0]
     args = start.serve_args()
     src = real_compile.before(1)

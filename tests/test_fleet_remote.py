@@ -12,8 +12,8 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.fleet_support import NO_IMDS, tree_digests
-from tests.fleet_support import moto as moto  # noqa: F401  (fixture)
-from tests.fleet_support import s3 as s3  # noqa: F401  (fixture)
+from tests.fleet_support import moto as moto
+from tests.fleet_support import s3 as s3
 from tests.realvllm.harness import ScenarioRun
 from vllm_cache_tools.fleet import api
 from vllm_cache_tools.fleet.remote import Store
@@ -130,7 +130,7 @@ def test_corrupt_blob_is_refused(real_compile: ScenarioRun, tmp_path: Path) -> N
     assert res.stderr.count("\n") == 1
 
 
-def test_missing_credentials(moto: object, tmp_path: Path) -> None:  # noqa: F811
+def test_missing_credentials(moto: object, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
     env.update(NO_IMDS)
     env["AWS_ENDPOINT_URL"] = moto.endpoint  # type: ignore[attr-defined]

@@ -73,9 +73,9 @@ def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
     keys = unique_prefixes((e.key for e in allv), AOT_MIN_PREFIX)
     rows2 = []
     for e in entries:
-        row = _row(e, keys)
-        row[6] = f"{human_age(e.last_used)} (pushed)"
-        rows2.append(row)
+        cells = _row(e, keys)
+        cells[6] = f"{human_age(e.last_used)} (pushed)"
+        rows2.append(cells)
     lines = render(LS_COLUMNS, rows2, width)
     bold = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
     write(f"{store.url}\n\n")

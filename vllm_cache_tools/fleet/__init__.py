@@ -70,4 +70,7 @@ def __getattr__(name: str) -> Any:
     return getattr(importlib.import_module(f"vllm_cache_tools.fleet.{mod}"), name)
 
 
-__all__ = sorted(_EXPORTS)
+__all__ = ["BundleError", "BundleManifest", "EntryRecord", "FileRecord", "Finding", "FleetError",
+    "HitCheck", "PackResult", "Placement", "PullResult", "PushResult", "PushedEntry", "Refused",
+    "SourceRecord", "StoreEntry", "StoreError", "StorePrune", "UnpackResult", "WarmResult",
+    "WarmedEntry", "pack", "prune_store", "pull", "push", "unpack", "warm"]

@@ -26,7 +26,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO
+from typing import IO, Any, BinaryIO, cast
 
 import zstandard
 
@@ -137,7 +137,8 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
                 return len(b)
 
         cctx = zstandard.ZstdCompressor(level=level, write_checksum=True)
-        with cctx.stream_writer(Sink(), closefd=False, write_size=_BUF) as z, \
+        sink = cast(IO[bytes], Sink())
+        with cctx.stream_writer(sink, closefd=False, write_size=_BUF) as z, \
                 tarfile.open(fileobj=z, mode="w|", format=tarfile.PAX_FORMAT,
                              bufsize=_BUF) as tar:
             tar.addfile(_info(MANIFEST_NAME, len(head)), io.BytesIO(head))

@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from vllm_cache_tools.delete import EntryLocks, RootHandle
 from vllm_cache_tools.fleet.errors import FleetError
@@ -78,7 +78,7 @@ class Staging:
         return (self.vllm_root / COMPILE_CACHE_DIRNAME / STATE_DIRNAME / STAGING_DIRNAME
                 / self.name)
 
-    def write(self, rel: str, src: BinaryIO, rec: FileRecord, chunk: int = 1 << 20,
+    def write(self, rel: str, src: IO[bytes], rec: FileRecord, chunk: int = 1 << 20,
               on_bytes: Callable[[int], None] | None = None) -> None:
         """Copy ``rec.size`` bytes of ``src`` to ``rel`` (a checked relative path), checking
         size and sha256; raises :class:`FleetError` on a mismatch."""

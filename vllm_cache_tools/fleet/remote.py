@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_cache_tools import __version__
-from vllm_cache_tools.fleet.errors import FleetError, Refused, StoreError
+from vllm_cache_tools.fleet.errors import FleetError, StoreError
 from vllm_cache_tools.fleet.records import (
     EntryRecord,
     FileRecord,
@@ -118,7 +118,7 @@ class Store:
         self.url = url.rstrip("/")
         scheme = url.split("://", 1)[0].lower()
         try:
-            from fsspec.core import url_to_fs
+            from fsspec.core import url_to_fs  # type: ignore[import-untyped]
 
             self.fs, self.base = url_to_fs(self.url, **dict(storage_options or {}))
         except ImportError as exc:
@@ -552,8 +552,9 @@ def _mtime(info: Mapping[str, Any]) -> float | None:
         v = info.get(k)
         if isinstance(v, (int, float)):
             return float(v)
-        if hasattr(v, "timestamp"):
-            return float(v.timestamp())
+        stamp = getattr(v, "timestamp", None)
+        if callable(stamp):
+            return float(stamp())
     return None
 
 

@@ -275,7 +275,7 @@ def _link(all_entries: Sequence[Entry], deep: dict[str, Entry], links: dict[str,
     aots = [e for e in all_entries if e.layout == "aot" and e.state in PACKABLE]
     backends = [e for e in all_entries if e.layout == "backend" and e.state in PACKABLE]
     pairs: list[tuple[Entry, Entry]] = []
-    for p, e in list(deep.items()):
+    for e in list(deep.values()):
         if e.layout == "backend":
             cands = [full(a) for a in aots if _same_model_file(e, a)]
             keys = set(linked_aot_entries(e, cands))

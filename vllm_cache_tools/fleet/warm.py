@@ -75,7 +75,7 @@ def warm(vllm_args: Sequence[str], *, root: str | os.PathLike[str] | None = None
     log_path = Path(log) if log is not None else None
     cmd = [exe, str(CHILD), json.dumps({"args": list(vllm_args), "usage": usage})]
     try:
-        with (open(log_path, "wb") if log_path else subprocess_pipe()) as out:  # noqa: SIM115
+        with (open(log_path, "wb") if log_path else subprocess_pipe()) as out:
             proc = subprocess.run(cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT,
                                   timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:

@@ -37,7 +37,7 @@ def main() -> None:
     engine_args, ctx = build_engine_args(req["args"], req.get("usage", "serve"))
     from vllm.v1.engine.llm_engine import LLMEngine
 
-    engine = LLMEngine.from_engine_args(engine_args, usage_context=ctx)  # type: ignore[arg-type]
+    engine = LLMEngine.from_engine_args(engine_args, usage_context=ctx)
     ready = time.time()
     try:
         engine.engine_core.shutdown()
