@@ -95,6 +95,19 @@ def test_every_schema_id_is_versioned_and_distinct() -> None:
         assert re.fullmatch(r"vllm-cache-tools/[a-z-]+/\d+(/[a-z-]+)?", sid), (kind, sid)
 
 
+def test_every_verb_with_json_has_a_schema_id() -> None:
+    """A new verb's --json gets its id in SCHEMAS (and a case in this file)."""
+    import typer.main
+
+    from vllm_cache_tools.cli import build_app
+
+    same_document = {"rm": "prune"}  # rm prints prune's plan document
+    group = typer.main.get_command(build_app())
+    for verb, cmd in group.commands.items():  # type: ignore[attr-defined]
+        if any("--json" in p.opts for p in cmd.params):
+            assert same_document.get(verb, verb) in SCHEMAS, f"{verb} --json has no schema id"
+
+
 def test_ls_and_show(root: Path) -> None:
     doc = cli_json("ls", "ls", "--root", str(root))
     t = doc["totals"]
