@@ -149,12 +149,12 @@ class _Tally:
     def add(self, rows: Sequence[RawRow]) -> None:
         since = self.since
         if since is not None:
-            rows = [r for r in rows if float(r[9]) >= since]
+            rows = [r for r in rows if float(r[10]) >= since]
         self.events.update(map(_TREE_EVENT, rows))
         starts, work, key_work, decisions = self.starts, self.work, self.key_work, self.decisions
         # One string object per host and entry, not one per start (300k starts hold few).
         same = self.strings.setdefault
-        for dyn, ev, host, key, pid, _prefix, _rank, sec, start, t, tree in rows:
+        for dyn, ev, host, key, _manifest, pid, _prefix, _rank, sec, start, t, tree in rows:
             sid = start or host + ":" + pid
             st = starts.get(sid)
             if decisions is not None:
@@ -238,7 +238,7 @@ class _Tally:
         return per_start, {k: v[1] for k, v in latest.items()}, per_decision
 
 
-_TREE_EVENT = itemgetter(10, 1)
+_TREE_EVENT = itemgetter(11, 1)
 
 
 # Per group: [starts, hits, misses, load failures, disabled, compile s, compile unknown,
@@ -423,9 +423,10 @@ def _from_files(inputs: Inputs, by: str, since: float | None, problems: list[str
                                  len(g) if by in ("model", "entry") else None,
                                  sum(e.size_bytes for e in g)) for name, g in names.items()),
                           key=lambda g: (-(g.size_bytes or 0), g.name)))
-    unknown: tuple[str, ...] = ("starts, hits, load failures, compile and saved seconds: no recorder ledger in "
-               "this source (install vllm-cache-tools where vLLM runs: its recorder writes "
-               "one); misses count the entries written, each compiled at least once",)
+    unknown: tuple[str, ...] = (
+        "starts, hits, load failures, compile and saved seconds: no recorder ledger in this "
+        "source (install vllm-cache-tools where vLLM runs: its recorder writes one); misses "
+        "count the entries written, each compiled at least once",)
     if by == "host":
         unknown += ("host: the cache files do not say which host wrote them",)
     return StatsReport(inputs.source, inputs.kind, "files", since, by, counters(len(es)),

@@ -36,6 +36,8 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any] | None]] = {
     "pull": ("pull", "pull", _PASSTHROUGH),
     "prune-remote": ("prune_remote", "prune_remote", None),
     "warm": ("warm", "warm", _PASSTHROUGH),
+    # Fleet insight (vllm_cache_tools/analyze): hit statistics, what splits a model's cache.
+    "stats": ("stats", "stats_cmd", None),
 }
 
 

@@ -33,11 +33,11 @@ anything longer is not read as an event."""
 EVENTS = frozenset({"hit", "miss", "load-failure", "disabled"})
 TREES = frozenset({"aot", "backend"})
 
-RawRow = tuple[str, str, str, str, str, str, str, str, str, str, str]
-"""A row as text, in this order: dynamo_s, event, host, key, pid, prefix, rank, seconds, start,
-time, tree. Strings as they are (no JSON escapes left), numbers as JSON wrote them; ``""``
-for a field the line does not have, ``"null"`` for null. What the fast path hands over
-without making more Python objects than the regex does."""
+RawRow = tuple[str, str, str, str, str, str, str, str, str, str, str, str]
+"""A row as text, in this order: dynamo_s, event, host, key, manifest, pid, prefix, rank,
+seconds, start, time, tree. Strings as they are (no JSON escapes left), numbers as JSON wrote
+them; ``""`` for a field the line does not have, ``"null"`` for null. What the fast path hands
+over without making more Python objects than the regex does."""
 
 
 class LedgerRow(NamedTuple):
@@ -54,6 +54,8 @@ class LedgerRow(NamedTuple):
     rank: str
     prefix: str
     host: str
+    manifest: str | None
+    """The digest of the manifest the recorder wrote for this decision."""
     pid: int | None
     start: str | None
     """The id the recorder shares between the processes of one vLLM start; ``None`` in
@@ -86,7 +88,7 @@ _SECONDS = r"(null|[0-9]{1,9}(?:\.[0-9]+)?(?:e-[0-9]{1,3})?)"
 # the bounds parse_line checks, no escapes to undo): anything else goes the slow way.
 _EVENT = re.compile(
     r'\], (?:"dynamo_s": ' + _SECONDS + r', )?"event": "(hit|miss|load-failure|disabled)", '
-    r'"host": ' + _STR + r', "key": "([0-9a-f]+)", (?:"manifest": (?:"[0-9a-f]*"|null), )?'
+    r'"host": ' + _STR + r', "key": "([0-9a-f]+)", (?:"manifest": (?:"([0-9a-f]{1,64})"|null), )?'
     r'"pid": ([0-9]{1,9}|null), "prefix": ' + _STR + r', "rank": ' + _STR + r', '
     r'(?:"reason": (?:null|"[^"\\\n]*(?:\\.[^"\\\n]*)*"), )?'
     r'(?:"recorder_s": [0-9]{1,9}(?:\.[0-9]+)?(?:e-[0-9]{1,3})?, )?'
@@ -124,14 +126,15 @@ def parse_line(line: str) -> LedgerRow:
     start = extra.get("start")
     if start is not None and not isinstance(start, str):
         raise _Bad("start is not a string")
-    return LedgerRow(e.time, e.event, e.tree, e.key, e.rank, e.prefix, e.host, e.pid,
-                     start or None, e.seconds, _seconds(extra.get("dynamo_s")))
+    return LedgerRow(e.time, e.event, e.tree, e.key, e.rank, e.prefix, e.host,
+                     e.manifest or None, e.pid, start or None, e.seconds,
+                     _seconds(extra.get("dynamo_s")))
 
 
 def to_row(raw: RawRow) -> LedgerRow:
     """A fast-path row as a :class:`LedgerRow` (every number in it is valid as it stands)."""
-    dyn, event, host, key, pid, prefix, rank, seconds, start, t, tree = raw
-    return LedgerRow(float(t), event, tree, key, rank, prefix, host,
+    dyn, event, host, key, manifest, pid, prefix, rank, seconds, start, t, tree = raw
+    return LedgerRow(float(t), event, tree, key, rank, prefix, host, manifest or None,
                      None if pid == "null" else int(pid), start or None,
                      None if seconds == "null" else float(seconds),
                      float(dyn) if dyn else None)
@@ -143,7 +146,7 @@ def to_raw(row: LedgerRow) -> RawRow:
         return "null" if v is None else repr(v)
 
     return ("" if row.dynamo_s is None else repr(row.dynamo_s), row.event, row.host, row.key,
-            "null" if row.pid is None else str(row.pid), row.prefix, row.rank,
+            row.manifest or "", "null" if row.pid is None else str(row.pid), row.prefix, row.rank,
             num(row.seconds), row.start or "", repr(row.time), row.tree)
 
 

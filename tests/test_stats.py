@@ -1,0 +1,220 @@
+"""``stats``: the streaming ledger reader agrees with the ledger reader, starts and outcomes
+are counted as documented, copies of one host's ledger merge without double counting, damaged
+lines are reported, and a source without ledgers says what it cannot count."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+from vllm_cache_tools.analyze.stats import stats
+from vllm_cache_tools.read import ledger_stream as L
+from vllm_cache_tools.read.manifest import read_ledger
+
+SAMPLE = REPO / "examples" / "sample_cache"
+AOT = "a" * 64
+AOT2 = "b" * 64
+BACKEND = "0123456789"
+
+
+def line(**fields: Any) -> str:
+    """A ledger line exactly as the recorder writes one (recorder/hooks.py + write.py)."""
+    event = {"v": 1, "argv": ["vllm", "serve", "m", "--api-key", "<redacted>"],
+             "recorder_s": 0.01, "rank": "rank_0_0", "prefix": "", "manifest": "ab" * 8,
+             **fields}
+    if event.get("tree") == "aot":
+        event.setdefault("reason", None)
+    return json.dumps(event, sort_keys=True, default=repr)
+
+
+def root_with(tmp_path: Path, ledgers: dict[str, list[str]], name: str = "root") -> Path:
+    root = tmp_path / name
+    d = root / "torch_compile_cache" / ".vllm-cache-tools" / "ledger"
+    d.mkdir(parents=True)
+    for host, lines in ledgers.items():
+        (d / f"{host}.jsonl").write_text("".join(x + "\n" for x in lines))
+    return root
+
+
+def start_lines(host: str, start: str | None, t: float, kind: str, tp: int = 1,
+                compile_s: float = 10.0, pid0: int = 100) -> list[str]:
+    out = []
+    for r in range(tp):
+        base: dict[str, Any] = {"host": host, "pid": pid0 + r, "rank": f"rank_{r}_0"}
+        if start:
+            base["start"] = start
+        if kind == "hit":
+            out.append(line(**base, event="hit", tree="aot", key=AOT, seconds=2.0 + r,
+                            time=t + r))
+        elif kind == "miss":
+            out.append(line(**base, event="miss", tree="aot", key=AOT, seconds=0.0001,
+                            time=t + r))
+            out.append(line(**base, event="miss", tree="backend", key=BACKEND,
+                            prefix="backbone", seconds=compile_s + r, dynamo_s=1.0,
+                            time=t + r + 20))
+        elif kind == "load-failure":
+            out.append(line(**base, event="load-failure", tree="aot", key=AOT, seconds=0.5,
+                            time=t + r, reason="Compiling model again due to a load failure"))
+            out.append(line(**base, event="miss", tree="backend", key=BACKEND,
+                            prefix="backbone", seconds=compile_s, dynamo_s=1.0,
+                            time=t + r + 20))
+    return out
+
+
+# ---- the reader ---------------------------------------------------------------------------
+
+REAL_LINES = (SAMPLE / "torch_compile_cache" / ".vllm-cache-tools" / "ledger" /
+              "vm.jsonl").read_text().splitlines()
+
+
+@pytest.mark.parametrize("text", [
+    *REAL_LINES,
+    line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=2.5, time=1.8e9,
+         start="0123abcd"),
+    line(event="miss", tree="backend", key=BACKEND, host="h", pid=1, seconds=1e-05,
+         dynamo_s=0.25, time=1800000000, prefix="eagle_head"),
+    line(event="load-failure", tree="aot", key=AOT, host="pod-a.example", pid=None,
+         seconds=None, time=1.8e9, reason='vLLM said "no" \\ twice'),
+    line(event="disabled", tree="backend", key=BACKEND, host="h", pid=7, seconds=None,
+         time=1.8e9),
+])
+def test_fast_path_reads_like_the_ledger_reader(text: str) -> None:
+    fast = L._EVENT.findall(text + "\n")
+    assert len(fast) == 1
+    slow = L.parse_line(text)
+    assert L.to_row(fast[0]) == slow
+    assert L.to_raw(slow) == fast[0] or L.to_row(L.to_raw(slow)) == slow
+
+
+@pytest.mark.parametrize("text", [
+    line(event="hit", tree="aot", key=AOT, host='h"x', pid=1, seconds=1.0, time=1.8e9),
+    line(event="hit", tree="aot", key=AOT, host="h\\x", pid=1, seconds=1.0, time=1.8e9),
+    line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=1e300, time=1.8e9),
+    line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=1.0, time=1.8e9,
+         extra_field={"nested": [1, 2]}),
+    json.dumps({"time": 1.8e9, "event": "hit", "tree": "aot", "key": AOT, "host": "h"}),
+])
+def test_other_forms_take_the_slow_path_with_the_same_answer(tmp_path: Path,
+                                                               text: str) -> None:
+    root = root_with(tmp_path, {"h": [text]})
+    rows = list(L.read_rows(root / "torch_compile_cache/.vllm-cache-tools/ledger/h.jsonl"))
+    assert rows == [L.parse_line(text)]
+    events, problems = read_ledger(root / "torch_compile_cache")
+    assert len(events) == 1 and not problems
+
+
+@pytest.mark.parametrize("bad", [
+    "{", "[]", "null", '{"time": 1.8e9}', "x" * 70000,
+    line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=-1.0, time=1.8e9),
+    line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=1.0, time=1e300),
+    line(event="hit", tree="aot", key=AOT, host="h", pid=True, seconds=1.0, time=1.8e9),
+    line(event="launch", tree="aot", key=AOT, host="h", pid=1, seconds=1.0, time=1.8e9),
+    line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=1.0, time=1.8e9)[:-9],
+    line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=1.0, time=1.8e9) * 2,
+])
+def test_damaged_lines_are_reported_not_counted(tmp_path: Path, bad: str) -> None:
+    good = start_lines("h", "s1", 1.8e9, "hit")
+    root = root_with(tmp_path, {"h": [good[0], bad, good[0].replace("s1", "s2")]})
+    r = stats(root)
+    assert r.totals.starts == 2 and r.totals.hits == 2
+    assert len(r.problems) == 1 and "h.jsonl line 2" in r.problems[0], r.problems
+    assert "\n" not in r.problems[0] and len(r.problems[0]) < 300
+
+
+def test_chunks_and_an_endless_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(L, "CHUNK_BYTES", 700)
+    lines = [x for i in range(30) for x in start_lines("h", f"s{i}", 1.8e9 + i * 100, "hit")]
+    lines.insert(10, "y" * 3000)
+    root = root_with(tmp_path, {"h": lines})
+    monkeypatch.setattr(L, "MAX_LINE_BYTES", 2000)
+    r = stats(root)
+    assert r.totals.starts == 30 and len(r.problems) == 1 and "line 11" in r.problems[0]
+
+
+# ---- counting -------------------------------------------------------------------------------
+
+def test_starts_outcomes_and_seconds(tmp_path: Path) -> None:
+    t = 1.8e9
+    pod_a = (start_lines("pod-a", "s1", t, "miss", tp=2, compile_s=30.0)
+             + start_lines("pod-a", "s2", t + 100, "hit", tp=2)
+             + start_lines("pod-a", "s3", t + 200, "load-failure", compile_s=40.0))
+    pod_b = (start_lines("pod-b", None, t + 300, "hit", pid0=500)
+             + start_lines("pod-b", None, t + 400, "hit", pid0=600))
+    r = stats(root_with(tmp_path, {"pod-a": pod_a, "pod-b": pod_b}), by="host")
+    c = r.totals
+    assert (c.starts, c.hits, c.misses, c.load_failures) == (5, 3, 1, 1)
+    # s1: workers compiled 31+1 and 30+1 s side by side: the slowest counts; s3: 40+1.
+    assert c.compile_seconds == pytest.approx(32.0 + 41.0)
+    # Each hit credited with the AOT entry's compile time at its latest miss-or-rewrite (s3).
+    assert c.saved_seconds == pytest.approx(3 * 41.0)
+    assert c.load_seconds == pytest.approx(3.0 + 2.0 + 2.0)  # slowest worker of s2
+    assert c.hit_ratio == pytest.approx(3 / 5)
+    assert r.events == {"aot": {"hit": 4, "load-failure": 1, "miss": 2},
+                        "backend": {"miss": 3}}
+    assert {g.name: (g.counters.starts, g.counters.hits) for g in r.groups} == {
+        "pod-a": (3, 1), "pod-b": (2, 2)}
+    assert r.hosts == 2 and r.ledgers == 2 and r.basis == "ledger"
+    e = stats(root_with(tmp_path, {"pod-a": pod_a, "pod-b": pod_b}, "r2"), by="entry")
+    by_key = {g.name: g.counters for g in e.groups}
+    assert (by_key[AOT].hits, by_key[AOT].misses, by_key[AOT].load_failures) == (3, 1, 1)
+    assert by_key[BACKEND].misses == 2
+
+
+def test_since(tmp_path: Path) -> None:
+    lines = [x for i in range(5) for x in start_lines("h", f"s{i}", 1.8e9 + i * 1000, "hit")]
+    r = stats(root_with(tmp_path, {"h": lines}), since=1.8e9 + 2500)
+    assert r.totals.starts == 2
+
+
+def test_copies_of_a_hosts_ledger_are_merged_by_event(tmp_path: Path) -> None:
+    """A folder of collected roots: pod-a's ledger was copied twice (yesterday's shorter copy
+    and today's), pod-b's once: pod-a's events count once."""
+    t = 1.8e9
+    a = [x for i in range(6) for x in start_lines("pod-a", f"a{i}", t + i * 100, "hit")]
+    b = start_lines("pod-b", "b0", t, "miss")
+    collected = tmp_path / "collected"
+    root_with(collected, {"pod-a": a[:4]}, "monday")
+    root_with(collected, {"pod-a": a, "pod-b": b}, "tuesday")
+    loose = collected / "loose"
+    loose.mkdir()
+    (loose / "pod-a-backup.jsonl").write_text("".join(x + "\n" for x in a[2:]))
+    r = stats(collected)
+    assert r.kind == "folder" and r.ledgers == 4
+    assert r.totals.starts == 7 and r.duplicates == 4 + 4
+    assert r.events == {"aot": {"hit": 6, "miss": 1}, "backend": {"miss": 1}}
+
+
+def test_without_a_ledger_only_what_the_files_prove(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(SAMPLE, root)
+    shutil.rmtree(root / "torch_compile_cache" / ".vllm-cache-tools" / "ledger")
+    r = stats(root)
+    assert r.basis == "files" and r.totals.starts is None and r.totals.hits is None
+    assert r.totals.misses == 4 == r.entries and r.unknown
+    res = run_cli("stats", "--root", str(root))
+    assert res.returncode == 0 and "only what the cache" in res.stdout
+
+
+def test_cli_json_shape(tmp_path: Path) -> None:
+    res = run_cli("stats", "--root", str(SAMPLE), "--json")
+    assert res.returncode == 0, res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "vllm-cache-tools/stats/1"
+    assert set(doc) >= {"root", "totals", "groups"}
+    assert set(doc["totals"]) >= {"starts", "hits", "misses", "load_failures",
+                                  "compile_seconds", "saved_seconds"}
+    assert doc["totals"]["starts"] == 3 and doc["totals"]["hits"] == 1
+    g = doc["groups"][0]
+    assert g["by"] == "model" and set(g) >= set(doc["totals"]) | {"name"}
+    for by in ("host", "day", "entry"):
+        res = run_cli("stats", str(SAMPLE), "--by", by, "--json")
+        assert json.loads(res.stdout)["groups"][0]["by"] == by
+    for args in (["--by", "week"], ["--since", "soon"], [str(tmp_path / "nope")]):
+        res = run_cli("stats", "--root", str(SAMPLE), *args) if args[0].startswith("-") \
+            else run_cli("stats", *args)
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
