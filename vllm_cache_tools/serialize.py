@@ -32,6 +32,7 @@ SCHEMAS: dict[str, str] = {
     "verify": f"{_PREFIX}/verify/1",
     "audit": f"{_PREFIX}/audit/1",
     "stats": f"{_PREFIX}/stats/1",
+    "drift": f"{_PREFIX}/drift/1",
     "diff-graph": f"{_PREFIX}/diff-graph/1",
     "pack": f"{_PREFIX}/pack/1", "unpack": f"{_PREFIX}/unpack/1", "push": f"{_PREFIX}/push/1",
     "pull": f"{_PREFIX}/pull/1", "warm": f"{_PREFIX}/warm/1",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import asdict
 from typing import Any
 
+from vllm_cache_tools.analyze.drift import DriftReport, Factor
 from vllm_cache_tools.analyze.stats import Counters, StatsReport
 from vllm_cache_tools.serialize import iso, with_schema
 
@@ -40,5 +41,25 @@ def stats_document(r: StatsReport) -> dict[str, Any]:
                        "size_bytes": u.size_bytes, "written": iso(u.written)}
                       for u in r.never_hit],
         "unknown": list(r.unknown),
+        "problems": list(r.problems),
+    })
+
+
+def factor_json(f: Factor) -> dict[str, Any]:
+    return {"component": f.component, "item": f.item, "values": dict(f.values),
+            "entries": f.entries, "entries_by_tree": dict(f.entries_by_tree),
+            "in_key": f.in_key, "class": f.kind, "fix": f.fix,
+            "wasted_bytes": f.wasted_bytes, "wasted_seconds": f.wasted_seconds,
+            "wasted_starts": f.wasted_starts}
+
+
+def drift_document(r: DriftReport) -> dict[str, Any]:
+    return with_schema("drift", {
+        "root": r.source,
+        "source_kind": r.kind,
+        "basis": r.basis,
+        "models": [{"model": m.model, "starts": m.starts, "entries": m.entries,
+                    "size_bytes": m.size_bytes,
+                    "factors": [factor_json(f) for f in m.factors]} for m in r.models],
         "problems": list(r.problems),
     })

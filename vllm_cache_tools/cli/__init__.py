@@ -38,6 +38,7 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any] | None]] = {
     "warm": ("warm", "warm", _PASSTHROUGH),
     # Fleet insight (vllm_cache_tools/analyze): hit statistics, what splits a model's cache.
     "stats": ("stats", "stats_cmd", None),
+    "drift": ("drift", "drift_cmd", None),
 }
 
 
