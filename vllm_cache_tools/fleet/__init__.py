@@ -11,7 +11,7 @@ Public API (typed; the same records the CLI prints)::
     pull("s3://bucket/vllm", root="/pod-cache", vllm_args=[...], if_hit=True)  # PullResult
     warm(["/models/m", "--max-model-len", "4096"], root="/cache")    # WarmResult
 
-Modules: :mod:`.records` (what a bundle or store says about an entry), :mod:`.select`
+Modules: :mod:`.records` (what a bundle or store says about an entry), :mod:`.selection`
 (which entries go, linked by proof), :mod:`.bundle` (the .tar.zst format), :mod:`.place`
 (staging and atomic placing under the entry lock), :mod:`.checks` (compatibility,
 relocation, the hit check via predict), :mod:`.remote` (fsspec stores), :mod:`.warm`,

@@ -29,7 +29,7 @@ from vllm_cache_tools.fleet.remote import (
     with_linked,
 )
 from vllm_cache_tools.fleet.remote import push as _push
-from vllm_cache_tools.fleet.select import select
+from vllm_cache_tools.fleet.selection import select
 from vllm_cache_tools.locate import CacheRoot, resolve_root
 
 BytesProgress = Callable[[int, int], None]

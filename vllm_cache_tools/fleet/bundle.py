@@ -41,7 +41,7 @@ from vllm_cache_tools.fleet.records import (
     manifest_from_json,
     manifest_json,
 )
-from vllm_cache_tools.fleet.select import LocalFile, Selection
+from vllm_cache_tools.fleet.selection import LocalFile, Selection
 from vllm_cache_tools.read.noatime import open_noatime
 
 DEFAULT_LEVEL = 3

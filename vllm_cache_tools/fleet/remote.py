@@ -342,7 +342,7 @@ def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
     """Push entries (and their linked partners, manifests, snapshots) to the store at
     ``url``. ``progress(done_bytes, total_bytes)`` is called as blobs go."""
     from vllm_cache_tools.fleet.host import host_facts
-    from vllm_cache_tools.fleet.select import select
+    from vllm_cache_tools.fleet.selection import select
 
     t0 = time.perf_counter()
     sel = select(root, refs, model=model, filter_expr=filter_expr)

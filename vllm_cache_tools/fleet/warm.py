@@ -73,7 +73,9 @@ def warm(vllm_args: Sequence[str], *, root: str | os.PathLike[str] | None = None
     before = _snapshot(croot.vllm_root)
     exe = python or sys.executable
     log_path = Path(log) if log is not None else None
-    cmd = [exe, str(CHILD), json.dumps({"args": list(vllm_args), "usage": usage})]
+    # Given as -c, not by path: a script's folder goes first on sys.path, and this package's
+    # module names would shadow the standard library's in vLLM's process.
+    cmd = [exe, "-c", CHILD.read_text(), json.dumps({"args": list(vllm_args), "usage": usage})]
     try:
         with (open(log_path, "wb") if log_path else subprocess_pipe()) as out:
             proc = subprocess.run(cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT,

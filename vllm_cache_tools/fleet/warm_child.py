@@ -1,5 +1,6 @@
-"""Run by ``vllm-cache warm`` with the interpreter of the user's vLLM environment (by path:
-this package need not be installed there; standard library and vLLM only).
+"""Run by ``vllm-cache warm`` with the interpreter of the user's vLLM environment (its
+source passed with ``-c``: this package need not be installed there; standard library and
+vLLM only).
 
 Builds vLLM's engine for ``vllm serve`` arguments (or the ``LLM`` class's, ``usage=llm``)
 with ``--load-format dummy`` appended, so no weights are read: vLLM 0.32's ``LoadConfig``
