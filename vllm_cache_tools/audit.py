@@ -29,6 +29,8 @@ class Finding:
     old_command: tuple[str, ...]
     new_command: tuple[str, ...]
     verdict: str = "possible false hit"
+    """``possible false hit``, or ``ignored by vLLM`` for a ``VLLM_*`` variable vLLM declares
+    and leaves out of its env hash on purpose (ports, hosts, logging, paths)."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,14 @@ class AuditReport:
     reused: int
     """Entries with at least two distinct manifests for one rank/prefix."""
     findings: tuple[Finding, ...]
+
+    @property
+    def possible_false_hits(self) -> tuple[Finding, ...]:
+        return tuple(f for f in self.findings if f.verdict == "possible false hit")
+
+
+PROCESS_ENV = "process_env"
+"""Manifest field: every ``VLLM_*`` variable of the start's process (recorder)."""
 
 
 def _dict_changes(prefix: str, old: Any, new: Any) -> list[tuple[str, Any, Any]]:
@@ -53,6 +63,9 @@ def manifest_changes(a: Manifest, b: Manifest) -> list[tuple[str, Any, Any]]:
     itself (command line, host, pid, times) and vLLM's runtime bookkeeping."""
     out = field_changes(a.config, b.config, hashed_only=False)
     out += _dict_changes("env", a.env, b.env)
+    pa, pb = a.data.get(PROCESS_ENV), b.data.get(PROCESS_ENV)
+    if isinstance(pa, dict) and isinstance(pb, dict):  # both recorders kept every VLLM_*
+        out += [c for c in _dict_changes("env", pa, pb) if c[0][4:] not in a.env]
     out += _dict_changes("versions", a.data.get("versions"), b.data.get("versions"))
     ia, ib = a.inductor or {}, b.inductor or {}
     out += _dict_changes("inductor", ia.get("inductor_config"), ib.get("inductor_config"))
@@ -64,6 +77,17 @@ def manifest_changes(a: Manifest, b: Manifest) -> list[tuple[str, Any, Any]]:
     out += [(f"traced_file:{p}", fa.get(p), fb.get(p)) for p in sorted(set(fa) | set(fb))
             if fa.get(p) != fb.get(p)]
     return out
+
+
+def verdict(item: str, a: Manifest, b: Manifest) -> str:
+    """A variable vLLM declares but keeps out of its env hash was left out on purpose;
+    anything else that changed under one key is a possible false hit (an undeclared
+    ``VLLM_*`` variable, a config field compute_hash leaves out, an option, a source)."""
+    if item.startswith("env.") and item[4:] not in a.env:
+        names = {n for m in (a, b) for n in (m.data.get("undeclared_env") or [])}
+        if item[4:] not in names:
+            return "ignored by vLLM"
+    return "possible false hit"
 
 
 def audit_entry(e: Entry) -> list[Finding]:
@@ -78,7 +102,8 @@ def audit_entry(e: Entry) -> list[Finding]:
                 out.append(Finding(
                     e.layout, e.key, rank, prefix, item, old, new, first.digest, later.digest,
                     tuple(first.data.get("command_line") or ()),
-                    tuple(later.data.get("command_line") or ())))
+                    tuple(later.data.get("command_line") or ()),
+                    verdict(item, first, later)))
     return out
 
 

@@ -48,6 +48,13 @@ class Explanation:
         and, when some differences stayed unexplained, that the explanation is partial."""
         if self.same_key and not self.causes and not self.unexplained:
             return "same key: vLLM would reuse this entry"
+        if self.same_key and self.causes and all(c.component == UNHASHED
+                                                 for c in self.causes):
+            named = "; ".join(f"{c.item} {show_value(c.old)} -> {show_value(c.new)}"
+                              for c in self.causes[:HEADLINE_CAUSES])
+            more = len(self.causes) - HEADLINE_CAUSES
+            return (f"same key: vLLM cannot see this change ({named}"
+                    + (f"; +{more} more" if more > 0 else "") + ")")
         gaps = _gaps(self.unexplained)
         if not self.causes:
             return f"recompiled; {gaps}" if gaps else "recompiled"
@@ -58,6 +65,8 @@ class Explanation:
 
 
 HEADLINE_CAUSES = 2
+UNHASHED = "unhashed"
+"""Cause component: a recorded factor that differs between starts vLLM gave one key."""
 _LABEL = {"code": "source"}
 _HASHED = ("env", "config", "code", "compiler")
 
@@ -361,12 +370,32 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
         unexplained.append(Unexplained("layout", f"{a.layout} vs {b.layout}",
                                        "compare entries of the same tree"))
     if same and not causes:
+        causes += unhashed_causes(a)
+    if same and not causes:
         notes.append("same key")
     causes.sort(key=_rank)
     return Explanation(a.key, b.key, same, tuple(causes), tuple(unexplained), tuple(notes))
 
 
 _ORDER = ("env", "config", "code", "compiler", "model")
+
+
+def unhashed_causes(e: Entry) -> list[Cause]:
+    """What the starts that reused ``e`` recorded differently (the oldest and the newest
+    manifest of one rank/prefix): factors vLLM's key does not see."""
+    from vllm_cache_tools.audit import manifest_changes, verdict
+
+    groups: dict[tuple[str, str], list[Manifest]] = {}
+    for m in e.manifests:
+        groups.setdefault((m.rank, m.prefix), []).append(m)
+    ms = max(groups.values(), key=len, default=[])
+    if len(ms) < 2:
+        return []
+    first, last = ms[0], ms[-1]
+    causes = [Cause(UNHASHED, item, old, new, "recorder manifests of starts that reused "
+                    "this entry", verdict(item, first, last))
+              for item, old, new in manifest_changes(first, last)]
+    return sorted(causes, key=lambda c: c.detail != "possible false hit")
 
 
 def _rank(c: Cause) -> int:

@@ -31,16 +31,22 @@ def _render(r: AuditReport, keys: dict[str, str]) -> None:
     if not r.with_manifests:
         w("no manifests: install vllm-cache-tools in vLLM's environment (the recorder plugin "
           "is on by default) and start vLLM\n")
-    if not r.findings:
+    possible = r.possible_false_hits
+    if not possible:
         w("no possible false hits\n")
-        return
-    w(f"{len(r.findings)} possible false hit(s): changed between starts that reused the "
-      "same entry, but not part of vLLM's key\n")
-    for f in r.findings:
-        key = keys.get(f.key, f.key)
-        where = f"{f.rank}/{f.prefix}" if f.prefix else f.rank
-        w(f"  {f.layout:<8} {key:<12} {where:<18} {f.item}: {_short(f.old)} -> "
-          f"{_short(f.new)}  (manifests {f.old_manifest} -> {f.new_manifest})\n")
+    else:
+        w(f"{len(possible)} possible false hit(s): changed between starts that reused the "
+          "same entry, but not part of vLLM's key\n")
+    ignored = [f for f in r.findings if f not in possible]
+    for title, group in (("", possible), ("ignored by vLLM on purpose (declared VLLM_* "
+                                          "variables outside its env hash):", ignored)):
+        if title and group:
+            w(title + "\n")
+        for f in group:
+            key = keys.get(f.key, f.key)
+            where = f"{f.rank}/{f.prefix}" if f.prefix else f.rank
+            w(f"  {f.layout:<8} {key:<12} {where:<18} {f.item}: {_short(f.old)} -> "
+              f"{_short(f.new)}  (manifests {f.old_manifest} -> {f.new_manifest})\n")
 
 
 def audit_cmd(
@@ -66,4 +72,4 @@ def audit_cmd(
             "findings": [asdict(f) for f in report.findings]}))
     else:
         _render(report, unique_prefixes((e.key for e in info.entries), AOT_MIN_PREFIX))
-    raise typer.Exit(1 if report.findings else 0)
+    raise typer.Exit(1 if report.possible_false_hits else 0)

@@ -38,9 +38,15 @@ def pack(
     same bytes (sorted members, fixed times and owners). Entries that are partial, corrupt or
     unreadable are refused (exit 1).
     Exit status: 0 packed, 1 refused, 2 usage or I/O error."""
+    import sys
+
     from vllm_cache_tools.fleet.api import pack as do_pack
     from vllm_cache_tools.fleet.views import pack_document
 
+    if str(output) == "-" and sys.stdout.isatty():
+        from vllm_cache_tools.cli.common import fail
+
+        fail("give -o FILE (or redirect stdout): a bundle is binary")
     with byte_bar("packing", not json_out and str(output) != "-") as bar:
         r = run(lambda: do_pack(refs or [], output, root=root, model=model,
                                 filter_expr=filter_expr, level=level, progress=bar))

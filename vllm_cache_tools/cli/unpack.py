@@ -26,7 +26,7 @@ from vllm_cache_tools.cli.ls import RootOpt
 
 def unpack(
     ctx: typer.Context,
-    bundle: Annotated[Path, typer.Argument(help="The bundle (.tar.zst; - for stdin).",
+    bundle: Annotated[Path, typer.Argument(help="The bundle (.tar.zst).",
                                            show_default=False)],
     root: RootOpt = None,
     force: Annotated[bool, typer.Option(

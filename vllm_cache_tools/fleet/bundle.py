@@ -169,8 +169,7 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
 @contextmanager
 def _open_tar(path: Path) -> Iterator[tarfile.TarFile]:
     try:
-        f: BinaryIO = open(path, "rb") if str(path) != "-" else os.fdopen(  # noqa: SIM115
-            os.dup(0), "rb")
+        f: BinaryIO = open(path, "rb")  # noqa: SIM115
     except OSError as exc:
         raise BundleError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:

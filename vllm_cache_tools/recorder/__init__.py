@@ -12,6 +12,11 @@ import re
 import sys
 
 ENV_VAR = "VLLM_CACHE_TOOLS_RECORD"
+START_ENV = "VCT_START_ID"
+"""One id per vLLM start, set by the first process of the start that loads this plugin and
+inherited by the processes it spawns (engine core, workers): ledger events carry it, so
+statistics count a tensor-parallel start once. Not named ``VLLM_*``: vLLM warns about (or,
+with ``--fail-on-environ-validation``, refuses) every ``VLLM_*`` variable it does not know."""
 SUPPORTED = ((0, 15), (0, 33))
 """vLLM minor versions whose hook points (see :mod:`.hooks`) are known; others: no manifest."""
 
@@ -33,6 +38,8 @@ def register() -> None:
     try:
         if not enabled():
             return
+        if not os.environ.get(START_ENV):
+            os.environ[START_ENV] = os.urandom(8).hex()
         vllm = sys.modules.get("vllm")
         version = str(getattr(vllm, "__version__", "")) if vllm is not None else ""
         if not version:

@@ -11,10 +11,12 @@ import time
 from typing import Any
 
 from vllm_cache_tools import redaction
-from vllm_cache_tools.live.probe import _jsonable, config_parts
+from vllm_cache_tools.live.probe import SUB_CONFIGS, _jsonable, config_parts
 from vllm_cache_tools.recorder.layout import RUNTIME_FIELDS, SCHEMA
 
 REDACTED = redaction.REDACTED
+OWN_ENV = "VLLM_CACHE_TOOLS_"
+"""This tool's switches: not vLLM's, never part of a start's record."""
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -65,6 +67,67 @@ def _without_runtime(parts: dict[str, Any]) -> dict[str, Any]:
     return parts
 
 
+def process_env(environ: Any = None) -> dict[str, Any]:
+    """Every ``VLLM_*`` variable of this process, declared by vLLM or not (undeclared ones
+    never reach its key), secrets redacted; this tool's own switches left out."""
+    env = os.environ if environ is None else environ
+    return redaction.redact_env({k: env[k] for k in sorted(env)
+                                 if k.startswith("VLLM_") and not k.startswith(OWN_ENV)})
+
+
+def undeclared_env(names: Any) -> list[str]:
+    """Of ``names``, those vLLM's ``envs`` does not declare."""
+    try:
+        from vllm import envs
+
+        declared = envs.environment_variables
+    except Exception:
+        return []
+    return sorted(n for n in names if n not in declared)
+
+
+def unhashed_fields(vllm_config: Any) -> dict[str, list[str]]:
+    """Per sub-config, the fields its ``compute_hash`` leaves out, where the version builds
+    that hash with ``get_hash_factors(config, ignored)``: read by running ``compute_hash``
+    once with that function wrapped where it is looked up (``vllm.config.utils``, imported
+    inside ``compute_hash``, and the config's own module); results pass through unchanged.
+    Sub-configs that list their factors by hand are absent: for them only a change of their
+    hash tells."""
+    import dataclasses
+
+    utils = sys.modules.get("vllm.config.utils")
+    out: dict[str, list[str]] = {}
+    for name in SUB_CONFIGS:
+        cfg: Any = getattr(vllm_config, name, None)
+        compute = getattr(cfg, "compute_hash", None)
+        if cfg is None or compute is None or not dataclasses.is_dataclass(cfg):
+            continue
+        mods: list[Any] = [m for m in {id(m): m for m in (
+            utils, sys.modules.get(type(cfg).__module__)) if m is not None}.values()
+            if hasattr(m, "get_hash_factors")]
+        seen: list[set[str]] = []
+        saved = [(m, m.get_hash_factors) for m in mods]
+        for m, orig in saved:
+            def spy(config: Any, *args: Any, _orig: Any = orig, _cfg: Any = cfg,
+                    _seen: list[set[str]] = seen, **kwargs: Any) -> Any:
+                result = _orig(config, *args, **kwargs)
+                if config is _cfg and isinstance(result, dict):
+                    _seen.append(set(result))
+                return result
+
+            m.get_hash_factors = spy
+        try:
+            compute()
+        except Exception:
+            continue
+        finally:
+            for m, orig in saved:
+                m.get_hash_factors = orig
+        if seen:
+            out[name] = sorted(f.name for f in dataclasses.fields(cfg) if f.name not in seen[0])
+    return out
+
+
 def base_manifest(vllm_config: Any, tree: str, key: str, rank: str, prefix: str) -> dict[str, Any]:
     """The parts every manifest has."""
     from vllm import envs
@@ -74,6 +137,7 @@ def base_manifest(vllm_config: Any, tree: str, key: str, rank: str, prefix: str)
         env = redaction.redact_env(_jsonable(envs.compile_factors()))
     except Exception:
         env = None  # versions without compile_factors
+    proc_env = process_env()
     return {
         "schema": SCHEMA,
         "tree": tree, "key": key, "rank": rank, "prefix": prefix,
@@ -81,6 +145,11 @@ def base_manifest(vllm_config: Any, tree: str, key: str, rank: str, prefix: str)
         "env": env,
         "config_hash": vllm_config.compute_hash(),
         "config": _without_runtime(config_parts(vllm_config)),
+        # What vLLM's key does not see (issue 15): every VLLM_* variable, and the config
+        # fields compute_hash leaves out.
+        "process_env": proc_env,
+        "undeclared_env": undeclared_env(proc_env),
+        "unhashed_fields": unhashed_fields(vllm_config),
         "model": redaction.redact_value(None, model_info(vllm_config)),
         "command_line": redact_argv(list(sys.argv)),
         "host": socket.gethostname(),

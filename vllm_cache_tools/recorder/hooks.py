@@ -30,7 +30,7 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from vllm_cache_tools.recorder import capture, safeio, write
+from vllm_cache_tools.recorder import START_ENV, capture, safeio, write
 
 SPENT = [0.0]
 """Seconds this process spent in the recorder (reported in ledger events)."""
@@ -61,6 +61,7 @@ def _event(compile_cache: str, t0: float, **fields: Any) -> None:
     """Append one ledger event; ``recorder_s`` counts the recording in flight (since ``t0``)."""
     write.append_event(compile_cache, {
         "v": 1, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
+        **({"start": sid} if (sid := os.environ.get(START_ENV)) else {}),
         "argv": capture.redact_argv(list(sys.argv)),
         "recorder_s": round(SPENT[0] + time.perf_counter() - t0, 6), **fields})
 

@@ -1,0 +1,72 @@
+"""What vLLM's key does not see: the recorder keeps every ``VLLM_*`` variable and the config
+fields compute_hash leaves out; ``audit`` names them as possible false hits (or as ignored by
+vLLM on purpose), ``explain`` says "same key: vLLM cannot see this change"."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import run_cli
+from vllm_cache_tools.explain import explain
+from vllm_cache_tools.recorder import capture
+from vllm_cache_tools.recorder.write import write_manifest
+
+KEY = "c" * 64
+
+
+def _manifest(flag: str | None, ip: str, seed: int) -> dict[str, Any]:
+    proc = {"VLLM_HOST_IP": ip, "VLLM_CACHE_ROOT": "/cache"}
+    if flag is not None:
+        proc["VLLM_MY_FLAG"] = flag
+    return {"schema": 1, "tree": "aot", "key": KEY, "rank": "rank_0_0", "prefix": "",
+            "env": {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": False},
+            "process_env": proc, "undeclared_env": ["VLLM_MY_FLAG"] if flag else [],
+            "unhashed_fields": {"model_config": ["seed"]},
+            "config": {"model_config": {"hash": "m" * 64, "fields": {"seed": seed}}},
+            "versions": {"vllm": "0.32.0"}, "model": {"model": "org/m"},
+            "command_line": ["vllm", "serve", "org/m"], "host": "h", "pid": 1,
+            "created": 1.8e9 + seed}
+
+
+def _root(tmp_path: Path) -> Path:
+    root = tmp_path / "root"
+    cc = root / "torch_compile_cache"
+    d = cc / "torch_aot_compile" / KEY / "rank_0_0"
+    d.mkdir(parents=True)
+    (d / "model").write_bytes(b"x")
+    write_manifest(str(d), _manifest(None, "10.0.0.1", 0), base=str(cc))
+    write_manifest(str(d), _manifest("1", "10.0.0.2", 7), base=str(cc))
+    return root
+
+
+def test_process_env_keeps_every_vllm_variable_redacted() -> None:
+    env = {"VLLM_HOST_IP": "10.0.0.1", "VLLM_NOT_DECLARED": "x", "VLLM_API_KEY": "sk-123",
+           "VLLM_CACHE_TOOLS_RECORD": "1", "HF_TOKEN": "hf_abc", "PATH": "/bin"}
+    out = capture.process_env(env)
+    assert set(out) == {"VLLM_HOST_IP", "VLLM_NOT_DECLARED", "VLLM_API_KEY"}
+    assert out["VLLM_NOT_DECLARED"] == "x" and "sk-123" not in json.dumps(out)
+
+
+def test_audit_names_the_unhashed_factor(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    res = run_cli("audit", "--root", str(root), "--json")
+    assert res.returncode == 1, res.stderr
+    found = {f["item"]: f["verdict"] for f in json.loads(res.stdout)["findings"]}
+    assert found == {"env.VLLM_MY_FLAG": "possible false hit",
+                     "model_config.seed": "possible false hit",
+                     "env.VLLM_HOST_IP": "ignored by vLLM"}
+    text = run_cli("audit", "--root", str(root)).stdout
+    assert "2 possible false hit(s)" in text and "env.VLLM_MY_FLAG" in text
+    assert text.index("ignored by vLLM") < text.index("env.VLLM_HOST_IP")
+
+
+def test_explain_same_key_unhashed(tmp_path: Path) -> None:
+    root = _root(tmp_path)
+    x = explain(KEY[:16], KEY[:16], root=root)
+    assert x.same_key
+    assert x.headline.startswith("same key: vLLM cannot see this change (")
+    assert "VLLM_MY_FLAG" in x.headline or "seed" in x.headline
+    assert {c.item for c in x.causes} == {"env.VLLM_MY_FLAG", "model_config.seed",
+                                          "env.VLLM_HOST_IP"}
