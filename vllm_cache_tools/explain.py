@@ -23,6 +23,7 @@ from vllm_cache_tools.manifestdiff import (
 from vllm_cache_tools.model import Cause, Entry
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.read.manifest import Manifest
+from vllm_cache_tools.redaction import same_value
 
 
 @dataclass(frozen=True)
@@ -114,7 +115,7 @@ def _gaps(unexplained: Sequence[Unexplained]) -> str:
 
 def env_causes(old: dict[str, Any], new: dict[str, Any], evidence: str) -> list[Cause]:
     return [Cause("env", k, old.get(k), new.get(k), evidence)
-            for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+            for k in sorted(set(old) | set(new)) if not same_value(k, old.get(k), new.get(k))]
 
 
 def source_causes(old: AotModelInfo, new: AotModelInfo, evidence: str,

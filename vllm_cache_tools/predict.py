@@ -29,6 +29,7 @@ from vllm_cache_tools.probing import PredictError, ProbeRun, Progress, module_fi
 from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifests
+from vllm_cache_tools.redaction import same_value
 from vllm_cache_tools.store import read_backend_entry, scan
 
 VLLM_COMPILE = 3
@@ -164,7 +165,7 @@ def _diff_reasons(e: Entry, parts: dict[str, Any]) -> list[Cause]:
     out: list[Cause] = []
     old_env, new_env = f.env or {}, parts["env"]
     for k in sorted(set(old_env) | set(new_env)):
-        if old_env.get(k) != new_env.get(k):
+        if not same_value(k, old_env.get(k), new_env.get(k)):  # the probe's are redacted
             out.append(Cause("env", k, old_env.get(k), new_env.get(k), ev))
     if f.config_hash != parts["config_hash"]:
         out.append(Cause("config", "config_hash", f.config_hash, parts["config_hash"], ev,

@@ -480,12 +480,15 @@ _AUTH_SCHEME = re.compile(r"\b(?P<scheme>[Bb]earer)\s+"
                           r"(?P<cred>(?!<redacted)[A-Za-z0-9._~+/=:-]{8,})")
 _ASSIGN = re.compile(
     r"(?P<q>['\"]?)(?P<name>(?:--?)?[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)"
-    r"(?P<sep>[ \t]*[:=][ \t]*|[ \t]+(?=['\"{\[])|['\"]?,[ \t]*(?=['\"]))")
-"""A name followed by ``=``, ``:``, a space before a quoted or bracketed value, or (a
-command line printed as a list) ``', '``."""
+    r"(?P<sep>[ \t]*[:=][ \t]*|[ \t]+(?=['\"{\[])|['\"]?,[ \t]*(?=['\"{\[])"
+    r"|[ \t]+(?:changed[ \t]+from|changed|from)[ \t]+"
+    r"(?=(?:'[^'\n]*'|\"[^\"\n]*\"|[{\[(][^\n]*?[}\])]|\S+)[ \t]*->))")
+"""A name followed by ``=``, ``:``, a space before a quoted or bracketed value, ``', '`` (a
+command line printed as a list, a ``(name, value)`` pair), or ``changed`` before ``A -> B``."""
 _FLAG_SPACE = re.compile(r"(?<![\w-])(?P<q>)(?P<name>--?[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>[ \t]+)"
                          r"(?=[^\s-])")
 _ARROW = re.compile(r"[ \t]*->[ \t]*")
+_NEXT_WORD = re.compile(r"(?:['\"]?,[ \t]*|[ \t]+)(?=['\"]?[^\s'\"-])")
 _PLAIN = frozenset({"None", "null", "True", "False", "true", "false", "-", "<unset>"})
 _UNQUOTED_END = re.compile(r"[\s,;'\"}\])&]")
 _AUTH_WORDS = frozenset({"bearer", "basic", "digest", "token"})
@@ -558,9 +561,10 @@ def _redact_assignments(text: str, pattern: re.Pattern[str]) -> str:
         name = m.group("name")
         bare = name.lstrip("-")
         flag, sep = name.startswith("-"), m.group("sep").strip()
+        pair = m.group("q") and text[max(0, m.start() - 1):m.start()] == "("
         if not (is_secret_name(bare) or (flag and _secret_flag(name))) or (
                 flag and not sep and _flag_kind(name, FLAG_KINDS) == "bool") or (
-                "," in sep and not flag):  # a list of names, not a name and its value
+                "," in sep and not flag and not pair):  # names listed, not a name and value
             i = m.start() + max(1, len(m.group("q")) + len(name))
             continue
         start = m.end()
@@ -572,8 +576,9 @@ def _redact_assignments(text: str, pattern: re.Pattern[str]) -> str:
         out.append(text[pos:start])
         out.append(_hide(text[start:end], json_context))
         pos = end
-        while True:  # "HF_TOKEN: 'a' -> 'b'": every value of the change
-            a = _ARROW.match(text, pos)
+        more = _ARROW if not (flag and _flag_kind(name, FLAG_KINDS) == "multi") else _NEXT_WORD
+        while True:  # "HF_TOKEN: 'a' -> 'b'", "--api-key k1 k2": every value
+            a = more.match(text, pos)
             if a is None:
                 break
             vend = _value_end(text, a.end())

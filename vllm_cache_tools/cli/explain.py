@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.common import console, fail, print_json
+from vllm_cache_tools.cli.common import console, fail, print_json, redact_record
 from vllm_cache_tools.cli.log import _parse_ref, _pick, _starts_of
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.explain import (
@@ -58,6 +58,7 @@ def explain(
         fail("give two entries (or, with --logs, two log files) to compare")
     else:
         x = _from_logs(refs[0], refs[1]) if logs else _from_entries(refs[0], refs[1], root)
+    x = redact_record(x)  # secrets hidden in causes, and in the headline made from them
     if json_out:
         print_json(with_schema("explain", explanation_json(x)))
     else:

@@ -13,7 +13,7 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.common import fail, warn
+from vllm_cache_tools.cli.common import fail, warn, write_out
 from vllm_cache_tools.logsummary import (
     COMPONENTS,
     SavingsIndex,
@@ -117,7 +117,7 @@ def _summaries(stream: LogStream, on_start: Callable[[StartLog], None] | None = 
 
 
 def _summary_json(stream: LogStream, names: list[str]) -> None:
-    out = sys.stdout.write
+    out = write_out  # secrets hidden
     out('{"schema": ' + json.dumps(SCHEMA) + ', "inputs": ' + json.dumps(names)
         + ', "starts": [')
     first = True
@@ -159,7 +159,7 @@ def _summary_text(stream: LogStream, names: list[str]) -> None:
 
 
 def _p(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
+    write_out(line + "\n")
 
 
 def _kv(key: str, value: object) -> None:
@@ -260,7 +260,7 @@ def _time_detail(s: StartSummary, kind: str) -> str:
 
 def _traced(stream: LogStream, json_out: bool) -> None:
     if json_out:
-        out = sys.stdout.write
+        out = write_out  # secrets hidden
         out('{"schema": ' + json.dumps(SCHEMA + "/traced") + ', "starts": [')
         for i, st in enumerate(stream):
             out(("\n" if i == 0 else ",\n") + json.dumps(traced_json(st)))
@@ -358,7 +358,7 @@ def _compare(old_ref: str, new_ref: str, json_out: bool, accelerate: bool) -> No
            + shlex.quote(f"{np_}@{new.index}"))
     if json_out:
         payload = with_schema("log-compare", comparison_json(cmp, cmd))
-        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+        write_out(json.dumps(payload, indent=2) + "\n")
         return
     _render_compare(cmp, old, new)
     _p("factor-level comparison; the config field or source line behind each change: "

@@ -6,7 +6,14 @@ from typing import Annotated, Any
 
 import typer
 
-from vllm_cache_tools.cli.common import console, fail, human_age, human_size, print_json
+from vllm_cache_tools.cli.common import (
+    console,
+    fail,
+    human_age,
+    human_size,
+    print_json,
+    redact_json,
+)
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.link import same_source_aot_keys
 from vllm_cache_tools.locate import COMPILE_CACHE_DIRNAME
@@ -44,6 +51,8 @@ def show(
         siblings = scan(path.parent, check_in_use=False).entries if path.parent.name == \
             COMPILE_CACHE_DIRNAME else ()
         data["same_sources_aot"] = same_source_aot_keys(entry, siblings, read_entry)
+    # Factors and manifests are vLLM's (or an older recorder's) files: they may hold a secret.
+    data = redact_json(data)
     if json_out:
         print_json(data)
         return

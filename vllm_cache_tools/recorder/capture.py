@@ -25,6 +25,12 @@ def redact_argv(argv: list[str]) -> list[str]:
     return redaction.redact_argv(argv)
 
 
+def ledger_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """A ledger event's own fields (vLLM's load-failure reason among them) with secrets
+    hidden, by the same rule."""
+    return dict(redaction.redact_value(None, fields))
+
+
 def versions() -> dict[str, Any]:
     out: dict[str, Any] = {"python": sys.version.split()[0]}
     for name in ("vllm", "torch", "triton"):

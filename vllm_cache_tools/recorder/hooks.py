@@ -63,7 +63,8 @@ def _event(compile_cache: str, t0: float, **fields: Any) -> None:
         "v": 1, "time": time.time(), "host": socket.gethostname(), "pid": os.getpid(),
         **({"start": sid} if (sid := os.environ.get(START_ENV)) else {}),
         "argv": capture.redact_argv(list(sys.argv)),
-        "recorder_s": round(SPENT[0] + time.perf_counter() - t0, 6), **fields})
+        "recorder_s": round(SPENT[0] + time.perf_counter() - t0, 6),
+        **capture.ledger_fields(fields)})
 
 
 # --- backend tree ---------------------------------------------------------------------------
