@@ -41,12 +41,16 @@ _EXPORTS = {
     "PlannedEntry": "prune", "RootRefused": "prune", "Skip": "prune",
     "execute_plan": "prune", "plan_prune": "prune", "plan_prune_root": "prune",
     "VerifyProblem": "verify", "VerifyReport": "verify", "verify": "verify",
+    "StatsReport": "analyze.stats", "stats": "analyze.stats",
+    "DriftReport": "analyze.drift", "drift": "analyze.drift",
 }
 
 _SHADOWED = frozenset(n for n, m in _EXPORTS.items() if n == m)
 """Exported functions named like the module that defines them."""
 
 if TYPE_CHECKING:
+    from vllm_cache_tools.analyze.drift import DriftReport, drift
+    from vllm_cache_tools.analyze.stats import StatsReport, stats
     from vllm_cache_tools.explain import Explanation, Unexplained, explain
     from vllm_cache_tools.locate import CacheRoot, resolve_root
     from vllm_cache_tools.model import (
@@ -115,6 +119,7 @@ __all__ = [
     "CacheInfo",
     "CacheRoot",
     "Cause",
+    "DriftReport",
     "Entry",
     "EntryNotFound",
     "Explanation",
@@ -131,11 +136,13 @@ __all__ = [
     "RootError",
     "RootRefused",
     "Skip",
+    "StatsReport",
     "TreePrediction",
     "TreeStats",
     "Unexplained",
     "VerifyProblem",
     "VerifyReport",
+    "drift",
     "execute_plan",
     "explain",
     "locate_entry",
@@ -145,5 +152,6 @@ __all__ = [
     "read_entry",
     "resolve_root",
     "scan",
+    "stats",
     "verify",
 ]
