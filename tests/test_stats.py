@@ -165,6 +165,26 @@ def test_starts_outcomes_and_seconds(tmp_path: Path) -> None:
     assert by_key[BACKEND].misses == 2
 
 
+def test_worker_processes_add_up_to_one_pass(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    import vllm_cache_tools.analyze.stats as S
+
+    t = 1.8e9
+    ledgers = {f"pod-{h}": [x for i in range(8) for x in start_lines(
+        f"pod-{h}", f"s{h}-{i}", t + h * 10 + i * 100,
+        ("hit", "miss", "load-failure", "hit")[(h + i) % 4], tp=1 + h % 2,
+        compile_s=10.0 + h)] for h in range(5)}
+    root = root_with(tmp_path, ledgers)
+    for by in ("model", "host", "entry"):
+        one = stats(root, by=by, jobs=1)
+        monkeypatch.setattr(S, "PARALLEL_BYTES", 0)
+        many = stats(root, by=by, jobs=3)
+        monkeypatch.undo()
+        assert one.totals == many.totals and one.events == many.events
+        assert set(one.groups) == set(many.groups)
+        assert one.never_hit == many.never_hit and one.hosts == many.hosts == 5
+
+
 def test_since(tmp_path: Path) -> None:
     lines = [x for i in range(5) for x in start_lines("h", f"s{i}", 1.8e9 + i * 1000, "hit")]
     r = stats(root_with(tmp_path, {"h": lines}), since=1.8e9 + 2500)

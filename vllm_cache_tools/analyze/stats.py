@@ -26,6 +26,9 @@ ledger files whose first event names the same host are merged by event."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
+import multiprocessing
 import os
 import time
 from collections import Counter
@@ -127,6 +130,9 @@ class StatsReport:
     problems: tuple[str, ...]
 
 
+Times = tuple[dict[str, float], dict[str, tuple[float, float]], dict[tuple[str, str], float]]
+
+
 class _Tally:
     """The streaming count: a small list per start and per entry, nothing kept per event.
     Hits (most events) take the shortest path."""
@@ -211,10 +217,9 @@ class _Tally:
         return out
 
     # ---- after the last row ----
-    def compile_times(self) -> tuple[dict[str, float], dict[str, float],
-                                     dict[tuple[str, str], float]]:
-        """(start -> compile seconds, entry -> compile seconds at its latest measured miss,
-        (entry, start) -> that start's compile seconds for the entry)."""
+    def compile_times(self) -> Times:
+        """(start -> compile seconds, entry -> (start time, compile seconds) of its latest
+        measured miss, (entry, start) -> that start's compile seconds for the entry)."""
         per_start: dict[str, float] = {}
         for (sid, _h, _p), s in self.work.items():
             if s > per_start.get(sid, -1.0):
@@ -235,7 +240,7 @@ class _Tally:
             t0 = self.starts[sid][0]
             if key not in latest or t0 >= latest[key][0]:
                 latest[key] = (t0, s)
-        return per_start, {k: v[1] for k, v in latest.items()}, per_decision
+        return per_start, latest, per_decision
 
 
 _TREE_EVENT = itemgetter(11, 1)
@@ -269,23 +274,79 @@ def _day(t: float) -> str:
     return time.strftime("%Y-%m-%d", time.gmtime(t))
 
 
-Times = tuple[dict[str, float], dict[str, float], dict[tuple[str, str], float]]
+@dataclass
+class _Partial:
+    """What one pass over some hosts' ledgers leaves: small, mergeable (partials of other
+    hosts are added), with the seconds saved by hits still per (group, entry): an entry's
+    compile time may be measured in another host's ledger."""
+
+    events: Counter[tuple[str, str]] = field(default_factory=Counter)
+    groups: dict[str, list[Any]] = field(default_factory=dict)
+    hits: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """(group, entry) -> hits"""
+    entry_groups: dict[str, list[Any]] = field(default_factory=dict)
+    entry_hits: Counter[str] = field(default_factory=Counter)
+    entry_time: dict[str, tuple[float, float]] = field(default_factory=dict)
+    """entry -> (start time, compile seconds) of its latest measured miss"""
+    written: dict[str, float] = field(default_factory=dict)
+    last_hit: dict[str, float] = field(default_factory=dict)
+    hosts: set[str] = field(default_factory=set)
+    first: float | None = None
+    duplicates: int = 0
+    bad: int = 0
+    problems: list[str] = field(default_factory=list)
+
+    def merge(self, o: _Partial) -> None:
+        self.events.update(o.events)
+        for mine, theirs in ((self.groups, o.groups), (self.entry_groups, o.entry_groups)):
+            for name, acc in theirs.items():
+                mine[name] = _sum([mine[name], acc]) if name in mine else acc
+        self.hits.update(o.hits)
+        self.entry_hits.update(o.entry_hits)
+        for k, v in o.entry_time.items():
+            if k not in self.entry_time or v[0] >= self.entry_time[k][0]:
+                self.entry_time[k] = v
+        for mine_t, theirs_t in ((self.written, o.written), (self.last_hit, o.last_hit)):
+            for k, t in theirs_t.items():
+                if t > mine_t.get(k, 0.0):
+                    mine_t[k] = t
+        self.hosts |= o.hosts
+        if o.first is not None and (self.first is None or o.first < self.first):
+            self.first = o.first
+        self.duplicates += o.duplicates
+        self.bad += o.bad
+        self.problems += o.problems[:max(0, MAX_PROBLEMS - len(self.problems))]
+
+    def saved(self) -> None:
+        """Credit the hits with their entries' compile times (after the last merge)."""
+        for (name, key), n in self.hits.items():
+            a = self.groups[name]
+            t = self.entry_time.get(key)
+            if t is None:
+                a[8] += n
+            else:
+                a[7] += n * t[1]
+        for key, n in self.entry_hits.items():
+            a = self.entry_groups[key]
+            t = self.entry_time.get(key)
+            if t is None:
+                a[8] += n
+            else:
+                a[7] += n * t[1]
 
 
-def _start_groups(tally: _Tally, by: str, models: Mapping[str, str], times: Times
-                  ) -> dict[str, list[Any]]:
-    per_start, entry_time, _ = times
-    groups: dict[str, list[Any]] = {}
+def _start_groups(tally: _Tally, by: str, models: Mapping[str, str], per_start: dict[str, float],
+                  out: _Partial) -> None:
     days: dict[int, str] = {}
+    groups, hits = out.groups, out.hits
     for sid, (t, flags, host, key0, hit_keys, load) in tally.starts.items():
         if by == "model":
             name = models.get(key0, UNKNOWN_MODEL)
         elif by == "host":
             name = host or "?"
         else:
-            t0 = t
-            d = int(t0 // 86400)
-            name = days.get(d) or days.setdefault(d, _day(t0))
+            d = int(t // 86400)
+            name = days.get(d) or days.setdefault(d, _day(t))
         a = groups.get(name)
         if a is None:
             a = groups[name] = _acc()
@@ -298,19 +359,17 @@ def _start_groups(tally: _Tally, by: str, models: Mapping[str, str], times: Time
             else:
                 a[5] += c
         if hit_keys is not None:
-            for k in ((hit_keys,) if isinstance(hit_keys, str) else hit_keys):
-                s = entry_time.get(k)
-                if s is None:
-                    a[8] += 1
-                else:
-                    a[7] += s
+            if isinstance(hit_keys, str):
+                hits[name, hit_keys] += 1
+            else:
+                for k in hit_keys:
+                    hits[name, k] += 1
             a[9] += load
-    return groups
 
 
-def _entry_groups(tally: _Tally, times: Times) -> dict[str, list[Any]]:
-    _, entry_time, per_decision = times
-    groups: dict[str, list[Any]] = {}
+def _entry_groups(tally: _Tally, per_decision: dict[tuple[str, str], float],
+                  out: _Partial) -> None:
+    groups = out.entry_groups
     assert tally.decisions is not None
     for (key, sid), flags in tally.decisions.items():
         a = groups.get(key)
@@ -325,13 +384,8 @@ def _entry_groups(tally: _Tally, times: Times) -> dict[str, list[Any]]:
             else:
                 a[5] += c
         elif flags & _HIT:
-            s = entry_time.get(key)
-            if s is None:
-                a[8] += 1
-            else:
-                a[7] += s
+            out.entry_hits[key] += 1
             a[9] += tally.starts[sid][5]
-    return groups
 
 
 def _first_host(path: Path) -> str | None:
@@ -339,31 +393,95 @@ def _first_host(path: Path) -> str | None:
     return row.host if row is not None else None
 
 
-def _read_all(ledgers: Sequence[Path], tally: _Tally, problems: list[str]) -> tuple[int, int]:
-    """Feed every ledger to ``tally``: (files read, duplicate events skipped)."""
-    by_host: dict[str | None, list[Path]] = {}
-    for p in ledgers:
-        by_host.setdefault(_first_host(p), []).append(p)
-    bad = 0
-    duplicates = 0
-    for host, paths in by_host.items():
+def _partial(work: Sequence[tuple[str | None, Sequence[tuple[Path, str]]]],
+             since: float | None, by: str, models: Mapping[str, str]) -> _Partial:
+    """Read the ledgers of some hosts (``(host, [(path, label)])``: one host's copies are
+    merged by event) and sum them up. Runs in a worker process for large fleets."""
+    out = _Partial()
+    tally = _Tally(since, by == "entry")
+    for host, paths in work:
         seen: set[RawRow] | None = set() if len(paths) > 1 and host is not None else None
-        for p in paths:
-            for b in read_batches(p, _label(p, ledgers)):
+        for p, label in paths:
+            for b in read_batches(p, label):
                 if isinstance(b, LedgerProblem):
-                    bad += 1
-                    if bad <= MAX_PROBLEMS:
-                        problems.append(str(b))
+                    out.bad += 1
+                    if len(out.problems) < MAX_PROBLEMS:
+                        out.problems.append(str(b))
                     continue
                 if seen is not None:
                     fresh = [r for r in b if r not in seen]
-                    duplicates += len(b) - len(fresh)
+                    out.duplicates += len(b) - len(fresh)
                     seen.update(fresh)
                     b = fresh
                 tally.add(b)
-    if bad > MAX_PROBLEMS:
-        problems.append(f"... and {bad - MAX_PROBLEMS} more damaged ledger lines")
-    return len(ledgers), duplicates
+    if not tally.starts:
+        out.events = tally.events
+        return out
+    per_start, entry_time, per_decision = tally.compile_times()
+    _start_groups(tally, "host" if by == "entry" else by, models, per_start, out)
+    if by == "entry":
+        _entry_groups(tally, per_decision, out)
+    out.events = tally.events
+    out.entry_time = entry_time
+    out.written = tally.written
+    out.last_hit = tally.last_hits()
+    out.hosts = {st[2] for st in tally.starts.values()}
+    out.first = min(st[0] for st in tally.starts.values())
+    return out
+
+
+PARALLEL_BYTES = 64 << 20
+"""Ledgers smaller than this are read in this process (a worker costs more than it saves)."""
+MAX_JOBS = 8
+
+
+def jobs_default() -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_JOBS))
+
+
+def _read_all(ledgers: Sequence[Path], since: float | None, by: str,
+              models: Mapping[str, str], jobs: int) -> _Partial:
+    """Every ledger, one host's files together, spread over ``jobs`` worker processes when
+    they are large (hosts are independent: a start's processes log on one host)."""
+    by_host: dict[str | None, list[tuple[Path, str]]] = {}
+    size = 0
+    for p in ledgers:
+        by_host.setdefault(_first_host(p), []).append((p, _label(p, ledgers)))
+        with contextlib.suppress(OSError):
+            size += p.stat().st_size
+    work = list(by_host.items())
+    n = min(jobs, len(work)) if size >= PARALLEL_BYTES else 1
+    if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        out = _partial(work, since, by, models)
+    else:
+        # Largest hosts first, each to the least loaded worker.
+        bins: list[list[tuple[str | None, Sequence[tuple[Path, str]]]]] = [[] for _ in range(n)]
+        load = [0] * n
+        for host, paths in sorted(work, key=lambda w: -sum(_size(p) for p, _ in w[1])):
+            i = load.index(min(load))
+            bins[i].append((host, paths))
+            load[i] += sum(_size(p) for p, _ in paths)
+        ctx = multiprocessing.get_context("fork")
+        with concurrent.futures.ProcessPoolExecutor(n, mp_context=ctx) as pool:
+            parts = list(pool.map(_partial, bins, [since] * n, [by] * n, [models] * n))
+        out = parts[0]
+        for part in parts[1:]:
+            out.merge(part)
+    out.saved()
+    if out.bad > MAX_PROBLEMS:
+        out.problems.append(f"... and {out.bad - MAX_PROBLEMS} more damaged ledger lines")
+    return out
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
 
 
 def _label(p: Path, all_paths: Sequence[Path]) -> str:
@@ -435,53 +553,53 @@ def _from_files(inputs: Inputs, by: str, since: float | None, problems: list[str
                        unknown, tuple(problems))
 
 
-def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None) -> StatsReport:
+def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None,
+             jobs: int | None = None) -> StatsReport:
     """Statistics over gathered inputs (see :func:`stats`)."""
     if by not in GROUPINGS:
         raise ValueError(f"--by must be one of {', '.join(GROUPINGS)}, not {by!r}")
     problems = list(inputs.problems)
-    tally = _Tally(since, by == "entry")
-    files, duplicates = _read_all(inputs.ledgers, tally, problems)
-    if not tally.starts:
+    models = inputs.models()
+    part = _read_all(inputs.ledgers, since, by, models, jobs or jobs_default())
+    problems += part.problems
+    files = len(inputs.ledgers)
+    if not part.groups:
         if not inputs.entries and not files:
             raise ValueError(f"{inputs.source}: no recorder ledger and no cache entry to count")
         if files:
             problems.append("the ledgers hold no event" + (" in that time" if since else ""))
         return _from_files(inputs, by, since, problems)
-    models = inputs.models()
-    times = tally.compile_times()
-    by_start = _start_groups(tally, "host" if by == "entry" else by, models, times)
-    total = _sum(by_start.values())
-    accs = _entry_groups(tally, times) if by == "entry" else by_start
+    total = _sum(part.groups.values())
+    accs = part.entry_groups if by == "entry" else part.groups
     events: dict[str, dict[str, int]] = {}
-    for (tree, ev), n in sorted(tally.events.items()):
+    for (tree, ev), n in sorted(part.events.items()):
         events.setdefault(tree, {})[ev] = n
     present = {e.key: e for e in inputs.entries}
-    hit = tally.last_hits()
+    hit = part.last_hit
     never = [UnusedEntry(key, "aot" if len(key) == 64 else "backend", models.get(key),
                          present[key].size_bytes if key in present else None, t)
-             for key, t in tally.written.items() if hit.get(key, 0.0) < t
+             for key, t in part.written.items() if hit.get(key, 0.0) < t
              and (key in present or not inputs.entries)]
     never.sort(key=lambda u: (-(u.size_bytes or 0), -u.written, u.key))
-    hosts = {st[2] for st in tally.starts.values()}
-    first = min(st[0] for st in tally.starts.values())
-    last = max([first, *hit.values(), *tally.written.values()])
+    first = part.first
+    last = max([first or 0.0, *hit.values(), *part.written.values()])
     return StatsReport(
         inputs.source, inputs.kind, "ledger", since, by, _counters(total),
-        _groups(by, accs, inputs), events, files, len(hosts), first, last,
-        duplicates, len(inputs.entries), sum(e.size_bytes for e in inputs.entries),
-        sum(1 for e in inputs.entries if e.key not in tally.written and e.key not in hit),
-        tuple(never), (),
-        tuple(problems))
+        _groups(by, accs, inputs), events, files, len(part.hosts), first, last,
+        part.duplicates, len(inputs.entries), sum(e.size_bytes for e in inputs.entries),
+        sum(1 for e in inputs.entries if e.key not in part.written and e.key not in hit),
+        tuple(never), (), tuple(problems))
 
 
 def stats(source: str | os.PathLike[str] | None = None, *, by: str = "model",
-          since: float | None = None,
-          storage_options: Mapping[str, Any] | None = None) -> StatsReport:
+          since: float | None = None, storage_options: Mapping[str, Any] | None = None,
+          jobs: int | None = None) -> StatsReport:
     """Hit statistics of a cache root (default: resolved like vLLM), a folder of collected
     roots/ledgers/manifests, or a remote store URL. ``by``: ``model``, ``host``, ``day``
-    (UTC) or ``entry``. ``since``: only events at or after this Unix time.
+    (UTC) or ``entry``. ``since``: only events at or after this Unix time. ``jobs``: worker
+    processes for large ledgers (default: the CPUs this process may use, at most 8).
 
     Raises :class:`~vllm_cache_tools.analyze.inputs.InputError` when the source cannot be
     read and ``ValueError`` for a bad ``by`` or a source with nothing to count."""
-    return stats_of(gather(source, storage_options=storage_options), by=by, since=since)
+    return stats_of(gather(source, storage_options=storage_options), by=by, since=since,
+                    jobs=jobs)

@@ -117,6 +117,9 @@ def stats_cmd(
         "--by", help="Group by model, host, day (UTC) or entry.")] = "model",
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable report.")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="Every column, however wide.")] = False,
+    jobs: Annotated[int | None, typer.Option(
+        "--jobs", "-j", min=1, max=64, help="Worker processes for ledgers over 64 MB "
+        "(default: the CPUs available, at most 8).")] = None,
     storage_option: StorageOpt = None,
 ) -> None:
     """Hit statistics, as ccache -s gives them: starts, hits, misses, load failures, hit
@@ -144,7 +147,7 @@ def stats_cmd(
         options = run(lambda: parse_storage_options(storage_option))
     where: str | Path | None = source if source is not None else root
     try:
-        report = stats(where, by=by, since=cutoff, storage_options=options)
+        report = stats(where, by=by, since=cutoff, storage_options=options, jobs=jobs)
     except (InputError, ValueError) as exc:
         fail(str(exc))
     for p in report.problems:
