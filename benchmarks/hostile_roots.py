@@ -1,6 +1,6 @@
 """Issue 12 figures on copies of real cache roots (``nox -s hostile``):
 
-(a) files outside the root changed by any command (ls, show, audit, explain, verify,
+(a) files outside the root changed by any command (ls, show, audit, explain, diff-graph, verify,
     verify --fix, prune, rm, and the recorder's writers) under planted symlinks (and hard
     links) and under symlink-swap races (a process swapping a folder of the root for a link
     to a victim folder in a loop while prune and the recorder run), as root and as another
@@ -368,6 +368,7 @@ def _commands(lay: Layout, root: Path) -> dict[str, list[str]]:
         "show-backend": ["show", *r, b],
         "audit": ["audit", *r],
         "explain": ["explain", *r, *(keys2 if len(keys2) == 2 else [a, a])],
+        "diff-graph": ["diff-graph", *r, *(list(lay.backend_keys[:2]) * 2)[:2]],
         "verify": ["verify", *r],
         "verify --fix": ["verify", *r, "--fix", "--yes", "--grace", "0s", "--all-users"],
         "rm": ["rm", *r, "--yes", "--grace", "0s", "--all-users", *rm_keys],
