@@ -594,3 +594,86 @@ def test_log_json_quotes_a_line(tmp_path: Path, case: Case) -> None:
     assert len(reasons) == 1
     _check(reasons[0], case)
     _check(r.stdout, dataclasses.replace(case, kept=()))
+
+
+_PARSER_SCRIPT = r"""
+import importlib.util, json, sys
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+try:
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+except ImportError:  # 0.32 moved it
+    from vllm.entrypoints.launchers.cli_args import make_arg_parser
+spec = importlib.util.spec_from_file_location("_vct_redaction", sys.argv[1])
+r = importlib.util.module_from_spec(spec)
+sys.modules["_vct_redaction"] = r
+spec.loader.exec_module(r)
+kinds = r.flag_kinds(make_arg_parser(FlexibleArgumentParser()))
+print(json.dumps({o: k for o, k in kinds.items() if r._secret_flag(o)}))
+"""
+
+
+@pytest.mark.realvllm
+def test_flag_table_matches_vllms_parser() -> None:
+    """FLAG_KINDS (used where vLLM's parser is not at hand: the recorder inside a worker, the
+    CLI) agrees with the arity vLLM's own ``vllm serve`` parser gives every secret-named
+    flag."""
+    from tests.realvllm.harness import venv_python
+
+    if not venv_python().exists():
+        pytest.skip("no vLLM test venv")
+    out = subprocess.run([str(venv_python()), "-c", _PARSER_SCRIPT,
+                          str(REPO / "vllm_cache_tools" / "redaction.py")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    secret = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "--api-key" in secret and "--hf-token" in secret
+    wrong = {o: k for o, k in secret.items()
+             if k != redaction.FLAG_KINDS.get(o, "one")}
+    assert wrong == {}
+
+
+@pytest.mark.parametrize("case", CASES, ids=lambda c: c.id)
+def test_fast_json_path_agrees(case: Case) -> None:
+    """``print_json`` serializes without walking when no string could name or hold a secret;
+    with any case anywhere in a payload it gives what the full walk gives."""
+    if case.kind in ("argv", "log"):
+        item: Any = case.data
+    else:
+        name, value = case.data
+        item = {name: repr(value) if isinstance(value, Repr) else value}
+    payload = {"entries": [{"key": "0123456789", "torch_key": "abc", "path": "/r/x"},
+                           {"key": "abcdef0123", "nested": [1, 2.5, None, True, item]}]}
+    want = json.dumps(redact_value(None, payload))
+    assert redaction.dumps(payload) == want
+    _check(want, dataclasses.replace(case, kept=()))
+    clean = {"entries": [{"key": "0123456789", "disk_bytes": 3, "model": "org/tokenizer-x"}]}
+    assert redaction.dumps(clean) == json.dumps(clean)
+
+
+@pytest.mark.realvllm
+def test_predict_output_and_memo_on_real_vllm(real_compile: Any) -> None:
+    """``predict`` with a token on the command line and credentials in the environment:
+    neither its output (JSON and text) nor the probe memo holds them."""
+    from tests.realvllm.harness import start_env, venv_python
+    from vllm_cache_tools.probing import memo_dir
+
+    start = real_compile.scenario.starts[1]
+    env = {**start_env(real_compile.before(1), start), "VLLM_API_KEY": "s3cr3t-penv",
+           "HF_TOKEN": HF, "S3_SECRET_ACCESS_KEY": "s3cr3t-ps3",
+           "VLLM_CACHE_TOOLS_PROBE_STANDBY": "0"}
+    args = [*start.serve_args(), "--hf-token", "hf_vctPredictSecret0123456789ab"]
+    secrets = ("s3cr3t-penv", HF, "s3cr3t-ps3", "hf_vctPredictSecret0123456789ab")
+    outs = []
+    for extra in (["--json"], []):
+        r = run_cli("predict", "--python", str(venv_python()), "--usage", "llm", "--root",
+                    str(real_compile.before(1)), *extra, "--", *args, env=env)
+        assert r.returncode in (0, 1), r.stderr
+        outs.append(r.stdout)
+        assert not [s for s in secrets if s in r.stdout + r.stderr]
+    doc = json.loads(outs[0])
+    assert doc["aot"]["key"] and doc["probe"]["served_by"] in ("probe", "memo")
+    files = list(memo_dir().rglob("*.json"))
+    assert files or "not kept" in doc["probe"]["kept"]
+    for f in files:
+        text = f.read_text()
+        assert not [s for s in secrets if s in text], f

@@ -10,7 +10,6 @@ therefore never printed, whatever the command."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import sys
 import time
@@ -20,6 +19,7 @@ from typing import IO, Any, NoReturn, TypeVar, cast
 from rich.console import Console
 
 from vllm_cache_tools.query import format_size
+from vllm_cache_tools.redaction import dumps as redacted_dumps
 from vllm_cache_tools.redaction import (
     is_secret_name,
     redact_string,
@@ -76,7 +76,7 @@ def redact_record(record: R) -> R:
 
 def print_json(data: Any) -> None:
     # Compact on purpose: the C encoder is ~5x faster than indent=; pipe to `jq` to read.
-    sys.stdout.write(json.dumps(redact_json(data), separators=(",", ":")) + "\n")
+    sys.stdout.write(redacted_dumps(data, separators=(",", ":")) + "\n")
 
 
 def write_out(text: str) -> None:
