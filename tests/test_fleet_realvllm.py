@@ -95,7 +95,7 @@ def test_bundle_through_s3_is_loaded_by_a_real_start_without_compiling(
     pull = ["pull", url, "--root", str(b), "--if-hit", "--python", str(venv_python()),
             "--usage", "llm", "--json", "--", *args]
     t0 = time.perf_counter()
-    res = run_cli(*pull[:3], "--check", *pull[3:], env=env_b, inherit=False)
+    res = run_cli(*pull[:4], "--check", *pull[4:], env=env_b, inherit=False)
     decision_s = time.perf_counter() - t0
     assert res.returncode == 0, res.stderr
     res = run_cli(*pull, env=env_b, inherit=False)

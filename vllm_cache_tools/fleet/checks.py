@@ -81,20 +81,28 @@ class Target:
     """``vllm/__init__.py`` as this interpreter finds it (nothing imported)."""
 
 
-_FIND = ("import importlib.util as u, json\n"
-         "s = u.find_spec('vllm')\n"
-         "print(json.dumps(s.origin if s is not None else None))\n")
+# hittable's environment probe (no torch import), then where vLLM is: one child process.
+_FIND = ("\nimport importlib.util as _u\n"
+         "_s = _u.find_spec('vllm')\n"
+         "print(json.dumps(_s.origin if _s is not None else None))\n")
 
 
 def target(python: str | None = None) -> Target:
+    from vllm_cache_tools.hittable import _gpu_names, probe_source
+
     exe = python or sys.executable
-    env = detect_environment(exe)
     try:
-        r = subprocess.run([exe, "-I", "-c", _FIND], capture_output=True, text=True,
-                           timeout=60)
-        origin = json.loads(r.stdout) if r.returncode == 0 else None
+        r = subprocess.run([exe, "-I", "-c", probe_source() + _FIND], capture_output=True,
+                           text=True, timeout=60)
+        lines = r.stdout.splitlines() if r.returncode == 0 else []
+        data = json.loads(lines[0]) if len(lines) == 2 else None
+        origin = json.loads(lines[1]) if len(lines) == 2 else None
     except (OSError, subprocess.SubprocessError, ValueError):
-        origin = None
+        data = origin = None
+    if not isinstance(data, dict):
+        return Target(detect_environment(exe), None)  # says why, in its own words
+    env = Environment(data["python"], data["torch"], data["cuda"] or data["xpu"],
+                      data["triton"], _gpu_names(), exe, data["torch_source"])
     return Target(env, origin if isinstance(origin, str) else None)
 
 

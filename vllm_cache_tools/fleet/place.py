@@ -19,6 +19,7 @@ import hashlib
 import os
 import secrets
 import stat
+import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -72,6 +73,22 @@ class Staging:
             raise
         self.base_fd = base
         self.written = 0
+        self._dirs: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def _dir(self, rel: str) -> int:
+        """An fd on ``rel`` under the staging folder (made when missing), kept open: a
+        bundle's files share a few folders."""
+        with self._lock:
+            return self._dir_locked(rel)
+
+    def _dir_locked(self, rel: str) -> int:
+        fd = self._dirs.get(rel)
+        if fd is None:
+            parent, _, name = rel.rpartition("/")
+            base = self._dir_locked(parent) if parent else self.fd
+            fd = self._dirs[rel] = safeio.open_dirs(base, [name], create=True, mode=0o755)
+        return fd
 
     @property
     def path(self) -> Path:
@@ -83,40 +100,44 @@ class Staging:
         """Copy ``rec.size`` bytes of ``src`` to ``rel`` (a checked relative path), checking
         size and sha256; raises :class:`FleetError` on a mismatch."""
         parent, _, name = rel.rpartition("/")
-        dfd = safeio.open_dirs(self.fd, parent, create=True, mode=0o755) if parent else \
-            os.dup(self.fd)
+        dfd = self._dir(parent)
+        fd = os.open(name, _NEW, 0o755 if rec.executable else 0o644, dir_fd=dfd)
+        h = hashlib.sha256()
+        left = rec.size
         try:
-            fd = os.open(name, _NEW, 0o755 if rec.executable else 0o644, dir_fd=dfd)
-            h = hashlib.sha256()
-            left = rec.size
-            try:
-                while left > 0:
-                    b = src.read(min(chunk, left))
-                    if not b:
-                        break
-                    h.update(b)
-                    view = memoryview(b)
-                    while view:
-                        view = view[os.write(fd, view):]
-                    left -= len(b)
-                    self.written += len(b)
-                    if on_bytes is not None:
-                        on_bytes(len(b))
-                if not left and src.read(1):
-                    raise FleetError(f"{rel}: more bytes than the {rec.size} listed")
-            finally:
-                os.close(fd)
-            if left:
-                raise FleetError(f"{rel}: {rec.size - left} bytes of {rec.size} (truncated)")
-            if h.hexdigest() != rec.sha256:
-                raise FleetError(f"{rel}: sha256 differs from the manifest (tampered or "
-                                 "corrupt)")
+            while left > 0:
+                b = src.read(min(chunk, left))
+                if not b:
+                    break
+                h.update(b)
+                view = memoryview(b)
+                while view:
+                    view = view[os.write(fd, view):]
+                left -= len(b)
+                self.written += len(b)
+                if on_bytes is not None:
+                    on_bytes(len(b))
+            if not left and src.read(1):
+                raise FleetError(f"{rel}: more bytes than the {rec.size} listed")
         finally:
-            os.close(dfd)
+            os.close(fd)
+        if left:
+            raise FleetError(f"{rel}: {rec.size - left} bytes of {rec.size} (truncated)")
+        if h.hexdigest() != rec.sha256:
+            raise FleetError(f"{rel}: sha256 differs from the manifest (tampered or "
+                             "corrupt)")
+
+    def close_dirs(self) -> None:
+        """Close the kept folder fds (before entries are moved out of the staging folder)."""
+        with self._lock:
+            for fd in self._dirs.values():
+                os.close(fd)
+            self._dirs.clear()
 
     def remove(self) -> None:
         if self.fd < 0:
             return
+        self.close_dirs()
         os.close(self.fd)
         self.fd = -1
         safeio.remove_tree_at(self.base_fd, self.name)
@@ -231,6 +252,7 @@ def place_entries(staging: Staging, records: Sequence[EntryRecord],
     staged extras (content-addressed snapshots) in place when missing."""
     out: list[Placement] = []
     root = staging.vllm_root
+    staging.close_dirs()
     with RootHandle(root) as h:
         trash = h.trash(create=True)
         if trash is None or trash.locks_fd is None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from vllm_cache_tools.fleet.errors import FleetError, Refused
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord, SourceRecord, snapshot_path
-from vllm_cache_tools.link import install_prefix, linked_aot_entries
+from vllm_cache_tools.link import install_prefix, sources_code_hashes
 from vllm_cache_tools.locate import CacheRoot, display_path, resolve_root
 from vllm_cache_tools.model import Entry
 from vllm_cache_tools.query import QueryError, parse_filter
@@ -108,6 +108,20 @@ def _traced_files(e: Entry) -> tuple[str, ...]:
     return tuple(sorted(f for f in files if f.startswith("/")))
 
 
+_DIGESTS: dict[str, str] = {}
+
+
+def _text_digest(text: str) -> str:
+    """sha256 of a traced file's compile-time copy; every start of a model holds the same
+    copies, so each is hashed once per process."""
+    d = _DIGESTS.get(text)
+    if d is None:
+        d = _DIGESTS[text] = hashlib.sha256(text.encode()).hexdigest()
+        if len(_DIGESTS) > 4096:
+            _DIGESTS.clear()
+    return d
+
+
 def _sources(e: Entry, traced: Sequence[str]) -> tuple[SourceRecord, ...]:
     info = e.aot_info
     if info is None:
@@ -117,7 +131,7 @@ def _sources(e: Entry, traced: Sequence[str]) -> tuple[SourceRecord, ...]:
     for s in info.inlined_sources:
         if s.module in out:
             continue
-        sha = hashlib.sha256(s.content.encode()).hexdigest() if s.content is not None else None
+        sha = _text_digest(s.content) if s.content is not None else None
         path = None
         if prefix is not None:
             base = prefix + s.module.replace(".", "/")
@@ -274,16 +288,32 @@ def _link(all_entries: Sequence[Entry], deep: dict[str, Entry], links: dict[str,
 
     aots = [e for e in all_entries if e.layout == "aot" and e.state in PACKABLE]
     backends = [e for e in all_entries if e.layout == "backend" and e.state in PACKABLE]
+    # The proof of link.linked_aot_entries, with each AOT entry's code hashes computed once
+    # per install prefix (hashing its traced sources is the cost; many starts share them).
+    hashes: dict[tuple[str, str], set[str]] = {}
+
+    def proven(b: Entry, a: Entry) -> bool:
+        f, info = b.factors, a.aot_info
+        if f is None or not f.code_hash or info is None:
+            return False
+        graph = [g for p in b.prefix_dirs if p.graph for g in p.graph.files]
+        prefix = install_prefix(graph, (s.module for s in info.inlined_sources))
+        if prefix is None:
+            return False
+        k = (a.key, prefix)
+        if k not in hashes:
+            hashes[k] = set(sources_code_hashes(info, prefix))
+        return f.code_hash in hashes[k]
+
     pairs: list[tuple[Entry, Entry]] = []
     for e in list(deep.values()):
         if e.layout == "backend":
-            cands = [full(a) for a in aots if _same_model_file(e, a)]
-            keys = set(linked_aot_entries(e, cands))
-            pairs += [(e, a) for a in cands if a.key in keys]
+            pairs += [(e, fa) for a in aots if _same_model_file(e, a)
+                      and proven(e, fa := full(a))]
         else:
             for b in backends:
                 fb = full(b)
-                if _same_model_file(fb, e) and e.key in linked_aot_entries(fb, [e]):
+                if _same_model_file(fb, e) and proven(fb, e):
                     pairs.append((fb, e))
     for b, a in pairs:
         for x, y in ((b, a), (a, b)):
