@@ -473,6 +473,11 @@ def _secret_root(tmp_path: Path) -> tuple[Path, str, str]:
             m["config_hash"] = "ffffffffff"
             m["key_parts"]["config_hash"] = "ffffffffff"
         mf.write_text(json.dumps(m))
+        if side == "a":  # a second start that reused the entry with other secrets: audit
+            m2 = json.loads(json.dumps(m).replace("-a\"", "-a2\""))
+            m2["digest"] = "0123456789abcdef"
+            m2["created"] = m["created"] + 60
+            (d / "vct-manifest.0123456789abcdef.json").write_text(json.dumps(m2))
     return root, BACKEND, other
 
 
@@ -494,7 +499,8 @@ def _no_secret(text: str, cases: list[Case]) -> None:
                                   ["show", BACKEND], ["ls", "--json"], ["ls"],
                                   ["explain", BACKEND, "aa11bb22cc", "--json"],
                                   ["explain", BACKEND, "aa11bb22cc"], ["explain", "--json"],
-                                  ["verify", "--json"]], ids=" ".join)
+                                  ["verify", "--json"], ["audit"], ["audit", "--json"]],
+                         ids=" ".join)
 def test_cli_output(secret_root: tuple[Path, str, str], args: list[str]) -> None:
     root = secret_root[0]
     r = run_cli(*args, "--root", str(root))

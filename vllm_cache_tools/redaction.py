@@ -42,8 +42,6 @@ from typing import Any
 
 REDACTED = "<redacted>"
 """A hidden value when no digest key is available."""
-MARKER_PREFIX = "<redacted"
-"""Every hidden value starts with this (older manifests: ``<redacted sha256:...>``)."""
 MAX_DEPTH = 24
 """Nesting deeper than this is replaced whole: it cannot be inspected cheaply, so it is not
 shown (real vLLM configs and this tool's payloads stay well under it)."""
@@ -274,8 +272,13 @@ def marker(value: Any) -> str:
     return REDACTED if d is None else f"<redacted:{d}>"
 
 
+_MARKER = re.compile(r"<redacted(?::[0-9a-f]{12}| sha256:[0-9a-f]{6,64}|: [^<>]*)?>")
+
+
 def is_redacted(value: Any) -> bool:
-    return isinstance(value, str) and value.startswith(MARKER_PREFIX)
+    """Whether ``value`` is a whole marker (this one's, or an older ``<redacted sha256:…>``):
+    ``<redacted:…>-tail`` is not (the tail is still shown text)."""
+    return isinstance(value, str) and _MARKER.fullmatch(value) is not None
 
 
 # --- values ---------------------------------------------------------------------------------

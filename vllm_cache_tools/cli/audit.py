@@ -3,14 +3,13 @@ outside vLLM's key (possible false hits)."""
 
 from __future__ import annotations
 
-import sys
 from dataclasses import asdict, replace
 from typing import Annotated
 
 import typer
 
 from vllm_cache_tools.audit import AuditReport, audit
-from vllm_cache_tools.cli.common import fail, print_json
+from vllm_cache_tools.cli.common import fail, print_json, write_out
 from vllm_cache_tools.cli.ls import AOT_MIN_PREFIX, RootOpt
 from vllm_cache_tools.cli.render import unique_prefixes
 from vllm_cache_tools.locate import display_path
@@ -25,7 +24,7 @@ def _short(v: object, n: int = 60) -> str:
 
 
 def _render(r: AuditReport, keys: dict[str, str]) -> None:
-    w = sys.stdout.write
+    w = write_out  # secrets hidden (old manifests may hold them in clear)
     w(f"audited {r.entries} entries under {display_path(r.root)}: {r.with_manifests} with "
       f"recorder manifests, {r.reused} reused by starts with different records\n")
     if not r.with_manifests:
