@@ -88,11 +88,12 @@ def drop_memo(xdg: Path) -> None:
 
 
 def wait_standby(run_dir: Path, timeout: float = 120.0) -> None:
-    from vllm_cache_tools.standby import alive
+    from vllm_cache_tools.standby import ready
 
     end = time.monotonic() + timeout
     while time.monotonic() < end:
-        if any(alive(p) for p in run_dir.glob("vllm-cache-tools/*.sock")):
+        # Ready, not just listening: it claims its socket before it imports vLLM.
+        if any(ready(p, timeout) for p in run_dir.glob("vllm-cache-tools/*.sock")):
             return
         time.sleep(0.2)
     raise SystemExit("no standby came up")

@@ -84,7 +84,9 @@ def _env(run: ScenarioRun) -> dict[str, str]:
 
 def _socket(d: Path) -> Path:
     assert _wait(lambda: any(standby.alive(p) for p in d.glob("*.sock"))), "no standby"
-    return next(p for p in d.glob("*.sock") if standby.alive(p))
+    path = next(p for p in d.glob("*.sock") if standby.alive(p))
+    assert standby.ready(path)  # done importing: what is timed after is the answer alone
+    return path
 
 
 def test_standby_answers_new_arguments_like_a_fresh_probe(
@@ -189,7 +191,8 @@ def test_standby_ignores_liveness_checks_and_garbage_then_leaves_when_idle(
     path = sb / "probe-test.sock"
     sb.mkdir(mode=0o700, exist_ok=True)
     assert standby.start(path, py, PROBE, env, idle_s=6.0)
-    assert _wait(lambda: standby.alive(path))
+    assert _wait(lambda: standby.alive(path))  # at once: it claims the socket, then imports
+    assert standby.ready(path)  # returns once the imports are done
     for _ in range(3):
         assert standby.alive(path)  # a connection without a request is ignored
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

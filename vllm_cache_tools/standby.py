@@ -208,6 +208,25 @@ def alive(path: Path) -> bool:
         s.close()
 
 
+def ready(path: Path, timeout: float = 300.0) -> bool:
+    """A standby listens at ``path`` and has finished importing (it claims its socket before
+    it imports and closes a connection that sends nothing only once it serves): for callers
+    that time it, such as benchmarks."""
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(2.0)
+        s.connect(str(path))
+        s.shutdown(socket.SHUT_WR)
+        s.settimeout(timeout)
+        while s.recv(1024):
+            pass
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
 def start(path: Path, python: str, probe: Path, env: Mapping[str, str],
           idle_s: float) -> bool:
     """Start a standby at ``path`` unless one listens there (the standby itself replaces a
@@ -225,4 +244,4 @@ def start(path: Path, python: str, probe: Path, env: Mapping[str, str],
 
 __all__ = ["EXPECTED_RSS", "IDLE_S", "MAX_STANDBYS", "MIN_AVAILABLE", "STANDBY_VAR", "alive",
            "ask", "idle_seconds", "leave", "make_room", "mem_available", "memory_short",
-           "runtime_dir", "socket_path", "standby_key", "start"]
+           "ready", "runtime_dir", "socket_path", "standby_key", "start"]
