@@ -393,13 +393,33 @@ def _first_host(path: Path) -> str | None:
     return row.host if row is not None else None
 
 
+def _summary(tally: _Tally, by: str, models: Mapping[str, str]) -> _Partial:
+    """One tally summed up per group (its starts are dropped with it)."""
+    out = _Partial(events=tally.events)
+    if not tally.starts:
+        return out
+    per_start, entry_time, per_decision = tally.compile_times()
+    _start_groups(tally, "host" if by == "entry" else by, models, per_start, out)
+    if by == "entry":
+        _entry_groups(tally, per_decision, out)
+    out.entry_time = entry_time
+    out.written = tally.written
+    out.last_hit = tally.last_hits()
+    out.hosts = {st[2] for st in tally.starts.values()}
+    out.first = min(st[0] for st in tally.starts.values())
+    return out
+
+
 def _partial(work: Sequence[tuple[str | None, Sequence[tuple[Path, str]]]],
              since: float | None, by: str, models: Mapping[str, str]) -> _Partial:
     """Read the ledgers of some hosts (``(host, [(path, label)])``: one host's copies are
-    merged by event) and sum them up. Runs in a worker process for large fleets."""
+    merged by event) and sum them up, one host at a time: a start's processes all log on one
+    host, so a host's starts are complete when its files are read and only their sums are
+    kept (memory follows the largest host, not the fleet). Runs in a worker process for
+    large fleets."""
     out = _Partial()
-    tally = _Tally(since, by == "entry")
     for host, paths in work:
+        tally = _Tally(since, by == "entry")
         seen: set[RawRow] | None = set() if len(paths) > 1 and host is not None else None
         for p, label in paths:
             for b in read_batches(p, label):
@@ -414,19 +434,7 @@ def _partial(work: Sequence[tuple[str | None, Sequence[tuple[Path, str]]]],
                     seen.update(fresh)
                     b = fresh
                 tally.add(b)
-    if not tally.starts:
-        out.events = tally.events
-        return out
-    per_start, entry_time, per_decision = tally.compile_times()
-    _start_groups(tally, "host" if by == "entry" else by, models, per_start, out)
-    if by == "entry":
-        _entry_groups(tally, per_decision, out)
-    out.events = tally.events
-    out.entry_time = entry_time
-    out.written = tally.written
-    out.last_hit = tally.last_hits()
-    out.hosts = {st[2] for st in tally.starts.values()}
-    out.first = min(st[0] for st in tally.starts.values())
+        out.merge(_summary(tally, by, models))
     return out
 
 

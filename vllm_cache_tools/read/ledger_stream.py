@@ -2,7 +2,7 @@
 
 :func:`vllm_cache_tools.read.manifest.read_ledger` returns every event as a record at once:
 right for one root's ``ls``, too slow and too big for a fleet's year of starts (1,000,000
-events are ~400 MB of JSON lines). This reader keeps memory flat (4 MB of lines at a time) and
+events are ~400 MB of JSON lines). This reader keeps memory flat (1 MB of lines at a time) and
 reads the lines of a chunk in the exact form the recorder writes (``json.dumps(event,
 sort_keys=True)`` in :mod:`vllm_cache_tools.recorder.write`) with one regular expression over
 the whole chunk. A chunk with any other line (an older or newer recorder's, or a damaged one)
@@ -26,7 +26,7 @@ from vllm_cache_tools.read.errors import ReadError, UnreadableError
 from vllm_cache_tools.read.manifest import parse_ledger_line
 from vllm_cache_tools.read.noatime import open_noatime
 
-CHUNK_BYTES = 4 << 20
+CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 64 * 1024
 """A recorder line is well under 4 KB (argv and a load-failure reason are the long parts);
 anything longer is not read as an event."""
