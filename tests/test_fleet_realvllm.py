@@ -75,36 +75,40 @@ def test_bundle_through_s3_is_loaded_by_a_real_start_without_compiling(
     res = run_cli("pack", "--root", str(src), *keys, "-o", str(bundle))
     assert res.returncode == 0, res.stderr
 
-    # unpack into an empty root, after the hit check (predict) says the start will use it.
-    a = tmp_path / "ci-root"
-    env_a = {**start_env(a, start), **_aws()}
-    res = run_cli("unpack", str(bundle), "--root", str(a), "--python", str(venv_python()),
-                  "--usage", "llm", "--json", "--", *args, env=env_a, inherit=False)
-    assert res.returncode == 0, (res.stdout[-2000:], res.stderr)
-    doc = json.loads(res.stdout)
-    assert doc["check"]["verdict"] == "hit", doc["check"]
-    assert {p["action"] for p in doc["placements"]} == {"placed"}
+    # Other tests' starts edit the traced llama.py while they hold the model lock: the
+    # checks below compare sources, so they hold it too (run_start takes it itself).
+    with model_lock():
+        restore_pristine_sources()
+        # unpack into an empty root, after the hit check (predict) says the start will use it.
+        a = tmp_path / "ci-root"
+        env_a = {**start_env(a, start), **_aws()}
+        res = run_cli("unpack", str(bundle), "--root", str(a), "--python", str(venv_python()),
+                      "--usage", "llm", "--json", "--", *args, env=env_a, inherit=False)
+        assert res.returncode == 0, (res.stdout[-2000:], res.stderr)
+        doc = json.loads(res.stdout)
+        assert doc["check"]["verdict"] == "hit", doc["check"]
+        assert {p["action"] for p in doc["placements"]} == {"placed"}
 
-    url = f"{s3}/caches"
-    res = run_cli("push", "--root", str(a), *keys, url, env=env_a, inherit=False)
-    assert res.returncode == 0, res.stderr
+        url = f"{s3}/caches"
+        res = run_cli("push", "--root", str(a), *keys, url, env=env_a, inherit=False)
+        assert res.returncode == 0, res.stderr
 
-    # A pod: pull --if-hit into an empty root, then vLLM starts on it.
-    b = tmp_path / "pod-root"
-    env_b = {**start_env(b, start), **_aws()}
-    pull = ["pull", url, "--root", str(b), "--if-hit", "--python", str(venv_python()),
-            "--usage", "llm", "--json", "--", *args]
-    t0 = time.perf_counter()
-    res = run_cli(*pull[:4], "--check", *pull[4:], env=env_b, inherit=False)
-    decision_s = time.perf_counter() - t0
-    assert res.returncode == 0, res.stderr
-    res = run_cli(*pull, env=env_b, inherit=False)
-    assert res.returncode == 0, (res.stdout[-2000:], res.stderr)
-    pulled = json.loads(res.stdout)
-    aot_key = next(k for layout, k in _entries(src) if layout == "aot")
-    assert pulled["check"]["predicted"]["aot"] == aot_key
-    assert {p["key"] for p in pulled["placements"] if p["action"] == "placed"} >= {aot_key}
-    print(f"pull --if-hit --check decision: {decision_s:.2f} s (CLI process included)")
+        # A pod: pull --if-hit into an empty root, then vLLM starts on it.
+        b = tmp_path / "pod-root"
+        env_b = {**start_env(b, start), **_aws()}
+        pull = ["pull", url, "--root", str(b), "--if-hit", "--python", str(venv_python()),
+                "--usage", "llm", "--json", "--", *args]
+        t0 = time.perf_counter()
+        res = run_cli(*pull[:4], "--check", *pull[4:], env=env_b, inherit=False)
+        decision_s = time.perf_counter() - t0
+        assert res.returncode == 0, (res.stdout[-3000:], res.stderr)
+        res = run_cli(*pull, env=env_b, inherit=False)
+        assert res.returncode == 0, (res.stdout[-2000:], res.stderr)
+        pulled = json.loads(res.stdout)
+        aot_key = next(k for layout, k in _entries(src) if layout == "aot")
+        assert pulled["check"]["predicted"]["aot"] == aot_key
+        assert {p["key"] for p in pulled["placements"] if p["action"] == "placed"} >= {aot_key}
+        print(f"pull --if-hit --check decision: {decision_s:.2f} s (CLI process included)")
 
     rec = run_start(venv_python(), b, start, tmp_path / "pod-start.log")
     log = rec.log.read_text(errors="replace")
