@@ -110,7 +110,8 @@ def test_bundle_through_s3_is_loaded_by_a_real_start_without_compiling(
         assert {p["key"] for p in pulled["placements"] if p["action"] == "placed"} >= {aot_key}
         print(f"pull --if-hit --check decision: {decision_s:.2f} s (CLI process included)")
 
-    rec = run_start(venv_python(), b, start, tmp_path / "pod-start.log")
+    (tmp_path / "pod-log").mkdir()
+    rec = run_start(venv_python(), b, start, tmp_path / "pod-log" / "start-0.log")
     log = rec.log.read_text(errors="replace")
     assert rec.returncode == 0, log[-3000:]
     assert "Directly load AOT compilation" in log
