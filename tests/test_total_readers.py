@@ -403,3 +403,26 @@ def test_hostile_cli_runs_are_fast(sample_root: Path) -> None:
                         str(sample_root)], capture_output=True, text=True, timeout=120)
     assert "Traceback" not in r.stderr and r.returncode != 3, r.stderr[-2000:]
     assert time.monotonic() - t0 < 30
+
+
+# --------------------------------------------------------------------------------------------
+# read/logs.py (helper H4's parser): found by the fuzzer and the regex review
+
+
+@pytest.mark.parametrize("prefix", [
+    "Directly load the compiled graph for ", "Directly lookup the graph for ",
+    "Compiling model again due to a load failure from ",
+    "Cannot load aot compilation from path ", "torch.compile Using cache directory: ",
+])
+def test_log_lines_are_parsed_in_linear_time(prefix: str) -> None:
+    from vllm_cache_tools.read.logs import parse_text
+    line = "INFO 01-01 00:00:00 [backends.py:1] " + prefix * (300_000 // len(prefix)) + "\n"
+    t0 = time.perf_counter()
+    parse_text(line * 2)
+    assert time.perf_counter() - t0 < 1.0
+
+
+def test_log_process_prefix_with_a_huge_pid() -> None:
+    from vllm_cache_tools.read.logs import parse_text
+    parse_text("(VllmWorker rank=0 pid=" + "9" * 5000 + ") INFO 01-01 00:00:00 [backends.py:1] "
+               "Compiling a graph for (1, 128) takes 1.5 s\n")

@@ -81,6 +81,18 @@ def pickle_tuple_dag_hash(levels: int = 64) -> bytes:
     return PROTO4 + EMPTY_DICT + EMPTY_TUPLE + (DUP + TUPLE2) * levels + NONE + SETITEM + STOP
 
 
+def pickle_reduce_tuple_dag(levels: int = 64) -> bytes:
+    """REDUCE whose callable is a tuple DAG (found by the fuzzer: looking the callable up in a
+    set of allowed functions hashed it)."""
+    return PROTO4 + EMPTY_TUPLE + (DUP + TUPLE2) * levels + EMPTY_TUPLE + REDUCE + STOP
+
+
+def pickle_stub_item_tuple_dag(levels: int = 64) -> bytes:
+    """SETITEM on a stand-in instance with a tuple-DAG key (its mapping is a dict too)."""
+    stub = glob("m", "C") + EMPTY_TUPLE + REDUCE
+    return (PROTO4 + stub + EMPTY_TUPLE + (DUP + TUPLE2) * levels + NONE + SETITEM + STOP)
+
+
 def pickle_deep_tuple_key(depth: int = 1_000_000) -> bytes:
     """A dict keyed by a tuple nested a million deep (hash recursion in C)."""
     return PROTO4 + EMPTY_DICT + EMPTY_TUPLE + TUPLE1 * depth + NONE + SETITEM + STOP
@@ -204,6 +216,8 @@ ARTIFACTS: dict[str, tuple[str, Callable[[], bytes]]] = {
     "pickle BUILD on stand-in class": ("model", pickle_build_on_stub_class),
     "pickle tuple DAG as dict key": ("model", pickle_tuple_dag_hash),
     "pickle 1M-deep tuple as key": ("model", pickle_deep_tuple_key),
+    "pickle REDUCE of a tuple DAG": ("model", pickle_reduce_tuple_dag),
+    "pickle tuple DAG key on a stand-in": ("model", pickle_stub_item_tuple_dag),
     "pickle hash-flooded dict keys": ("model", pickle_hash_flood),
     "pickle list DAG": ("model", pickle_list_dag),
     "model with list DAG names": ("model", aot_model_list_dag),

@@ -333,7 +333,7 @@ def env_value(raw: str) -> Any:
 
 _LEVEL_RE = re.compile(r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) (\d\d-\d\d \d\d:\d\d:\d\d)"
                        r"(?:[.,]\d+)? \[?([^\s\]]+?:\d+)\] ?")
-_PROC_RE = re.compile(r"\((?:([^()]*?) )?pid=(\d+)(?:, ip=([^()\s]+))?\)")
+_PROC_RE = re.compile(r"\((?:([^()]*?) )?pid=(\d{1,10})(?:, ip=([^()\s]+))?\)")
 _ANSI_RE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]")
 _TAG_RE = re.compile(r"\[([A-Za-z0-9_.\-]+)\] ")
 _RANK_DIR = re.compile(r"rank_\d+_\d+")
@@ -403,6 +403,20 @@ _INIT_ENGINE = re.compile(r"init engine \(profile, create kv cache, warmup model
                           + _NUM + r" s(?:econds)?(?: \(compilation: " + _NUM + " s)?")
 _ENGINE = re.compile(r"Initializing (?:a V[01] LLM|an LLM) engine \(v([^)\s]*)\) with config: "
                      r"(?:.*?\bmodel='([^']*)')?")
+def _match_from(pattern: re.Pattern[str], msg: str, *prefixes: str) -> re.Match[str] | None:
+    """``pattern`` (which starts with one of ``prefixes``) tried once where each prefix first
+    occurs: ``search`` would retry its lazy ``(.+?) <suffix>`` from every later occurrence,
+    quadratic on a hostile line (300 KB: a minute). A later occurrence cannot match where the
+    first does not: the lazy group may span it."""
+    for prefix in prefixes:
+        i = msg.find(prefix)
+        if i >= 0:
+            m = pattern.match(msg, i)
+            if m is not None:
+                return m
+    return None
+
+
 _ENV_ENTRY = re.compile(r"[{ ]'([^'\\]+)': (.*)")
 # compilation_config={'mode': <CompilationMode.VLLM_COMPILE: 3>, .. (0.11+),
 # {"level":3,.. (0.8-0.10, JSON), {'level': 3, ..; CompilationConfig(level=3, ..
@@ -829,7 +843,7 @@ class LogParser:
             if m is not None:
                 self._fn(st, p, tag, where, ts).total_s = float(m.group(1))
                 return True
-            m = _CACHE_DIR.search(msg)
+            m = _match_from(_CACHE_DIR, msg, "Using cache directory: ")
             if m is not None:
                 self._fn(st, p, tag, where, ts).cache_dir = m.group(1)
                 return True
@@ -858,7 +872,8 @@ class LogParser:
                 fn.aot_save_error = f"{m.group(1) or m.group(2)}: {m.group(3)}"
                 return True
         if "load failure from" in msg or "Cannot load aot compilation" in msg:
-            m = _AOT_FAILED.search(msg)
+            m = _match_from(_AOT_FAILED, msg, "Compiling model again due to a load failure",
+                            "Cannot load aot compilation from path")
             if m is not None:
                 fn = self._fn(st, p, tag, where, ts)
                 fn.load_failure = LoadFailure(m.group(1) or m.group(2) or "", m.group(3),
@@ -878,13 +893,13 @@ class LogParser:
                 return True
             return False
         if "irectly l" in msg:
-            m = _DIRECT_GRAPHS.search(msg)
+            m = _match_from(_DIRECT_GRAPHS, msg, "Directly load the compiled graph")
             if m is not None:
                 fn = self._fn(st, p, tag, where, ts)
                 fn.ranges.append(RangeTiming(m.group(1), "load",
                                              float(m.group(2)) if m.group(2) else None, where))
                 return True
-            m = _LOOKUP_06.search(msg)
+            m = _match_from(_LOOKUP_06, msg, "Directly lookup the graph for ")
             if m is not None:
                 fn = self._fn(st, p, tag, where, ts)
                 fn.ranges.append(RangeTiming(m.group(1), "load", None, where))

@@ -57,8 +57,9 @@ MAX_ITEMS = 1_000_000
 """Items in one container or one call's arguments."""
 MAX_KEY_WEIGHT = 10_000
 """Elements (nested ones included) of a tuple or frozenset used as a dict key or set member."""
-MAX_TREE_NODES = 100_000
-"""Values in the result read as a tree (real: ~1,300 at the top level, depth 12)."""
+MAX_TREE_NODES = 1_000_000
+"""Values in the result read as a tree, shared ones counted each time they are reached
+(real: ~1,300 at the top level, depth 12)."""
 MAX_DEPTH = 100
 
 
@@ -189,9 +190,11 @@ _PURE: dict[tuple[str, str], Callable[..., Any]] = {
 }
 """Globals evaluated for real. Each result is plain data no larger than its arguments; NEWOBJ
 on them gives the empty value (``cls.__new__(cls)``), as the C unpickler did."""
-_PURE_FUNCS = frozenset(_PURE.values())
-_PURE_NEW: dict[Callable[..., Any], Callable[[], Any]] = {
-    _pure_set: set, _pure_frozenset: frozenset, _pure_ordered_dict: collections.OrderedDict,
+_PURE_IDS = {id(f): f for f in _PURE.values()}
+"""Looked up by identity: ``x in {...}`` would hash ``x``, which may be a costly tuple."""
+_PURE_NEW: dict[int, Callable[[], Any]] = {
+    id(_pure_set): set, id(_pure_frozenset): frozenset,
+    id(_pure_ordered_dict): collections.OrderedDict,
 }
 """The pure constructors that were types (NEWOBJ gives their empty value)."""
 
@@ -360,10 +363,11 @@ class _Loader:
             raise _Refused("call keyword arguments are not a dict of names")
         if isinstance(func, type) and issubclass(func, Stub):
             return func(*args, **(kwargs or {}))
-        if func in _PURE_FUNCS:
+        pure = _PURE_IDS.get(id(func))
+        if pure is not None and pure is func:
             if kwargs:
                 raise _Refused("keyword arguments to a data constructor")
-            return func(*args)
+            return pure(*args)
         raise _Refused(f"call of a {type(func).__name__}, not a global")
 
     def new(self, cls: Any, args: Any, kwargs: Any = None) -> Any:
@@ -372,7 +376,7 @@ class _Loader:
             raise _Refused("NEWOBJ arguments are not a tuple")
         if isinstance(cls, type) and issubclass(cls, Stub):
             return self.call(cls, args, kwargs)
-        maker = _PURE_NEW.get(cls) if cls in _PURE_FUNCS else None
+        maker = _PURE_NEW.get(id(cls)) if _PURE_IDS.get(id(cls)) is cls else None
         if maker is None:
             raise _Refused(f"NEWOBJ on a {type(cls).__name__}, not a class")
         return maker()
@@ -403,8 +407,12 @@ class _Loader:
                     _check_key(k, weights)
                 d[k] = items[i + 1]
         elif isinstance(d, Stub):
+            weights = self.weights
             for i in range(0, len(items), 2):
-                d[items[i]] = items[i + 1]
+                k = items[i]
+                if not isinstance(k, str):
+                    _check_key(k, weights)
+                d[k] = items[i + 1]
         else:
             raise _Refused(f"SETITEM on a {type(d).__name__}")
 
@@ -671,19 +679,95 @@ def _text_index(ld: _Loader) -> int:
     return int(raw)
 
 
+# The opcodes real ``model`` files use most, without the generic helpers' extra calls.
+
+def _op_short_binunicode(ld: _Loader) -> None:
+    pos = ld.pos
+    if pos >= ld.n:
+        raise EOFError("pickle data was truncated")
+    end = pos + 1 + ld.raw[pos]
+    if end > ld.n:
+        raise EOFError("pickle data was truncated")
+    ld.stack.append(ld.raw[pos + 1:end].decode("utf-8", "surrogatepass"))
+    ld.pos = end
+
+
+def _op_binget(ld: _Loader) -> None:
+    pos = ld.pos
+    if pos >= ld.n:
+        raise EOFError("pickle data was truncated")
+    ld.pos = pos + 1
+    ld.get(ld.raw[pos])
+
+
+def _op_long_binget(ld: _Loader) -> None:
+    pos = ld.pos
+    end = pos + 4
+    if end > ld.n:
+        raise EOFError("pickle data was truncated")
+    ld.pos = end
+    ld.get(int.from_bytes(ld.raw[pos:end], "little"))
+
+
+def _op_memoize(ld: _Loader) -> None:
+    memo = ld.memo
+    if len(memo) >= MAX_MEMO:
+        raise _Limit("too many memo entries")
+    st = ld.stack
+    if not st or st[-1] is _MARK:
+        raise _Refused("pickle stack underflow")
+    memo[len(memo)] = st[-1]
+
+
+def _op_binint1(ld: _Loader) -> None:
+    pos = ld.pos
+    if pos >= ld.n:
+        raise EOFError("pickle data was truncated")
+    ld.stack.append(ld.raw[pos])
+    ld.pos = pos + 1
+
+
+def _op_none(ld: _Loader) -> None:
+    ld.stack.append(None)
+
+
+def _op_false(ld: _Loader) -> None:
+    ld.stack.append(False)
+
+
+def _op_true(ld: _Loader) -> None:
+    ld.stack.append(True)
+
+
+def _op_empty_tuple(ld: _Loader) -> None:
+    ld.stack.append(())
+
+
+def _op_empty_dict(ld: _Loader) -> None:
+    ld.stack.append({})
+
+
+def _op_empty_list(ld: _Loader) -> None:
+    ld.stack.append([])
+
+
+def _op_mark(ld: _Loader) -> None:
+    ld.stack.append(_MARK)
+
+
 _OPS: dict[int, Callable[[_Loader], None]] = {
     ord("."): _stop,
-    ord("("): lambda ld: ld.stack.append(_MARK),
+    ord("("): _op_mark,
     ord("0"): _op_pop,
     ord("1"): _op_pop_mark,
     ord("2"): _op_dup,
     ord("F"): _push(_float_text),
     ord("I"): _op_int,
     ord("J"): _push(lambda ld: ld.i32()),
-    ord("K"): _push(lambda ld: ld.u8()),
+    ord("K"): _op_binint1,
     ord("L"): _op_long,
     ord("M"): _push(lambda ld: ld.u16()),
-    ord("N"): lambda ld: ld.stack.append(None),
+    ord("N"): _op_none,
     ord("P"): _op_persid,
     ord("Q"): _op_binpersid,
     ord("R"): _op_reduce,
@@ -696,21 +780,21 @@ _OPS: dict[int, Callable[[_Loader], None]] = {
     ord("b"): lambda ld: ld.build(),
     ord("c"): _op_global,
     ord("d"): _op_dict,
-    ord("}"): lambda ld: ld.stack.append({}),
+    ord("}"): _op_empty_dict,
     ord("e"): _op_appends,
     ord("g"): _memo_op(_text_index, put=False),
-    ord("h"): _memo_op(lambda ld: ld.u8(), put=False),
+    ord("h"): _op_binget,
     ord("i"): _op_inst,
-    ord("j"): _memo_op(lambda ld: ld.u32(), put=False),
+    ord("j"): _op_long_binget,
     ord("l"): lambda ld: ld.stack.append(ld.pop_mark()),
-    ord("]"): lambda ld: ld.stack.append([]),
+    ord("]"): _op_empty_list,
     ord("o"): _op_obj,
     ord("p"): _memo_op(_text_index, put=True),
     ord("q"): _memo_op(lambda ld: ld.u8(), put=True),
     ord("r"): _memo_op(lambda ld: ld.u32(), put=True),
     ord("s"): _op_setitem,
     ord("t"): lambda ld: ld.stack.append(tuple(ld.pop_mark())),
-    ord(")"): lambda ld: ld.stack.append(()),
+    ord(")"): _op_empty_tuple,
     ord("u"): _op_setitems,
     ord("G"): _push(lambda ld: float(struct.unpack(">d", ld.take(8))[0])),
     0x80: _op_proto,
@@ -721,21 +805,21 @@ _OPS: dict[int, Callable[[_Loader], None]] = {
     0x85: _tuple_n(1),
     0x86: _tuple_n(2),
     0x87: _tuple_n(3),
-    0x88: lambda ld: ld.stack.append(True),
-    0x89: lambda ld: ld.stack.append(False),
+    0x88: _op_true,
+    0x89: _op_false,
     0x8A: _push(lambda ld: ld.long(ld.take(ld.u8()))),
     0x8B: _push(lambda ld: ld.long(ld.take(ld.i32()))),
     ord("B"): _push(lambda ld: bytes(ld.take(ld.i32()))),
     ord("C"): _push(lambda ld: bytes(ld.take(ld.u8()))),
     0x8D: _push(lambda ld: _utf8(ld.take(ld.u64()))),
-    0x8C: _push(lambda ld: _utf8(ld.take(ld.u8()))),
+    0x8C: _op_short_binunicode,
     0x8E: _push(lambda ld: bytes(ld.take(ld.u64()))),
     0x8F: lambda ld: ld.stack.append(set()),
     0x90: _op_additems,
     0x91: lambda ld: ld.stack.append(ld.frozenset_of(ld.pop_mark())),
     0x92: _op_newobj_ex,
     0x93: _op_stack_global,
-    0x94: lambda ld: ld.put(len(ld.memo)),
+    0x94: _op_memoize,
     0x95: _op_frame,
     0x96: _push(lambda ld: bytearray(ld.take(ld.u64()))),
     0x97: _op_buffer,
@@ -755,36 +839,57 @@ _TABLE: list[Callable[[_Loader], None]] = [_OPS.get(code, _invalid) for code in 
 
 def _check_tree(root: Any) -> None:
     """Refuse a result that, walked as a tree, is larger than :data:`MAX_TREE_NODES` or deeper
-    than :data:`MAX_DEPTH` (shared references count each time they are reached), or that
-    contains a cycle: whatever reads it may then walk or ``repr`` it naively."""
-    nodes = 0
-    on_path: set[int] = set()
-    path: list[int] = [-1]
-    stack: list[Any] = [iter((root,))]
+    than :data:`MAX_DEPTH` (shared references count each time they are reached: a DAG of
+    60 lists doubling each level is 2**60 nodes to whoever walks it), or that contains a
+    cycle, so whatever reads it may walk or ``repr`` it naively. Sizes are memoized per
+    object, so this costs the number of references, not the size of the tree."""
+    kids = _children(root)
+    if kids is None:
+        return
+    done: dict[int, tuple[int, int]] = {}
+    """id -> (tree size, depth) of a container already walked (it stays alive in ``root``)."""
+    gray = {id(root)}
+    # (container, iterator over its children, [size so far, deepest child])
+    stack: list[tuple[Any, Any, list[int]]] = [(root, iter(kids), [1, 0])]
     leaves = _LEAVES
     while stack:
-        for child in stack[-1]:
-            nodes += 1
+        obj, it, acc = stack[-1]
+        for child in it:
             if type(child) in leaves:
+                acc[0] += 1
                 continue
-            kids = _children(child)
-            if kids is None:
-                continue
-            if nodes > MAX_TREE_NODES:
+            known = done.get(id(child))
+            if known is None:
+                kids = _children(child)
+                if kids is None:
+                    acc[0] += 1
+                    continue
+                if id(child) in gray:
+                    raise _Limit("a value that contains itself")
+                if len(stack) >= MAX_DEPTH:
+                    raise _Limit(f"values nested more than {MAX_DEPTH} deep")
+                gray.add(id(child))
+                stack.append((child, iter(kids), [1, 0]))
+                break
+            acc[0] += known[0]
+            if known[1] > acc[1]:
+                acc[1] = known[1]
+            if acc[0] > MAX_TREE_NODES:
                 raise _Limit(f"more than {MAX_TREE_NODES} values when read as a tree")
-            if id(child) in on_path:
-                raise _Limit("a value that contains itself")
-            if len(stack) > MAX_DEPTH:
-                raise _Limit(f"values nested more than {MAX_DEPTH} deep")
-            on_path.add(id(child))
-            path.append(id(child))
-            stack.append(iter(kids))
-            break
         else:
             stack.pop()
-            on_path.discard(path.pop())
-    if nodes > MAX_TREE_NODES:
-        raise _Limit(f"more than {MAX_TREE_NODES} values when read as a tree")
+            gray.discard(id(obj))
+            size, depth = acc[0], acc[1] + 1
+            if size > MAX_TREE_NODES:
+                raise _Limit(f"more than {MAX_TREE_NODES} values when read as a tree")
+            if depth > MAX_DEPTH:
+                raise _Limit(f"values nested more than {MAX_DEPTH} deep")
+            done[id(obj)] = (size, depth)
+            if stack:
+                parent = stack[-1][2]
+                parent[0] += size
+                if depth > parent[1]:
+                    parent[1] = depth
 
 
 def _children(obj: Any) -> Any:
