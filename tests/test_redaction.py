@@ -683,3 +683,33 @@ def test_predict_output_and_memo_on_real_vllm(real_compile: Any) -> None:
     for f in files:
         text = f.read_text()
         assert not [s for s in secrets if s in text], f
+
+
+HOSTILE_TEXT = {
+    "long-word-after-a-hint": "key " + "a" * 200_000,
+    "names-without-values": ("token" + "a" * 20 + " ") * 8000,
+    "many-assignments": "token=b " * 25_000,
+    "open-json-records": '{"name":"HF_TOKEN",' * 10_000,
+    "schemes-without-userinfo": "a://" * 50_000,
+    "long-token-shape": "hf_" + "A" * 200_000 + "_",
+    "arrow-chain": "HF_TOKEN: a" + " -> a" * 40_000,
+    "unclosed-quote": "'token': '" + "a" * 200_000,
+    "unclosed-brackets": "token: " + "{" * 200_000,
+    "changed-from-unclosed": "HF_TOKEN changed '" * 20_000,
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOSTILE_TEXT))
+def test_hostile_text_is_linear(name: str) -> None:
+    """Every pattern is anchored or bounded: 200 KB of the worst input for each is seconds at
+    most (a backtracking pattern took minutes on the first one)."""
+    import time
+
+    text = HOSTILE_TEXT[name]
+    t0 = time.perf_counter()
+    out = redact_text(text)
+    assert time.perf_counter() - t0 < 5.0
+    assert isinstance(out, str)
+    t0 = time.perf_counter()
+    redact_value(None, {"k": [text]})
+    assert time.perf_counter() - t0 < 5.0

@@ -533,7 +533,7 @@ def _may_hold_secret(text: str) -> bool:
     return _HINT.search(text.lower()) is not None
 
 
-_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s@'\"<>]+)@")
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s@'\"<>]{1,256})@")
 _TOKEN_SHAPES = re.compile(
     r"(?<![A-Za-z0-9_])(?:"
     r"hf_[A-Za-z0-9]{20,}"
@@ -547,10 +547,11 @@ GitHub, GitLab, AWS key ids, Slack, Google, JWTs)."""
 _AUTH_SCHEME = re.compile(r"\b(?P<scheme>[Bb]earer)\s+"
                           r"(?P<cred>(?!<redacted)[A-Za-z0-9._~+/=:-]{8,})")
 _ASSIGN = re.compile(
-    r"(?P<q>['\"]?)(?P<name>(?:--?)?[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)"
+    r"(?<![A-Za-z0-9_.-])(?P<q>['\"]?)(?P<name>(?:--?)?[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)"
     r"(?P<sep>[ \t]*[:=][ \t]*|[ \t]+(?=['\"{\[])|['\"]?,[ \t]*(?=['\"{\[])"
     r"|[ \t]+(?:changed[ \t]+from|changed|from)[ \t]+"
-    r"(?=(?:'[^'\n]*'|\"[^\"\n]*\"|[{\[(][^\n]*?[}\])]|\S+)[ \t]*->))")
+    r"(?=(?:'[^'\n]{0,512}'|\"[^\"\n]{0,512}\"|[{\[(][^\n]{0,512}?[}\])]|\S{1,512})"
+    r"[ \t]*->))")
 """A name followed by ``=``, ``:``, a space before a quoted or bracketed value, ``', '`` (a
 command line printed as a list, a ``(name, value)`` pair), or ``changed`` before ``A -> B``."""
 _FLAG_SPACE = re.compile(r"(?<![\w-])(?P<q>)(?P<name>--?[A-Za-z][A-Za-z0-9_.-]*)(?P<sep>[ \t]+)"
@@ -660,6 +661,9 @@ def _redact_assignments(text: str, pattern: re.Pattern[str]) -> str:
     return "".join(out)
 
 
+RECORD_SCAN = 4096
+"""How far past a secret's name (``"name": "HF_TOKEN"``) its record's value fields are looked
+for in JSON text."""
 _JSON_NAMED = re.compile(r'"(?:item|name|field|var|variable|flag|env|key)"[ \t]*:[ \t]*'
                          r'"(?P<n>(?:[^"\\\n]|\\.)*)"')
 _JSON_VALUE_FIELD = re.compile(r'"(?:old|new|value|values|default|before|after|live|recorded'
@@ -670,12 +674,13 @@ def _redact_json_records(text: str) -> str:
     """JSON text: in an object that names a secret (``{"name": "HF_TOKEN", "old": .., "new":
     ..}``, :data:`_NAME_FIELDS`), the value fields that follow the name."""
     out: list[str] = []
-    pos = 0
+    pos = scanned = 0
     for m in _JSON_NAMED.finditer(text):
-        if m.start() < pos or not is_secret_name(m.group("n")):
+        if m.start() < max(pos, scanned) or not is_secret_name(m.group("n")):
             continue
-        i, depth = m.end(), 0
-        while i < len(text):
+        # The record's own fields follow its name closely: a bounded look keeps this linear.
+        i, depth, end_scan = m.end(), 0, min(len(text), m.end() + RECORD_SCAN)
+        while i < end_scan:
             c = text[i]
             if c == '"':
                 v = _JSON_VALUE_FIELD.match(text, i) if depth == 0 else None
@@ -693,6 +698,7 @@ def _redact_json_records(text: str) -> str:
                     break
                 depth -= 1
             i += 1
+        scanned = i
     out.append(text[pos:])
     return "".join(out)
 
