@@ -208,7 +208,8 @@ def compiler_fingerprint() -> str:
 
 REPO = HERE.parent.parent
 PACKAGE = REPO / "vllm_cache_tools"
-RECORDER_SOURCES = (PACKAGE / "recorder", PACKAGE / "live" / "probe.py", PACKAGE / "__init__.py")
+RECORDER_SOURCES = (PACKAGE / "recorder", PACKAGE / "live" / "probe.py", PACKAGE / "__init__.py",
+                    PACKAGE / "redaction.py")
 
 
 def _digest(paths: tuple[Path, ...]) -> str:
