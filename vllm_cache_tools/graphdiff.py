@@ -14,6 +14,10 @@ _GEN = re.compile(r"\b([A-Za-z_]+?)_(\d+)\b")
 _OP = re.compile(r"\btorch\.ops\.[A-Za-z0-9_.]+|\btorch\.[a-z_][A-Za-z0-9_]*(?=\()|"
                  r"\boperator\.[a-z_]+")
 _SHAPE = re.compile(r'"([a-z0-9]+\[[^\]"]*\])"')
+# Every pattern above is linear (no nested or overlapping repeats; checked against hostile
+# text in tests/test_total_readers.py). difflib is not: it is given at most this many lines.
+MAX_DIFF_LINES = 250_000
+"""Per side (real graphs: ~30 lines per KB; 250k lines is an ~8 MB graph)."""
 
 
 def normalise(text: str) -> str:
@@ -45,9 +49,16 @@ class GraphDiff:
 def diff_graphs(old: str, new: str, old_name: str = "old", new_name: str = "new",
                 context: int = 3) -> GraphDiff:
     a, b = normalise(old), normalise(new)
-    diff = "".join(difflib.unified_diff(a.splitlines(keepends=True),
-                                        b.splitlines(keepends=True),
-                                        fromfile=old_name, tofile=new_name, n=context))
+    lines = max(a.count("\n"), b.count("\n"))
+    if a == b:
+        diff = ""
+    elif lines > MAX_DIFF_LINES:
+        diff = (f"(no line diff: {lines} lines, more than {MAX_DIFF_LINES}; the summary below "
+                f"still compares the whole graphs)\n")
+    else:
+        diff = "".join(difflib.unified_diff(a.splitlines(keepends=True),
+                                            b.splitlines(keepends=True),
+                                            fromfile=old_name, tofile=new_name, n=context))
     oa, ob = Counter(_OP.findall(old)), Counter(_OP.findall(new))
     sa, sb = set(_SHAPE.findall(old)), set(_SHAPE.findall(new))
     return GraphDiff(

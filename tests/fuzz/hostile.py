@@ -208,6 +208,68 @@ def graph_big(size: int = 10 * MB) -> bytes:
     return line * (size // len(line))
 
 
+def json_strings(size: int) -> bytes:
+    """``["ab","ab",...]``: the most string objects per byte."""
+    n = (size - 2) // 5
+    return b'{"schema": 1, "env": {"x": [' + b'"ab",' * (n - 1) + b'"ab"]}}'
+
+
+def literal_one_string(size: int = 10 * MB) -> bytes:
+    """One string literal of ``size`` bytes with escapes (the slow path of the literal)."""
+    return b"{(1, 0, 'inductor'): ('" + b"\\x41" * ((size - 40) // 4) + b"', '/p')}\n"
+
+
+def ledger_valid(size: int = 10 * MB) -> bytes:
+    line = (b'{"event": "hit", "host": "h", "key": "0123456789", "pid": 12345, "prefix": '
+            b'"backbone", "rank": "rank_0_0", "seconds": 0.5, "time": 1700000000.5, '
+            b'"tree": "backend", "v": 1}\n')
+    return line * (size // len(line))
+
+
+def log_hostile(size: int = 10 * MB) -> bytes:
+    """10 MB of log lines built to make the message patterns backtrack."""
+    head = b"INFO 01-01 00:00:00 [backends.py:1] "
+    lines = [head + p * (200_000 // len(p)) + b"\n" for p in (
+        b"Directly load the compiled graph for ", b"Directly lookup the graph for ",
+        b"Compiling model again due to a load failure from ",
+        b"torch.compile Using cache directory: ", b"Compiling a graph for ")]
+    lines.append(b"(VllmWorker rank=0 pid=" + b"9" * 5000 + b") " + head + b"compile x\n")
+    one = b"".join(lines)
+    return one * (size // len(one))
+
+
+def log_long_line(size: int = 10 * MB) -> bytes:
+    return b"INFO 01-01 00:00:00 [backends.py:1] Compiling " + b"(" * size + b"\n"
+
+
+def _sample(pattern: str) -> Callable[[], bytes]:
+    from pathlib import Path
+    root = Path(__file__).resolve().parent.parent.parent / "examples"
+
+    def read() -> bytes:
+        return sorted(root.glob(pattern))[0].read_bytes()
+    return read
+
+
+REAL: dict[str, tuple[str, Callable[[], bytes]]] = {
+    "real AOT model (sample)": (
+        "model", _sample("sample_cache/torch_compile_cache/torch_aot_compile/*/rank_0_0/model")),
+    "real computation_graph.py": (
+        "computation_graph.py", _sample("sample_cache/torch_compile_cache/*/rank_0_0/backbone/"
+                                        "computation_graph.py")),
+    "real cache_key_factors.json": (
+        "cache_key_factors.json", _sample("sample_cache/torch_compile_cache/*/rank_0_0/"
+                                          "backbone/cache_key_factors.json")),
+    "real manifest": (
+        "vct-manifest.0123456789abcdef.json",
+        _sample("sample_cache/torch_compile_cache/*/rank_0_0/backbone/vct-manifest.*.json")),
+    "real ledger": ("ledger.jsonl", _sample("sample_cache/torch_compile_cache/"
+                                            ".vllm-cache-tools/ledger/*.jsonl")),
+    "real log (cold start)": ("log", _sample("sample_logs/1-cold-start.log")),
+}
+"""Real artifacts, read the same way: the reference rows of the benchmark."""
+
+
 ARTIFACTS: dict[str, tuple[str, Callable[[], bytes]]] = {
     "pickle bytearray(2**30)": ("model", pickle_bytearray_bomb),
     "pickle set(range(2**31))": ("model", pickle_range_set_bomb),
@@ -239,4 +301,15 @@ ARTIFACTS: dict[str, tuple[str, Callable[[], bytes]]] = {
     "graph 10 MB real-like": ("computation_graph.py", graph_big),
     "graph 10 MB newlines": ("computation_graph.py", lambda: graph_newlines(10 * MB)),
     "triton meta nested": ("triton.json", json_deep),
+    "factors 4 MB of strings": ("cache_key_factors.json", lambda: json_strings(4 * MB)),
+    "manifest 8 MB of strings": ("vct-manifest.0123456789abcdef.json",
+                                 lambda: json_strings(8 * MB)),
+    "manifest 10 MB of strings": ("vct-manifest.0123456789abcdef.json",
+                                  lambda: json_strings(10 * MB)),
+    "ledger 10 MB of valid events": ("ledger.jsonl", ledger_valid),
+    "compile cache 10 MB string": ("vllm_compile_cache.py", literal_one_string),
+    "log 10 MB of backtracking lines": ("log", log_hostile),
+    "log one 10 MB line": ("log", log_long_line),
+    "graph 10 MB one line of File:": ("computation_graph.py",
+                                      lambda: b"# File: " + b"a:1" * (10 * MB // 3)),
 }

@@ -50,6 +50,12 @@ def read_as(kind: str, path: Path) -> None:
         read_graph(path)
         text = path.read_text(errors="replace")
         diff_graphs(text, text[: len(text) // 2])
+    elif kind == "log":
+        from vllm_cache_tools.read.logs import LogStream
+        for _ in LogStream([str(path)]):
+            pass
+    elif kind == "none":
+        pass
     elif kind == "triton.json":
         from vllm_cache_tools.read.triton import read_triton_meta
         read_triton_meta(path)
@@ -76,9 +82,9 @@ def place(kind: str, data: bytes, folder: Path) -> Path:
 
 
 def child(name: str) -> None:
-    from tests.fuzz.hostile import ARTIFACTS
+    from tests.fuzz.hostile import ARTIFACTS, REAL
     from vllm_cache_tools.read.errors import ReadError
-    kind, build = ARTIFACTS[name]
+    kind, build = {**ARTIFACTS, **REAL, "baseline (imports only)": ("none", bytes)}[name]
     data = build()
     with tempfile.TemporaryDirectory(prefix="vct-hostile-") as d:
         path = place(kind, data, Path(d))

@@ -245,7 +245,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="also mutate the real-vLLM test caches (~/.cache/vllm-cache-tools-"
                          "tests), when present")
     ap.add_argument("--only", default="", help="comma-separated targets")
-    ap.add_argument("--out", type=Path, default=Path(".fuzz-findings"))
+    ap.add_argument("--out", type=Path, default=Path(".nox") / "fuzz-findings",
+                    help="where failing inputs are written (default: .nox/fuzz-findings)")
     ap.add_argument("--replay", help="TARGET:INDEX: run one input again, with its traceback")
     a = ap.parse_args(argv)
     if a.replay:

@@ -144,10 +144,6 @@ def run_model(data: bytes, d: Path, base: bytes) -> None:
             from vllm_cache_tools.read.errors import ReadError
             if not isinstance(exc, ReadError):
                 raise
-    # the nested pickle on its own (what interpret() does with compiled_fn)
-    from vllm_cache_tools.read.safe_pickle import safe_loads
-    if data[:2] == b"\x80\x04":
-        safe_loads(data)
 
 
 def run_triton(data: bytes, d: Path, base: bytes) -> None:

@@ -55,6 +55,8 @@ def _tokens(buf: Any, pos: int, stop_str: bytes | None = None,
                 return
             continue
         an = arg.n
+        if pos + (an if an >= 0 else _LEN[an][1] if an in _LEN else 0) > n:
+            raise ReadError("truncated AOT model pickle")  # not struct.error (fuzzer)
         if an >= 0:
             val: Any = bytes(buf[pos:pos + an])
             if code in _INT_OPS:

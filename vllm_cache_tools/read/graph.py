@@ -21,11 +21,14 @@ from vllm_cache_tools.read.errors import unreadable
 from vllm_cache_tools.read.jsontext import beyond_limits
 from vllm_cache_tools.read.noatime import read_noatime
 
-# "# File: <path>:<line> in <fn>": the head, then (searched from the head on, same line) the
-# first ":<digits> in <fn>"; the path is what lies between.
-_FILE_HEAD = re.compile(r"#[ \t]*File:")
+# "# File: <path>:<line> in <fn>": the comment to the end of its line, then in it the first
+# ":<digits> in <fn>"; the path is what lies before. One comment per line, as Dynamo writes.
+_FILE_LINE = re.compile(r"#[ \t]*File:([^\n]*)")
 _FILE_TAIL = re.compile(r":(\d+) in ([\w<>.]+)")
-_SUBMOD = re.compile(r"^[ \t]*(submod_\d+)[ \t]*=[ \t]*self\.(submod_\d+)\(", re.M)
+# "    submod_1 = self.submod_1(...)" at the start of a line. Searched from its literal (the
+# regex engine skips to it), the line start checked by hand: a pattern opening with "^\s*"
+# would be tried at every line of a file of blank lines.
+_SUBMOD = re.compile(r"(submod_\d+)[ \t]*=[ \t]*self\.(submod_\d+)\(")
 MAX_BYTES = 64 * 1024 * 1024
 """Real graphs: ~30 KB per decoder layer (62 KB for a 2-layer Llama)."""
 TIME_BUDGET_S = 5.0
@@ -52,25 +55,15 @@ class GraphInfo:
 
 def file_comments(text: str, deadline: float | None = None) -> Iterator[tuple[str, str]]:
     """``(path, function)`` of every ``# File: path:line in fn`` comment, in order."""
-    find_head, find_tail = _FILE_HEAD.search, _FILE_TAIL.search
-    pos, n = 0, 0
-    while True:
-        head = find_head(text, pos)
-        if head is None:
-            return
-        eol = text.find("\n", head.end())
-        if eol < 0:
-            eol = len(text)
-        tail = find_tail(text, head.end(), eol)
-        if tail is None:
-            pos = eol  # no later head on this line can have a tail either
-            continue
-        path = text[head.end():tail.start()].strip()
-        if path:
-            yield path, tail.group(2)
-        pos = tail.end()
-        n += 1
-        if deadline is not None and n % 1024 == 0 and time.monotonic() > deadline:
+    tail = _FILE_TAIL.search
+    for n, m in enumerate(_FILE_LINE.finditer(text)):
+        rest = m.group(1)
+        t = tail(rest)
+        if t is not None:
+            path = rest[:t.start()].strip()
+            if path:
+                yield path, t.group(2)
+        if deadline is not None and n % 4096 == 4095 and time.monotonic() > deadline:
             raise beyond_limits("computation_graph.py", f"read for over {TIME_BUDGET_S:.0f} s")
 
 
@@ -81,8 +74,16 @@ def parse_graph(text: str, time_budget_s: float | None = TIME_BUDGET_S) -> Graph
     for path, fn in file_comments(text, deadline):
         files.setdefault(path, None)
         funcs.setdefault(f"{path}:{fn}", None)
-    subs = tuple(dict.fromkeys(m.group(1) for m in _SUBMOD.finditer(text)))
+    subs = tuple(dict.fromkeys(m.group(1) for m in _SUBMOD.finditer(text)
+                               if _at_line_start(text, m.start())))
     return GraphInfo(tuple(files), tuple(funcs), subs, text.count("\n"))
+
+
+def _at_line_start(text: str, i: int) -> bool:
+    """Whether only blanks precede position ``i`` on its line (cost: those blanks)."""
+    while i > 0 and text[i - 1] in " \t":
+        i -= 1
+    return i == 0 or text[i - 1] == "\n"
 
 
 def read_graph(path: str | os.PathLike[str]) -> GraphInfo:

