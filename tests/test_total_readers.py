@@ -426,3 +426,18 @@ def test_log_process_prefix_with_a_huge_pid() -> None:
     from vllm_cache_tools.read.logs import parse_text
     parse_text("(VllmWorker rank=0 pid=" + "9" * 5000 + ") INFO 01-01 00:00:00 [backends.py:1] "
                "Compiling a graph for (1, 128) takes 1.5 s\n")
+
+
+def test_model_past_the_readers_limits_is_not_judged(tmp_path: Path) -> None:
+    """A well-formed pickle past a limit is ``unknown`` (UnreadableError), never ``corrupt``:
+    no policy may delete an entry for being bigger than this reader expects."""
+    from vllm_cache_tools.read.aot_model import read_aot_model
+    from vllm_cache_tools.read.errors import UnreadableError
+    p = tmp_path / "model"
+    p.write_bytes(pickle.dumps({"x": [None] * 150_000}, protocol=4))
+    with pytest.raises(UnreadableError):
+        read_aot_model(p)
+    p.write_bytes(pickle.dumps({"x": [None] * 10}, protocol=4)[:-1])
+    with pytest.raises(ReadError) as err:
+        read_aot_model(p)
+    assert not isinstance(err.value, UnreadableError)

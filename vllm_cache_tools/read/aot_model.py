@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from vllm_cache_tools.read.aot_quick import read_aot_quick
-from vllm_cache_tools.read.errors import ReadError, unreadable
+from vllm_cache_tools.read.errors import ReadError, UnreadableError, unreadable
 from vllm_cache_tools.read.noatime import read_noatime
 from vllm_cache_tools.read.safe_pickle import SafePickleError, Stub, safe_loads
 
@@ -204,7 +204,9 @@ def read_aot_model(path: str | os.PathLike[str], full: bool = True) -> AotModelI
             raise ReadError("empty AOT model file (0 bytes)")
         top = safe_loads(read_noatime(path))
     except SafePickleError as exc:
-        raise ReadError(f"unreadable AOT model pickle: {exc}") from None
+        # Past the reader's limits is not judged (unknown), unlike a broken pickle (corrupt).
+        kind = UnreadableError if isinstance(exc, UnreadableError) else ReadError
+        raise kind(f"unreadable AOT model pickle: {exc}") from None
     except OSError as exc:
         raise unreadable("AOT model", exc) from None
     return interpret(top)
