@@ -51,7 +51,7 @@ esac
 
 def _shim(tmp: Path) -> str:
     d = tmp / "bin"
-    d.mkdir()
+    d.mkdir(parents=True, exist_ok=True)
     exe = Path(sys.executable).parent / "vllm-cache"
     (d / "vllm-cache").write_text(SHIM.format(exe=exe, py=venv_python()))
     (d / "vllm-cache").chmod(0o755)
@@ -82,7 +82,7 @@ def test_recipes_run(real_compile: ScenarioRun, s3: str, tmp_path: Path) -> None
 
     def env_for(root: Path, **extra: str) -> dict[str, str]:
         env = {**start_env(root, start), **aws, **extra}
-        env["PATH"] = _shim(tmp_path / root.name) + ":" + env["PATH"]
+        env["PATH"] = _shim(tmp_path / "shims" / root.name) + ":" + env["PATH"]
         return env
 
     # CI: push and pack the warm root.
