@@ -5,8 +5,11 @@ vLLM on purpose), ``explain`` says "same key: vLLM cannot see this change"."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.conftest import run_cli
 from vllm_cache_tools.explain import explain
@@ -70,3 +73,25 @@ def test_explain_same_key_unhashed(tmp_path: Path) -> None:
     assert "VLLM_MY_FLAG" in x.headline or "seed" in x.headline
     assert {c.item for c in x.causes} == {"env.VLLM_MY_FLAG", "model_config.seed",
                                           "env.VLLM_HOST_IP"}
+
+
+def test_the_start_env_is_what_the_start_was_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The plugin's first process keeps the VLLM_* variables as given; vLLM's own later ones
+    (VLLM_DIST_IDENT, new on every start) are not the user's configuration."""
+    from vllm_cache_tools import recorder
+
+    for k in list(os.environ):
+        if k.startswith(("VLLM_", "VCT_")):
+            monkeypatch.delenv(k)
+    monkeypatch.setenv("VLLM_HOST_IP", "10.0.0.9")
+    monkeypatch.setenv("VLLM_API_KEY", "sk-zzz")
+    monkeypatch.setattr(recorder, "supported", lambda v: False)  # no hooks in this process
+    recorder.register()
+    assert len(os.environ[recorder.START_ENV]) == 16
+    monkeypatch.setenv("VLLM_DIST_IDENT", "set-by-vllm-later")
+    env = capture.process_env()
+    assert env["VLLM_HOST_IP"] == "10.0.0.9" and "VLLM_DIST_IDENT" not in env
+    assert "sk-zzz" not in json.dumps(env)
+    first = os.environ[recorder.START_ENV]
+    recorder.register()  # a worker of the same start: the id and the snapshot are inherited
+    assert os.environ[recorder.START_ENV] == first

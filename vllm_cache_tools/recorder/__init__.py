@@ -17,6 +17,10 @@ START_ENV = "VCT_START_ID"
 inherited by the processes it spawns (engine core, workers): ledger events carry it, so
 statistics count a tensor-parallel start once. Not named ``VLLM_*``: vLLM warns about (or,
 with ``--fail-on-environ-validation``, refuses) every ``VLLM_*`` variable it does not know."""
+START_VLLM_ENV = "VCT_START_VLLM_ENV"
+"""The ``VLLM_*`` variables as the start was given them (JSON, secrets redacted), taken with
+the start id: vLLM sets some of its own later in its processes (``VLLM_DIST_IDENT``, shared
+memory names, new on every start), which are not the user's configuration."""
 SUPPORTED = ((0, 15), (0, 33))
 """vLLM minor versions whose hook points (see :mod:`.hooks`) are known; others: no manifest."""
 
@@ -40,6 +44,9 @@ def register() -> None:
             return
         if not os.environ.get(START_ENV):
             os.environ[START_ENV] = os.urandom(8).hex()
+            from vllm_cache_tools.recorder.capture_env import start_env_json
+
+            os.environ[START_VLLM_ENV] = start_env_json(os.environ)
         vllm = sys.modules.get("vllm")
         version = str(getattr(vllm, "__version__", "")) if vllm is not None else ""
         if not version:

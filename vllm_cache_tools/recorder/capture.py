@@ -12,11 +12,10 @@ from typing import Any
 
 from vllm_cache_tools import redaction
 from vllm_cache_tools.live.probe import SUB_CONFIGS, _jsonable, config_parts
+from vllm_cache_tools.recorder import START_VLLM_ENV, capture_env
 from vllm_cache_tools.recorder.layout import RUNTIME_FIELDS, SCHEMA
 
 REDACTED = redaction.REDACTED
-OWN_ENV = "VLLM_CACHE_TOOLS_"
-"""This tool's switches: not vLLM's, never part of a start's record."""
 
 
 def redact_argv(argv: list[str]) -> list[str]:
@@ -74,11 +73,15 @@ def _without_runtime(parts: dict[str, Any]) -> dict[str, Any]:
 
 
 def process_env(environ: Any = None) -> dict[str, Any]:
-    """Every ``VLLM_*`` variable of this process, declared by vLLM or not (undeclared ones
-    never reach its key), secrets redacted; this tool's own switches left out."""
-    env = os.environ if environ is None else environ
-    return redaction.redact_env({k: env[k] for k in sorted(env)
-                                 if k.startswith("VLLM_") and not k.startswith(OWN_ENV)})
+    """Every ``VLLM_*`` variable of the start, declared by vLLM or not (undeclared ones never
+    reach its key), secrets redacted; this tool's own switches left out. Without ``environ``:
+    as the start was given them (taken by the plugin's first process), else this process's."""
+    if environ is None:
+        given = capture_env.from_json(os.environ.get(START_VLLM_ENV))
+        if given is not None:
+            return given
+        environ = os.environ
+    return capture_env.vllm_env(environ)
 
 
 def undeclared_env(names: Any) -> list[str]:
