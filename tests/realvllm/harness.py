@@ -336,9 +336,16 @@ def run_start(python: Path, vllm_root: Path, start: Start, log: Path,
     spec_path.write_text(json.dumps(spec, indent=1))
     model_dir().parent.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
+    cmd = [str(python), str(START_SCRIPT), str(spec_path)]
+    host = dict(start.env).get(HOSTNAME_ENV)
+    if host:
+        # Another host name, as a pod or machine of a fleet has: a UTS namespace (root only).
+        if os.geteuid() != 0 or shutil.which("unshare") is None:
+            raise RuntimeError(f"start with {HOSTNAME_ENV}={host} needs root and unshare")
+        cmd = ["unshare", "--uts", "sh", "-c", 'hostname "$0" && exec "$@"', host, *cmd]
     with model_lock(), open(log, "wb") as out, applied_edit(start.edit):
         # The model lock also serialises starts: two vLLM engines on 2 cores only thrash.
-        proc = subprocess.run([str(python), str(START_SCRIPT), str(spec_path)],
+        proc = subprocess.run(cmd,
                               env=start_env(vllm_root, start), stdout=out,
                               stderr=subprocess.STDOUT, timeout=timeout, cwd=str(log.parent))
     seconds = time.monotonic() - t0
@@ -401,6 +408,8 @@ def copy_root(src: Path, dst: Path) -> Path:
 
 
 # The scenarios the test-suite and the sample cache use.
+HOSTNAME_ENV = "VCT_TEST_HOSTNAME"
+"""In a start's env: run it under this host name (run_start), as another machine of a fleet."""
 LONG_LEN_ENV = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
 RECORD_ENV = {"VLLM_CACHE_TOOLS_RECORD": "1"}
 
@@ -462,6 +471,20 @@ SCENARIOS: dict[str, Scenario] = {
         Start.make(env=RECORD_ENV, compile_mode=True),
         Start.make(env=RECORD_ENV, compile_mode=True),
         Start.make(env={**LONG_LEN_ENV, **RECORD_ENV}, compile_mode=True),
+    ), recorder=True),
+    # A fleet on one shared root (issue 15): two "hosts" (host name, VLLM_HOST_IP), a per-run
+    # worker id in additional_config. Start 2 runs on pod-a with pod-b's worker id: it reuses
+    # start 1's entries from the shared root (a cross-host hit) while a VLLM_* variable vLLM
+    # does not declare differs (a possible false hit for audit) and VLLM_HOST_IP differs (which
+    # vLLM leaves out of its hash on purpose).
+    "fleet": Scenario("fleet", (
+        Start.make(env={**RECORD_ENV, HOSTNAME_ENV: "pod-a", "VLLM_HOST_IP": "10.0.0.1"},
+                   compile_mode=True, additional_config={"worker_id": "w1"}),
+        Start.make(env={**RECORD_ENV, HOSTNAME_ENV: "pod-b", "VLLM_HOST_IP": "10.0.0.2"},
+                   compile_mode=True, additional_config={"worker_id": "w2"}),
+        Start.make(env={**RECORD_ENV, HOSTNAME_ENV: "pod-a", "VLLM_HOST_IP": "10.0.0.1",
+                        "VLLM_VCT_UNDECLARED_KNOB": "1"},
+                   compile_mode=True, additional_config={"worker_id": "w2"}),
     ), recorder=True),
     # The recorder cannot write its ledger or snapshots (a file where its folder goes):
     # vLLM must start and compile as usual.
