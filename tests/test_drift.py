@@ -219,3 +219,22 @@ def test_cli_shape(fleet: Fleet) -> None:
 ])
 def test_classes(component: str, item: str, values: list[str], kind: str) -> None:
     assert kind_of(component, item, values, 5) == kind
+
+
+def test_from_a_remote_store(tmp_path: Path) -> None:
+    """A store (fleet/remote.py) holds entries and their manifests, no ledger: stats from
+    what the files prove, drift from the manifests."""
+    from tests.conftest import REPO
+    from vllm_cache_tools.analyze.stats import stats
+
+    root = tmp_path / "root"
+    shutil.copytree(REPO / "examples" / "sample_cache", root)
+    url = f"file://{tmp_path / 'store'}"
+    res = run_cli("push", "0b85", "b6a1", "28fd362d4e", "39ecaca4bf", url, "--root", str(root))
+    assert res.returncode == 0, res.stderr
+    s = stats(url)
+    assert (s.kind, s.basis, s.totals.misses, s.entries) == ("remote", "files", 4, 4)
+    d = drift(url)
+    assert d.kind == "remote" and d.basis == "manifests"
+    f = factors(d, d.models[0].model)["env VLLM_ALLOW_LONG_MAX_MODEL_LEN"]
+    assert (f.entries, f.in_key) == (2, True)
