@@ -85,15 +85,18 @@ def test_memo_stale_after_model_file_changes(real_compile: ScenarioRun,
 def test_memo_stale_after_traced_source_edit_and_keyed_on_env(
         real_compile: ScenarioRun) -> None:
     args = real_compile.scenario.starts[1].serve_args()
-    base = _pred(real_compile, args)
-    with model_lock(), applied_edit("append-comment"):
-        edited = _pred(real_compile, args)
+    # One lock over the three predicts: another test's edit of llama.py in between would
+    # make "base" and "back" differ for a reason of its own.
+    with model_lock():
+        base = _pred(real_compile, args)
+        with applied_edit("append-comment"):
+            edited = _pred(real_compile, args)
+        # The file is back: its mtime differs from the one the memo kept, so the probe runs
+        # again and the answer is the first one.
+        back = _pred(real_compile, args)
     assert edited.probe_run is not None
     assert edited.probe_run.memo.startswith("memo stale: ")
     assert edited.probe_run.memo.endswith("llama.py changed")
-    # The file is back: its mtime differs from the one the memo kept, so the probe runs
-    # again and the answer is the first one.
-    back = _pred(real_compile, args)
     assert back.probe_run is not None and back.probe_run.memo.startswith("memo stale: ")
     assert _without_probe(back) == _without_probe(base)
     other_env = _pred(real_compile, args, {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"})
