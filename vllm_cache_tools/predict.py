@@ -26,14 +26,14 @@ from vllm_cache_tools.hashing import (
 from vllm_cache_tools.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, resolve_root
 from vllm_cache_tools.model import Cause, Entry, KeyParts
 from vllm_cache_tools.probing import PredictError, ProbeRun, Progress, module_files, run_probe
-from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
+from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifests
+from vllm_cache_tools.read.noatime import read_source_text
 from vllm_cache_tools.redaction import same_value
 from vllm_cache_tools.store import read_backend_entry, scan
 
 VLLM_COMPILE = 3
-LOADABLE_AOT_FN = "vllm.compilation.caching.VllmSerializableFunction"
 
 
 @dataclass(frozen=True)
@@ -103,11 +103,7 @@ def _manifest_files(entries: Sequence[Entry], probe: Mapping[str, Any]
         path = f.get("path")
         if not isinstance(path, str):
             continue
-        try:
-            with open(path, encoding="utf-8") as fh:
-                files[path] = fh.read()
-        except (OSError, UnicodeDecodeError):
-            files[path] = None  # vLLM hashes the path alone
+        files[path] = read_source_text(path)  # None: vLLM hashes the path alone
     return files, best.digest
 
 
