@@ -88,7 +88,7 @@ def drop_memo(xdg: Path) -> None:
 
 
 def wait_standby(run_dir: Path, timeout: float = 120.0) -> None:
-    from vllm_cache_tools.standby import ready
+    from vllm_cache_tools.live.standby import ready
 
     end = time.monotonic() + timeout
     while time.monotonic() < end:

@@ -113,7 +113,7 @@ def synthesize(root: Path, events: int, hosts: int, seed: int = 0) -> dict[str, 
 API_RUN = """
 import json, sys
 from vllm_cache_tools.analyze.stats import stats
-from vllm_cache_tools.analyze.views import stats_document
+from vllm_cache_tools.views.insight import stats_document
 a = sys.argv
 def opt(name):
     return a[a.index(name) + 1] if name in a else None

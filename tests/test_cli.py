@@ -145,7 +145,7 @@ def test_readme_command_table_is_complete() -> None:
 
 
 def test_inspector_never_imports_torch_or_vllm(real_compile: ScenarioRun) -> None:
-    code = ("import sys, vllm_cache_tools as v; from vllm_cache_tools.serialize import "
+    code = ("import sys, vllm_cache_tools as v; from vllm_cache_tools.views.payloads import "
             "entry_detail; info = v.scan(sys.argv[1]); "
             "[entry_detail(v.read_entry(e.path)) for e in info.entries]; "
             "bad = [m for m in ('torch', 'vllm', 'triton') if m in sys.modules]; "

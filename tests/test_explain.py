@@ -10,8 +10,8 @@ import pytest
 from tests.conftest import run_cli
 from tests.realvllm.harness import SCENARIOS, ScenarioRun, run_scenario
 from vllm_cache_tools import read_entry, scan
-from vllm_cache_tools.explain import explain_entries, show_value
-from vllm_cache_tools.model import Cause
+from vllm_cache_tools.analyze.explain import explain_entries, show_value
+from vllm_cache_tools.store.types import Cause
 
 pytestmark = pytest.mark.realvllm
 
@@ -166,7 +166,7 @@ SAMPLES = Path(__file__).resolve().parent.parent / "examples" / "sample_logs"
 
 
 def test_headline_names_every_cause_or_says_partial() -> None:
-    from vllm_cache_tools.explain import Explanation, Unexplained
+    from vllm_cache_tools.analyze.explain import Explanation, Unexplained
 
     env = Cause("env", "VLLM_CPU_OMP_THREADS_BIND", None, "0|1", "e")
     tp = Cause("config", "parallel_config.tensor_parallel_size", 1, 2, "e")

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import run_cli
-from vllm_cache_tools.hashing import (
+from vllm_cache_tools.keys import (
     aot_key,
     backend_code_hash,
     backend_key,

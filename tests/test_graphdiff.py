@@ -8,7 +8,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.realvllm.harness import SCENARIOS, ScenarioRun, run_scenario
-from vllm_cache_tools.graphdiff import diff_graphs, normalise
+from vllm_cache_tools.analyze.graph_diff import diff_graphs, normalise
 
 pytestmark = pytest.mark.realvllm
 

@@ -14,9 +14,9 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.victims import changed, make_victim, tree_state
-from vllm_cache_tools import snapshots
-from vllm_cache_tools.recorder import safeio
-from vllm_cache_tools.recorder.layout import SOURCES_DIRNAME, STATE_DIRNAME
+from vllm_cache_tools import safeio
+from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME
+from vllm_cache_tools.maintain import snapshot_sweep as snapshots
 
 pytestmark = pytest.mark.hostile
 

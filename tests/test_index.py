@@ -12,8 +12,8 @@ import pytest
 from tests.conftest import run_cli
 from tests.realvllm.harness import ScenarioRun, copy_root
 from vllm_cache_tools import scan
-from vllm_cache_tools.index import index_path
-from vllm_cache_tools.locate import resolve_root
+from vllm_cache_tools.store.listing_index import index_path
+from vllm_cache_tools.store.locate import resolve_root
 
 pytestmark = pytest.mark.realvllm
 

@@ -1,4 +1,4 @@
-"""Every verb's ``--json``: its schema id (one table, vllm_cache_tools/serialize.py) and times
+"""Every verb's ``--json``: its schema id (one table, vllm_cache_tools/views/payloads.py) and times
 in ISO 8601 with a zone, wherever they are in the document."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO, run_cli
-from vllm_cache_tools.serialize import SCHEMAS, log_json, log_stamp_iso, predict_document
+from vllm_cache_tools.views.payloads import SCHEMAS, log_json, log_stamp_iso, predict_document
 
 SAMPLE = REPO / "examples" / "sample_cache"
 LOGS = REPO / "examples" / "sample_logs"

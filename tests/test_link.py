@@ -10,7 +10,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.realvllm.harness import SCENARIOS, run_scenario
 from vllm_cache_tools import read_entry, scan
-from vllm_cache_tools.link import linked_aot_entries
+from vllm_cache_tools.keys.source_link import linked_aot_entries
 
 pytestmark = pytest.mark.realvllm
 

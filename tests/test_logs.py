@@ -29,14 +29,14 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.realvllm.harness import ScenarioRun
-from vllm_cache_tools.hashing import backend_key, env_hash_from_factors
-from vllm_cache_tools.logsummary import (
+from vllm_cache_tools.analyze.log_summary import (
     classify_traced,
     compare_starts,
     start_json,
     summarize,
     traced_groups,
 )
+from vllm_cache_tools.keys import backend_key, env_hash_from_factors
 from vllm_cache_tools.read import logs as logs_mod
 from vllm_cache_tools.read.logs import (
     CompiledFunction,

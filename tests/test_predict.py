@@ -20,7 +20,7 @@ from tests.realvllm.harness import (
     start_env,
     venv_python,
 )
-from vllm_cache_tools.predict import Prediction, predict
+from vllm_cache_tools.analyze.predict import Prediction, predict
 
 pytestmark = pytest.mark.realvllm
 

@@ -22,9 +22,9 @@ from tests.realvllm.harness import (
     start_env,
     venv_python,
 )
-from vllm_cache_tools import probememo
-from vllm_cache_tools.predict import Prediction, predict, prediction_json
-from vllm_cache_tools.probing import memo_dir
+from vllm_cache_tools.analyze.predict import Prediction, predict, prediction_json
+from vllm_cache_tools.live import memo as probememo
+from vllm_cache_tools.live.runner import memo_dir
 
 
 def _without_probe(p: Prediction) -> dict[str, Any]:
@@ -283,7 +283,7 @@ def test_inductor_child_restarts_when_early_imports_read_a_changed_variable() ->
     imports, and its factors equal those of a child that never imported early."""
     import subprocess
 
-    from vllm_cache_tools.probing import PROBE
+    from vllm_cache_tools.live.runner import PROBE
 
     r = subprocess.run([str(venv_python()), "-c", _RESTART, str(PROBE)], capture_output=True,
                        text=True, timeout=300, env={**os.environ, "VLLM_CACHE_TOOLS_RECORD": "0"})
@@ -361,7 +361,7 @@ def test_probe_notes_stats_when_it_reads_and_flags_files_changed_since(tmp_path:
     import subprocess
     import sys
 
-    from vllm_cache_tools.probing import PROBE
+    from vllm_cache_tools.live.runner import PROBE
 
     data = tmp_path / "config.json"
     data.write_text("{}")

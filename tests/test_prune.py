@@ -17,7 +17,7 @@ from tests.conftest import run_cli
 from tests.realvllm.harness import SCENARIOS, ScenarioRun, copy_root, run_scenario, venv_python
 from tests.trees import age, files_of, trash_items
 from vllm_cache_tools import scan
-from vllm_cache_tools.delete import TRASH_DIRNAME
+from vllm_cache_tools.maintain.trash import TRASH_DIRNAME
 
 pytestmark = pytest.mark.realvllm
 
@@ -286,7 +286,7 @@ def test_other_users_entries_need_all_users(root: Path) -> None:
 
 
 def test_next_run_finishes_an_interrupted_one(root: Path) -> None:
-    from vllm_cache_tools.delete import RootHandle
+    from vllm_cache_tools.maintain.trash import RootHandle
 
     victim = sorted((root / "torch_compile_cache" / "torch_aot_compile").iterdir())[0]
     with RootHandle(root) as h:  # what a prune killed right after its rename leaves

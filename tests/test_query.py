@@ -4,8 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from vllm_cache_tools.model import Entry, TreeStats
-from vllm_cache_tools.query import QueryError, parse_age, parse_filter, parse_size, sort_entries
+from vllm_cache_tools.store.filters import (
+    QueryError,
+    parse_age,
+    parse_filter,
+    parse_size,
+    sort_entries,
+)
+from vllm_cache_tools.store.types import Entry, TreeStats
 
 
 def _e(key: str, layout: str = "aot", size: int = 10, last: float = 0.0) -> Entry:

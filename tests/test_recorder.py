@@ -14,10 +14,10 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.realvllm.harness import SCENARIOS, ScenarioRun, run_scenario
+from vllm_cache_tools.layout import STATE_DIRNAME
 from vllm_cache_tools.read.manifest import read_ledger, read_manifests, source_snapshot
 from vllm_cache_tools.recorder import write
 from vllm_cache_tools.recorder.capture import REDACTED, redact_argv
-from vllm_cache_tools.recorder.layout import STATE_DIRNAME
 
 pytestmark = pytest.mark.realvllm
 
@@ -191,7 +191,7 @@ def test_predict_takes_the_traced_files_from_a_manifest(rec: ScenarioRun,
     import shutil
 
     from tests.realvllm.harness import model_lock, start_env, venv_python
-    from vllm_cache_tools.predict import predict
+    from vllm_cache_tools.analyze.predict import predict
 
     root = tmp_path / "root"
     shutil.copytree(rec.before(1), root, symlinks=True)

@@ -401,7 +401,7 @@ def test_recorder_manifest_and_ledger(case: Case, tmp_path: Path,
 
 @pytest.mark.parametrize("case", ENV + CONFIG, ids=lambda c: c.id)
 def test_probe_answer_and_memo(case: Case, tmp_path: Path) -> None:
-    from vllm_cache_tools import probememo
+    from vllm_cache_tools.live import memo as probememo
     from vllm_cache_tools.live import probe
 
     env = {"VLLM_TARGET_DEVICE": "cpu", **(dict([case.data]) if case.kind == "env" else {})}
@@ -661,7 +661,7 @@ def test_predict_output_and_memo_on_real_vllm(real_compile: Any) -> None:
     """``predict`` with a token on the command line and credentials in the environment:
     neither its output (JSON and text) nor the probe memo holds them."""
     from tests.realvllm.harness import start_env, venv_python
-    from vllm_cache_tools.probing import memo_dir
+    from vllm_cache_tools.live.runner import memo_dir
 
     start = real_compile.scenario.starts[1]
     env = {**start_env(real_compile.before(1), start), "VLLM_API_KEY": "s3cr3t-penv",

@@ -23,10 +23,11 @@ from tests.multiuser import (
     shared_group,
 )
 from tests.victims import changed, make_victim, tree_state
-from vllm_cache_tools.delete import EntryLocks, RootHandle
+from vllm_cache_tools import safeio
+from vllm_cache_tools.layout import LEDGER_DIRNAME, SOURCES_DIRNAME, STATE_DIRNAME
+from vllm_cache_tools.maintain.trash import EntryLocks, RootHandle
 from vllm_cache_tools.read.manifest import read_ledger
-from vllm_cache_tools.recorder import safeio, write
-from vllm_cache_tools.recorder.layout import LEDGER_DIRNAME, SOURCES_DIRNAME, STATE_DIRNAME
+from vllm_cache_tools.recorder import write
 
 pytestmark = pytest.mark.hostile
 

@@ -15,9 +15,9 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.realvllm.harness import SCENARIOS, ScenarioRun, copy_root, run_scenario
-from vllm_cache_tools import snapshots
+from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME
+from vllm_cache_tools.maintain import snapshot_sweep as snapshots
 from vllm_cache_tools.read.manifest import manifest_paths, read_manifest
-from vllm_cache_tools.recorder.layout import SOURCES_DIRNAME, STATE_DIRNAME
 
 pytestmark = pytest.mark.realvllm
 

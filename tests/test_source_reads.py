@@ -9,9 +9,9 @@ import shutil
 import threading
 from pathlib import Path
 
-from vllm_cache_tools.model import Entry, TreeStats
-from vllm_cache_tools.predict import _manifest_files
+from vllm_cache_tools.analyze.predict import _manifest_files
 from vllm_cache_tools.read.noatime import read_source_text
+from vllm_cache_tools.store.types import Entry, TreeStats
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
 

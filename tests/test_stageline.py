@@ -120,7 +120,7 @@ def test_line_fits_the_terminal_and_is_erased(monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_probe_stages_reach_progress_and_odd_bytes_do_not_stall(tmp_path: Path) -> None:
-    from vllm_cache_tools.probing import run_probe
+    from vllm_cache_tools.live.runner import run_probe
 
     exe = tmp_path / "python"
     exe.write_text("#!/bin/sh\ncat >/dev/null\n"

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from tests.realvllm.harness import ScenarioRun, model_lock, start_env, venv_python
-from vllm_cache_tools import standby
-from vllm_cache_tools.predict import predict
-from vllm_cache_tools.probing import PROBE, run_probe
+from vllm_cache_tools.analyze.predict import predict
+from vllm_cache_tools.live import standby
+from vllm_cache_tools.live.runner import PROBE, run_probe
 
 pytestmark = pytest.mark.realvllm
 

@@ -11,7 +11,7 @@ import pytest
 from tests.realvllm.harness import ScenarioRun, venv_dir
 from vllm_cache_tools import scan
 from vllm_cache_tools.read.aot_model import read_aot_model
-from vllm_cache_tools.serialize import key_check
+from vllm_cache_tools.views.payloads import key_check
 
 pytestmark = pytest.mark.realvllm
 

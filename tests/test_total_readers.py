@@ -148,7 +148,7 @@ GOOD = b'{"time": 1700000000.5, "event": "hit", "tree": "aot", "key": "k", "host
     b"x" * (2 * hostile.MB),
 ])
 def test_ledger_lines_are_total(tmp_path: Path, bad: bytes) -> None:
-    from vllm_cache_tools.ledger import summarize
+    from vllm_cache_tools.store.usage import summarize
     events, problems = read_ledger(_ledger(tmp_path, [GOOD, bad, GOOD]))
     assert len(events) == 2 and len(problems) == 1, (events, problems)
     assert all("\n" not in p and len(p) < 300 for p in problems)
@@ -161,7 +161,7 @@ def test_ledger_lines_are_total(tmp_path: Path, bad: bytes) -> None:
 
 
 def _make_entry(last_used: float | None, source: str | None) -> Any:
-    from vllm_cache_tools.model import Entry, TreeStats
+    from vllm_cache_tools.store.types import Entry, TreeStats
     return Entry(key="k", layout="aot", path=Path("/r/k"),
                  stats=TreeStats(size_bytes=1, files=1),
                  ranks=(), prefixes=(), state="complete", state_detail="",
@@ -171,7 +171,7 @@ def _make_entry(last_used: float | None, source: str | None) -> Any:
 
 
 def test_ledger_never_moves_last_use_back() -> None:
-    from vllm_cache_tools.ledger import Usage, apply_usage
+    from vllm_cache_tools.store.usage import Usage, apply_usage
     use = {"k": Usage(hits=1, misses=0, load_failures=0, first=100.0, last=200.0,
                       last_event="hit")}
     newer, = apply_usage([_make_entry(300.0, "atime")], use)
@@ -183,7 +183,7 @@ def test_ledger_never_moves_last_use_back() -> None:
 
 
 def test_prune_last_use_takes_the_later_evidence() -> None:
-    from vllm_cache_tools.prune import last_use
+    from vllm_cache_tools.maintain.prune import last_use
     assert last_use(_make_entry(300.0, "atime"), {"k": 200.0}) == (300.0, "atime")
     assert last_use(_make_entry(100.0, "atime"), {"k": 200.0}) == (200.0, "ledger")
     assert last_use(_make_entry(None, None), {"k": 200.0}) == (200.0, "ledger")
@@ -222,7 +222,7 @@ def test_graph_head_scan_is_linear() -> None:
 
 
 def test_graph_diff_is_linear() -> None:
-    from vllm_cache_tools.graphdiff import diff_graphs
+    from vllm_cache_tools.analyze.graph_diff import diff_graphs
     for text in ("\n" * 40_000, "a_" * 100_000, '"a[' * 100_000, "torch.ops." * 30_000,
                  "0x" + "f" * 300_000):
         t0 = time.perf_counter()

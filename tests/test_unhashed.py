@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import run_cli
-from vllm_cache_tools.explain import explain
+from vllm_cache_tools.analyze.explain import explain
 from vllm_cache_tools.recorder import capture
 from vllm_cache_tools.recorder.write import write_manifest
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from vllm_cache_tools.hashing import aot_key, aot_source_hash, model_hash_key
-from vllm_cache_tools.hashing.versions import (
+from vllm_cache_tools.keys import aot_key, aot_source_hash, model_hash_key
+from vllm_cache_tools.keys.versions import (
     backend_key,
     code_hash,
     env_hash,

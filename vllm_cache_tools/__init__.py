@@ -13,58 +13,44 @@ Public API (docs/api.md has runnable examples)::
 Names are imported on first use: the recorder plugin (:mod:`vllm_cache_tools.recorder`) is
 loaded in every vLLM process and must not pay for the inspector's imports.
 
-``predict``, ``explain`` and ``verify`` are functions here although modules of the same
-names exist: the package keeps the function when the module is imported (see
-:class:`_Package`). Reach those modules with ``from vllm_cache_tools.predict import ...`` or
-``importlib.import_module``, not ``import vllm_cache_tools.predict as m``.
+The packages read as the pipeline (docs/architecture.md): ``read`` -> ``store`` -> ``keys``
+-> ``live`` -> ``analyze`` -> ``maintain`` -> ``fleet`` -> ``views`` -> ``cli``.
 """
 
 from __future__ import annotations
 
 import importlib
-import sys
-import types
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "CacheRoot": "locate", "resolve_root": "locate",
-    "AotRank": "model", "CacheInfo": "model", "Cause": "model", "Entry": "model",
-    "OtherItem": "model", "PrefixDir": "model", "Problem": "model", "TreeStats": "model",
-    "AmbiguousKey": "store", "EntryNotFound": "store", "RootError": "store",
-    "locate_entry": "store", "read_entry": "store", "scan": "store",
-    "Prediction": "predict", "PredictError": "predict", "TreePrediction": "predict",
-    "predict": "predict",
-    "Explanation": "explain", "Unexplained": "explain", "explain": "explain",
-    "Policies": "prune", "Protections": "prune", "PrunePlan": "prune", "PruneResult": "prune",
-    "PlannedEntry": "prune", "RootRefused": "prune", "Skip": "prune",
-    "execute_plan": "prune", "plan_prune": "prune", "plan_prune_root": "prune",
-    "VerifyProblem": "verify", "VerifyReport": "verify", "verify": "verify",
+    "CacheRoot": "store.locate", "resolve_root": "store.locate",
+    "AotRank": "store.types", "CacheInfo": "store.types", "Cause": "store.types",
+    "Entry": "store.types", "OtherItem": "store.types", "PrefixDir": "store.types",
+    "Problem": "store.types", "TreeStats": "store.types",
+    "AmbiguousKey": "store.scan", "EntryNotFound": "store.scan", "RootError": "store.scan",
+    "locate_entry": "store.scan", "read_entry": "store.scan", "scan": "store.scan",
+    "Prediction": "analyze.predict", "PredictError": "analyze.predict",
+    "TreePrediction": "analyze.predict", "predict": "analyze.predict",
+    "Explanation": "analyze.explain", "Unexplained": "analyze.explain",
+    "explain": "analyze.explain",
+    "Policies": "maintain.prune", "Protections": "maintain.prune", "PrunePlan": "maintain.prune",
+    "PruneResult": "maintain.prune", "PlannedEntry": "maintain.prune",
+    "RootRefused": "maintain.prune", "Skip": "maintain.prune", "execute_plan": "maintain.prune",
+    "plan_prune": "maintain.prune", "plan_prune_root": "maintain.prune",
+    "VerifyProblem": "maintain.verify", "VerifyReport": "maintain.verify",
+    "verify": "maintain.verify",
     "StatsReport": "analyze.stats", "stats": "analyze.stats",
     "DriftReport": "analyze.drift", "drift": "analyze.drift",
 }
 
-_SHADOWED = frozenset(n for n, m in _EXPORTS.items() if n == m)
-"""Exported functions named like the module that defines them."""
-
 if TYPE_CHECKING:
     from vllm_cache_tools.analyze.drift import DriftReport, drift
+    from vllm_cache_tools.analyze.explain import Explanation, Unexplained, explain
+    from vllm_cache_tools.analyze.predict import PredictError, Prediction, TreePrediction, predict
     from vllm_cache_tools.analyze.stats import StatsReport, stats
-    from vllm_cache_tools.explain import Explanation, Unexplained, explain
-    from vllm_cache_tools.locate import CacheRoot, resolve_root
-    from vllm_cache_tools.model import (
-        AotRank,
-        CacheInfo,
-        Cause,
-        Entry,
-        OtherItem,
-        PrefixDir,
-        Problem,
-        TreeStats,
-    )
-    from vllm_cache_tools.predict import PredictError, Prediction, TreePrediction, predict
-    from vllm_cache_tools.prune import (
+    from vllm_cache_tools.maintain.prune import (
         PlannedEntry,
         Policies,
         Protections,
@@ -76,7 +62,9 @@ if TYPE_CHECKING:
         plan_prune,
         plan_prune_root,
     )
-    from vllm_cache_tools.store import (
+    from vllm_cache_tools.maintain.verify import VerifyProblem, VerifyReport, verify
+    from vllm_cache_tools.store.locate import CacheRoot, resolve_root
+    from vllm_cache_tools.store.scan import (
         AmbiguousKey,
         EntryNotFound,
         RootError,
@@ -84,7 +72,16 @@ if TYPE_CHECKING:
         read_entry,
         scan,
     )
-    from vllm_cache_tools.verify import VerifyProblem, VerifyReport, verify
+    from vllm_cache_tools.store.types import (
+        AotRank,
+        CacheInfo,
+        Cause,
+        Entry,
+        OtherItem,
+        PrefixDir,
+        Problem,
+        TreeStats,
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -98,20 +95,6 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-class _Package(types.ModuleType):
-    """This package, keeping ``predict``, ``explain`` and ``verify`` the functions: importing
-    a submodule sets an attribute of its package to it (``vllm_cache_tools.predict`` would
-    become the module as soon as anything imported it); that one assignment is skipped, so
-    the name falls through to :func:`__getattr__`. The module stays in ``sys.modules``."""
-
-    def __setattr__(self, name: str, value: Any) -> None:
-        if (name in _SHADOWED and isinstance(value, types.ModuleType)
-                and value.__name__ == f"{__name__}.{name}"):
-            return
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "AmbiguousKey",

@@ -37,13 +37,13 @@ def read_as(kind: str, path: Path) -> None:
         from vllm_cache_tools.read.manifest import read_manifest
         read_manifest(path)
     elif kind == "ledger.jsonl":
-        from vllm_cache_tools.ledger import usage
+        from vllm_cache_tools.store.usage import usage
         usage(path.parent.parent.parent)
     elif kind == "vllm_compile_cache.py":
         from vllm_cache_tools.read.compile_cache import read_compile_cache
         read_compile_cache(path)
     elif kind == "computation_graph.py":
-        from vllm_cache_tools.graphdiff import diff_graphs
+        from vllm_cache_tools.analyze.graph_diff import diff_graphs
         from vllm_cache_tools.read.graph import model_file_from_head, read_graph
         from vllm_cache_tools.read.noatime import read_noatime
         model_file_from_head(read_noatime(path, 256 * 1024))

@@ -103,7 +103,7 @@ def run_graph(data: bytes, d: Path, base: bytes) -> None:
 
 
 def run_graphdiff(data: bytes, d: Path, base: bytes) -> None:
-    from vllm_cache_tools.graphdiff import diff_graphs
+    from vllm_cache_tools.analyze.graph_diff import diff_graphs
     diff_graphs(base.decode("utf-8", "replace"), data.decode("utf-8", "replace"))
 
 
@@ -113,7 +113,7 @@ def run_manifest(data: bytes, d: Path, base: bytes) -> None:
 
 
 def run_ledger(data: bytes, d: Path, base: bytes) -> None:
-    from vllm_cache_tools.ledger import apply_usage, usage
+    from vllm_cache_tools.store.usage import apply_usage, usage
     cc = d / "torch_compile_cache"
     ledger = cc / ".vllm-cache-tools" / "ledger"
     ledger.mkdir(parents=True, exist_ok=True)

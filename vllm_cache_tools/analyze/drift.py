@@ -36,10 +36,10 @@ from typing import Any
 
 from vllm_cache_tools import redaction
 from vllm_cache_tools.analyze.inputs import Inputs, gather
+from vllm_cache_tools.layout import RUNTIME_FIELDS
 from vllm_cache_tools.read.ledger_stream import LedgerProblem, read_batches
 from vllm_cache_tools.read.manifest import Manifest
-from vllm_cache_tools.recorder.layout import RUNTIME_FIELDS
-from vllm_cache_tools.store import checkpoint_of
+from vllm_cache_tools.store.scan import checkpoint_of
 
 UNSET = "<unset>"
 MAX_VALUE_CHARS = 160

@@ -22,11 +22,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools.locate import COMPILE_CACHE_DIRNAME, CacheRoot, display_path, resolve_root
+from vllm_cache_tools.layout import LEDGER_DIRNAME, STATE_DIRNAME, is_manifest_name
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import Manifest, read_manifest, read_manifests
-from vllm_cache_tools.recorder.layout import LEDGER_DIRNAME, STATE_DIRNAME, is_manifest_name
-from vllm_cache_tools.store import (
+from vllm_cache_tools.store.locate import (
+    COMPILE_CACHE_DIRNAME,
+    CacheRoot,
+    display_path,
+    resolve_root,
+)
+from vllm_cache_tools.store.scan import (
     RootError,
     check_root,
     checkpoint_of,

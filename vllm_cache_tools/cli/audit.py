@@ -8,14 +8,14 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.audit import AuditReport, audit
+from vllm_cache_tools.analyze.audit import AuditReport, audit
 from vllm_cache_tools.cli.common import fail, print_json, write_out
 from vllm_cache_tools.cli.ls import AOT_MIN_PREFIX, RootOpt
 from vllm_cache_tools.cli.render import unique_prefixes
-from vllm_cache_tools.locate import display_path
 from vllm_cache_tools.read.manifest import read_manifests
-from vllm_cache_tools.serialize import with_schema
-from vllm_cache_tools.store import RootError, scan
+from vllm_cache_tools.store.locate import display_path
+from vllm_cache_tools.store.scan import RootError, scan
+from vllm_cache_tools.views.payloads import with_schema
 
 
 def _short(v: object, n: int = 60) -> str:

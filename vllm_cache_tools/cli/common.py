@@ -18,7 +18,6 @@ from typing import IO, Any, NoReturn, TypeVar, cast
 
 from rich.console import Console
 
-from vllm_cache_tools.query import format_size
 from vllm_cache_tools.redaction import dumps as redacted_dumps
 from vllm_cache_tools.redaction import (
     is_secret_name,
@@ -26,6 +25,7 @@ from vllm_cache_tools.redaction import (
     redact_text,
     redact_value,
 )
+from vllm_cache_tools.store.filters import format_size
 
 USAGE_ERROR = 2
 

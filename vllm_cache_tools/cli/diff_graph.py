@@ -7,12 +7,12 @@ from typing import Annotated
 
 import typer
 
+from vllm_cache_tools.analyze.graph_diff import diff_graphs
 from vllm_cache_tools.cli.common import fail, print_json
 from vllm_cache_tools.cli.ls import RootOpt
-from vllm_cache_tools.graphdiff import diff_graphs
 from vllm_cache_tools.read.noatime import read_noatime
-from vllm_cache_tools.serialize import with_schema
-from vllm_cache_tools.store import AmbiguousKey, EntryNotFound, RootError, locate_entry
+from vllm_cache_tools.store.scan import AmbiguousKey, EntryNotFound, RootError, locate_entry
+from vllm_cache_tools.views.payloads import with_schema
 
 
 def _graph_text(ref: str, root: object, rank: str, prefix: str) -> tuple[str, str]:

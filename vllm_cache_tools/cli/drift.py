@@ -9,11 +9,11 @@ import typer
 
 from vllm_cache_tools.analyze.drift import DriftReport, Factor, drift
 from vllm_cache_tools.analyze.inputs import InputError
-from vllm_cache_tools.analyze.views import drift_document
 from vllm_cache_tools.cli.common import fail, human_size, print_json, warn, write_out
 from vllm_cache_tools.cli.fleetcommon import StorageOpt
 from vllm_cache_tools.cli.ls import RootOpt
-from vllm_cache_tools.prune import fmt_duration
+from vllm_cache_tools.maintain.prune import fmt_duration
+from vllm_cache_tools.views.insight import drift_document
 
 VALUES_SHOWN = 4
 

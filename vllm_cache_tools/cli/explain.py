@@ -7,10 +7,7 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.common import console, fail, print_json, redact_record
-from vllm_cache_tools.cli.log import _parse_ref, _pick, _starts_of
-from vllm_cache_tools.cli.ls import RootOpt
-from vllm_cache_tools.explain import (
+from vllm_cache_tools.analyze.explain import (
     Explanation,
     against_current,
     explain_entries,
@@ -19,9 +16,10 @@ from vllm_cache_tools.explain import (
     latest_pair,
     show_value,
 )
-from vllm_cache_tools.model import Cause
-from vllm_cache_tools.serialize import with_schema
-from vllm_cache_tools.store import (
+from vllm_cache_tools.cli.common import console, fail, print_json, redact_record
+from vllm_cache_tools.cli.log import _parse_ref, _pick, _starts_of
+from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.store.scan import (
     AmbiguousKey,
     EntryNotFound,
     RootError,
@@ -29,6 +27,8 @@ from vllm_cache_tools.store import (
     read_entry,
     scan,
 )
+from vllm_cache_tools.store.types import Cause
+from vllm_cache_tools.views.payloads import with_schema
 
 
 def explain(
@@ -107,7 +107,7 @@ def _latest(root: Path | None) -> Explanation:
 
 def _against_current(ref: str, args: list[str], root: Path | None,
                      python: str | None) -> Explanation:
-    from vllm_cache_tools.predict import PredictError, predict
+    from vllm_cache_tools.analyze.predict import PredictError, predict
 
     if not args:
         fail("give the vLLM serve arguments after --")

@@ -11,9 +11,9 @@ from typing import Annotated, Any, NoReturn, TypeVar
 
 import typer
 
+from vllm_cache_tools.analyze.explain import show_value
 from vllm_cache_tools.cli.common import fail, human_size, write_out
 from vllm_cache_tools.cli.stageline import wanted
-from vllm_cache_tools.explain import show_value
 
 T = TypeVar("T")
 

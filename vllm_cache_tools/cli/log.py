@@ -13,8 +13,7 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.common import fail, warn, write_out
-from vllm_cache_tools.logsummary import (
+from vllm_cache_tools.analyze.log_summary import (
     COMPONENTS,
     SavingsIndex,
     StartComparison,
@@ -28,8 +27,9 @@ from vllm_cache_tools.logsummary import (
     traced_groups,
     traced_json,
 )
+from vllm_cache_tools.cli.common import fail, warn, write_out
 from vllm_cache_tools.read.logs import LogInputError, LogStream, StartLog, check_inputs
-from vllm_cache_tools.serialize import SCHEMAS, log_json, with_schema
+from vllm_cache_tools.views.payloads import SCHEMAS, log_json, with_schema
 
 SCHEMA = SCHEMAS["log"]
 _REF = re.compile(r"^(?P<path>.*)@(?P<n>-?\d+)$")

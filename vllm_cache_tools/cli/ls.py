@@ -20,11 +20,11 @@ from vllm_cache_tools.cli.common import (
     warn,
 )
 from vllm_cache_tools.cli.render import Column, render, unique_prefixes
-from vllm_cache_tools.locate import display_path
-from vllm_cache_tools.model import Entry, Problem
-from vllm_cache_tools.query import QueryError, parse_filter, sort_entries
-from vllm_cache_tools.serialize import ls_report, with_schema
-from vllm_cache_tools.store import AmbiguousKey, EntryNotFound, RootError, locate_entry, scan
+from vllm_cache_tools.store.filters import QueryError, parse_filter, sort_entries
+from vllm_cache_tools.store.locate import display_path
+from vllm_cache_tools.store.scan import AmbiguousKey, EntryNotFound, RootError, locate_entry, scan
+from vllm_cache_tools.store.types import Entry, Problem
+from vllm_cache_tools.views.payloads import ls_report, with_schema
 
 RootOpt = Annotated[Path | None, typer.Option(
     "--root", help="vLLM cache root (default: $VLLM_CACHE_ROOT, else $XDG_CACHE_HOME/vllm, "
@@ -178,7 +178,7 @@ def _warn_problems(root_problems: Sequence[Problem], entry_problems: Sequence[Pr
 
 
 def _print_owners(root: Path, entries: Sequence[Entry], json_out: bool) -> None:
-    from vllm_cache_tools.prune import owner_usage
+    from vllm_cache_tools.maintain.prune import owner_usage
 
     rows = owner_usage(entries)
     if json_out:

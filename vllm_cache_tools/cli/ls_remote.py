@@ -10,9 +10,9 @@ from pathlib import Path
 
 from vllm_cache_tools.cli.common import fail, human_age, human_size, print_json
 from vllm_cache_tools.cli.fleetcommon import run
-from vllm_cache_tools.model import Entry, TreeStats
-from vllm_cache_tools.query import QueryError, parse_filter, sort_entries
-from vllm_cache_tools.serialize import entry_summary, totals, with_schema
+from vllm_cache_tools.store.filters import QueryError, parse_filter, sort_entries
+from vllm_cache_tools.store.types import Entry, TreeStats
+from vllm_cache_tools.views.payloads import entry_summary, totals, with_schema
 
 
 def _entry(e: object) -> Entry:

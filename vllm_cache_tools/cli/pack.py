@@ -41,7 +41,7 @@ def pack(
     import sys
 
     from vllm_cache_tools.fleet.api import pack as do_pack
-    from vllm_cache_tools.fleet.views import pack_document
+    from vllm_cache_tools.views.fleet import pack_document
 
     if str(output) == "-" and sys.stdout.isatty():
         from vllm_cache_tools.cli.common import fail

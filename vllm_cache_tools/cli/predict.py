@@ -6,12 +6,12 @@ from typing import Annotated
 
 import typer
 
+from vllm_cache_tools.analyze.explain import show_value
+from vllm_cache_tools.analyze.predict import PredictError, predict, prediction_json
 from vllm_cache_tools.cli.common import console, fail, print_json
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.cli.stageline import StageLine
-from vllm_cache_tools.explain import show_value
-from vllm_cache_tools.predict import PredictError, predict, prediction_json
-from vllm_cache_tools.serialize import predict_document
+from vllm_cache_tools.views.payloads import predict_document
 
 
 def predict_cmd(

@@ -10,10 +10,8 @@ import typer
 
 from vllm_cache_tools.cli.common import fail, print_json, warn
 from vllm_cache_tools.cli.ls import RootOpt
-from vllm_cache_tools.hittable import Environment, detect_environment
-from vllm_cache_tools.locate import resolve_root
-from vllm_cache_tools.model import CacheInfo
-from vllm_cache_tools.prune import (
+from vllm_cache_tools.keys.compat import Environment, detect_environment
+from vllm_cache_tools.maintain.prune import (
     Policies,
     Protections,
     PrunePlan,
@@ -26,9 +24,11 @@ from vllm_cache_tools.prune import (
     prune_report,
     trash_leftovers,
 )
-from vllm_cache_tools.query import QueryError, format_size, parse_age, parse_size
-from vllm_cache_tools.serialize import with_schema
-from vllm_cache_tools.store import RootError, scan
+from vllm_cache_tools.store.filters import QueryError, format_size, parse_age, parse_size
+from vllm_cache_tools.store.locate import resolve_root
+from vllm_cache_tools.store.scan import RootError, scan
+from vllm_cache_tools.store.types import CacheInfo
+from vllm_cache_tools.views.payloads import with_schema
 
 SHOW_SKIPPED = 30
 

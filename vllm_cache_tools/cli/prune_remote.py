@@ -33,8 +33,8 @@ def prune_remote(
     --grace. Without --yes nothing is removed (a dry run).
     Exit status: 0 done, 2 usage or store error."""
     from vllm_cache_tools.fleet.remote import parse_storage_options, prune_store
-    from vllm_cache_tools.fleet.views import prune_remote_document
-    from vllm_cache_tools.query import QueryError, parse_age, parse_size
+    from vllm_cache_tools.store.filters import QueryError, parse_age, parse_size
+    from vllm_cache_tools.views.fleet import prune_remote_document
 
     if older_than is None and max_size is None:
         fail("give --older-than and/or --max-size")

@@ -57,7 +57,7 @@ def pull(
     or I/O error (a listed blob missing, no credentials)."""
     from vllm_cache_tools.fleet.api import pull as do_pull
     from vllm_cache_tools.fleet.remote import is_url, parse_storage_options
-    from vllm_cache_tools.fleet.views import pull_document
+    from vllm_cache_tools.views.fleet import pull_document
 
     check_usage(usage)
     if not is_url(url):

@@ -42,7 +42,7 @@ def push(
     an entry), 2 usage, store or I/O error."""
     from vllm_cache_tools.fleet.api import push as do_push
     from vllm_cache_tools.fleet.remote import is_url, parse_storage_options
-    from vllm_cache_tools.fleet.views import push_document
+    from vllm_cache_tools.views.fleet import push_document
 
     if len(args) < 1 or not is_url(args[-1]):
         fail("give the store's URL last, e.g. vllm-cache push KEY s3://bucket/prefix")

@@ -21,10 +21,10 @@ from vllm_cache_tools.cli.prune import (
     parse_grace,
     run_plan,
 )
-from vllm_cache_tools.delete import entry_tree
-from vllm_cache_tools.locate import display_path
-from vllm_cache_tools.prune import Policies, Protections, plan_prune
-from vllm_cache_tools.store import AmbiguousKey, EntryNotFound, RootError, locate_entry
+from vllm_cache_tools.maintain.prune import Policies, Protections, plan_prune
+from vllm_cache_tools.maintain.trash import entry_tree
+from vllm_cache_tools.store.locate import display_path
+from vllm_cache_tools.store.scan import AmbiguousKey, EntryNotFound, RootError, locate_entry
 
 
 def rm(

@@ -15,10 +15,9 @@ from vllm_cache_tools.cli.common import (
     redact_json,
 )
 from vllm_cache_tools.cli.ls import RootOpt
-from vllm_cache_tools.link import same_source_aot_keys
-from vllm_cache_tools.locate import COMPILE_CACHE_DIRNAME
-from vllm_cache_tools.serialize import entry_detail
-from vllm_cache_tools.store import (
+from vllm_cache_tools.keys.source_link import same_source_aot_keys
+from vllm_cache_tools.store.locate import COMPILE_CACHE_DIRNAME
+from vllm_cache_tools.store.scan import (
     AmbiguousKey,
     EntryNotFound,
     RootError,
@@ -26,6 +25,7 @@ from vllm_cache_tools.store import (
     read_entry,
     scan,
 )
+from vllm_cache_tools.views.payloads import entry_detail
 
 
 def show(

@@ -11,14 +11,14 @@ import typer
 
 from vllm_cache_tools.analyze.inputs import InputError
 from vllm_cache_tools.analyze.stats import GROUPINGS, Counters, StatsReport, stats
-from vllm_cache_tools.analyze.views import stats_document
 from vllm_cache_tools.cli.common import fail, human_size, print_json, warn, write_out
 from vllm_cache_tools.cli.fleetcommon import StorageOpt
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.cli.render import Column, render
-from vllm_cache_tools.prune import fmt_duration
-from vllm_cache_tools.query import QueryError, parse_age
-from vllm_cache_tools.serialize import iso
+from vllm_cache_tools.maintain.prune import fmt_duration
+from vllm_cache_tools.store.filters import QueryError, parse_age
+from vllm_cache_tools.views.insight import stats_document
+from vllm_cache_tools.views.payloads import iso
 
 NEVER_HIT_SHOWN = 10
 

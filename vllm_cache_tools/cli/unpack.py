@@ -54,7 +54,7 @@ def unpack(
     Exit status: 0 placed (or --check: would hit / compatible), 1 refused (would not hit,
     or another entry of a key is there), 2 usage, bundle or I/O error."""
     from vllm_cache_tools.fleet.api import unpack as do_unpack
-    from vllm_cache_tools.fleet.views import unpack_document
+    from vllm_cache_tools.views.fleet import unpack_document
 
     check_usage(usage)
     extra, vllm_args = passthrough(ctx.args)

@@ -20,8 +20,7 @@ from vllm_cache_tools.cli.prune import (
     render_plan,
     render_result,
 )
-from vllm_cache_tools.locate import resolve_root
-from vllm_cache_tools.prune import (
+from vllm_cache_tools.maintain.prune import (
     Policies,
     Protections,
     RootRefused,
@@ -30,9 +29,10 @@ from vllm_cache_tools.prune import (
     plan_prune,
     prune_report,
 )
-from vllm_cache_tools.serialize import with_schema
-from vllm_cache_tools.store import RootError, scan
-from vllm_cache_tools.verify import VerifyReport, remove_orphan_tmps, verify, verify_json
+from vllm_cache_tools.maintain.verify import VerifyReport, remove_orphan_tmps, verify, verify_json
+from vllm_cache_tools.store.locate import resolve_root
+from vllm_cache_tools.store.scan import RootError, scan
+from vllm_cache_tools.views.payloads import with_schema
 
 
 def _p(line: str = "") -> None:

@@ -41,7 +41,7 @@ def warm(
     environment vLLM gets: env variables enter the keys.
     Exit status: 0 done, 2 usage error or vLLM failed."""
     from vllm_cache_tools.fleet.warm import warm as do_warm
-    from vllm_cache_tools.serialize import with_schema
+    from vllm_cache_tools.views.payloads import with_schema
 
     check_usage(usage)
     extra, args = passthrough(ctx.args)

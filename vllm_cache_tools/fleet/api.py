@@ -31,7 +31,7 @@ from vllm_cache_tools.fleet.remote import (
 )
 from vllm_cache_tools.fleet.remote import push as _push
 from vllm_cache_tools.fleet.selection import select
-from vllm_cache_tools.locate import CacheRoot, resolve_root
+from vllm_cache_tools.store.locate import CacheRoot, resolve_root
 
 BytesProgress = Callable[[int, int], None]
 

@@ -3,13 +3,13 @@ it? Three checks, cheapest first, each a list of :class:`Finding`:
 
 1. **compatibility**: what the AOT artifacts record about the system that built them
    (Python, torch, CUDA, Triton, GPU) against this environment, with the rule torch applies
-   on load (:func:`vllm_cache_tools.hittable.aot_verdict`); and the CPU instruction-set flags
+   on load (:func:`vllm_cache_tools.keys.compat.aot_verdict`); and the CPU instruction-set flags
    vLLM and Inductor key on, against the packing host's.
 2. **relocation and sources**: the backend code hash includes the traced files' absolute
    paths, so entries built under another install prefix (another venv or container layout)
    cannot hit the backend tree; the AOT loader compares the artifact's copy of every traced
    file with the file here (by content), so a changed file makes vLLM recompile.
-3. **hit** (given the ``vllm serve`` arguments): :func:`vllm_cache_tools.predict.predict`
+3. **hit** (given the ``vllm serve`` arguments): :func:`vllm_cache_tools.analyze.predict.predict`
    computes the keys this host's next start will use, with vLLM's own code in the target
    environment (memoized: a repeated check takes well under a second); they are looked up
    among the carried entries. A miss comes with explain-style causes against the closest
@@ -27,16 +27,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_cache_tools.explain import env_causes
+from vllm_cache_tools.analyze.explain import env_causes
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.host import cpu_facts
 from vllm_cache_tools.fleet.records import EntryRecord
-from vllm_cache_tools.hashing import backend_code_hash, backend_key
-from vllm_cache_tools.hittable import Environment, aot_verdict, detect_environment
-from vllm_cache_tools.link import install_prefix
-from vllm_cache_tools.model import Cause
+from vllm_cache_tools.keys import backend_code_hash, backend_key
+from vllm_cache_tools.keys.compat import Environment, aot_verdict, detect_environment
+from vllm_cache_tools.keys.source_link import install_prefix
 from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo
 from vllm_cache_tools.read.noatime import read_source_text
+from vllm_cache_tools.store.types import Cause
 
 VLLM_COMPILE = 3
 
@@ -88,7 +88,7 @@ _FIND = ("\nimport importlib.util as _u\n"
 
 
 def target(python: str | None = None) -> Target:
-    from vllm_cache_tools.hittable import _gpu_names, probe_source
+    from vllm_cache_tools.keys.compat import _gpu_names, probe_source
 
     exe = python or sys.executable
     try:
@@ -262,8 +262,8 @@ def hit_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
     """Whether vLLM's next start here with ``vllm_args`` would load the carried entries."""
     import time
 
-    from vllm_cache_tools.predict import PredictError, predict
-    from vllm_cache_tools.probing import module_files
+    from vllm_cache_tools.analyze.predict import PredictError, predict
+    from vllm_cache_tools.live.runner import module_files
 
     t0 = time.perf_counter()
     static = static_check(records, packed_on, python)

@@ -41,7 +41,7 @@ def cpu_facts(cpuinfo: str | None = None) -> dict[str, Any]:
 
 
 def gpu_names() -> list[str]:
-    from vllm_cache_tools.hittable import _gpu_names
+    from vllm_cache_tools.keys.compat import _gpu_names
 
     return sorted(set(_gpu_names()))
 

@@ -2,13 +2,13 @@
 first written into a staging folder inside the root (``torch_compile_cache/.vllm-cache-tools/
 staging/<random>``, which vLLM and ``ls`` never read), checked, then each entry folder is put
 in place by one ``rename(2)`` under its entry lock (the lock prune and ``verify --fix`` take,
-:class:`vllm_cache_tools.delete.EntryLocks`). So vLLM sees an entry whole or not at all; an
+:class:`vllm_cache_tools.maintain.trash.EntryLocks`). So vLLM sees an entry whole or not at all; an
 interrupted unpack or pull (a full disk, a kill) leaves at most its staging folder, which the
 next one removes.
 
 An entry already in place is never overwritten: identical content is a no-op, other content
 is refused. Every operation is relative to folder fds opened without following links
-(:mod:`vllm_cache_tools.recorder.safeio`)."""
+(:mod:`vllm_cache_tools.safeio`)."""
 
 from __future__ import annotations
 
@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
 
-from vllm_cache_tools.delete import EntryLocks, RootHandle
+from vllm_cache_tools import safeio
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord
-from vllm_cache_tools.locate import COMPILE_CACHE_DIRNAME, display_path
-from vllm_cache_tools.recorder import safeio
-from vllm_cache_tools.recorder.layout import STATE_DIRNAME
+from vllm_cache_tools.layout import STATE_DIRNAME
+from vllm_cache_tools.maintain.trash import EntryLocks, RootHandle
+from vllm_cache_tools.store.locate import COMPILE_CACHE_DIRNAME, display_path
 
 STAGING_DIRNAME = "staging"
 """Under the recorder's state folder: staged unpacks and pulls (not entries)."""

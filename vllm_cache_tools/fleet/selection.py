@@ -1,7 +1,8 @@
 """Which entries a pack or push carries, and their records: the named entries, the entries of
-the other tree proven to come from the same start (:mod:`vllm_cache_tools.link`), and the
-recorder's source snapshots their manifests name. Files are read the store's way
-(no symlink followed, no atime left, regular files only)."""
+the other tree proven to come from the same start
+(:mod:`vllm_cache_tools.keys.source_link`), and the recorder's source snapshots their
+manifests name. Files are read the store's way (no symlink followed, no atime left, regular
+files only)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,12 @@ from pathlib import Path
 
 from vllm_cache_tools.fleet.errors import FleetError, Refused
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord, SourceRecord, snapshot_path
-from vllm_cache_tools.link import install_prefix, sources_code_hashes
-from vllm_cache_tools.locate import CacheRoot, display_path, resolve_root
-from vllm_cache_tools.model import Entry
-from vllm_cache_tools.query import QueryError, parse_filter
+from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
+from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME
 from vllm_cache_tools.read.noatime import open_noatime
-from vllm_cache_tools.recorder.layout import SOURCES_DIRNAME, STATE_DIRNAME
-from vllm_cache_tools.serialize import key_check
-from vllm_cache_tools.store import (
+from vllm_cache_tools.store.filters import QueryError, parse_filter
+from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
+from vllm_cache_tools.store.scan import (
     AmbiguousKey,
     EntryNotFound,
     RootError,
@@ -29,6 +28,8 @@ from vllm_cache_tools.store import (
     read_entry,
     scan,
 )
+from vllm_cache_tools.store.types import Entry
+from vllm_cache_tools.views.payloads import key_check
 
 CHUNK = 1 << 20
 PACKABLE = ("complete", "unloadable")

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_cache_tools.fleet.errors import FleetError
-from vllm_cache_tools.locate import resolve_root
-from vllm_cache_tools.store import RootError, scan
+from vllm_cache_tools.store.locate import resolve_root
+from vllm_cache_tools.store.scan import RootError, scan
 
 CHILD = Path(__file__).resolve().parent / "warm_child.py"
 RESULT = "VLLM_CACHE_TOOLS_WARM "

@@ -586,12 +586,11 @@ def child_main(preimport: bool) -> None:
 
 
 def _memo_module() -> Any:
-    """vllm_cache_tools/probememo.py (standard library only), loaded by path: this probe
+    """vllm_cache_tools/live/memo.py (standard library only), loaded by path: this probe
     runs in the user's vLLM environment, where the package may not be installed."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                        "probememo.py")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "memo.py")
     spec = importlib.util.spec_from_file_location("_vct_probememo", path)
     if spec is None or spec.loader is None:
         return None

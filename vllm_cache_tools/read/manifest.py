@@ -11,15 +11,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools.read import jsontext
-from vllm_cache_tools.read.errors import ReadError, unreadable
-from vllm_cache_tools.read.noatime import open_noatime, read_noatime
-from vllm_cache_tools.recorder.layout import (
+from vllm_cache_tools.layout import (
     LEDGER_DIRNAME,
     SOURCES_DIRNAME,
     STATE_DIRNAME,
     is_manifest_name,
 )
+from vllm_cache_tools.read import jsontext
+from vllm_cache_tools.read.errors import ReadError, unreadable
+from vllm_cache_tools.read.noatime import open_noatime, read_noatime
 
 MAX_MANIFEST_BYTES = 8 * 1024 * 1024
 """Real manifests are ~60 KB (config, env and Inductor factors of one start)."""

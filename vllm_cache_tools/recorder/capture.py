@@ -11,9 +11,9 @@ import time
 from typing import Any
 
 from vllm_cache_tools import redaction
+from vllm_cache_tools.layout import RUNTIME_FIELDS, SCHEMA
 from vllm_cache_tools.live.probe import SUB_CONFIGS, _jsonable, config_parts
 from vllm_cache_tools.recorder import START_VLLM_ENV, capture_env
-from vllm_cache_tools.recorder.layout import RUNTIME_FIELDS, SCHEMA
 
 REDACTED = redaction.REDACTED
 

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
-from vllm_cache_tools.recorder import START_ENV, capture, safeio, write
+from vllm_cache_tools import safeio
+from vllm_cache_tools.recorder import START_ENV, capture, write
 
 SPENT = [0.0]
 """Seconds this process spent in the recorder (reported in ledger events)."""

@@ -2,7 +2,7 @@
 under a random new name, then ``link``-ed into place: atomic, and an existing record is never
 replaced) and ledger events (one ``write`` of one line under ``flock`` on a per-host file).
 
-Every write goes through :mod:`vllm_cache_tools.recorder.safeio`: the compile cache folder is
+Every write goes through :mod:`vllm_cache_tools.safeio`: the compile cache folder is
 taken as vLLM named it, every folder below it is opened without following links, and nothing
 is written through a name someone else made (a shared root lets other users plant names). A
 ledger file that is not a regular file of ours (another user's on a shared root, or a planted
@@ -19,8 +19,8 @@ import socket
 import stat
 from typing import Any
 
-from vllm_cache_tools.recorder import safeio
-from vllm_cache_tools.recorder.layout import (
+from vllm_cache_tools import safeio
+from vllm_cache_tools.layout import (
     LEDGER_DIRNAME,
     MANIFEST_PREFIX,
     MANIFEST_SUFFIX,

@@ -8,8 +8,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from vllm_cache_tools.model import Entry
 from vllm_cache_tools.read.manifest import LedgerEvent, read_ledger
+from vllm_cache_tools.store.types import Entry
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 Live part: :mod:`vllm_cache_tools.live.probe` runs in the user's vLLM environment (its
 interpreter: ``python=``) and returns the key inputs computed with vLLM's and torch's own
 functions, the way the compiling worker sees them. Pure part (here): the keys, from the
-recipes in :mod:`vllm_cache_tools.hashing`, and hit/miss against the store.
+recipes in :mod:`vllm_cache_tools.keys`, and hit/miss against the store.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_cache_tools.hashing import (
+from vllm_cache_tools.keys import (
     aot_key,
     aot_source_hash,
     backend_code_hash,
@@ -23,15 +23,15 @@ from vllm_cache_tools.hashing import (
     compiler_hash,
     model_hash_key,
 )
-from vllm_cache_tools.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, resolve_root
-from vllm_cache_tools.model import Cause, Entry, KeyParts
-from vllm_cache_tools.probing import PredictError, ProbeRun, Progress, module_files, run_probe
+from vllm_cache_tools.live.runner import PredictError, ProbeRun, Progress, module_files, run_probe
 from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifests
 from vllm_cache_tools.read.noatime import read_source_text
 from vllm_cache_tools.redaction import same_value
-from vllm_cache_tools.store import read_backend_entry, scan
+from vllm_cache_tools.store.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, resolve_root
+from vllm_cache_tools.store.scan import read_backend_entry, scan
+from vllm_cache_tools.store.types import Cause, Entry, KeyParts
 
 VLLM_COMPILE = 3
 

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from vllm_cache_tools.model import Entry
+from vllm_cache_tools.store.types import Entry
 
 Predicate = Callable[[Entry], bool]
 

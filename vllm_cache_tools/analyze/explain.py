@@ -12,18 +12,18 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_cache_tools.link import linked_aot_entries
-from vllm_cache_tools.manifestdiff import (
+from vllm_cache_tools.analyze.manifest_diff import (
     compiler_causes,
     config_causes,
     config_field_causes,
     inductor_causes,
     pick_pair,
 )
-from vllm_cache_tools.model import Cause, Entry
+from vllm_cache_tools.keys.source_link import linked_aot_entries
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.read.manifest import Manifest
 from vllm_cache_tools.redaction import same_value
+from vllm_cache_tools.store.types import Cause, Entry
 
 
 @dataclass(frozen=True)
@@ -384,7 +384,7 @@ _ORDER = ("env", "config", "code", "compiler", "model")
 def unhashed_causes(e: Entry) -> list[Cause]:
     """What the starts that reused ``e`` recorded differently (the oldest and the newest
     manifest of one rank/prefix): factors vLLM's key does not see."""
-    from vllm_cache_tools.audit import manifest_changes, verdict
+    from vllm_cache_tools.analyze.audit import manifest_changes, verdict
 
     groups: dict[tuple[str, str], list[Manifest]] = {}
     for m in e.manifests:
@@ -487,7 +487,7 @@ def explain_logs(old: Any, new: Any, old_ref: str, new_ref: str,
     config line and its ``non-default args:`` line (which also names ``additional_config``);
     ``code_causes(old_dir, new_dir)``, when given, itemises a code change from the cache
     entries the logs name (their pickled sources)."""
-    from vllm_cache_tools.logsummary import compare_starts
+    from vllm_cache_tools.analyze.log_summary import compare_starts
     from vllm_cache_tools.read.logs import env_value
 
     cmp = compare_starts(old, new, old_ref, new_ref)
@@ -581,10 +581,10 @@ def explain(a: str | os.PathLike[str], b: str | os.PathLike[str],
     unique key prefixes looked up under ``root`` (default: resolved like vLLM), or entry
     folders, possibly of two roots). Both are read whole; the AOT entries of their roots are
     the evidence for code changes. Raises ``EntryNotFound``, ``AmbiguousKey`` or
-    ``RootError`` (:mod:`vllm_cache_tools.store`). What ``vllm-cache explain A B`` prints,
+    ``RootError`` (:mod:`vllm_cache_tools.store.scan`). What ``vllm-cache explain A B`` prints,
     as data (values unredacted: the CLI hides secrets when it renders)."""
     # The one function here that reads the store: the rest stays pure.
-    from vllm_cache_tools.store import RootError, locate_entry, read_entry, scan
+    from vllm_cache_tools.store.scan import RootError, locate_entry, read_entry, scan
 
     pa, pb = locate_entry(os.fspath(a), root), locate_entry(os.fspath(b), root)
     ea, eb = read_entry(pa), read_entry(pb)

@@ -1,4 +1,4 @@
-"""The ``--json`` documents of the fleet verbs (schema ids in :mod:`vllm_cache_tools.serialize`
+"""The ``--json`` documents of the fleet verbs (schema ids in :mod:`vllm_cache_tools.views.payloads`
 ``SCHEMAS``: ``pack``, ``unpack``, ``push``, ``pull``, ``warm``, ``prune-remote``)."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from vllm_cache_tools.fleet.checks import HitCheck
 from vllm_cache_tools.fleet.place import Placement
 from vllm_cache_tools.fleet.records import EntryRecord
 from vllm_cache_tools.fleet.remote import PushResult, StorePrune
-from vllm_cache_tools.locate import display_path
-from vllm_cache_tools.serialize import with_schema
+from vllm_cache_tools.store.locate import display_path
+from vllm_cache_tools.views.payloads import with_schema
 
 
 def record_summary(r: EntryRecord) -> dict[str, Any]:

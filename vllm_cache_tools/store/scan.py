@@ -17,18 +17,27 @@ from dataclasses import replace
 from pathlib import Path
 
 from vllm_cache_tools import __version__
-from vllm_cache_tools.delete import TRASH_DIRNAME
-from vllm_cache_tools.index import ListingIndex
-from vllm_cache_tools.inuse import open_paths_under
-from vllm_cache_tools.ledger import apply_usage, usage
-from vllm_cache_tools.locate import (
+from vllm_cache_tools.layout import STATE_DIRNAME
+from vllm_cache_tools.maintain.trash import TRASH_DIRNAME
+from vllm_cache_tools.read.aot_model import read_aot_model
+from vllm_cache_tools.read.compile_cache import read_compile_cache
+from vllm_cache_tools.read.errors import ReadError, UnreadableError
+from vllm_cache_tools.read.factors import read_factors
+from vllm_cache_tools.read.graph import GraphInfo, model_file_from_head, read_graph
+from vllm_cache_tools.read.manifest import Manifest, manifest_paths, read_manifest, read_manifests
+from vllm_cache_tools.read.noatime import read_noatime
+from vllm_cache_tools.read.triton import read_triton_meta
+from vllm_cache_tools.store.in_use import open_paths_under
+from vllm_cache_tools.store.listing_index import ListingIndex
+from vllm_cache_tools.store.locate import (
     AOT_DIRNAME,
     COMPILE_CACHE_DIRNAME,
     CacheRoot,
     display_path,
     resolve_root,
 )
-from vllm_cache_tools.model import (
+from vllm_cache_tools.store.tree_stats import tree_stats
+from vllm_cache_tools.store.types import (
     AotRank,
     CacheInfo,
     Entry,
@@ -38,16 +47,7 @@ from vllm_cache_tools.model import (
     State,
     TreeStats,
 )
-from vllm_cache_tools.read.aot_model import read_aot_model
-from vllm_cache_tools.read.compile_cache import read_compile_cache
-from vllm_cache_tools.read.errors import ReadError, UnreadableError
-from vllm_cache_tools.read.factors import read_factors
-from vllm_cache_tools.read.graph import GraphInfo, model_file_from_head, read_graph
-from vllm_cache_tools.read.manifest import Manifest, manifest_paths, read_manifest, read_manifests
-from vllm_cache_tools.read.noatime import read_noatime
-from vllm_cache_tools.read.triton import read_triton_meta
-from vllm_cache_tools.recorder.layout import STATE_DIRNAME
-from vllm_cache_tools.walk import tree_stats
+from vllm_cache_tools.store.usage import apply_usage, usage
 
 # vLLM 0.9.0-0.9.1 suffixed a second compiled model in one process with "-<n>".
 BACKEND_KEY = re.compile(r"^[0-9a-f]{10}(-\d+)?$")

@@ -1,6 +1,6 @@
 """Run the live probe (:mod:`vllm_cache_tools.live.probe`) in the user's vLLM environment:
-from the memo (:mod:`vllm_cache_tools.probememo`) when nothing it read changed, else from a
-standby probe that already imported vLLM (:mod:`vllm_cache_tools.standby`), else a fresh
+from the memo (:mod:`vllm_cache_tools.live.memo`) when nothing it read changed, else from a
+standby probe that already imported vLLM (:mod:`vllm_cache_tools.live.standby`), else a fresh
 one; and read the traced sources it points at.
 """
 
@@ -17,12 +17,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools import probememo
-from vllm_cache_tools import standby as standbys
-from vllm_cache_tools.locate import user_cache_dir
+from vllm_cache_tools.live import memo as probememo
+from vllm_cache_tools.live import standby as standbys
 from vllm_cache_tools.read.noatime import read_source_text
+from vllm_cache_tools.store.locate import user_cache_dir
 
-PROBE = Path(__file__).resolve().parent / "live" / "probe.py"
+PROBE = Path(__file__).resolve().parent / "probe.py"
 PROBE_TIMEOUT_S = 900.0
 
 Progress = Callable[[str], None]

@@ -18,7 +18,7 @@ Why it is as exact as a fresh probe: it imports only what a fresh probe imports 
 parses the arguments (``STANDBY_IMPORTS`` in the probe) and serves one request per process,
 so no state carries from one request to the next. Why it is never stale: it notes every
 file's stat when it imports it; the answer's dependencies carry those, and the caller
-re-checks them (:func:`vllm_cache_tools.probememo.stale_dependency`) and runs a fresh probe
+re-checks them (:func:`vllm_cache_tools.live.memo.stale_dependency`) and runs a fresh probe
 instead when any file changed since.
 """
 
@@ -36,7 +36,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools import probememo
+from vllm_cache_tools.live import memo as probememo
 
 STANDBY_VAR = "VLLM_CACHE_TOOLS_PROBE_STANDBY"
 IDLE_S = 300.0

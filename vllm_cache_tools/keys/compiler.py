@@ -9,7 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from vllm_cache_tools.model import Cause
+from vllm_cache_tools.store.types import Cause
 
 _TRITON = re.compile(r"^(\d+\.\d+(?:\.\d+)?)")
 

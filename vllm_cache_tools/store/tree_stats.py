@@ -10,7 +10,7 @@ import os
 import stat as st
 from collections.abc import Callable
 
-from vllm_cache_tools.model import TreeStats
+from vllm_cache_tools.store.types import TreeStats
 
 # Files vLLM reads when it loads an entry (their atime is evidence of use) and that our
 # readers parse (their size/mtime validate the listing index).

@@ -4,7 +4,7 @@ Planning reads the store (``scan``) and touches nothing. The plan names every en
 its reasons and the bytes it frees, and every entry a policy chose but a protection kept, with
 why. Executing re-checks each planned entry under a per-entry lock right before moving it (the
 plan may be seconds old) and moves it into the trash in one rename; removal happens there
-(:mod:`vllm_cache_tools.delete`).
+(:mod:`vllm_cache_tools.maintain.trash`).
 
 Protections, in the order they are checked:
 - in use: a file of the entry is open or mapped by a running process (/proc);
@@ -31,7 +31,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools.delete import (
+from vllm_cache_tools.keys.compat import Environment, aot_verdict, describe_env_for_json
+from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
+from vllm_cache_tools.maintain.snapshot_sweep import SnapshotSweep, sweep_snapshots
+from vllm_cache_tools.maintain.trash import (
     EntryLocks,
     RemoveResult,
     RootHandle,
@@ -40,19 +43,16 @@ from vllm_cache_tools.delete import (
     entry_tree,
     is_dir_stat,
 )
-from vllm_cache_tools.hittable import Environment, aot_verdict, describe_env_for_json
-from vllm_cache_tools.inuse import open_paths_under
-from vllm_cache_tools.ledger import usage
-from vllm_cache_tools.link import install_prefix, sources_code_hashes
-from vllm_cache_tools.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, display_path
-from vllm_cache_tools.model import CacheInfo, Entry, Layout
-from vllm_cache_tools.query import format_size
 from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
-from vllm_cache_tools.recorder.safeio import rename_at
-from vllm_cache_tools.serialize import iso
-from vllm_cache_tools.snapshots import SnapshotSweep, sweep_snapshots
-from vllm_cache_tools.store import read_entry
+from vllm_cache_tools.safeio import rename_at
+from vllm_cache_tools.store.filters import format_size
+from vllm_cache_tools.store.in_use import open_paths_under
+from vllm_cache_tools.store.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, display_path
+from vllm_cache_tools.store.scan import read_entry
+from vllm_cache_tools.store.types import CacheInfo, Entry, Layout
+from vllm_cache_tools.store.usage import usage
+from vllm_cache_tools.views.payloads import iso
 
 # --------------------------------------------------------------------------------------------
 # Root safety
@@ -176,7 +176,8 @@ class PlannedEntry:
     dir_mtimes: tuple[tuple[str, int], ...]
     same_sources_aot: tuple[str, ...] = ()
     """Backend entries: keys of AOT entries compiled from the same traced sources (their
-    pickled sources re-hash to this entry's code hash, :mod:`vllm_cache_tools.link`). Several
+    pickled sources re-hash to this entry's code hash,
+    :mod:`vllm_cache_tools.keys.source_link`). Several
     starts can share sources, so this is not proof of one start."""
     checkpoint: str | None = None
     """The served model (recorder manifests), when known."""
@@ -448,8 +449,8 @@ AOT candidate is read whole and its sources hashed once per plan)."""
 def _with_links(planned: list[PlannedEntry], entries: Sequence[Entry], notes: list[str]
                 ) -> list[PlannedEntry]:
     """Add the proven same-sources links of planned backend entries: the recipe of
-    :func:`vllm_cache_tools.link.linked_aot_entries`, with each AOT entry read and hashed once
-    per install prefix rather than once per backend entry."""
+    :func:`vllm_cache_tools.keys.source_link.linked_aot_entries`, with each AOT entry read and
+    hashed once per install prefix rather than once per backend entry."""
     backends = [p for p in planned if p.layout == "backend"]
     aots = [e for e in entries if e.layout == "aot" and e.model]
     if not backends or not aots:
@@ -784,8 +785,8 @@ def plan_prune_root(root: str | os.PathLike[str] | None, policies: Policies,
     unless ``force`` (:class:`RootRefused`), scans afresh (a plan that deletes is never made
     from the listing index), then :func:`plan_prune`. Nothing is deleted until the plan is
     passed to :func:`execute_plan`."""
-    from vllm_cache_tools.locate import resolve_root
-    from vllm_cache_tools.store import scan
+    from vllm_cache_tools.store.locate import resolve_root
+    from vllm_cache_tools.store.scan import scan
 
     croot = resolve_root(root)
     check_prunable_root(croot.vllm_root, force)

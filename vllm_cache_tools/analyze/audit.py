@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools.manifestdiff import field_changes
-from vllm_cache_tools.model import Entry
+from vllm_cache_tools.analyze.manifest_diff import field_changes
 from vllm_cache_tools.read.manifest import Manifest
+from vllm_cache_tools.store.types import Entry
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,10 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from vllm_cache_tools.hashing.compiler import diff_inductor_factors
-from vllm_cache_tools.model import Cause
+from vllm_cache_tools.keys.compiler import diff_inductor_factors
+from vllm_cache_tools.layout import RUNTIME_FIELDS
 from vllm_cache_tools.read.manifest import Manifest
-from vllm_cache_tools.recorder.layout import RUNTIME_FIELDS
+from vllm_cache_tools.store.types import Cause
 
 
 def _fields(part: Any) -> Mapping[str, Any]:

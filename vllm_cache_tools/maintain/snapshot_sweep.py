@@ -11,7 +11,7 @@ they name goes back; only the rest is removed. A manifest that cannot be read st
 it might name any snapshot.
 
 Every move and removal is relative to folder fds opened without following links
-(:mod:`vllm_cache_tools.recorder.safeio`): ``torch_compile_cache``, ``.vllm-cache-tools``,
+(:mod:`vllm_cache_tools.safeio`): ``torch_compile_cache``, ``.vllm-cache-tools``,
 ``sources`` and each quarantine folder. A symlink planted at any of them (or a file swapped
 for one mid-sweep) is never entered, so nothing outside the root is moved or deleted; a
 quarantined name is only deleted if it is still the file that was listed (same
@@ -29,11 +29,11 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_cache_tools.locate import AOT_DIRNAME
+from vllm_cache_tools import safeio
+from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME, is_manifest_name
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifest
-from vllm_cache_tools.recorder import safeio
-from vllm_cache_tools.recorder.layout import SOURCES_DIRNAME, STATE_DIRNAME, is_manifest_name
+from vllm_cache_tools.store.locate import AOT_DIRNAME
 
 LATE_WINDOW_S = 600.0
 """Manifests modified this long before the sweep began are read again after the quarantine

@@ -15,9 +15,9 @@ import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
-from vllm_cache_tools.hashing import backend_code_hash
-from vllm_cache_tools.model import Entry
+from vllm_cache_tools.keys import backend_code_hash
 from vllm_cache_tools.read.aot_model import AotModelInfo
+from vllm_cache_tools.store.types import Entry
 
 
 def _module_rel(module: str) -> tuple[str, str]:

@@ -1,5 +1,5 @@
 """The ``--json`` documents of ``stats`` and ``drift`` (schema ids in
-:data:`vllm_cache_tools.serialize.SCHEMAS`). Shapes fixed by issue 15; fields are only
+:data:`vllm_cache_tools.views.payloads.SCHEMAS`). Shapes fixed by issue 15; fields are only
 added."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 
 from vllm_cache_tools.analyze.drift import DriftReport, Factor
 from vllm_cache_tools.analyze.stats import Counters, StatsReport
-from vllm_cache_tools.serialize import iso, with_schema
+from vllm_cache_tools.views.payloads import iso, with_schema
 
 
 def counters_json(c: Counters) -> dict[str, Any]:

@@ -12,7 +12,7 @@ Every path operation is relative to a folder fd opened with ``O_NOFOLLOW``: a sy
 anywhere (even swapped in after planning) is unlinked as a link, never entered, so nothing
 outside the root is touched. Folders are told apart by the directory entry's type, not by
 ``stat`` of the target. The primitives (:func:`remove_tree_at`, :func:`open_dir`) live in
-:mod:`vllm_cache_tools.recorder.safeio`, shared with every other writer and deleter.
+:mod:`vllm_cache_tools.safeio`, shared with every other writer and deleter.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-from vllm_cache_tools.recorder.safeio import (
+from vllm_cache_tools.safeio import (
     RemoveResult,
     UnsafeTree,
     is_group_shared,

@@ -13,9 +13,9 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from vllm_cache_tools.hashing import backend_key, env_hash_from_factors
-from vllm_cache_tools.locate import display_path
-from vllm_cache_tools.model import CacheInfo, Entry
+from vllm_cache_tools.keys import backend_key, env_hash_from_factors
+from vllm_cache_tools.store.locate import display_path
+from vllm_cache_tools.store.types import CacheInfo, Entry
 
 _PREFIX = "vllm-cache-tools"
 # One id per document kind; rm prints prune's document (same plan, same fields).

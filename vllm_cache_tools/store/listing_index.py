@@ -20,9 +20,9 @@ from typing import Any
 import xxhash
 from filelock import FileLock, Timeout
 
-from vllm_cache_tools.locate import user_cache_dir
-from vllm_cache_tools.model import Entry, Problem, TreeStats
-from vllm_cache_tools.recorder import safeio
+from vllm_cache_tools import safeio
+from vllm_cache_tools.store.locate import user_cache_dir
+from vllm_cache_tools.store.types import Entry, Problem, TreeStats
 
 FORMAT = 2
 
