@@ -9,10 +9,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from vllm_cache_tools.hashing.compiler import diff_inductor_factors, inductor_env_var
 
 from tests.realvllm.harness import ScenarioRun, copy_root
 from vllm_cache_tools import scan
+from vllm_cache_tools.keys.compiler import diff_inductor_factors, inductor_env_var
 from vllm_cache_tools.read.triton import read_triton_meta
 
 FIX = Path(__file__).parent / "fixtures" / "gpu"

@@ -4,14 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from vllm_cache_tools.store.filters import (
-    QueryError,
-    parse_age,
-    parse_filter,
-    parse_size,
-    sort_entries,
-)
+from vllm_cache_tools.errors import UsageError
+from vllm_cache_tools.store.filters import parse_filter, sort_entries
 from vllm_cache_tools.store.types import Entry, TreeStats
+from vllm_cache_tools.units import parse_age, parse_size
 
 
 def _e(key: str, layout: str = "aot", size: int = 10, last: float = 0.0) -> Entry:
@@ -27,7 +23,7 @@ def test_sizes_and_ages() -> None:
     assert parse_size("50G") == 50 * 1024**3 and parse_size("1.5k") == 1536
     assert parse_age("30d") == 30 * 86400 and parse_age("45m") == 2700
     for bad in ("x", "5q", ""):
-        with pytest.raises(QueryError):
+        with pytest.raises(UsageError):
             parse_size(bad)
 
 
@@ -43,7 +39,7 @@ def test_filters() -> None:
     assert keep("model~Llama") == ["a", "b"]
     assert keep("torch!=2.13.0+cpu") == []
     for bad in ("nope=1", "size~3", "layout>2", "garbage", "age>soon"):
-        with pytest.raises(QueryError):
+        with pytest.raises(UsageError):
             parse_filter(bad)
 
 
@@ -52,5 +48,5 @@ def test_sorting() -> None:
     assert [e.key for e in sort_entries(es, "size")] == ["a", "b"]
     assert [e.key for e in sort_entries(es, "last-used")] == ["b", "a"]
     assert [e.key for e in sort_entries(es, "key")] == ["a", "b"]
-    with pytest.raises(QueryError):
+    with pytest.raises(UsageError):
         sort_entries(es, "color")

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.layout import LEDGER_DIRNAME, STATE_DIRNAME, is_manifest_name
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import Manifest, read_manifest, read_manifests
@@ -44,7 +45,7 @@ MAX_FOLDER_ITEMS = 2_000_000
 """A collected folder is walked item by item; past this it is not a folder of fleet files."""
 
 
-class InputError(ValueError):
+class InputError(VctError, ValueError):
     """The source cannot be read at all (one line for users)."""
 
 

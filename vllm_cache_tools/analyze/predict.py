@@ -23,6 +23,7 @@ from vllm_cache_tools.keys import (
     compiler_hash,
     model_hash_key,
 )
+from vllm_cache_tools.keys.versions import recipe_verified_on
 from vllm_cache_tools.live.runner import PredictError, ProbeRun, Progress, module_files, run_probe
 from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
@@ -337,16 +338,20 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
                     "config": "live: VllmConfig.compute_hash() as the worker sees it",
                     "compiler": "live: get_inductor_factors() in a spawned child",
                     "code": backend.evidence or "unknown",
-                    "recipes": "vLLM 0.20-0.33 (hashing/recipes.py)"},
+                    "recipes": "vLLM 0.20-0.33 (keys/recipes.py); checked against this "
+                               "release's own folders: "
+                               + (recipe_verified_on(probe["vllm_version"]) or "never")},
     )
     return Prediction(hit=hit, backend=backend, aot=aot, parts=parts,
                       reasons=tuple(reasons), key_parts=kp, probe=probe, probe_run=probe_run)
 
 
 def prediction_json(p: Prediction) -> dict[str, Any]:
+    verified = recipe_verified_on(str(p.parts.get("vllm_version") or ""))
+
     def tree(t: TreePrediction, extra: str) -> dict[str, Any]:
         return {"key": t.key, "path": t.path, "hit": t.hit, "detail": t.detail,
-                extra: t.evidence or None}
+                extra: t.evidence or None, "recipe_verified_on": verified}
 
     parts = {k: v for k, v in p.parts.items() if k not in ("env", "process_env")}
     return {

@@ -12,6 +12,7 @@ import typer
 import typer.main
 
 from vllm_cache_tools.cli.common import fail
+from vllm_cache_tools.errors import VctError
 
 # -h as well as --help, on the command and on every verb (click passes it down).
 _HELP = {"help_option_names": ["-h", "--help"]}
@@ -112,5 +113,7 @@ def main() -> None:
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)
+    except VctError as exc:  # every error meant for users, reported here and only here
+        fail(str(exc), code=exc.exit_code)
     except Exception as exc:  # last resort: one line, never a traceback
         fail(f"internal error: {type(exc).__name__}: {exc}", code=3)

@@ -9,12 +9,12 @@ from typing import Annotated
 import typer
 
 from vllm_cache_tools.analyze.audit import AuditReport, audit
-from vllm_cache_tools.cli.common import fail, print_json, write_out
+from vllm_cache_tools.cli.common import print_json, write_out
 from vllm_cache_tools.cli.ls import AOT_MIN_PREFIX, RootOpt
 from vllm_cache_tools.cli.render import unique_prefixes
 from vllm_cache_tools.read.manifest import read_manifests
 from vllm_cache_tools.store.locate import display_path
-from vllm_cache_tools.store.scan import RootError, scan
+from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.views.payloads import with_schema
 
 
@@ -56,13 +56,10 @@ def audit_cmd(
     recorded factor that changed although the key did not (config fields, env, versions,
     Inductor options, traced files): a "possible false hit", where vLLM may have reused a
     compiled graph built for other settings. Exit 0 when none, 1 when some were found."""
-    try:
-        info = scan(root, check_in_use=False)
-        # Only the manifests are needed: no deep read of the artifacts.
-        entries = [replace(e, manifests=tuple(read_manifests(e.path, e.layout)[0]))
-                   for e in info.entries]
-    except RootError as exc:
-        fail(str(exc))
+    info = scan(root, check_in_use=False)
+    # Only the manifests are needed: no deep read of the artifacts.
+    entries = [replace(e, manifests=tuple(read_manifests(e.path, e.layout)[0]))
+               for e in info.entries]
     report = audit(info.root, entries)
     if json_out:
         print_json(with_schema("audit", {

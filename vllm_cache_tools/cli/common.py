@@ -25,7 +25,6 @@ from vllm_cache_tools.redaction import (
     redact_text,
     redact_value,
 )
-from vllm_cache_tools.store.filters import format_size
 
 USAGE_ERROR = 2
 
@@ -111,20 +110,6 @@ def console() -> Console:
     tty = sys.stdout.isatty()
     return Console(file=cast(IO[str], RedactingStdout()), highlight=False, soft_wrap=not tty,
                    width=None if tty else 200)
-
-
-def human_size(n: int | None) -> str:
-    return "-" if n is None else format_size(n)
-
-
-def human_age(t: float | None, now: float | None = None) -> str:
-    if t is None:
-        return "-"
-    secs = max(0.0, (time.time() if now is None else now) - t)
-    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
-        if secs >= n:
-            return f"{secs / n:.0f}{unit} ago"
-    return f"{secs:.0f}s ago"
 
 
 class DelayedProgress:

@@ -8,11 +8,10 @@ from typing import Annotated
 import typer
 
 from vllm_cache_tools.analyze.drift import DriftReport, Factor, drift
-from vllm_cache_tools.analyze.inputs import InputError
-from vllm_cache_tools.cli.common import fail, human_size, print_json, warn, write_out
+from vllm_cache_tools.cli.common import fail, print_json, warn, write_out
 from vllm_cache_tools.cli.fleetcommon import StorageOpt
 from vllm_cache_tools.cli.ls import RootOpt
-from vllm_cache_tools.maintain.prune import fmt_duration
+from vllm_cache_tools.units import fmt_duration, human_size
 from vllm_cache_tools.views.insight import drift_document
 
 VALUES_SHOWN = 4
@@ -80,10 +79,7 @@ def drift_cmd(
 
         options = run(lambda: parse_storage_options(storage_option))
     where: str | Path | None = source if source is not None else root
-    try:
-        report = drift(where, model=model, storage_options=options)
-    except InputError as exc:
-        fail(str(exc))
+    report = drift(where, model=model, storage_options=options)
     for p in report.problems:
         warn(p)
     if model is not None and not report.models:

@@ -90,10 +90,7 @@ def _from_entries(a: str, b: str, root: Path | None) -> Explanation:
 
 
 def _latest(root: Path | None) -> Explanation:
-    try:
-        info = scan(root, check_in_use=False)
-    except RootError as exc:
-        fail(str(exc))
+    info = scan(root, check_in_use=False)
     pick = latest_pair(info.entries)
     if pick is None:
         console().print("nothing to compare: no two entries of the same model in "

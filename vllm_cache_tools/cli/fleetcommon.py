@@ -12,8 +12,9 @@ from typing import Annotated, Any, NoReturn, TypeVar
 import typer
 
 from vllm_cache_tools.analyze.explain import show_value
-from vllm_cache_tools.cli.common import fail, human_size, write_out
+from vllm_cache_tools.cli.common import fail, write_out
 from vllm_cache_tools.cli.stageline import wanted
+from vllm_cache_tools.units import human_size
 
 T = TypeVar("T")
 

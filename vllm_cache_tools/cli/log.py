@@ -68,10 +68,7 @@ def log(
         names = ["-"]
     if names.count("-") > 1:
         fail("stdin (-) can be read only once")
-    try:
-        check_inputs(names)
-    except LogInputError as exc:
-        fail(str(exc))
+    check_inputs(names)
     stream = LogStream(names, accelerate=not no_grep)
     try:
         if traced_files:

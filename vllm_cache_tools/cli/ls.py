@@ -11,19 +11,13 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.common import (
-    DelayedProgress,
-    fail,
-    human_age,
-    human_size,
-    print_json,
-    warn,
-)
+from vllm_cache_tools.cli.common import DelayedProgress, fail, print_json, warn
 from vllm_cache_tools.cli.render import Column, render, unique_prefixes
-from vllm_cache_tools.store.filters import QueryError, parse_filter, sort_entries
+from vllm_cache_tools.store.filters import parse_filter, sort_entries
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.scan import AmbiguousKey, EntryNotFound, RootError, locate_entry, scan
 from vllm_cache_tools.store.types import Entry, Problem
+from vllm_cache_tools.units import human_age, human_size
 from vllm_cache_tools.views.payloads import ls_report, with_schema
 
 RootOpt = Annotated[Path | None, typer.Option(
@@ -70,11 +64,8 @@ def ls(
 
         return ls_remote(refs[0], json_out=json_out, sort=sort, filter_expr=filter_expr,
                          wide=wide)
-    try:
-        pred = parse_filter(filter_expr) if filter_expr else None
-        sort_entries([], sort)
-    except QueryError as exc:
-        fail(str(exc))
+    pred = parse_filter(filter_expr) if filter_expr else None
+    sort_entries([], sort)
     progress = DelayedProgress(enabled=not json_out)
     try:
         info = scan(root, progress=progress.callback(), use_index=not rescan)

@@ -8,10 +8,11 @@ import shutil
 import sys
 from pathlib import Path
 
-from vllm_cache_tools.cli.common import fail, human_age, human_size, print_json
+from vllm_cache_tools.cli.common import print_json
 from vllm_cache_tools.cli.fleetcommon import run
-from vllm_cache_tools.store.filters import QueryError, parse_filter, sort_entries
+from vllm_cache_tools.store.filters import parse_filter, sort_entries
 from vllm_cache_tools.store.types import Entry, TreeStats
+from vllm_cache_tools.units import human_age, human_size
 from vllm_cache_tools.views.payloads import entry_summary, totals, with_schema
 
 
@@ -38,11 +39,8 @@ def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
     from vllm_cache_tools.cli.render import render, unique_prefixes
     from vllm_cache_tools.fleet.remote import Store
 
-    try:
-        pred = parse_filter(filter_expr) if filter_expr else None
-        sort_entries([], sort)
-    except QueryError as exc:
-        fail(str(exc))
+    pred = parse_filter(filter_expr) if filter_expr else None
+    sort_entries([], sort)
     store = run(lambda: Store(url))
     run(lambda: store.ensure_marker(create=False))
     found = run(store.entries)

@@ -7,9 +7,10 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.common import human_size, print_json
+from vllm_cache_tools.cli.common import print_json
 from vllm_cache_tools.cli.fleetcommon import JsonOpt, byte_bar, out, run
 from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.units import human_size
 
 
 def pack(

@@ -11,6 +11,7 @@ from vllm_cache_tools.analyze.predict import PredictError, predict, prediction_j
 from vllm_cache_tools.cli.common import console, fail, print_json
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.cli.stageline import StageLine
+from vllm_cache_tools.keys.versions import recipe_verified_on
 from vllm_cache_tools.views.payloads import predict_document
 
 
@@ -65,9 +66,14 @@ def predict_cmd(
         con = console()
         con.print(f"[bold]{'HIT' if p.hit else 'MISS'}[/bold]: vLLM "
                   f"{p.parts['vllm_version']}, torch {p.parts['torch_version']}")
+        unverified = (None if recipe_verified_on(p.parts["vllm_version"]) else
+                      f"recipe not verified on vLLM {p.parts['vllm_version']}: this key is "
+                      "computed from its source, never compared with folders it created")
         for name, t in (("AOT tree", p.aot), ("backend tree", p.backend)):
             verdict = {True: "hit", False: "miss", None: "-"}[t.hit]
             con.print(f"  {name:<13} {verdict:<5} {t.key or '-'}")
+            if t.key and unverified:
+                con.print(f"  {'':<13} {unverified}")
             if t.path:
                 con.print(f"  {'':<13} {t.path}")
             con.print(f"  {'':<13} {t.detail}" + (f" [{t.evidence}]" if t.evidence else ""))

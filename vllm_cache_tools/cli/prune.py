@@ -10,24 +10,23 @@ import typer
 
 from vllm_cache_tools.cli.common import fail, print_json, warn
 from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.errors import UsageError
 from vllm_cache_tools.keys.compat import Environment, detect_environment
 from vllm_cache_tools.maintain.prune import (
     Policies,
     Protections,
     PrunePlan,
     PruneResult,
-    RootRefused,
     check_prunable_root,
     execute_plan,
-    fmt_duration,
     plan_prune,
     prune_report,
     trash_leftovers,
 )
-from vllm_cache_tools.store.filters import QueryError, format_size, parse_age, parse_size
 from vllm_cache_tools.store.locate import resolve_root
-from vllm_cache_tools.store.scan import RootError, scan
+from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.store.types import CacheInfo
+from vllm_cache_tools.units import fmt_duration, format_size, parse_age, parse_size
 from vllm_cache_tools.views.payloads import with_schema
 
 SHOW_SKIPPED = 30
@@ -51,7 +50,7 @@ def parse_grace(text: str) -> float:
         return 0.0
     try:
         return parse_age(t)
-    except QueryError as exc:
+    except UsageError as exc:
         fail(f"--grace: {exc}")
 
 
@@ -59,11 +58,8 @@ def load_root(root: Path | None, force: bool) -> CacheInfo:
     """Resolve, refuse unsafe roots, and scan afresh: a deleting command does not plan from
     the listing index. In use is judged by the planner."""
     croot = resolve_root(root)
-    try:
-        check_prunable_root(croot.vllm_root, force)
-        return scan(croot, check_in_use=False, use_index=False)
-    except (RootError, RootRefused) as exc:
-        fail(str(exc))
+    check_prunable_root(croot.vllm_root, force)
+    return scan(croot, check_in_use=False, use_index=False)
 
 
 def confirm(plan: PrunePlan, yes: bool, json_out: bool) -> bool:
@@ -203,13 +199,10 @@ def prune(
     """Remove compile-cache entries chosen by policies (combinable; an entry goes if any
     chooses it). Entries in use, modified within the grace period, or owned by others stay.
     Each entry is moved into a trash folder inside the root in one rename, then removed."""
-    try:
-        pol = Policies(
-            older_than_s=parse_age(older_than) if older_than is not None else None,
-            max_size_bytes=parse_size(max_size) if max_size is not None else None,
-            keep=keep, unhittable=unhittable, corrupt=corrupt, partial=partial)
-    except QueryError as exc:
-        fail(str(exc))
+    pol = Policies(
+        older_than_s=parse_age(older_than) if older_than is not None else None,
+        max_size_bytes=parse_size(max_size) if max_size is not None else None,
+        keep=keep, unhittable=unhittable, corrupt=corrupt, partial=partial)
     if pol.empty:
         fail("choose at least one policy: --older-than, --max-size, --keep, --unhittable, "
              "--corrupt or --partial (or use `vllm-cache rm KEY`)")

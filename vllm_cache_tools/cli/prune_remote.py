@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.common import fail, human_size, print_json
+from vllm_cache_tools.cli.common import fail, print_json
 from vllm_cache_tools.cli.fleetcommon import JsonOpt, StorageOpt, out, run
+from vllm_cache_tools.units import human_size
 
 
 def prune_remote(
@@ -33,17 +34,14 @@ def prune_remote(
     --grace. Without --yes nothing is removed (a dry run).
     Exit status: 0 done, 2 usage or store error."""
     from vllm_cache_tools.fleet.remote import parse_storage_options, prune_store
-    from vllm_cache_tools.store.filters import QueryError, parse_age, parse_size
+    from vllm_cache_tools.units import parse_age, parse_size
     from vllm_cache_tools.views.fleet import prune_remote_document
 
     if older_than is None and max_size is None:
         fail("give --older-than and/or --max-size")
-    try:
-        age = parse_age(older_than) if older_than else None
-        size = parse_size(max_size) if max_size else None
-        grace_s = parse_age(grace)
-    except QueryError as exc:
-        fail(str(exc))
+    age = parse_age(older_than) if older_than else None
+    size = parse_size(max_size) if max_size else None
+    grace_s = parse_age(grace)
     opts = run(lambda: parse_storage_options(storage_option or []))
     r = run(lambda: prune_store(url, older_than_s=age, max_bytes=size, dry_run=not yes,
                                 grace_s=grace_s, storage_options=opts))

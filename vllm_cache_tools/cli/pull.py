@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.common import fail, human_size, print_json
+from vllm_cache_tools.cli.common import fail, print_json
 from vllm_cache_tools.cli.fleetcommon import (
     JobsOpt,
     JsonOpt,
@@ -24,6 +24,7 @@ from vllm_cache_tools.cli.fleetcommon import (
     run,
 )
 from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.units import human_size
 
 
 def pull(

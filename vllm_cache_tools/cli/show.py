@@ -6,14 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from vllm_cache_tools.cli.common import (
-    console,
-    fail,
-    human_age,
-    human_size,
-    print_json,
-    redact_json,
-)
+from vllm_cache_tools.cli.common import console, fail, print_json, redact_json
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.keys.source_link import same_source_aot_keys
 from vllm_cache_tools.store.locate import COMPILE_CACHE_DIRNAME
@@ -25,6 +18,7 @@ from vllm_cache_tools.store.scan import (
     read_entry,
     scan,
 )
+from vllm_cache_tools.units import human_age, human_size
 from vllm_cache_tools.views.payloads import entry_detail
 
 

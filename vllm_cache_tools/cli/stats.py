@@ -9,16 +9,13 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.analyze.inputs import InputError
 from vllm_cache_tools.analyze.stats import GROUPINGS, Counters, StatsReport, stats
-from vllm_cache_tools.cli.common import fail, human_size, print_json, warn, write_out
+from vllm_cache_tools.cli.common import fail, print_json, warn, write_out
 from vllm_cache_tools.cli.fleetcommon import StorageOpt
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.cli.render import Column, render
-from vllm_cache_tools.maintain.prune import fmt_duration
-from vllm_cache_tools.store.filters import QueryError, parse_age
+from vllm_cache_tools.units import fmt_duration, human_size, iso, parse_age
 from vllm_cache_tools.views.insight import stats_document
-from vllm_cache_tools.views.payloads import iso
 
 NEVER_HIT_SHOWN = 10
 
@@ -133,12 +130,9 @@ def stats_cmd(
         fail("give the source either as SOURCE or as --root, not both")
     cutoff = None
     if since is not None:
-        try:
-            import time
+        import time
 
-            cutoff = time.time() - parse_age(since)
-        except QueryError as exc:
-            fail(str(exc))
+        cutoff = time.time() - parse_age(since)
     options = None
     if storage_option:
         from vllm_cache_tools.cli.fleetcommon import run
@@ -148,7 +142,7 @@ def stats_cmd(
     where: str | Path | None = source if source is not None else root
     try:
         report = stats(where, by=by, since=cutoff, storage_options=options, jobs=jobs)
-    except (InputError, ValueError) as exc:
+    except ValueError as exc:  # also what the readers raise that is not one of ours
         fail(str(exc))
     for p in report.problems:
         warn(p)

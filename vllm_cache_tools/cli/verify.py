@@ -23,7 +23,6 @@ from vllm_cache_tools.cli.prune import (
 from vllm_cache_tools.maintain.prune import (
     Policies,
     Protections,
-    RootRefused,
     check_prunable_root,
     execute_plan,
     plan_prune,
@@ -31,7 +30,7 @@ from vllm_cache_tools.maintain.prune import (
 )
 from vllm_cache_tools.maintain.verify import VerifyReport, remove_orphan_tmps, verify, verify_json
 from vllm_cache_tools.store.locate import resolve_root
-from vllm_cache_tools.store.scan import RootError, scan
+from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.views.payloads import with_schema
 
 
@@ -72,12 +71,9 @@ def verify_cmd(
     do not count), 1 when problems were found (and, with --fix, not all removed)."""
     prot = Protections(grace_s=parse_grace(grace), all_users=all_users)
     croot = resolve_root(root)
-    try:
-        if fix:
-            check_prunable_root(croot.vllm_root, force)
-        report = verify(croot)
-    except (RootError, RootRefused) as exc:
-        fail(str(exc))
+    if fix:
+        check_prunable_root(croot.vllm_root, force)
+    report = verify(croot)
     out: dict[str, object] = with_schema("verify", verify_json(report))
     fixable = report.fixable_entries()
     remaining = len(report.failures)

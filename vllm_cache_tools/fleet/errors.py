@@ -3,8 +3,10 @@ would hit, 1 refused or would not hit, 2 usage or I/O error). Every message is o
 
 from __future__ import annotations
 
+from vllm_cache_tools.errors import VctError
 
-class FleetError(Exception):
+
+class FleetError(VctError):
     """Base: a one-line message and the CLI's exit status."""
 
     exit_code = 2

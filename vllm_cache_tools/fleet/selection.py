@@ -13,12 +13,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_cache_tools.errors import UsageError
 from vllm_cache_tools.fleet.errors import FleetError, Refused
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord, SourceRecord, snapshot_path
 from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
 from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME
 from vllm_cache_tools.read.noatime import open_noatime
-from vllm_cache_tools.store.filters import QueryError, parse_filter
+from vllm_cache_tools.store.filters import parse_filter
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
 from vllm_cache_tools.store.scan import (
     AmbiguousKey,
@@ -237,7 +238,7 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
     try:
         info = scan(croot, check_in_use=False, use_index=False)
         pred = parse_filter(filter_expr) if filter_expr else None
-    except (RootError, QueryError) as exc:
+    except (RootError, UsageError) as exc:
         raise FleetError(str(exc)) from None
     by_path = {os.path.realpath(e.path): e for e in info.entries}
     chosen: dict[str, Entry] = {}

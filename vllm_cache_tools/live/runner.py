@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.live import memo as probememo
 from vllm_cache_tools.live import standby as standbys
 from vllm_cache_tools.read.noatime import read_source_text
@@ -37,7 +38,7 @@ def memo_dir() -> Path:
     return user_cache_dir() / "probe-memo"
 
 
-class PredictError(RuntimeError):
+class PredictError(VctError, RuntimeError):
     """vLLM is not available, or rejected the arguments."""
 
 

@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.keys.compat import Environment, aot_verdict, describe_env_for_json
 from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
 from vllm_cache_tools.maintain.snapshot_sweep import SnapshotSweep, sweep_snapshots
@@ -46,13 +47,12 @@ from vllm_cache_tools.maintain.trash import (
 from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.safeio import rename_at
-from vllm_cache_tools.store.filters import format_size
 from vllm_cache_tools.store.in_use import open_paths_under
 from vllm_cache_tools.store.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, display_path
 from vllm_cache_tools.store.scan import read_entry
 from vllm_cache_tools.store.types import CacheInfo, Entry, Layout
 from vllm_cache_tools.store.usage import usage
-from vllm_cache_tools.views.payloads import iso
+from vllm_cache_tools.units import fmt_duration, format_size, iso
 
 # --------------------------------------------------------------------------------------------
 # Root safety
@@ -62,7 +62,7 @@ SNAPSHOT_MIN_AGE_S = 600.0
 """Recorder source snapshots younger than this (or than the grace period) are never swept."""
 
 
-class RootRefused(ValueError):
+class RootRefused(VctError, ValueError):
     """A root we will not prune without ``--force``."""
 
 
@@ -105,15 +105,6 @@ def last_use(e: Entry, ledger: Mapping[str, float]) -> tuple[float | None, str |
 
 # --------------------------------------------------------------------------------------------
 # Plan
-
-
-def fmt_duration(seconds: float) -> str:
-    s = max(0.0, seconds)
-    for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
-        if s >= n:
-            v = s / n
-            return f"{v:.0f}{unit}" if v >= 10 or v == int(v) else f"{v:.1f}{unit}"
-    return f"{s:.0f}s"
 
 
 @dataclass(frozen=True)

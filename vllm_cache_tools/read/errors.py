@@ -1,7 +1,9 @@
 from __future__ import annotations
 
+from vllm_cache_tools.errors import VctError
 
-class ReadError(ValueError):
+
+class ReadError(VctError, ValueError):
     """An artifact could not be read; the message is one line meant for users.
 
     Raised as is, it means the bytes were read and found broken (``corrupt``)."""

@@ -44,6 +44,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.read.pyrepr import parse_repr
 
 # Every line the parser uses contains one of these (vLLM 0.6 .. 0.33, INFO and DEBUG):
@@ -75,7 +76,7 @@ Outcome = Literal["hit", "miss", "partial", "load-failed", "disabled", "unknown"
 RangeAction = Literal["compile", "load"]
 
 
-class LogInputError(ValueError):
+class LogInputError(VctError, ValueError):
     """A log input could not be opened; the message is one line meant for users."""
 
 

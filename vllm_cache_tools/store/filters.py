@@ -17,21 +17,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from vllm_cache_tools.errors import UsageError
 from vllm_cache_tools.store.types import Entry
+from vllm_cache_tools.units import parse_age, parse_size
 
 Predicate = Callable[[Entry], bool]
 
 
-class QueryError(ValueError):
-    """A ``--filter``/``--sort`` expression that cannot be understood."""
-
-
 _COND = re.compile(r"^\s*(?P<field>[a-z_]+)\s*(?P<op>!=|!~|>=|<=|=|~|>|<)\s*(?P<value>.*?)\s*$")
-_SIZE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[kmgtKMGT]?)i?[bB]?$")
-_AGE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>s|m|h|d|w)$")
-_UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
-_AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-
 _STR_FIELDS: dict[str, Callable[[Entry], Any]] = {
     "key": lambda e: e.key,
     "layout": lambda e: e.layout,
@@ -51,32 +44,6 @@ _NUM_FIELDS: dict[str, Callable[[Entry], float]] = {
 }
 
 
-def parse_size(text: str) -> int:
-    """``50G`` -> bytes (powers of 1024)."""
-    m = _SIZE.match(text.strip())
-    if not m:
-        raise QueryError(f"not a size: {text!r} (use e.g. 500M, 50G)")
-    return int(float(m["n"]) * _UNITS[m["unit"].lower()])
-
-
-def format_size(n: int) -> str:
-    """Bytes -> ``70.9K`` / ``5.1M`` (powers of 1024, as :func:`parse_size` reads them)."""
-    size = float(n)
-    for unit in ("B", "K", "M", "G", "T"):
-        if size < 1024 or unit == "T":
-            return f"{size:.0f}{unit}" if unit == "B" else f"{size:.1f}{unit}"
-        size /= 1024
-    return f"{n}B"
-
-
-def parse_age(text: str) -> float:
-    """``30d`` -> seconds."""
-    m = _AGE.match(text.strip())
-    if not m:
-        raise QueryError(f"not an age: {text!r} (use e.g. 45m, 12h, 30d, 2w)")
-    return float(m["n"]) * _AGE_UNITS[m["unit"]]
-
-
 def _compare(op: str, a: float, b: float) -> bool:
     return {"=": a == b, "!=": a != b, ">": a > b, "<": a < b, ">=": a >= b,
             "<=": a <= b}[op]
@@ -88,21 +55,21 @@ def parse_filter(expr: str, now: float | None = None) -> Predicate:
     for part in [p for p in expr.split(",") if p.strip()]:
         m = _COND.match(part)
         if not m:
-            raise QueryError(f"cannot parse filter condition {part.strip()!r} "
+            raise UsageError(f"cannot parse filter condition {part.strip()!r} "
                              "(expected FIELD OP VALUE, e.g. state!=complete)")
         field, op, value = m["field"], m["op"], m["value"]
         if field in _STR_FIELDS:
             if op not in ("=", "!=", "~", "!~"):
-                raise QueryError(f"{field} is text: use =, !=, ~ or !~")
+                raise UsageError(f"{field} is text: use =, !=, ~ or !~")
             preds.append(_text_pred(_STR_FIELDS[field], op, value))
         elif field in _NUM_FIELDS:
             if op in ("~", "!~"):
-                raise QueryError(f"{field} is a number: use =, !=, >, <, >=, <=")
+                raise UsageError(f"{field} is a number: use =, !=, >, <, >=, <=")
             num = parse_size(value) if field != "files" else _int(value)
             preds.append(_num_pred(_NUM_FIELDS[field], op, num))
         elif field in ("age", "mage"):
             if op in ("~", "!~"):
-                raise QueryError(f"{field} is an age: use >, <, >=, <=")
+                raise UsageError(f"{field} is an age: use >, <, >=, <=")
             secs = parse_age(value)
 
             def age_pred(e: Entry, f: str = field, o: str = op, s: float = secs) -> bool:
@@ -112,7 +79,7 @@ def parse_filter(expr: str, now: float | None = None) -> Predicate:
             preds.append(age_pred)
         else:
             known = ", ".join([*_STR_FIELDS, *_NUM_FIELDS, "age", "mage"])
-            raise QueryError(f"unknown filter field {field!r} (known: {known})")
+            raise UsageError(f"unknown filter field {field!r} (known: {known})")
     return lambda e: all(p(e) for p in preds)
 
 
@@ -131,7 +98,7 @@ def _int(text: str) -> int:
     try:
         return int(text)
     except ValueError:
-        raise QueryError(f"not a number: {text!r}") from None
+        raise UsageError(f"not a number: {text!r}") from None
 
 
 SORT_KEYS: dict[str, Callable[[Entry], Any]] = {
@@ -144,5 +111,5 @@ SORT_KEYS: dict[str, Callable[[Entry], Any]] = {
 
 def sort_entries(entries: list[Entry] | tuple[Entry, ...], by: str) -> list[Entry]:
     if by not in SORT_KEYS:
-        raise QueryError(f"unknown sort key {by!r} (use {', '.join(SORT_KEYS)})")
+        raise UsageError(f"unknown sort key {by!r} (use {', '.join(SORT_KEYS)})")
     return sorted(entries, key=SORT_KEYS[by])

@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from vllm_cache_tools import __version__
+from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.layout import STATE_DIRNAME
 from vllm_cache_tools.maintain.trash import TRASH_DIRNAME
 from vllm_cache_tools.read.aot_model import read_aot_model
@@ -63,7 +64,7 @@ GRAPH_HEAD_BYTES = 256 * 1024
 Progress = Callable[[int], None]
 
 
-class RootError(ValueError):
+class RootError(VctError, ValueError):
     """The root cannot be scanned at all (missing, a file, unreadable)."""
 
 
@@ -526,11 +527,11 @@ def read_entry(path: Path, deep: bool = True) -> Entry:
     return (read_aot_entry if layout == "aot" else read_backend_entry)(path, deep=deep)
 
 
-class EntryNotFound(LookupError):
+class EntryNotFound(VctError, LookupError):
     pass
 
 
-class AmbiguousKey(LookupError):
+class AmbiguousKey(VctError, LookupError):
     def __init__(self, ref: str, candidates: list[tuple[str, Path]]) -> None:
         super().__init__(ref)
         self.ref = ref

@@ -9,7 +9,8 @@ from typing import Any
 
 from vllm_cache_tools.analyze.drift import DriftReport, Factor
 from vllm_cache_tools.analyze.stats import Counters, StatsReport
-from vllm_cache_tools.views.payloads import iso, with_schema
+from vllm_cache_tools.units import iso
+from vllm_cache_tools.views.payloads import with_schema
 
 
 def counters_json(c: Counters) -> dict[str, Any]:

@@ -10,12 +10,13 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from vllm_cache_tools.keys import backend_key, env_hash_from_factors
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.types import CacheInfo, Entry
+from vllm_cache_tools.units import iso
 
 _PREFIX = "vllm-cache-tools"
 # One id per document kind; rm prints prune's document (same plan, same fields).
@@ -52,12 +53,6 @@ def predict_document(data: Mapping[str, Any]) -> dict[str, Any]:
     if "reasons" in out and "causes" not in out:
         out["causes"] = out["reasons"]
     return out
-
-
-def iso(t: float | None) -> str | None:
-    if t is None:
-        return None
-    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="seconds")
 
 
 # vLLM's log format is "%m-%d %H:%M:%S" in the serving process's local time: no year, no zone.
