@@ -17,7 +17,7 @@ from tests.conftest import run_cli
 from tests.realvllm.harness import SCENARIOS, ScenarioRun, copy_root, run_scenario, venv_python
 from tests.trees import age, files_of, trash_items
 from vllm_cache_tools import scan
-from vllm_cache_tools.maintain.trash import TRASH_DIRNAME
+from vllm_cache_tools.layout import TRASH_DIRNAME
 
 pytestmark = pytest.mark.realvllm
 

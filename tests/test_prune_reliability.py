@@ -43,8 +43,9 @@ from tests.realvllm.harness import (
 )
 from tests.trees import age, files_of, trash_items
 from vllm_cache_tools import scan
+from vllm_cache_tools.layout import TRASH_DIRNAME
 from vllm_cache_tools.maintain.prune import Policies, Protections, execute_plan, plan_prune
-from vllm_cache_tools.maintain.trash import TRASH_DIRNAME, remove_tree_at
+from vllm_cache_tools.maintain.trash import remove_tree_at
 
 pytestmark = pytest.mark.realvllm
 

@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from vllm_cache_tools.maintain.trash import TRASH_DIRNAME
+from vllm_cache_tools.layout import TRASH_DIRNAME
 
 
 def files_of(root: Path) -> dict[str, int]:

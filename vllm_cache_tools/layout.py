@@ -1,8 +1,37 @@
-"""Where the recorder writes, shared by the writer (inside vLLM) and the readers (the CLI).
-Standard library only: this module is imported in every vLLM process."""
+"""Every folder and file name of vLLM's cache trees and of ours, described once beside its name
+(like uv's ``CacheBucket``). Standard library only: the recorder imports it in every vLLM
+process.
+
+vLLM's cache root (``$VLLM_CACHE_ROOT``, default ``~/.cache/vllm``)::
+
+    <root>/
+      torch_compile_cache/                      COMPILE_CACHE_DIRNAME
+        <10-hex>/rank_<r>_<dp>/<prefix>/        the backend tree (BACKEND_KEY, RANK_DIR)
+          cache_key_factors.json, computation_graph.py, vllm_compile_cache.py, artifact_*
+        torch_aot_compile/<64-hex>/             the AOT tree, torch >= 2.10 (AOT_KEY)
+          inductor_cache/, rank_<r>_<dp>/model
+        .vllm-cache-tools/                      ours: the recorder (STATE_DIRNAME)
+          ledger/<host>.jsonl, sources/<sha256>
+        .vllm-cache-trash/locks/entries.lock    ours: prune's trash (TRASH_DIRNAME)
+      torch_aot_compile/<64-hex>/               the AOT tree of vLLM 0.11.1-0.16
+      modelinfos/*.json, dummy_cache            vLLM's other files (KNOWN_ROOT_ITEMS)
+"""
 
 from __future__ import annotations
 
+COMPILE_CACHE_DIRNAME = "torch_compile_cache"
+"""Under the vLLM cache root: both trees live here."""
+AOT_DIRNAME = "torch_aot_compile"
+"""The AOT tree: inside ``torch_compile_cache`` since vLLM 0.17, beside it in 0.11.1-0.16."""
+KEY_FILES = frozenset({"model", "cache_key_factors.json", "computation_graph.py",
+                       "vllm_compile_cache.py"})
+"""Files vLLM reads when it loads an entry (their atime is evidence of use) and that our
+readers parse (their size/mtime validate the listing index)."""
+TRASH_DIRNAME = ".vllm-cache-trash"
+"""Ours, inside ``torch_compile_cache`` (same filesystem as the entries, so rename is
+atomic): where prune moves an entry before removing it."""
+LOCKS_DIRNAME = "locks"
+"""Inside the trash: the entry lock file (``entries.lock``)."""
 STATE_DIRNAME = ".vllm-cache-tools"
 """Under ``torch_compile_cache``: the recorder's ledger and source snapshots (not an entry)."""
 LEDGER_DIRNAME = "ledger"

@@ -23,15 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from vllm_cache_tools.errors import VctError
-from vllm_cache_tools.layout import LEDGER_DIRNAME, STATE_DIRNAME, is_manifest_name
+from vllm_cache_tools.layout import (
+    COMPILE_CACHE_DIRNAME,
+    LEDGER_DIRNAME,
+    STATE_DIRNAME,
+    is_manifest_name,
+)
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import Manifest, read_manifest, read_manifests
-from vllm_cache_tools.store.locate import (
-    COMPILE_CACHE_DIRNAME,
-    CacheRoot,
-    display_path,
-    resolve_root,
-)
+from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
 from vllm_cache_tools.store.scan import (
     RootError,
     check_root,

@@ -24,13 +24,14 @@ from vllm_cache_tools.keys import (
     model_hash_key,
 )
 from vllm_cache_tools.keys.versions import recipe_verified_on
+from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.live.runner import PredictError, ProbeRun, Progress, module_files, run_probe
 from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifests
 from vllm_cache_tools.read.noatime import read_source_text
 from vllm_cache_tools.redaction import same_value
-from vllm_cache_tools.store.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, resolve_root
+from vllm_cache_tools.store.locate import resolve_root
 from vllm_cache_tools.store.scan import read_backend_entry, scan
 from vllm_cache_tools.store.types import Cause, Entry, KeyParts
 

@@ -9,7 +9,7 @@ import typer
 from vllm_cache_tools.cli.common import console, fail, print_json, redact_json
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.keys.source_link import same_source_aot_keys
-from vllm_cache_tools.store.locate import COMPILE_CACHE_DIRNAME
+from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.store.scan import (
     AmbiguousKey,
     EntryNotFound,

@@ -29,9 +29,9 @@ from typing import IO
 from vllm_cache_tools import safeio
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord
-from vllm_cache_tools.layout import STATE_DIRNAME
+from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, STATE_DIRNAME
 from vllm_cache_tools.maintain.trash import EntryLocks, RootHandle
-from vllm_cache_tools.store.locate import COMPILE_CACHE_DIRNAME, display_path
+from vllm_cache_tools.store.locate import display_path
 
 STAGING_DIRNAME = "staging"
 """Under the recorder's state folder: staged unpacks and pulls (not entries)."""

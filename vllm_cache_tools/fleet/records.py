@@ -15,8 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_cache_tools.fleet.errors import BundleError
-from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME
-from vllm_cache_tools.store.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
+from vllm_cache_tools.layout import (
+    AOT_DIRNAME,
+    COMPILE_CACHE_DIRNAME,
+    SOURCES_DIRNAME,
+    STATE_DIRNAME,
+)
 
 FORMAT = "vllm-cache-bundle"
 FORMAT_VERSION = 1

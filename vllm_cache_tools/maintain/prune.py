@@ -34,6 +34,7 @@ from typing import Any
 from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.keys.compat import Environment, aot_verdict, describe_env_for_json
 from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
+from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.maintain.snapshot_sweep import SnapshotSweep, sweep_snapshots
 from vllm_cache_tools.maintain.trash import (
     EntryLocks,
@@ -48,7 +49,7 @@ from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.safeio import rename_at
 from vllm_cache_tools.store.in_use import open_paths_under
-from vllm_cache_tools.store.locate import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, display_path
+from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.scan import read_entry
 from vllm_cache_tools.store.types import CacheInfo, Entry, Layout
 from vllm_cache_tools.store.usage import usage

@@ -30,10 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_cache_tools import safeio
-from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME, is_manifest_name
+from vllm_cache_tools.layout import AOT_DIRNAME, SOURCES_DIRNAME, STATE_DIRNAME, is_manifest_name
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifest
-from vllm_cache_tools.store.locate import AOT_DIRNAME
 
 LATE_WINDOW_S = 600.0
 """Manifests modified this long before the sweep began are read again after the quarantine

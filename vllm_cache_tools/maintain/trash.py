@@ -27,6 +27,7 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
+from vllm_cache_tools.layout import LOCKS_DIRNAME, TRASH_DIRNAME
 from vllm_cache_tools.safeio import (
     RemoveResult,
     UnsafeTree,
@@ -34,11 +35,6 @@ from vllm_cache_tools.safeio import (
     open_dir,
     remove_tree_at,
 )
-
-TRASH_DIRNAME = ".vllm-cache-trash"
-"""Inside ``torch_compile_cache`` (same filesystem as the entries, so rename is atomic)."""
-LOCKS_DIRNAME = "locks"
-"""Inside the trash: the entry lock file (:class:`EntryLocks`)."""
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,7 @@ from pathlib import Path
 
 import platformdirs
 
-COMPILE_CACHE_DIRNAME = "torch_compile_cache"
-AOT_DIRNAME = "torch_aot_compile"
+from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
 
 
 @dataclass(frozen=True)

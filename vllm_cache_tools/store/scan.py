@@ -18,8 +18,7 @@ from pathlib import Path
 
 from vllm_cache_tools import __version__
 from vllm_cache_tools.errors import VctError
-from vllm_cache_tools.layout import STATE_DIRNAME
-from vllm_cache_tools.maintain.trash import TRASH_DIRNAME
+from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, STATE_DIRNAME, TRASH_DIRNAME
 from vllm_cache_tools.read.aot_model import read_aot_model
 from vllm_cache_tools.read.compile_cache import read_compile_cache
 from vllm_cache_tools.read.errors import ReadError, UnreadableError
@@ -30,13 +29,7 @@ from vllm_cache_tools.read.noatime import read_noatime
 from vllm_cache_tools.read.triton import read_triton_meta
 from vllm_cache_tools.store.in_use import open_paths_under
 from vllm_cache_tools.store.listing_index import ListingIndex
-from vllm_cache_tools.store.locate import (
-    AOT_DIRNAME,
-    COMPILE_CACHE_DIRNAME,
-    CacheRoot,
-    display_path,
-    resolve_root,
-)
+from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import (
     AotRank,

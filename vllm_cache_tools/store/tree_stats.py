@@ -10,12 +10,8 @@ import os
 import stat as st
 from collections.abc import Callable
 
+from vllm_cache_tools.layout import KEY_FILES
 from vllm_cache_tools.store.types import TreeStats
-
-# Files vLLM reads when it loads an entry (their atime is evidence of use) and that our
-# readers parse (their size/mtime validate the listing index).
-KEY_FILES = frozenset({"model", "cache_key_factors.json", "computation_graph.py",
-                       "vllm_compile_cache.py"})
 
 
 def tree_stats(top: str, on_file: Callable[[int], None] | None = None) -> TreeStats:
