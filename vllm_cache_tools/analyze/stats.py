@@ -26,28 +26,26 @@ ledger files whose first event names the same host are merged by event."""
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
-import multiprocessing
 import os
-import time
-from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from operator import itemgetter
-from pathlib import Path
 from typing import Any
 
 from vllm_cache_tools.analyze.inputs import EntryFacts, Inputs, gather
-from vllm_cache_tools.read.ledger_stream import LedgerProblem, RawRow, first_row, read_batches
+from vllm_cache_tools.analyze.stats_tally import (
+    MAX_PROBLEMS,
+    UNKNOWN_MODEL,
+    day_of,
+    jobs_default,
+    new_acc,
+    read_all,
+    sum_accs,
+)
+
+__all__ = ["GROUPINGS", "MAX_PROBLEMS", "UNKNOWN_MODEL", "Counters", "Group", "StatsReport",
+           "UnusedEntry", "jobs_default", "stats", "stats_of"]
 
 GROUPINGS = ("model", "host", "day", "entry")
-MAX_PROBLEMS = 50
-"""Damaged ledger lines reported one by one; past this only their number."""
-UNKNOWN_MODEL = "unknown"
-
-_HIT, _MISS, _LOAD_FAILURE, _DISABLED = 1, 2, 4, 8
-_FLAG = {"hit": _HIT, "miss": _MISS, "load-failure": _LOAD_FAILURE, "disabled": _DISABLED}
 
 
 @dataclass(frozen=True)
@@ -130,372 +128,9 @@ class StatsReport:
     problems: tuple[str, ...]
 
 
-Times = tuple[dict[str, float], dict[str, tuple[float, float]], dict[tuple[str, str], float]]
-
-
-class _Tally:
-    """The streaming count: a small list per start and per entry, nothing kept per event.
-    Hits (most events) take the shortest path."""
-
-    def __init__(self, since: float | None, by_entry: bool) -> None:
-        self.since = since
-        self.starts: dict[str, list[Any]] = {}
-        """start id -> [first time, outcome flags, host, first key, hit keys (one key,
-        a set of keys or None), load seconds]"""
-        self.work: dict[tuple[str, str, str], float] = {}
-        """(start, host, pid) -> backend seconds on misses (one worker's compile time)"""
-        self.key_work: dict[tuple[str, str, str, str], float] = {}
-        self.aot_written: list[tuple[str, str]] = []
-        self.written: dict[str, float] = {}
-        """entry -> when it was last written (a miss or a load failure)"""
-        self.decisions: dict[tuple[str, str], int] | None = {} if by_entry else None
-        self.events: Counter[tuple[str, str]] = Counter()
-        self.strings: dict[str, str] = {}
-
-    def add(self, rows: Sequence[RawRow]) -> None:
-        since = self.since
-        if since is not None:
-            rows = [r for r in rows if float(r[10]) >= since]
-        self.events.update(map(_TREE_EVENT, rows))
-        starts, work, key_work, decisions = self.starts, self.work, self.key_work, self.decisions
-        # One string object per host and entry, not one per start (300k starts hold few).
-        same = self.strings.setdefault
-        for dyn, ev, host, key, _manifest, pid, _prefix, _rank, sec, start, t, tree in rows:
-            sid = start or host + ":" + pid
-            st = starts.get(sid)
-            if decisions is not None:
-                d = (key, sid)
-                decisions[d] = decisions.get(d, 0) | _FLAG[ev]
-            if ev == "hit":
-                if st is None:
-                    key = same(key, key)
-                    starts[sid] = [float(t), _HIT, same(host, host), key, key,
-                                   float(sec) if sec != "null" else 0.0]
-                    continue
-                st[1] |= _HIT
-                hk = st[4]
-                if hk != key:
-                    if hk is None:
-                        st[4] = same(key, key)
-                    elif isinstance(hk, str):
-                        st[4] = {hk, same(key, key)}
-                    else:
-                        hk.add(key)
-                if sec != "null":
-                    s = float(sec)
-                    if s > st[5]:
-                        st[5] = s
-                continue
-            if st is None:
-                st = starts[sid] = [float(t), 0, same(host, host), same(key, key), None, 0.0]
-            st[1] |= _FLAG[ev]
-            if ev == "disabled":
-                continue
-            tf = float(t)
-            if tf > self.written.get(key, 0.0):
-                self.written[key] = tf
-            if tree == "backend":
-                s = (float(sec) if sec != "null" else 0.0) + (float(dyn) if dyn else 0.0)
-                w = (sid, host, pid)
-                work[w] = work.get(w, 0.0) + s
-                kw = (key, sid, host, pid)
-                key_work[kw] = key_work.get(kw, 0.0) + s
-            else:
-                self.aot_written.append((sid, key))
-
-    def last_hits(self) -> dict[str, float]:
-        """entry -> when a start last loaded it (that start's first event)."""
-        out: dict[str, float] = {}
-        for st in self.starts.values():
-            hk = st[4]
-            if hk is None:
-                continue
-            t = st[0]
-            for k in (hk,) if isinstance(hk, str) else hk:
-                if t > out.get(k, 0.0):
-                    out[k] = t
-        return out
-
-    # ---- after the last row ----
-    def compile_times(self) -> Times:
-        """(start -> compile seconds, entry -> (start time, compile seconds) of its latest
-        measured miss, (entry, start) -> that start's compile seconds for the entry)."""
-        per_start: dict[str, float] = {}
-        for (sid, _h, _p), s in self.work.items():
-            if s > per_start.get(sid, -1.0):
-                per_start[sid] = s
-        per_decision: dict[tuple[str, str], float] = {}
-        for (key, sid, _h, _p), s in self.key_work.items():
-            if s > per_decision.get((key, sid), -1.0):
-                per_decision[key, sid] = s
-        aot_keys: dict[str, set[str]] = {}
-        for sid, key in self.aot_written:
-            aot_keys.setdefault(sid, set()).add(key)
-        for sid, ks in aot_keys.items():
-            if sid in per_start:
-                for key in ks:  # one start writing several AOT entries: its time split
-                    per_decision[key, sid] = per_start[sid] / len(ks)
-        latest: dict[str, tuple[float, float]] = {}
-        for (key, sid), s in per_decision.items():
-            t0 = self.starts[sid][0]
-            if key not in latest or t0 >= latest[key][0]:
-                latest[key] = (t0, s)
-        return per_start, latest, per_decision
-
-
-_TREE_EVENT = itemgetter(11, 1)
-
-
-# Per group: [starts, hits, misses, load failures, disabled, compile s, compile unknown,
-# saved s, saved unknown, load s]; a start's outcome by its flags (load failure first).
-_OUTCOME = [4 if f & _DISABLED and not f & (_HIT | _MISS | _LOAD_FAILURE) else
-            3 if f & _LOAD_FAILURE else 2 if f & _MISS else 1 if f & _HIT else 4
-            for f in range(16)]
-
-
-def _acc() -> list[Any]:
-    return [0, 0, 0, 0, 0, 0.0, 0, 0.0, 0, 0.0]
-
-
 def _counters(a: list[Any]) -> Counters:
     return Counters(a[0], a[1], a[2], a[3], a[4], round(a[5], 3), round(a[7], 3),
                     round(a[9], 3), a[6], a[8])
-
-
-def _sum(accs: Iterable[list[Any]]) -> list[Any]:
-    total = _acc()
-    for a in accs:
-        for i, v in enumerate(a):
-            total[i] += v
-    return total
-
-
-def _day(t: float) -> str:
-    return time.strftime("%Y-%m-%d", time.gmtime(t))
-
-
-@dataclass
-class _Partial:
-    """What one pass over some hosts' ledgers leaves: small, mergeable (partials of other
-    hosts are added), with the seconds saved by hits still per (group, entry): an entry's
-    compile time may be measured in another host's ledger."""
-
-    events: Counter[tuple[str, str]] = field(default_factory=Counter)
-    groups: dict[str, list[Any]] = field(default_factory=dict)
-    hits: Counter[tuple[str, str]] = field(default_factory=Counter)
-    """(group, entry) -> hits"""
-    entry_groups: dict[str, list[Any]] = field(default_factory=dict)
-    entry_hits: Counter[str] = field(default_factory=Counter)
-    entry_time: dict[str, tuple[float, float]] = field(default_factory=dict)
-    """entry -> (start time, compile seconds) of its latest measured miss"""
-    written: dict[str, float] = field(default_factory=dict)
-    last_hit: dict[str, float] = field(default_factory=dict)
-    hosts: set[str] = field(default_factory=set)
-    first: float | None = None
-    duplicates: int = 0
-    bad: int = 0
-    problems: list[str] = field(default_factory=list)
-
-    def merge(self, o: _Partial) -> None:
-        self.events.update(o.events)
-        for mine, theirs in ((self.groups, o.groups), (self.entry_groups, o.entry_groups)):
-            for name, acc in theirs.items():
-                mine[name] = _sum([mine[name], acc]) if name in mine else acc
-        self.hits.update(o.hits)
-        self.entry_hits.update(o.entry_hits)
-        for k, v in o.entry_time.items():
-            if k not in self.entry_time or v[0] >= self.entry_time[k][0]:
-                self.entry_time[k] = v
-        for mine_t, theirs_t in ((self.written, o.written), (self.last_hit, o.last_hit)):
-            for k, t in theirs_t.items():
-                if t > mine_t.get(k, 0.0):
-                    mine_t[k] = t
-        self.hosts |= o.hosts
-        if o.first is not None and (self.first is None or o.first < self.first):
-            self.first = o.first
-        self.duplicates += o.duplicates
-        self.bad += o.bad
-        self.problems += o.problems[:max(0, MAX_PROBLEMS - len(self.problems))]
-
-    def saved(self) -> None:
-        """Credit the hits with their entries' compile times (after the last merge)."""
-        for (name, key), n in self.hits.items():
-            a = self.groups[name]
-            t = self.entry_time.get(key)
-            if t is None:
-                a[8] += n
-            else:
-                a[7] += n * t[1]
-        for key, n in self.entry_hits.items():
-            a = self.entry_groups[key]
-            t = self.entry_time.get(key)
-            if t is None:
-                a[8] += n
-            else:
-                a[7] += n * t[1]
-
-
-def _start_groups(tally: _Tally, by: str, models: Mapping[str, str], per_start: dict[str, float],
-                  out: _Partial) -> None:
-    days: dict[int, str] = {}
-    groups, hits = out.groups, out.hits
-    for sid, (t, flags, host, key0, hit_keys, load) in tally.starts.items():
-        if by == "model":
-            name = models.get(key0, UNKNOWN_MODEL)
-        elif by == "host":
-            name = host or "?"
-        else:
-            d = int(t // 86400)
-            name = days.get(d) or days.setdefault(d, _day(t))
-        a = groups.get(name)
-        if a is None:
-            a = groups[name] = _acc()
-        a[0] += 1
-        a[_OUTCOME[flags]] += 1
-        if flags & (_MISS | _LOAD_FAILURE):
-            c = per_start.get(sid)
-            if c is None:
-                a[6] += 1
-            else:
-                a[5] += c
-        if hit_keys is not None:
-            if isinstance(hit_keys, str):
-                hits[name, hit_keys] += 1
-            else:
-                for k in hit_keys:
-                    hits[name, k] += 1
-            a[9] += load
-
-
-def _entry_groups(tally: _Tally, per_decision: dict[tuple[str, str], float],
-                  out: _Partial) -> None:
-    groups = out.entry_groups
-    assert tally.decisions is not None
-    for (key, sid), flags in tally.decisions.items():
-        a = groups.get(key)
-        if a is None:
-            a = groups[key] = _acc()
-        a[0] += 1
-        a[_OUTCOME[flags]] += 1
-        if flags & (_MISS | _LOAD_FAILURE):
-            c = per_decision.get((key, sid))
-            if c is None:
-                a[6] += 1
-            else:
-                a[5] += c
-        elif flags & _HIT:
-            out.entry_hits[key] += 1
-            a[9] += tally.starts[sid][5]
-
-
-def _first_host(path: Path) -> str | None:
-    row = first_row(path)
-    return row.host if row is not None else None
-
-
-def _summary(tally: _Tally, by: str, models: Mapping[str, str]) -> _Partial:
-    """One tally summed up per group (its starts are dropped with it)."""
-    out = _Partial(events=tally.events)
-    if not tally.starts:
-        return out
-    per_start, entry_time, per_decision = tally.compile_times()
-    _start_groups(tally, "host" if by == "entry" else by, models, per_start, out)
-    if by == "entry":
-        _entry_groups(tally, per_decision, out)
-    out.entry_time = entry_time
-    out.written = tally.written
-    out.last_hit = tally.last_hits()
-    out.hosts = {st[2] for st in tally.starts.values()}
-    out.first = min(st[0] for st in tally.starts.values())
-    return out
-
-
-def _partial(work: Sequence[tuple[str | None, Sequence[tuple[Path, str]]]],
-             since: float | None, by: str, models: Mapping[str, str]) -> _Partial:
-    """Read the ledgers of some hosts (``(host, [(path, label)])``: one host's copies are
-    merged by event) and sum them up, one host at a time: a start's processes all log on one
-    host, so a host's starts are complete when its files are read and only their sums are
-    kept (memory follows the largest host, not the fleet). Runs in a worker process for
-    large fleets."""
-    out = _Partial()
-    for host, paths in work:
-        tally = _Tally(since, by == "entry")
-        seen: set[RawRow] | None = set() if len(paths) > 1 and host is not None else None
-        for p, label in paths:
-            for b in read_batches(p, label):
-                if isinstance(b, LedgerProblem):
-                    out.bad += 1
-                    if len(out.problems) < MAX_PROBLEMS:
-                        out.problems.append(str(b))
-                    continue
-                if seen is not None:
-                    fresh = [r for r in b if r not in seen]
-                    out.duplicates += len(b) - len(fresh)
-                    seen.update(fresh)
-                    b = fresh
-                tally.add(b)
-        out.merge(_summary(tally, by, models))
-    return out
-
-
-PARALLEL_BYTES = 64 << 20
-"""Ledgers smaller than this are read in this process (a worker costs more than it saves)."""
-MAX_JOBS = 8
-
-
-def jobs_default() -> int:
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(cpus, MAX_JOBS))
-
-
-def _read_all(ledgers: Sequence[Path], since: float | None, by: str,
-              models: Mapping[str, str], jobs: int) -> _Partial:
-    """Every ledger, one host's files together, spread over ``jobs`` worker processes when
-    they are large (hosts are independent: a start's processes log on one host)."""
-    by_host: dict[str | None, list[tuple[Path, str]]] = {}
-    size = 0
-    for p in ledgers:
-        by_host.setdefault(_first_host(p), []).append((p, _label(p, ledgers)))
-        with contextlib.suppress(OSError):
-            size += p.stat().st_size
-    work = list(by_host.items())
-    n = min(jobs, len(work)) if size >= PARALLEL_BYTES else 1
-    if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        out = _partial(work, since, by, models)
-    else:
-        # Largest hosts first, each to the least loaded worker.
-        bins: list[list[tuple[str | None, Sequence[tuple[Path, str]]]]] = [[] for _ in range(n)]
-        load = [0] * n
-        for host, paths in sorted(work, key=lambda w: -sum(_size(p) for p, _ in w[1])):
-            i = load.index(min(load))
-            bins[i].append((host, paths))
-            load[i] += sum(_size(p) for p, _ in paths)
-        ctx = multiprocessing.get_context("fork")
-        with concurrent.futures.ProcessPoolExecutor(n, mp_context=ctx) as pool:
-            parts = list(pool.map(_partial, bins, [since] * n, [by] * n, [models] * n))
-        out = parts[0]
-        for part in parts[1:]:
-            out.merge(part)
-    out.saved()
-    if out.bad > MAX_PROBLEMS:
-        out.problems.append(f"... and {out.bad - MAX_PROBLEMS} more damaged ledger lines")
-    return out
-
-
-def _size(p: Path) -> int:
-    try:
-        return p.stat().st_size
-    except OSError:
-        return 0
-
-
-def _label(p: Path, all_paths: Sequence[Path]) -> str:
-    """A ledger's name in messages: its file name, with its folder when names repeat."""
-    same = sum(q.name == p.name for q in all_paths)
-    return p.name if same == 1 else os.path.join(p.parent.name, p.name)
 
 
 def _model_sizes(entries: Iterable[EntryFacts]) -> dict[str, tuple[int, int]]:
@@ -520,7 +155,7 @@ def _groups(by: str, accs: Mapping[str, list[Any]], inputs: Inputs) -> tuple[Gro
             n, b = (1, e.size_bytes) if e is not None else (0, None)
         out.append(Group(by, name, _counters(acc), n, b))
     if by == "model":  # models with entries and no start in the ledgers
-        out += [Group(by, m, _counters(_acc()), n, b) for m, (n, b) in sizes.items()
+        out += [Group(by, m, _counters(new_acc()), n, b) for m, (n, b) in sizes.items()
                 if m not in accs]
     out.sort(key=lambda g: (-(g.counters.starts or 0), -(g.size_bytes or 0), g.name))
     return tuple(out)
@@ -535,7 +170,7 @@ def _from_files(inputs: Inputs, by: str, since: float | None, problems: list[str
         if by == "model":
             name = e.model or UNKNOWN_MODEL
         elif by == "day":
-            name = _day(e.created) if e.created is not None else "?"
+            name = day_of(e.created) if e.created is not None else "?"
         elif by == "entry":
             name = e.key
         else:
@@ -568,7 +203,7 @@ def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None,
         raise ValueError(f"--by must be one of {', '.join(GROUPINGS)}, not {by!r}")
     problems = list(inputs.problems)
     models = inputs.models()
-    part = _read_all(inputs.ledgers, since, by, models, jobs or jobs_default())
+    part = read_all(inputs.ledgers, since, by, models, jobs or jobs_default())
     problems += part.problems
     files = len(inputs.ledgers)
     if not part.groups:
@@ -577,7 +212,7 @@ def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None,
         if files:
             problems.append("the ledgers hold no event" + (" in that time" if since else ""))
         return _from_files(inputs, by, since, problems)
-    total = _sum(part.groups.values())
+    total = sum_accs(part.groups.values())
     accs = part.entry_groups if by == "entry" else part.groups
     events: dict[str, dict[str, int]] = {}
     for (tree, ev), n in sorted(part.events.items()):
