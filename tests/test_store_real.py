@@ -10,8 +10,8 @@ import pytest
 
 from tests.realvllm.harness import ScenarioRun, venv_dir
 from vllm_cache_tools import scan
+from vllm_cache_tools.keys.key_check import key_check
 from vllm_cache_tools.read.aot_model import read_aot_model
-from vllm_cache_tools.views.payloads import key_check
 
 pytestmark = pytest.mark.realvllm
 

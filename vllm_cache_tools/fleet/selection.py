@@ -16,6 +16,7 @@ from pathlib import Path
 from vllm_cache_tools.errors import UsageError
 from vllm_cache_tools.fleet.errors import FleetError, Refused
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord, SourceRecord, snapshot_path
+from vllm_cache_tools.keys.key_check import key_check
 from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
 from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME
 from vllm_cache_tools.read.noatime import open_noatime
@@ -30,7 +31,6 @@ from vllm_cache_tools.store.scan import (
     scan,
 )
 from vllm_cache_tools.store.types import Entry
-from vllm_cache_tools.views.payloads import key_check
 
 CHUNK = 1 << 20
 PACKABLE = ("complete", "unloadable")

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from vllm_cache_tools.keys import backend_key, env_hash_from_factors
+from vllm_cache_tools.keys.key_check import key_check
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.types import CacheInfo, Entry
 from vllm_cache_tools.units import iso
@@ -163,17 +163,6 @@ def ls_report(info: CacheInfo, entries: list[Entry]) -> dict[str, Any]:
         "problems": [{"path": p.path, "kind": p.kind, "detail": p.detail}
                      for p in info.problems],
     })
-
-
-def key_check(e: Entry) -> dict[str, Any] | None:
-    """Re-hash a backend entry's stored factors and compare with its directory name."""
-    f = e.factors
-    if f is None or f.env is None or not (f.config_hash and f.code_hash and f.compiler_hash):
-        return None
-    env_hash = env_hash_from_factors(f.env)
-    key = backend_key([env_hash, f.config_hash, f.code_hash, f.compiler_hash])
-    return {"env_hash": env_hash, "recomputed_key": key, "matches": key == e.key,
-            "recipe": "vllm 0.32-0.33 sha256(str([env, config, code, compiler]))[:10]"}
 
 
 def entry_detail(e: Entry) -> dict[str, Any]:
