@@ -59,9 +59,12 @@ def tests_oldest(session: nox.Session) -> None:
 
 @nox.session(python="3.11")
 def lint(session: nox.Session) -> None:
-    session.install("ruff")
+    """ruff, and the layering of docs/architecture.md (import-linter's contracts in
+    pyproject.toml: imports only point down; what runs inside vLLM is stdlib only)."""
+    session.install("-e", ".", "ruff", "import-linter")
     session.run("ruff", "check", "vllm_cache_tools", "tests", "benchmarks", "examples",
                 "noxfile.py")
+    session.run("lint-imports")
 
 
 @nox.session(python="3.11")
