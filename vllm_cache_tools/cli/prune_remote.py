@@ -33,7 +33,8 @@ def prune_remote(
     the store fits --max-size; then every blob no remaining entry lists and older than
     --grace. Without --yes nothing is removed (a dry run).
     Exit status: 0 done, 2 usage or store error."""
-    from vllm_cache_tools.fleet.remote import parse_storage_options, prune_store
+    from vllm_cache_tools.fleet.remote import parse_storage_options
+    from vllm_cache_tools.fleet.remote_ops import prune_store
     from vllm_cache_tools.units import parse_age, parse_size
     from vllm_cache_tools.views.fleet import prune_remote_document
 

@@ -14,8 +14,9 @@ Public API (typed; the same records the CLI prints)::
 Modules: :mod:`.records` (what a bundle or store says about an entry), :mod:`.selection`
 (which entries go, linked by proof), :mod:`.bundle` (the .tar.zst format), :mod:`.place`
 (staging and atomic placing under the entry lock), :mod:`.checks` (compatibility,
-relocation, the hit check via predict), :mod:`.remote` (fsspec stores), :mod:`.warm`,
-:mod:`.api` (the verbs), :mod:`.views` (``--json``).
+relocation, the hit check via predict), :mod:`.remote` (fsspec stores), :mod:`.remote_ops`
+(push, download, prune-remote), :mod:`.warm`, :mod:`.api` (the verbs), :mod:`.views`
+(``--json``).
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 _EXPORTS = {
     "pack": "api", "unpack": "api", "push": "api", "pull": "api", "PackResult": "api",
     "UnpackResult": "api", "PullResult": "api", "warm": "warm", "WarmResult": "warm",
-    "WarmedEntry": "warm", "PushResult": "remote", "PushedEntry": "remote",
-    "StoreEntry": "remote", "StorePrune": "remote", "prune_store": "remote",
+    "WarmedEntry": "warm", "PushResult": "remote_ops", "PushedEntry": "remote_ops",
+    "StoreEntry": "remote", "StorePrune": "remote_ops", "prune_store": "remote_ops",
     "HitCheck": "checks", "Finding": "checks", "Placement": "place",
     "BundleManifest": "records", "EntryRecord": "records", "FileRecord": "records",
     "SourceRecord": "records", "FleetError": "errors", "BundleError": "errors",
@@ -53,10 +54,10 @@ if TYPE_CHECKING:
         FileRecord,
         SourceRecord,
     )
-    from vllm_cache_tools.fleet.remote import (
+    from vllm_cache_tools.fleet.remote import StoreEntry
+    from vllm_cache_tools.fleet.remote_ops import (
         PushedEntry,
         PushResult,
-        StoreEntry,
         StorePrune,
         prune_store,
     )

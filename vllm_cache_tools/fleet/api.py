@@ -21,15 +21,14 @@ from vllm_cache_tools.fleet.checks import HitCheck, hit_check, static_check
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.place import Placement, Staging, place_entries
 from vllm_cache_tools.fleet.records import BundleManifest, EntryRecord
-from vllm_cache_tools.fleet.remote import (
-    DEFAULT_WORKERS,
+from vllm_cache_tools.fleet.remote import DEFAULT_WORKERS, Store
+from vllm_cache_tools.fleet.remote_ops import (
     PushResult,
-    Store,
     download,
     match_refs,
     with_linked,
 )
-from vllm_cache_tools.fleet.remote import push as _push
+from vllm_cache_tools.fleet.remote_ops import push as _push
 from vllm_cache_tools.fleet.selection import select
 from vllm_cache_tools.store.locate import CacheRoot, resolve_root
 

@@ -9,7 +9,7 @@ from vllm_cache_tools.fleet.api import PackResult, PullResult, UnpackResult
 from vllm_cache_tools.fleet.checks import HitCheck
 from vllm_cache_tools.fleet.place import Placement
 from vllm_cache_tools.fleet.records import EntryRecord
-from vllm_cache_tools.fleet.remote import PushResult, StorePrune
+from vllm_cache_tools.fleet.remote_ops import PushResult, StorePrune
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.views.payloads import with_schema
 
