@@ -14,20 +14,17 @@ from typing import Annotated
 import typer
 
 from vllm_cache_tools.analyze.log_summary import (
-    COMPONENTS,
     SavingsIndex,
-    StartComparison,
     StartSummary,
     Summarizer,
-    classify_traced,
     compare_starts,
     comparison_json,
     start_json,
     summary_json,
-    traced_groups,
     traced_json,
 )
 from vllm_cache_tools.cli.common import fail, warn, write_out
+from vllm_cache_tools.cli.log_render import render_compare, render_summary, render_traced, say
 from vllm_cache_tools.read.logs import LogInputError, LogStream, StartLog, check_inputs
 from vllm_cache_tools.views.payloads import SCHEMAS, log_json, with_schema
 
@@ -136,119 +133,19 @@ def _summary_json(stream: LogStream, names: list[str]) -> None:
         + json.dumps(stream.notes) + "}\n")
 
 
-def _secs(x: float | None) -> str:
-    return "-" if x is None else f"{x:.2f} s"
-
-
 def _summary_text(stream: LogStream, names: list[str]) -> None:
     shown = 0
     for s in _summaries(stream):
         if shown:
-            _p("")
+            say("")
         else:
             for n in stream.notes:  # known once the first start is out
-                _p(f"note: {n}\n")
-        _render_summary(s)
+                say(f"note: {n}\n")
+        render_summary(s)
         shown += 1
     if not shown:
-        _p(f"No vLLM start found in {', '.join(names)}. vLLM logs most compile-cache lines at "
-           "DEBUG level: start it with VLLM_LOGGING_LEVEL=DEBUG.")
-
-
-def _p(line: str = "") -> None:
-    write_out(line + "\n")
-
-
-def _kv(key: str, value: object) -> None:
-    _p(f"  {key:<11} {value if value not in (None, '') else '-'}")
-
-
-_VERDICT = {"hit": "HIT", "miss": "MISS", "partial": "PARTIAL HIT", "load-failed":
-            "MISS (load failed)", "disabled": "CACHE DISABLED", "unknown": "UNKNOWN",
-            "none": "NO COMPILATION", "incomplete": "IN PROGRESS / INCOMPLETE LOG"}
-
-
-def _render_summary(s: StartSummary) -> None:
-    span = s.first_time or "?"
-    if s.last_time and s.last_time != s.first_time:
-        span += f" .. {s.last_time[6:] if s.last_time[:5] == span[:5] else s.last_time}"
-    _p(f"start {s.index}  {s.where}  {span}"
-       + (f"  vLLM {s.vllm_version}" if s.vllm_version else ""))
-    _kv("model", s.model)
-    _kv("result", _VERDICT[s.outcome])
-    whys = _whys(s)
-    for j, w in enumerate(whys):
-        _kv("why" if j == 0 else "", w)
-    _kv("processes", ", ".join(s.processes))
-    for d in s.backend_dirs:
-        _kv("backend", d)
-    for f in s.functions:
-        if f.aot_path:
-            _kv("AOT", f"{f.aot_path} ({f.aot_action})")
-    shown: set[tuple[tuple[str, str | None], ...]] = set()
-    for f in s.functions:
-        if f.factors:
-            key = tuple(sorted(f.factors.items()))
-            if key not in shown:
-                shown.add(key)
-                _kv("factors", "  ".join(f"{c} {(f.factors.get(c) or '-')[:12]}"
-                                         for c in COMPONENTS))
-    if len(s.functions) > 1:
-        for f in s.functions:
-            t = f.times
-            what = (f"compiled {_secs(t.compile_s)}" if t.compile_s is not None else
-                    f"loaded {_secs(t.load_s)}" if t.load_s is not None else "")
-            _kv("function", f"{f.label} {f.rank or ''}: {_VERDICT[f.outcome]}"
-                + (f", {what}" if what else ""))
-    _kv("compiling", _time_detail(s, "compile"))
-    _kv("loading", _time_detail(s, "load"))
-    if s.engine_init_s is not None:
-        _kv("engine", f"init took {_secs(s.engine_init_s)}" + (
-            f", of which compilation {_secs(s.engine_compile_s)} (vLLM's figure)"
-            if s.engine_compile_s is not None else ""))
-    if s.saved_s is not None and s.saved_s < 0:
-        _kv("warm cache", f"REGRESSION: loading took {_secs(-s.saved_s)} longer than "
-            f"compiling did ({s.saving_note}; this start loaded in {_secs(s.load_s)})")
-    elif s.saved_s is not None:
-        _kv("warm cache", f"saved ~{_secs(s.saved_s)} ({s.saving_note})")
-    elif s.would_save_s is not None and s.would_save_s < 0:
-        _kv("warm cache", f"would not save time: loading took {_secs(-s.would_save_s)} longer "
-            f"than this compile ({s.saving_note})")
-    elif s.would_save_s is not None:
-        _kv("warm cache", f"would save ~{_secs(s.would_save_s)} ({s.saving_note})")
-    elif s.saving_note:
-        _kv("warm cache", s.saving_note)
-    for w in s.warnings:
-        _p(f"  ! {w}")
-
-
-def _whys(s: StartSummary) -> list[str]:
-    reasons: dict[str, list[str]] = {}
-    for f in s.functions:
-        reasons.setdefault(f.why, []).append(f.label)
-    if len(reasons) <= 1:
-        return list(s.why)
-    return [f"{', '.join(labels)}: {why}" for why, labels in reasons.items()]
-
-
-def _time_detail(s: StartSummary, kind: str) -> str:
-    total = s.compile_s if kind == "compile" else s.load_s
-    if total is None:
-        return "-"
-    parts = []
-    if kind == "compile":
-        dyn = max((f.times.dynamo_s or 0.0 for f in s.functions), default=0.0)
-        ind = max((f.times.inductor_s or 0.0 for f in s.functions), default=0.0)
-        if dyn or ind:
-            parts.append(f"Dynamo {dyn:.2f} s + Inductor {ind:.2f} s")
-    basis = ("from line timestamps, +-1 s" if s.time_basis == "timestamps"
-             else "vLLM's figure")
-    ranks = len({f.pid for f in s.functions
-                 if (f.times.compile_s if kind == "compile" else f.times.load_s) is not None})
-    if ranks > 1:
-        parts.append(f"slowest of {ranks} processes")
-    parts.append(basis)
-    return f"{_secs(total)} ({'; '.join(parts)})"
+        say(f"No vLLM start found in {', '.join(names)}. vLLM logs most compile-cache lines at "
+            "DEBUG level: start it with VLLM_LOGGING_LEVEL=DEBUG.")
 
 
 # --------------------------------------------------------------------------------------------
@@ -263,35 +160,7 @@ def _traced(stream: LogStream, json_out: bool) -> None:
             out(("\n" if i == 0 else ",\n") + json.dumps(traced_json(st)))
         out('\n], "warnings": ' + json.dumps(stream.warnings) + "}\n")
         return
-    any_start = False
-    for st in stream:
-        if any_start:
-            _p("")
-        any_start = True
-        _p(f"start {st.index}  {st.where}" + (f"  model {st.model}" if st.model else ""))
-        groups = traced_groups(st)
-        if not groups:
-            _p("  no traced files logged (they are logged at DEBUG level: "
-               "VLLM_LOGGING_LEVEL=DEBUG; a fresh AOT compile may not log them)")
-            continue
-        for procs, f in groups:
-            files = sorted((classify_traced(t) for t in f.traced_files),
-                           key=lambda t: (t.kind != "vllm", t.kind != "torch", t.module))
-            counts: dict[str, int] = {}
-            for t in files:
-                counts[t.kind] = counts.get(t.kind, 0) + 1
-            who = ", ".join(procs) + (f" [{f.tag}]" if f.tag else "")
-            _p(f"  {who}: {len(files)} traced files ("
-               + ", ".join(f"{n} {k}" for k, n in counts.items()) + ")")
-            for t in files:
-                mark = "!" if t.unexpected else " "
-                _p(f"  {mark} {t.kind:<11} {t.module}")
-            odd = [t for t in files if t.unexpected]
-            if odd:
-                _p(f"  ! {len(odd)} traced file(s) outside vllm/ and torch/: edits to them "
-                   "change vLLM's code hash and force a recompile")
-    if not any_start:
-        _p("No vLLM start found.")
+    render_traced(stream)
 
 
 # --------------------------------------------------------------------------------------------
@@ -357,59 +226,6 @@ def _compare(old_ref: str, new_ref: str, json_out: bool, accelerate: bool) -> No
         payload = with_schema("log-compare", comparison_json(cmp, cmd))
         write_out(json.dumps(payload, indent=2) + "\n")
         return
-    _render_compare(cmp, old, new)
-    _p("factor-level comparison; the config field or source line behind each change: "
-       f"{cmd}")
-
-
-def _cmp_line(label: str, a: object, b: object, indent: int = 4) -> None:
-    pad = " " * indent
-    if a == b:
-        _p(f"{pad}{label:<14} {a if a not in (None, '') else '-'}  (same)")
-    else:
-        _p(f"{pad}{label:<14} {a if a not in (None, '') else '-'} -> "
-           f"{b if b not in (None, '') else '-'}  CHANGED")
-
-
-def _key_of(path: str | None) -> str | None:
-    if not path:
-        return None
-    m = re.search(r"torch_compile_cache/(?:torch_aot_compile/)?([0-9a-f]+)", path)
-    return m.group(1)[:12] if m else path
-
-
-def _render_compare(c: StartComparison, old: StartLog, new: StartLog) -> None:
-    for label, st in (("old", old), ("new", new)):
-        _p(f"{label}  start {st.index}  {st.where}  {st.first_time or '?'}")
-    _cmp_line("model", c.old_model, c.new_model, 2)
-    _cmp_line("vLLM", c.old_version, c.new_version, 2)
-    for s in c.slots:
-        _p(f"  {s.slot}  ({s.old_process}: {s.old_outcome} -> {s.new_process}: "
-           f"{s.new_outcome})")
-        for h in s.hashes:
-            _cmp_line(f"{h.component} hash", (h.old or "")[:12] or None,
-                      (h.new or "")[:12] or None)
-            if h.component == "env" and s.env_changes:
-                for e in s.env_changes:
-                    _p(f"        {e.name}: {e.old if e.old is not None else '(absent)'} -> "
-                       f"{e.new if e.new is not None else '(absent)'}")
-        _cmp_line("backend dir", _key_of(s.old_cache_dir), _key_of(s.new_cache_dir))
-        _cmp_line("AOT dir", _key_of(s.old_aot), _key_of(s.new_aot))
-        if s.traced_added or s.traced_removed:
-            _p(f"    traced files   +{len(s.traced_added)} -{len(s.traced_removed)}")
-            for t in s.traced_added:
-                _p(f"      + {t}")
-            for t in s.traced_removed:
-                _p(f"      - {t}")
-        if not s.hashes and s.env_changes:
-            _p("    env factors that differ:")
-            for e in s.env_changes:
-                _p(f"        {e.name}: {e.old} -> {e.new}")
-        for n in s.notes:
-            _p(f"    note: {n}")
-    for k in c.unmatched_old:
-        _p(f"  only in old: {k}")
-    for k in c.unmatched_new:
-        _p(f"  only in new: {k}")
-    for n in c.notes:
-        _p(f"  note: {n}")
+    render_compare(cmp, old, new)
+    say("factor-level comparison; the config field or source line behind each change: "
+        f"{cmd}")
