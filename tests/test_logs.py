@@ -37,7 +37,6 @@ from vllm_cache_tools.analyze.log_summary import (
     traced_groups,
 )
 from vllm_cache_tools.keys import backend_key, env_hash_from_factors
-from vllm_cache_tools.read import logs as logs_mod
 from vllm_cache_tools.read.logs import (
     CompiledFunction,
     LogStream,
@@ -45,6 +44,8 @@ from vllm_cache_tools.read.logs import (
     group_inputs,
     parse_text,
 )
+from vllm_cache_tools.read.logs import inputs as logs_inputs
+from vllm_cache_tools.read.logs import stream as logs_stream
 
 CYAN, RESET = "\x1b[1;36m", "\x1b[0;0m"  # vllm/executor/multiproc_worker_utils.py (0.6-0.9)
 
@@ -258,10 +259,10 @@ def test_split_grep_agrees_with_one_grep(real_compile: ScenarioRun, real_tp2: Sc
                     for r in run.records)
     big.write_bytes(data * 3)
     whole = [start_json(s) for s in LogStream([str(big)], accelerate=False)]
-    monkeypatch.setattr(logs_mod, "SPLIT_MIN", 1)
-    monkeypatch.setattr(logs_mod, "MAX_PARTS", 64)
+    monkeypatch.setattr(logs_inputs, "SPLIT_MIN", 1)
+    monkeypatch.setattr(logs_inputs, "MAX_PARTS", 64)
     for parts in (2, 3, 7):
-        monkeypatch.setattr(logs_mod.os, "cpu_count", lambda n=parts: n)
+        monkeypatch.setattr(logs_inputs.os, "cpu_count", lambda n=parts: n)
         got = [start_json(s) for s in LogStream([str(big)], accelerate=True)]
         assert got == whole, parts
 
@@ -914,12 +915,12 @@ def test_resolve_years_walks_back_from_the_end() -> None:
     import datetime as dt
 
     end = dt.datetime(2026, 1, 2, 12, 0)
-    got = logs_mod.resolve_years(["12-30 10:00:00", None, "02-30 00:00:00", "12-31 23:00:00",
+    got = logs_stream.resolve_years(["12-30 10:00:00", None, "02-30 00:00:00", "12-31 23:00:00",
                                   "01-01 01:00:00"], end)
     assert got == [dt.datetime(2025, 12, 30, 10), None, None, dt.datetime(2025, 12, 31, 23),
                    dt.datetime(2026, 1, 1, 1)]
     # A file of 02-29 read in a year without one: the last leap year.
-    assert logs_mod.resolve_years(["02-29 08:00:00"], dt.datetime(2026, 6, 1)) == [
+    assert logs_stream.resolve_years(["02-29 08:00:00"], dt.datetime(2026, 6, 1)) == [
         dt.datetime(2024, 2, 29, 8)]
 
 
@@ -1014,8 +1015,8 @@ def test_time_keys_keep_the_order_within_one_log() -> None:
     import datetime as dt
 
     t = dt.datetime(2026, 3, 1, 12)
-    keys = logs_mod._time_key([t, t - dt.timedelta(hours=2), None, t + dt.timedelta(hours=1)],
+    keys = logs_stream._time_key([t, t - dt.timedelta(hours=2), None, t + dt.timedelta(hours=1)],
                               t)
     assert keys == [t, t, t, t + dt.timedelta(hours=1)]
-    assert logs_mod._time_key([None, t], t + dt.timedelta(days=3)) == [t, t]
-    assert logs_mod._time_key([None], t) == [t]
+    assert logs_stream._time_key([None, t], t + dt.timedelta(days=3)) == [t, t]
+    assert logs_stream._time_key([None], t) == [t]
