@@ -108,7 +108,10 @@ def _seconds(v: Any) -> float | None:
         return None
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
         raise _Bad("a duration that is not a number of seconds")
-    return float(v)
+    try:
+        return float(v)
+    except OverflowError:  # an int past 1e308 (found by the fuzzer)
+        raise _Bad("a duration that is not a number of seconds") from None
 
 
 def parse_line(line: str) -> LedgerRow:
