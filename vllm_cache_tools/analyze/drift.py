@@ -335,7 +335,8 @@ def fix_for(component: str, item: str, kind: str, in_key: bool) -> str:
             if kind == SETTING:
                 return (f"keep one value of `{item}` unless the difference is meant "
                         "(additional_config is hashed whole)")
-            return (f"drop `{item}` (additional_config is hashed whole: a {kind} value "
+            return (f"drop `{item}` (additional_config is hashed whole: a "
+                    f"{kind.replace(' ', '-')} value "
                     "there makes new entries again and again; pass it outside "
                     "additional_config)")
         if kind == SETTING:
