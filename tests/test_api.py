@@ -76,14 +76,14 @@ def test_every_example_in_docs_api_runs_and_prints_what_the_page_says(
 def test_top_level_names_are_the_functions_after_their_modules_were_imported() -> None:
     code = ("import importlib, vllm_cache_tools as vct\n"
             "for m in ('analyze.predict', 'analyze.explain', 'maintain.verify',\n"
-            "          'maintain.prune', 'cli'):\n"
+            "          'maintain.plan', 'maintain.execute', 'cli'):\n"
             "    importlib.import_module('vllm_cache_tools.' + m)\n"
             "import vllm_cache_tools.analyze.predict\n"
             "from vllm_cache_tools import predict, explain, verify, plan_prune, execute_plan\n"
             "from vllm_cache_tools.analyze.predict import predict as p2\n"
             "assert predict is p2 and vct.predict is p2, vct.predict\n"
             "assert callable(explain) and callable(verify) and callable(vct.verify)\n"
-            "assert plan_prune.__module__ == 'vllm_cache_tools.maintain.prune'\n"
+            "assert plan_prune.__module__ == 'vllm_cache_tools.maintain.plan'\n"
             "assert set(vct.__all__) <= set(dir(vct))\n"
             "for name in vct.__all__:\n"
             "    getattr(vct, name)\n"
@@ -97,8 +97,8 @@ def test_the_package_import_stays_light() -> None:
     """The recorder plugin imports the package in every vLLM process: exporting the API
     must not import it."""
     code = ("import sys, vllm_cache_tools\n"
-            "heavy = [m for m in ('store.scan', 'analyze.predict', 'maintain.prune',\n"
-            "                     'maintain.verify', 'analyze.explain')\n"
+            "heavy = [m for m in ('store.scan', 'analyze.predict', 'maintain.plan',\n"
+            "                     'maintain.execute', 'maintain.verify', 'analyze.explain')\n"
             "         if 'vllm_cache_tools.' + m in sys.modules]\n"
             "print(heavy)\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

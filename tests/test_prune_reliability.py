@@ -44,7 +44,9 @@ from tests.realvllm.harness import (
 from tests.trees import age, files_of, trash_items
 from vllm_cache_tools import scan
 from vllm_cache_tools.layout import TRASH_DIRNAME
-from vllm_cache_tools.maintain.prune import Policies, Protections, execute_plan, plan_prune
+from vllm_cache_tools.maintain.execute import execute_plan
+from vllm_cache_tools.maintain.plan import Protections, plan_prune
+from vllm_cache_tools.maintain.policies import Policies
 from vllm_cache_tools.maintain.trash import remove_tree_at
 
 pytestmark = pytest.mark.realvllm

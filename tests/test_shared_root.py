@@ -177,7 +177,7 @@ def test_owner_of_any_folder_protects_the_entry(real_compile: ScenarioRun,
 
 def test_ledger_never_moves_last_use_back(real_compile: ScenarioRun, tmp_path: Path) -> None:
     """prune took the ledger's older time over a newer atime: the later evidence wins."""
-    from vllm_cache_tools.maintain.prune import last_use
+    from vllm_cache_tools.maintain.evidence import last_use
     from vllm_cache_tools.store.types import Entry, TreeStats
 
     e = Entry(key="k", layout="aot", path=tmp_path, stats=TreeStats(), ranks=(), prefixes=(),

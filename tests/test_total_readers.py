@@ -183,7 +183,7 @@ def test_ledger_never_moves_last_use_back() -> None:
 
 
 def test_prune_last_use_takes_the_later_evidence() -> None:
-    from vllm_cache_tools.maintain.prune import last_use
+    from vllm_cache_tools.maintain.evidence import last_use
     assert last_use(_make_entry(300.0, "atime"), {"k": 200.0}) == (300.0, "atime")
     assert last_use(_make_entry(100.0, "atime"), {"k": 200.0}) == (200.0, "ledger")
     assert last_use(_make_entry(None, None), {"k": 200.0}) == (200.0, "ledger")

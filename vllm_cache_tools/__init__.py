@@ -35,10 +35,10 @@ _EXPORTS = {
     "TreePrediction": "analyze.predict", "predict": "analyze.predict",
     "Explanation": "analyze.explain", "Unexplained": "analyze.explain",
     "explain": "analyze.explain",
-    "Policies": "maintain.prune", "Protections": "maintain.prune", "PrunePlan": "maintain.prune",
-    "PruneResult": "maintain.prune", "PlannedEntry": "maintain.prune",
-    "RootRefused": "maintain.prune", "Skip": "maintain.prune", "execute_plan": "maintain.prune",
-    "plan_prune": "maintain.prune", "plan_prune_root": "maintain.prune",
+    "Policies": "maintain.policies", "Protections": "maintain.plan", "PrunePlan": "maintain.plan",
+    "PlannedEntry": "maintain.plan", "RootRefused": "maintain.plan", "Skip": "maintain.plan",
+    "plan_prune": "maintain.plan", "plan_prune_root": "maintain.plan",
+    "PruneResult": "maintain.execute", "execute_plan": "maintain.execute",
     "VerifyProblem": "maintain.verify", "VerifyReport": "maintain.verify",
     "verify": "maintain.verify",
     "StatsReport": "analyze.stats", "stats": "analyze.stats",
@@ -50,18 +50,17 @@ if TYPE_CHECKING:
     from vllm_cache_tools.analyze.explain import Explanation, Unexplained, explain
     from vllm_cache_tools.analyze.predict import PredictError, Prediction, TreePrediction, predict
     from vllm_cache_tools.analyze.stats import StatsReport, stats
-    from vllm_cache_tools.maintain.prune import (
+    from vllm_cache_tools.maintain.execute import PruneResult, execute_plan
+    from vllm_cache_tools.maintain.plan import (
         PlannedEntry,
-        Policies,
         Protections,
         PrunePlan,
-        PruneResult,
         RootRefused,
         Skip,
-        execute_plan,
         plan_prune,
         plan_prune_root,
     )
+    from vllm_cache_tools.maintain.policies import Policies
     from vllm_cache_tools.maintain.verify import VerifyProblem, VerifyReport, verify
     from vllm_cache_tools.store.locate import CacheRoot, resolve_root
     from vllm_cache_tools.store.scan import (

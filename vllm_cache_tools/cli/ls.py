@@ -169,7 +169,7 @@ def _warn_problems(root_problems: Sequence[Problem], entry_problems: Sequence[Pr
 
 
 def _print_owners(root: Path, entries: Sequence[Entry], json_out: bool) -> None:
-    from vllm_cache_tools.maintain.prune import owner_usage
+    from vllm_cache_tools.maintain.evidence import owner_usage
 
     rows = owner_usage(entries)
     if json_out:

@@ -12,22 +12,20 @@ from vllm_cache_tools.cli.common import fail, print_json, warn
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.errors import UsageError
 from vllm_cache_tools.keys.compat import Environment, detect_environment
-from vllm_cache_tools.maintain.prune import (
-    Policies,
+from vllm_cache_tools.maintain.execute import PruneResult, execute_plan, trash_leftovers
+from vllm_cache_tools.maintain.plan import (
     Protections,
     PrunePlan,
-    PruneResult,
     check_prunable_root,
-    execute_plan,
     plan_prune,
-    prune_report,
-    trash_leftovers,
 )
+from vllm_cache_tools.maintain.policies import Policies
 from vllm_cache_tools.store.locate import resolve_root
 from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.store.types import CacheInfo
 from vllm_cache_tools.units import fmt_duration, format_size, parse_age, parse_size
 from vllm_cache_tools.views.payloads import with_schema
+from vllm_cache_tools.views.prune import prune_report
 
 SHOW_SKIPPED = 30
 

@@ -20,18 +20,18 @@ from vllm_cache_tools.cli.prune import (
     render_plan,
     render_result,
 )
-from vllm_cache_tools.maintain.prune import (
-    Policies,
+from vllm_cache_tools.maintain.execute import execute_plan
+from vllm_cache_tools.maintain.plan import (
     Protections,
     check_prunable_root,
-    execute_plan,
     plan_prune,
-    prune_report,
 )
+from vllm_cache_tools.maintain.policies import Policies
 from vllm_cache_tools.maintain.verify import VerifyReport, remove_orphan_tmps, verify, verify_json
 from vllm_cache_tools.store.locate import resolve_root
 from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.views.payloads import with_schema
+from vllm_cache_tools.views.prune import prune_report
 
 
 def _p(line: str = "") -> None:

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_cache_tools.keys import backend_key, env_hash_from_factors
-from vllm_cache_tools.maintain.prune import busy_entries, entry_rel_path
+from vllm_cache_tools.maintain.evidence import busy_entries, entry_rel_path
 from vllm_cache_tools.maintain.trash import entry_tree, open_dir
 from vllm_cache_tools.safeio import ident, unlink_at
 from vllm_cache_tools.store.locate import CacheRoot, display_path

@@ -1,0 +1,197 @@
+"""Prune execution: a :class:`~vllm_cache_tools.maintain.plan.PrunePlan` -> :class:`PruneResult`.
+
+Executing re-checks each planned entry under a per-entry lock right before moving it (the plan
+may be seconds old) and moves it into the trash in one rename; removal happens there
+(:mod:`vllm_cache_tools.maintain.trash`), by worker threads while later entries are still being
+checked. Afterwards the recorder's unreferenced source snapshots are swept.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
+from vllm_cache_tools.maintain.evidence import busy_entries, entry_rel_path
+from vllm_cache_tools.maintain.plan import PlannedEntry, Protections, PrunePlan, Skip
+from vllm_cache_tools.maintain.snapshot_sweep import SnapshotSweep, sweep_snapshots
+from vllm_cache_tools.maintain.trash import (
+    EntryLocks,
+    RemoveResult,
+    RootHandle,
+    Trash,
+    check_tree_at,
+    is_dir_stat,
+)
+from vllm_cache_tools.safeio import rename_at
+from vllm_cache_tools.units import fmt_duration
+
+SNAPSHOT_MIN_AGE_S = 600.0
+"""Recorder source snapshots younger than this (or than the grace period) are never swept."""
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    plan: PrunePlan
+    deleted: tuple[str, ...]
+    skipped: tuple[Skip, ...]
+    """The plan's skips plus entries that failed the re-check when their turn came."""
+    freed_bytes: int
+    finished_trash: tuple[str, ...] = ()
+    """Trash items left by an earlier, interrupted run and removed by this one."""
+    errors: tuple[str, ...] = ()
+    """Items that could not be removed from the trash (they stay there, out of vLLM's way)."""
+    snapshots: SnapshotSweep | None = None
+    """The recorder's source snapshots no manifest names any more, swept after deleting."""
+
+
+class _Busy:
+    """/proc snapshots of open/mapped files, refreshed when older than ``max_age_s``."""
+
+    def __init__(self, root: Path, max_age_s: float) -> None:
+        self.root = root
+        self.max_age_s = max_age_s
+        self.taken = -1e18
+        self.map: dict[str, list[int]] = {}
+
+    def get(self) -> dict[str, list[int]]:
+        if time.monotonic() - self.taken > self.max_age_s:
+            self.map = busy_entries(self.root)
+            self.taken = time.monotonic()
+        return self.map
+
+
+Progress = Callable[[str, str], None]
+
+
+def _move_to_trash(h: RootHandle, trash: Trash, pe: PlannedEntry, prot: Protections,
+                   busy: _Busy) -> tuple[str | None, str | None]:
+    """(trash name, None) when moved, else (None, why it stays). Caller holds the lock."""
+    parent = h.parent_fd(pe.tree)
+    if parent is None:
+        return None, "its parent folder is gone or is a symlink (not followed)"
+    try:
+        s = os.stat(pe.key, dir_fd=parent, follow_symlinks=False)
+    except FileNotFoundError:
+        return None, "already gone"
+    except OSError as exc:
+        return None, f"cannot stat: {exc.strerror}"
+    if not is_dir_stat(s):
+        return None, "no longer a folder"
+    if (s.st_dev, s.st_ino) != pe.ident:
+        return None, "replaced since the plan was made"
+    chk = check_tree_at(parent, pe.key, pe.dir_mtimes, prot.uid)
+    if chk.problem is not None:
+        return None, chk.problem
+    if chk.changed:
+        return None, "changed since the plan was made (being written?)"
+    age = time.time() - chk.newest_ns / 1e9
+    if prot.grace_s > 0 and age < prot.grace_s:
+        return None, (f"modified {fmt_duration(age)} ago, within --grace "
+                      f"{fmt_duration(prot.grace_s)}")
+    pids = busy.get().get(entry_rel_path(pe.tree, pe.key))
+    if pids:
+        return None, f"in use: open by pid {', '.join(map(str, pids[:5]))}"
+    assert trash.fd is not None
+    name = trash.new_name(pe.key)
+    try:
+        # Only the folder checked above (a name swapped meanwhile is left where it is).
+        if not rename_at(parent, pe.key, trash.fd, name, expect=pe.ident):
+            return None, "replaced since the plan was made"
+    except OSError as exc:
+        return None, f"cannot move it to the trash: {exc.strerror}"
+    return name, None
+
+
+def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1.0,
+                 progress: Progress | None = None) -> PruneResult:
+    """Delete what ``plan`` lists. Per entry: take its lock, re-check it (same folder, no
+    folder changed since planning, nothing modified within the grace period, every folder
+    ours to empty, not open per a /proc look at most ``proc_refresh_s`` old), then one
+    rename into the trash. Trash items (and any left by an interrupted run) are removed by
+    ``workers`` threads while later entries are still being checked."""
+    prot = plan.protections
+    deleted: list[str] = []
+    skipped = list(plan.skipped)
+    errors: list[str] = []
+    finished: list[str] = []
+    freed = 0
+    with RootHandle(plan.root) as h:
+        trash = h.trash(create=bool(plan.entries))
+        if trash is None or trash.fd is None or (plan.entries and trash.locks_fd is None):
+            if trash is not None:
+                trash.close()
+            for pe in plan.entries:
+                skipped.append(Skip(pe.key, pe.layout, pe.path,
+                                    "torch_compile_cache is missing or a symlink"))
+            return PruneResult(plan, (), tuple(skipped), 0)
+        busy = _Busy(plan.root, proc_refresh_s)
+        locks = EntryLocks(trash.locks_fd) if trash.locks_fd is not None else None
+        try:
+            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+                leftovers: list[tuple[str, Future[RemoveResult]]] = []
+                owner = None if (prot.all_users or prot.uid == 0) else prot.uid
+                for item in trash.items():
+                    if owner is None or item.uid == owner:
+                        leftovers.append((item.name, pool.submit(trash.remove, item.name)))
+                moved: list[tuple[PlannedEntry, Future[RemoveResult]]] = []
+                for pe in plan.entries:
+                    assert locks is not None
+                    lock_name = f"{pe.layout}-{pe.key}"
+                    if not locks.try_lock(lock_name):
+                        skipped.append(Skip(pe.key, pe.layout, pe.path,
+                                            "another vllm-cache process is working on it"))
+                        continue
+                    try:
+                        name, why = _move_to_trash(h, trash, pe, prot, busy)
+                    finally:
+                        locks.unlock(lock_name)
+                    if name is None:
+                        skipped.append(Skip(pe.key, pe.layout, pe.path, why or "?"))
+                        continue
+                    if progress is not None:
+                        progress("moved", pe.key)
+                    moved.append((pe, pool.submit(trash.remove, name, pe.ident)))
+                for name, fut in leftovers:
+                    res = fut.result()
+                    if res.error:
+                        errors.append(f"trash item {name}: {res.error}")
+                    else:
+                        finished.append(name)
+                for pe, fut in moved:
+                    res = fut.result()
+                    deleted.append(pe.key)
+                    if res.error:
+                        errors.append(f"{pe.key}: moved to the trash but not fully removed: "
+                                      f"{res.error}")
+                    else:
+                        freed += pe.size_bytes
+        finally:
+            if locks is not None:
+                locks.close()
+            trash.close()
+    sweep = (sweep_snapshots(plan.root / COMPILE_CACHE_DIRNAME,
+                             min_age_s=max(SNAPSHOT_MIN_AGE_S, prot.grace_s))
+             if deleted else None)
+    return PruneResult(plan, tuple(deleted), tuple(skipped), freed, tuple(finished),
+                       tuple(errors), sweep)
+
+
+def trash_leftovers(vllm_root: Path) -> list[str]:
+    """Names of items an interrupted run left in the trash (read-only; for dry runs)."""
+    try:
+        with RootHandle(vllm_root) as h:
+            t = h.trash(create=False)
+            if t is None:
+                return []
+            try:
+                return [i.name for i in t.items()]
+            finally:
+                t.close()
+    except OSError:
+        return []
+

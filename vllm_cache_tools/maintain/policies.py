@@ -1,0 +1,175 @@
+"""Prune policies as data: :class:`Policies` says which are on, :data:`POLICY_SELECTORS` maps
+each to one selector that chooses entries (with a reason) or marks them undecided. Selectors
+only choose; :mod:`vllm_cache_tools.maintain.plan` applies the protections and ``--max-size``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vllm_cache_tools.keys.compat import Environment
+from vllm_cache_tools.maintain.evidence import model_identity, unhittable_verdict
+from vllm_cache_tools.store.types import Entry
+from vllm_cache_tools.units import fmt_duration, format_size
+
+
+@dataclass(frozen=True)
+class Policies:
+    """What to remove; an entry goes if any policy chooses it."""
+
+    older_than_s: float | None = None
+    max_size_bytes: int | None = None
+    keep: int | None = None
+    unhittable: bool = False
+    corrupt: bool = False
+    partial: bool = False
+    named: tuple[tuple[Path, str], ...] = ()
+    """Entry folders chosen by name, each with its reason (``rm``, ``verify --fix``)."""
+
+    def describe(self) -> tuple[str, ...]:
+        out = []
+        if self.named:
+            out.append(f"named entries ({len(self.named)})")
+        if self.older_than_s is not None:
+            out.append(f"older-than {fmt_duration(self.older_than_s)}")
+        if self.max_size_bytes is not None:
+            out.append(f"max-size {format_size(self.max_size_bytes)}")
+        if self.keep is not None:
+            out.append(f"keep {self.keep} per model")
+        out += [n for n, on in (("unhittable", self.unhittable), ("corrupt", self.corrupt),
+                                ("partial", self.partial)) if on]
+        return tuple(out)
+
+    @property
+    def empty(self) -> bool:
+        return not self.describe()
+
+
+
+# --------------------------------------------------------------------------------------------
+# Policies as data: one selector per policy
+
+
+@dataclass
+class Choosing:
+    """What the selectors share while one plan is chosen."""
+
+    entries: list[Entry]
+    policies: Policies
+    environment: Environment | None
+    now: float
+    lu: dict[int, tuple[float | None, str | None]]
+    """id(entry) -> (last use, its source), see :func:`last_use`."""
+    chosen: dict[int, list[str]] = field(default_factory=dict)
+    """id(entry) -> the reasons the policies gave, in :data:`POLICY_SELECTORS` order."""
+    undecided: list[tuple[Entry, str, str]] = field(default_factory=list)
+    """(entry, question, why): entries a policy asked about but could not judge."""
+    notes: list[str] = field(default_factory=list)
+
+    def choose(self, e: Entry, reason: str) -> None:
+        self.chosen.setdefault(id(e), []).append(reason)
+
+
+def _select_named(c: Choosing) -> None:
+    named = {os.path.realpath(p): why for p, why in c.policies.named}
+    for e in c.entries:
+        if os.path.realpath(e.path) in named:
+            c.choose(e, named[os.path.realpath(e.path)])
+
+
+def _select_corrupt(c: Choosing) -> None:
+    for e in c.entries:
+        if e.state == "corrupt":
+            c.choose(e, f"corrupt: {e.state_detail}")
+
+
+def _select_partial(c: Choosing) -> None:
+    for e in c.entries:
+        if e.state == "partial":
+            c.choose(e, f"partial: {e.state_detail}")
+
+
+def _select_unjudged(c: Choosing) -> None:
+    """``--corrupt`` / ``--partial`` cannot judge an entry whose parts could not be read."""
+    for e in c.entries:
+        if e.state == "unknown":
+            c.undecided.append((e, "corrupt?" if c.policies.corrupt else "partial?",
+                                e.state_detail or "not judged: parts could not be read"))
+
+
+def _select_older(c: Choosing) -> None:
+    older_than_s = c.policies.older_than_s
+    assert older_than_s is not None
+    for e in c.entries:
+        t, src = c.lu[id(e)]
+        if t is not None and c.now - t > older_than_s:
+            c.choose(e, f"older than {fmt_duration(older_than_s)}: last used "
+                        f"{fmt_duration(c.now - t)} ago ({src})")
+
+
+def _select_keep(c: Choosing) -> None:
+    keep = c.policies.keep
+    assert keep is not None
+    by_model: dict[tuple[str, str], list[Entry]] = {}
+    for e in c.entries:
+        mf = model_identity(e)
+        if mf is not None:  # no evidence which model it is: never counted
+            by_model.setdefault((e.layout, mf), []).append(e)
+    for (layout, mf), group in by_model.items():
+        group.sort(key=lambda x: -(c.lu[id(x)][0] or 0.0))
+        for i, e in enumerate(group[keep:], start=keep + 1):
+            c.choose(e, f"keep {keep} per model: {_ordinal(i)} most recently "
+                        f"used {layout} entry of {mf}")
+
+
+def _select_unhittable(c: Choosing) -> None:
+    env = c.environment
+    if env is None:
+        c.notes.append("--unhittable: no environment given; nothing judged")
+    else:
+        c.notes.append(f"--unhittable judged against {env.describe()}" if env.torch else
+                       f"--unhittable: {env.describe()}, so every entry is unknown and stays")
+        for e in c.entries:
+            if e.state == "unloadable":
+                continue  # chosen below, whatever the environment
+            verdict, why = unhittable_verdict(e, env)
+            if verdict == "unhittable":
+                c.choose(e, f"unhittable: {why}")
+            elif verdict == "unknown" and id(e) not in c.chosen:
+                c.undecided.append((e, "unhittable?", f"unknown: {why}"))
+    for e in c.entries:
+        if e.state != "unloadable":
+            continue
+        if e.layout == "aot":
+            c.choose(e, f"unloadable: {e.state_detail}")
+        elif id(e) not in c.chosen:
+            # Graph-only backend folders are what vLLM writes beside the mega AOT
+            # artifact; their factors and manifests are explain's evidence, and they are
+            # small. Named removal (`rm`) still takes them.
+            c.undecided.append((e, "unloadable, kept:", "graph-only backend folder (its "
+                                "factors and manifests are what explain reads; `vllm-cache "
+                                "rm KEY` removes it)"))
+
+
+Selector = Callable[[Choosing], None]
+
+POLICY_SELECTORS: dict[str, tuple[Callable[[Policies], bool], Selector]] = {
+    "named": (lambda p: bool(p.named), _select_named),
+    "corrupt": (lambda p: p.corrupt, _select_corrupt),
+    "partial": (lambda p: p.partial, _select_partial),
+    "unjudged": (lambda p: p.corrupt or p.partial, _select_unjudged),
+    "older-than": (lambda p: p.older_than_s is not None, _select_older),
+    "keep": (lambda p: p.keep is not None, _select_keep),
+    "unhittable": (lambda p: p.unhittable, _select_unhittable),
+}
+"""Policy -> (is it on, its selector), run in this order (an entry's reasons keep it).
+``--max-size`` is not here: it is a budget over what the others and the protections left
+(:func:`vllm_cache_tools.maintain.plan._fill_to_size`)."""
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
