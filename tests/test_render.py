@@ -25,7 +25,8 @@ from tests.conftest import REPO, run_cli
 from tests.trees import age
 from vllm_cache_tools.cli.ls import LS_COLUMNS
 from vllm_cache_tools.cli.render import Column, render, unique_prefixes
-from vllm_cache_tools.store.scan import locate_entry, scan
+from vllm_cache_tools.store.lookup import locate_entry
+from vllm_cache_tools.store.scan import scan
 
 SAMPLE = REPO / "examples" / "sample_cache"
 ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")

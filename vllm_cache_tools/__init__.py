@@ -29,8 +29,8 @@ _EXPORTS = {
     "AotRank": "store.types", "CacheInfo": "store.types", "Cause": "store.types",
     "Entry": "store.types", "OtherItem": "store.types", "PrefixDir": "store.types",
     "Problem": "store.types", "TreeStats": "store.types",
-    "AmbiguousKey": "store.scan", "EntryNotFound": "store.scan", "RootError": "store.scan",
-    "locate_entry": "store.scan", "read_entry": "store.scan", "scan": "store.scan",
+    "AmbiguousKey": "store.lookup", "EntryNotFound": "store.lookup", "RootError": "store.scan",
+    "locate_entry": "store.lookup", "read_entry": "store.entries", "scan": "store.scan",
     "Prediction": "analyze.predict", "PredictError": "analyze.predict",
     "TreePrediction": "analyze.predict", "predict": "analyze.predict",
     "Explanation": "analyze.explain", "Unexplained": "analyze.explain",
@@ -62,15 +62,10 @@ if TYPE_CHECKING:
     )
     from vllm_cache_tools.maintain.policies import Policies
     from vllm_cache_tools.maintain.verify import VerifyProblem, VerifyReport, verify
+    from vllm_cache_tools.store.entries import read_entry
     from vllm_cache_tools.store.locate import CacheRoot, resolve_root
-    from vllm_cache_tools.store.scan import (
-        AmbiguousKey,
-        EntryNotFound,
-        RootError,
-        locate_entry,
-        read_entry,
-        scan,
-    )
+    from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
+    from vllm_cache_tools.store.scan import RootError, scan
     from vllm_cache_tools.store.types import (
         AotRank,
         CacheInfo,

@@ -39,7 +39,7 @@ from vllm_cache_tools.analyze.inputs import Inputs, gather
 from vllm_cache_tools.layout import RUNTIME_FIELDS
 from vllm_cache_tools.read.ledger_stream import LedgerProblem, read_batches
 from vllm_cache_tools.read.manifest import Manifest
-from vllm_cache_tools.store.scan import checkpoint_of
+from vllm_cache_tools.store.entries import checkpoint_of
 
 UNSET = "<unset>"
 MAX_VALUE_CHARS = 160

@@ -584,7 +584,9 @@ def explain(a: str | os.PathLike[str], b: str | os.PathLike[str],
     ``RootError`` (:mod:`vllm_cache_tools.store.scan`). What ``vllm-cache explain A B`` prints,
     as data (values unredacted: the CLI hides secrets when it renders)."""
     # The one function here that reads the store: the rest stays pure.
-    from vllm_cache_tools.store.scan import RootError, locate_entry, read_entry, scan
+    from vllm_cache_tools.store.entries import read_entry
+    from vllm_cache_tools.store.lookup import locate_entry
+    from vllm_cache_tools.store.scan import RootError, scan
 
     pa, pb = locate_entry(os.fspath(a), root), locate_entry(os.fspath(b), root)
     ea, eb = read_entry(pa), read_entry(pb)

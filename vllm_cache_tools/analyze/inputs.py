@@ -31,15 +31,9 @@ from vllm_cache_tools.layout import (
 )
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import Manifest, read_manifest, read_manifests
+from vllm_cache_tools.store.entries import checkpoint_of, read_aot_entry, read_backend_entry
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
-from vllm_cache_tools.store.scan import (
-    RootError,
-    check_root,
-    checkpoint_of,
-    classify,
-    read_aot_entry,
-    read_backend_entry,
-)
+from vllm_cache_tools.store.scan import RootError, check_root, classify
 
 MAX_FOLDER_ITEMS = 2_000_000
 """A collected folder is walked item by item; past this it is not a folder of fleet files."""

@@ -11,7 +11,8 @@ from vllm_cache_tools.analyze.graph_diff import diff_graphs
 from vllm_cache_tools.cli.common import fail, print_json
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.read.noatime import read_noatime
-from vllm_cache_tools.store.scan import AmbiguousKey, EntryNotFound, RootError, locate_entry
+from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
+from vllm_cache_tools.store.scan import RootError
 from vllm_cache_tools.views.payloads import with_schema
 
 

@@ -19,14 +19,9 @@ from vllm_cache_tools.analyze.explain import (
 from vllm_cache_tools.cli.common import console, fail, print_json, redact_record
 from vllm_cache_tools.cli.log import _parse_ref, _pick, _starts_of
 from vllm_cache_tools.cli.ls import RootOpt
-from vllm_cache_tools.store.scan import (
-    AmbiguousKey,
-    EntryNotFound,
-    RootError,
-    locate_entry,
-    read_entry,
-    scan,
-)
+from vllm_cache_tools.store.entries import read_entry
+from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
+from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Cause
 from vllm_cache_tools.views.payloads import with_schema
 

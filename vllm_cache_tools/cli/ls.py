@@ -15,7 +15,8 @@ from vllm_cache_tools.cli.common import DelayedProgress, fail, print_json, warn
 from vllm_cache_tools.cli.render import Column, render, unique_prefixes
 from vllm_cache_tools.store.filters import parse_filter, sort_entries
 from vllm_cache_tools.store.locate import display_path
-from vllm_cache_tools.store.scan import AmbiguousKey, EntryNotFound, RootError, locate_entry, scan
+from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
+from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Entry, Problem
 from vllm_cache_tools.units import human_age, human_size
 from vllm_cache_tools.views.payloads import ls_report, with_schema

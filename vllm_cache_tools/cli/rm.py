@@ -25,7 +25,8 @@ from vllm_cache_tools.maintain.plan import Protections, plan_prune
 from vllm_cache_tools.maintain.policies import Policies
 from vllm_cache_tools.maintain.trash import entry_tree
 from vllm_cache_tools.store.locate import display_path
-from vllm_cache_tools.store.scan import AmbiguousKey, EntryNotFound, RootError, locate_entry
+from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
+from vllm_cache_tools.store.scan import RootError
 
 
 def rm(

@@ -10,14 +10,9 @@ from vllm_cache_tools.cli.common import console, fail, print_json, redact_json
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.keys.source_link import same_source_aot_keys
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
-from vllm_cache_tools.store.scan import (
-    AmbiguousKey,
-    EntryNotFound,
-    RootError,
-    locate_entry,
-    read_entry,
-    scan,
-)
+from vllm_cache_tools.store.entries import read_entry
+from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
+from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.units import human_age, human_size
 from vllm_cache_tools.views.payloads import entry_detail
 

@@ -20,16 +20,11 @@ from vllm_cache_tools.keys.key_check import key_check
 from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
 from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME
 from vllm_cache_tools.read.noatime import open_noatime
+from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.filters import parse_filter
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
-from vllm_cache_tools.store.scan import (
-    AmbiguousKey,
-    EntryNotFound,
-    RootError,
-    locate_entry,
-    read_entry,
-    scan,
-)
+from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
+from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Entry
 
 CHUNK = 1 << 20

@@ -42,8 +42,8 @@ from vllm_cache_tools.maintain.evidence import (
 from vllm_cache_tools.maintain.policies import POLICY_SELECTORS, Choosing, Policies
 from vllm_cache_tools.maintain.trash import entry_tree, is_dir_stat
 from vllm_cache_tools.read.aot_model import AotModelInfo
+from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.locate import display_path
-from vllm_cache_tools.store.scan import read_entry
 from vllm_cache_tools.store.types import CacheInfo, Entry, Layout
 from vllm_cache_tools.units import fmt_duration, format_size
 

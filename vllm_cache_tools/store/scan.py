@@ -1,336 +1,51 @@
-"""Walk a vLLM cache root and describe every compile-cache entry in both trees.
+"""Walk a vLLM cache root and describe every compile-cache entry in both trees: check the root
+(:func:`check_root`), sort its folders into entries and foreign items (:func:`classify`), read
+each entry (:mod:`vllm_cache_tools.store.entries`, or the listing index for unchanged ones),
+mark entries in use and apply the recorder's usage ledger (:func:`scan`).
 
 Layout (see docs/layout.md and shared FACTS):
-  <root>/torch_compile_cache/<10-hex>/rank_<r>_<dp>/<prefix>/...        backend tree
-  <root>/torch_compile_cache/torch_aot_compile/<64-hex>/inductor_cache/ AOT tree (shared)
-  <root>/torch_compile_cache/torch_aot_compile/<64-hex>/rank_<r>_<dp>/model
-  <root>/modelinfos/*.json, <root>/dummy_cache                          other vLLM files
+  <root>/torch_compile_cache/<10-hex>/...                                backend tree
+  <root>/torch_compile_cache/torch_aot_compile/<64-hex>/                 AOT tree
+  <root>/torch_aot_compile/<64-hex>/                                     AOT tree, vLLM 0.11.1-0.16
+  <root>/modelinfos/*.json, <root>/dummy_cache                           other vLLM files
 """
 
 from __future__ import annotations
 
 import os
-import re
-from collections.abc import Callable
-from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
 
 from vllm_cache_tools import __version__
 from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, STATE_DIRNAME, TRASH_DIRNAME
-from vllm_cache_tools.read.aot_model import read_aot_model
-from vllm_cache_tools.read.compile_cache import read_compile_cache
-from vllm_cache_tools.read.errors import ReadError, UnreadableError
-from vllm_cache_tools.read.factors import read_factors
-from vllm_cache_tools.read.graph import GraphInfo, model_file_from_head, read_graph
-from vllm_cache_tools.read.manifest import Manifest, manifest_paths, read_manifest, read_manifests
-from vllm_cache_tools.read.noatime import read_noatime
-from vllm_cache_tools.read.triton import read_triton_meta
+from vllm_cache_tools.store.entries import (
+    AOT_KEY,
+    BACKEND_KEY,
+    Progress,
+    entry_times,
+    is_dir_entry,
+    list_dir,
+    read_aot_entry,
+    read_backend_entry,
+)
 from vllm_cache_tools.store.in_use import open_paths_under
 from vllm_cache_tools.store.listing_index import ListingIndex
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import (
-    AotRank,
     CacheInfo,
     Entry,
     OtherItem,
-    PrefixDir,
     Problem,
-    State,
-    TreeStats,
 )
 from vllm_cache_tools.store.usage import apply_usage, usage
 
-# vLLM 0.9.0-0.9.1 suffixed a second compiled model in one process with "-<n>".
-BACKEND_KEY = re.compile(r"^[0-9a-f]{10}(-\d+)?$")
-AOT_KEY = re.compile(r"^[0-9a-f]{64}$")
-# rank_<r> before vLLM 0.8.0, rank_<r>_<dp> since.
-RANK_DIR = re.compile(r"^rank_(\d+)(?:_(\d+))?$")
-# Files that sit directly in a rank folder in layouts without a <prefix> level (< 0.9.2).
-FLAT_RANK_FILES = {"cache_key_factors.json", "computation_graph.py", "vllm_compile_cache.py",
-                   "inductor_hash_cache.py", "transformed_code.py"}
 KNOWN_ROOT_ITEMS = {"modelinfos": "modelinfos", "dummy_cache": "dummy_cache"}
-GRAPH_HEAD_BYTES = 256 * 1024
-
-Progress = Callable[[int], None]
 
 
 class RootError(VctError, ValueError):
     """The root cannot be scanned at all (missing, a file, unreadable)."""
-
-
-def _short_src(path: str | None) -> str | None:
-    if not path:
-        return path
-    for marker in ("/site-packages/", "/dist-packages/"):
-        if marker in path:
-            return path.split(marker, 1)[1]
-    return path
-
-
-def _read_problem(path: Path, exc: ReadError) -> Problem:
-    """``unreadable`` when the bytes could not be had (nothing is known: the entry is
-    ``unknown``), ``corrupt`` when they were read and found broken."""
-    kind = "unreadable" if isinstance(exc, UnreadableError) else "corrupt"
-    return Problem(display_path(path), kind, str(exc))
-
-
-def _listdir(path: Path, problems: list[Problem]) -> list[os.DirEntry[str]]:
-    try:
-        with os.scandir(path) as it:
-            return sorted(it, key=lambda e: e.name)
-    except OSError as exc:
-        problems.append(Problem(display_path(path), "unreadable", exc.strerror or str(exc)))
-        return []
-
-
-def _is_dir(e: os.DirEntry[str]) -> bool:
-    try:
-        return e.is_dir(follow_symlinks=False)
-    except OSError:
-        return False
-
-
-def _times(stats: TreeStats) -> tuple[float | None, str, float | None, float | None, str | None]:
-    """created (+source), modified, last used (+source) from file times.
-
-    Linux gives no birth time through ``os.stat``; every artifact is written once, so the
-    earliest file mtime is when the entry was created. Last use is the later of the newest
-    read of a file vLLM loads (atime newer than its mtime: the mount records reads, as relatime
-    and strictatime do) and the last write (a load can also write, e.g. Inductor kernels
-    unpacked from the AOT artifact)."""
-    created = stats.oldest_mtime
-    modified = stats.newest_mtime
-    read = stats.last_read
-    if read is not None and (modified is None or read > modified):
-        return created, "oldest-mtime", modified, read, "atime"
-    return created, "oldest-mtime", modified, modified, "mtime" if modified else None
-
-
-def _stat_problems(stats: TreeStats) -> list[Problem]:
-    out = [Problem(display_path(p), "tmp-leftover", "temporary file left by an interrupted write")
-           for p in stats.tmp_files]
-    out += [Problem(display_path(p), "symlink", "symlink inside the cache (not followed)")
-            for p in stats.symlinks]
-    out += [Problem(display_path(p), "unreadable", "cannot be read (permission denied or vanished)")
-            for p in stats.unreadable]
-    return out
-
-
-def _graph_info(path: Path, deep: bool) -> tuple[GraphInfo | None, str | None]:
-    """(full graph info when deep, the model file named in it)."""
-    if deep:
-        g = read_graph(path)
-        return g, g.model_file
-    return None, model_file_from_head(read_noatime(path, GRAPH_HEAD_BYTES))
-
-
-def _hardware_from_tree(top: Path) -> str | None:
-    """Evidence of the target device in a backend rank dir: Triton metadata (GPU) or Inductor
-    C++ kernels (CPU)."""
-    triton = top / "triton_cache"
-    if triton.is_dir() and not triton.is_symlink():
-        for d in sorted(os.listdir(triton))[:50]:
-            sub = triton / d
-            try:
-                names = os.listdir(sub)
-            except OSError:
-                continue
-            for n in names:
-                if n.endswith(".json") and not n.startswith("__grp__"):
-                    try:
-                        return read_triton_meta(sub / n).target
-                    except ReadError:
-                        continue
-    ind = top / "inductor_cache"
-    if ind.is_dir() and not ind.is_symlink():
-        for d in sorted(os.listdir(ind))[:200]:
-            try:
-                if any(n.endswith(".so") for n in os.listdir(ind / d)):
-                    return "CPU"
-            except OSError:
-                continue
-    return None
-
-
-def _read_prefix(rank: str, e: os.DirEntry[str], deep: bool,
-                 problems: list[Problem], prefix: str | None = None) -> PrefixDir:
-    path = Path(e.path)
-    names = tuple(sorted(n.name for n in _listdir(path, problems)))
-    factors = graph = compiled = model_file = None
-    missing: list[str] = []
-    if "cache_key_factors.json" in names:
-        try:
-            factors = read_factors(path / "cache_key_factors.json")
-        except ReadError as exc:
-            problems.append(_read_problem(path / "cache_key_factors.json", exc))
-    if "computation_graph.py" in names:
-        try:
-            graph, model_file = _graph_info(path / "computation_graph.py", deep)
-        except (ReadError, OSError) as exc:
-            problems.append(Problem(display_path(path / "computation_graph.py"), "unreadable",
-                                    str(exc)))
-    table = next((n for n in ("vllm_compile_cache.py", "inductor_hash_cache.py") if n in names),
-                 None)
-    if table is not None:
-        try:
-            compiled = read_compile_cache(path / table)
-        except ReadError as exc:
-            problems.append(_read_problem(path / table, exc))
-        else:
-            for rec in compiled:
-                art = rec.artifact
-                # Standalone-compile handles name a file beside vllm_compile_cache.py.
-                if art and art.startswith("artifact_") and art not in names:
-                    missing.append(art)
-    return PrefixDir(rank=rank, prefix=e.name if prefix is None else prefix, path=path,
-                     factors=factors,
-                     has_graph="computation_graph.py" in names, graph=graph,
-                     model_file=model_file, compiled=compiled,
-                     missing_artifacts=tuple(missing), files=names)
-
-
-def read_backend_entry(path: Path, deep: bool = False, progress: Progress | None = None) -> Entry:
-    problems: list[Problem] = []
-    stats = tree_stats(str(path), progress)
-    problems += _stat_problems(stats)
-    ranks: list[str] = []
-    prefix_dirs: list[PrefixDir] = []
-    hardware = None
-    for r in _listdir(path, problems):
-        if not (_is_dir(r) and RANK_DIR.match(r.name)):
-            problems.append(Problem(display_path(r.path), "foreign", "not a rank_<r>_<dp> folder"))
-            continue
-        ranks.append(r.name)
-        with suppress(OSError):  # an unreadable rank folder: the walk reports it
-            hardware = hardware or _hardware_from_tree(Path(r.path))
-        children = _listdir(Path(r.path), problems)
-        if any(c.name in FLAT_RANK_FILES for c in children):
-            # vLLM < 0.9.2: no <prefix> level, the rank folder holds the artifacts.
-            prefix_dirs.append(_read_prefix(r.name, r, deep, problems, prefix=""))
-            continue
-        for p in children:
-            if not _is_dir(p):
-                continue
-            if p.name in ("inductor_cache", "triton_cache"):
-                continue
-            prefix_dirs.append(_read_prefix(r.name, p, deep, problems))
-    prefixes = tuple(dict.fromkeys(p.prefix for p in prefix_dirs))
-    model = next((_short_src(pd.model_file) for pd in prefix_dirs if pd.model_file), None)
-    state, detail = _backend_state(prefix_dirs, problems, ranks)
-    created, csrc, modified, last_used, lsrc = _times(stats)
-    return _versions_from_manifests(Entry(
-        key=path.name, layout="backend", path=path, stats=stats, ranks=tuple(ranks),
-        prefixes=prefixes, state=state, state_detail=detail, created=created,
-        created_source=csrc, modified=modified, last_used=last_used,
-        last_used_source=lsrc,  # type: ignore[arg-type]
-        vllm_version=None, torch_version=None, model=model, hardware=hardware,
-        manifests=_manifests(path, "backend", deep, problems),
-        problems=tuple(problems), prefix_dirs=tuple(prefix_dirs), deep=deep,
-    ))
-
-
-def _backend_state(prefix_dirs: list[PrefixDir], problems: list[Problem],
-                   ranks: list[str]) -> tuple[State, str]:
-    corrupt = [p for p in problems if p.kind == "corrupt"]
-    if corrupt:
-        return "corrupt", corrupt[0].detail
-    unreadable = [p for p in problems if p.kind == "unreadable"]
-    if unreadable:
-        # Judged before anything that depends on what those files hold.
-        return "unknown", f"not judged: {unreadable[0].detail}"
-    if not ranks or not prefix_dirs:
-        return "partial", "no rank/prefix folders"
-    for p in prefix_dirs:
-        if p.missing_artifacts:
-            return "partial", f"{p.rank}/{p.prefix}: missing {', '.join(p.missing_artifacts)}"
-        if p.factors is None and not p.has_graph and p.compiled is None:
-            return "partial", f"{p.rank}/{p.prefix}: no factors, graph or artifacts"
-        if not p.has_graph and p.compiled is None:
-            return "partial", (f"{p.rank}/{p.prefix}: factors written but no compiled graph "
-                               "(interrupted compile)")
-    tmps = [p for p in problems if p.kind == "tmp-leftover"]
-    if tmps:
-        return "partial", f"leftover temporary file {tmps[0].path}"
-    if all(p.compiled is None for p in prefix_dirs):
-        return "unloadable", NO_COMPILED_GRAPH
-    return "complete", ""
-
-
-NO_COMPILED_GRAPH = (
-    "no compiled graph (no vllm_compile_cache.py or artifacts, only factors and the traced "
-    "graph): vLLM loads nothing from this folder; with the AOT tree on, the compiled model of "
-    "this start lives in its AOT entry")
-
-
-def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = None) -> Entry:
-    problems: list[Problem] = []
-    stats = tree_stats(str(path), progress)
-    problems += _stat_problems(stats)
-    ranks: list[AotRank] = []
-    has_inductor = False
-    for r in _listdir(path, problems):
-        if r.name == "inductor_cache" and _is_dir(r):
-            has_inductor = True
-            continue
-        if not (_is_dir(r) and RANK_DIR.match(r.name)):
-            problems.append(Problem(display_path(r.path), "foreign",
-                                    "unexpected item in AOT entry"))
-            continue
-        model = Path(r.path) / "model"
-        try:
-            size = model.lstat().st_size
-        except OSError:
-            problems.append(Problem(display_path(r.path), "partial", "rank folder without model"))
-            ranks.append(AotRank(r.name, model, 0, None, "missing model"))
-            continue
-        if model.is_symlink():
-            ranks.append(AotRank(r.name, model, size, None, "model is a symlink (not followed)"))
-            continue
-        try:
-            info = read_aot_model(model, full=deep)
-            ranks.append(AotRank(r.name, model, size, info, None))
-        except ReadError as exc:
-            problems.append(_read_problem(model, exc))
-            ranks.append(AotRank(r.name, model, size, None, str(exc)))
-    first = next((r.info for r in ranks if r.info is not None), None)
-    state: State = "complete"
-    detail = ""
-    unloadable = next((r.info.unloadable_reason for r in ranks
-                       if r.info is not None and r.info.unloadable_reason), None)
-    if any(p.kind == "corrupt" for p in problems):
-        state, detail = "corrupt", next(p.detail for p in problems if p.kind == "corrupt")
-    elif any(p.kind == "unreadable" for p in problems):
-        state, detail = "unknown", "not judged: " + next(p.detail for p in problems
-                                                          if p.kind == "unreadable")
-    elif not ranks or any(r.error for r in ranks):
-        state = "partial"
-        detail = next((f"{r.rank}: {r.error}" for r in ranks if r.error),
-                      "inductor_cache but no rank_*/model" if has_inductor else "empty entry")
-    elif stats.tmp_files:
-        state, detail = "partial", f"leftover temporary file {display_path(stats.tmp_files[0])}"
-    elif unloadable:
-        state, detail = "unloadable", unloadable
-    created, csrc, modified, last_used, lsrc = _times(stats)
-    model_desc = None
-    if first is not None and first.qualname:
-        loc = _short_src(first.filename)
-        model_desc = f"{first.qualname} ({loc}:{first.firstlineno})" if loc else first.qualname
-    prefixes: tuple[str, ...] = ()
-    if first is not None and first.compiled_fn is not None and first.compiled_fn.prefix:
-        prefixes = (first.compiled_fn.prefix,)
-    return _versions_from_manifests(Entry(
-        key=path.name, layout="aot", path=path, stats=stats,
-        ranks=tuple(r.rank for r in ranks), prefixes=prefixes, state=state,
-        state_detail=detail, created=created, created_source=csrc, modified=modified,
-        last_used=last_used, last_used_source=lsrc,  # type: ignore[arg-type]
-        vllm_version=None, torch_version=first.torch_version if first else None,
-        model=model_desc, hardware=first.hardware if first else None,
-        manifests=_manifests(path, "aot", deep, problems),
-        problems=tuple(problems), aot_ranks=tuple(ranks), deep=deep,
-    ))
 
 
 def _mark_in_use(entries: list[Entry], open_paths: dict[str, set[int]]) -> list[Entry]:
@@ -359,8 +74,8 @@ def check_root(root: CacheRoot) -> None:
 
 def _classify_aot(tree: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
     found: list[tuple[str, Path]] = []
-    for a in _listdir(tree, problems):
-        if AOT_KEY.match(a.name) and _is_dir(a):
+    for a in list_dir(tree, problems):
+        if AOT_KEY.match(a.name) and is_dir_entry(a):
             found.append(("aot", Path(a.path)))
         else:
             problems.append(Problem(display_path(a.path), "foreign",
@@ -378,12 +93,12 @@ def classify(cc: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
         found += _classify_aot(old_aot, problems)
     if not (cc.is_dir() and not cc.is_symlink()):
         return found
-    for e in _listdir(cc, problems):
-        if e.name == AOT_DIRNAME and _is_dir(e):
+    for e in list_dir(cc, problems):
+        if e.name == AOT_DIRNAME and is_dir_entry(e):
             found += _classify_aot(Path(e.path), problems)
-        elif BACKEND_KEY.match(e.name) and _is_dir(e):
+        elif BACKEND_KEY.match(e.name) and is_dir_entry(e):
             found.append(("backend", Path(e.path)))
-        elif e.name in (TRASH_DIRNAME, STATE_DIRNAME) and _is_dir(e):
+        elif e.name in (TRASH_DIRNAME, STATE_DIRNAME) and is_dir_entry(e):
             continue  # prune's trash, the recorder's ledger and snapshots: ours, not entries
         elif e.is_symlink():
             problems.append(Problem(display_path(e.path), "symlink", "symlink in the cache root "
@@ -392,55 +107,6 @@ def classify(cc: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
             problems.append(Problem(display_path(e.path), "foreign", "not a vLLM compile-cache "
                                     "entry"))
     return found
-
-
-def _versions_from_manifests(e: Entry) -> Entry:
-    """vLLM records neither its own version nor the served model in either tree; the
-    recorder's manifests do (deep reads hold them all; quick reads read the first one)."""
-    manifests = e.manifests
-    if not manifests:
-        first = next(manifest_paths(e.path, e.layout), None)
-        try:
-            manifests = (read_manifest(first),) if first is not None else ()
-        except ReadError:
-            manifests = ()
-    if not manifests:
-        return e
-    data = manifests[0].data
-    v = (data.get("versions") or {}).get("vllm") if isinstance(data.get("versions"),
-                                                                 dict) else None
-    checkpoint, detail = checkpoint_of(data.get("model"))
-    return replace(e, vllm_version=e.vllm_version or (v if isinstance(v, str) else None),
-                   checkpoint=checkpoint, checkpoint_detail=detail)
-
-
-def checkpoint_of(model: object) -> tuple[str | None, str | None]:
-    """(served model, "revision, dtype, TP=.." detail) from a manifest's ``model`` block."""
-    if not isinstance(model, dict):
-        return None, None
-    name = model.get("model")
-    if not isinstance(name, str) or not name:
-        return None, None
-    bits = []
-    if isinstance(model.get("revision"), str):
-        bits.append(f"rev {model['revision']}")
-    if isinstance(model.get("dtype"), str):
-        bits.append(model["dtype"].removeprefix("torch."))
-    for key, label in (("tensor_parallel_size", "TP"), ("pipeline_parallel_size", "PP"),
-                       ("data_parallel_size", "DP")):
-        n = model.get(key)
-        if isinstance(n, int) and not isinstance(n, bool) and n > 1:
-            bits.append(f"{label}={n}")
-    return name, ", ".join(bits) or None
-
-
-def _manifests(path: Path, layout: str, deep: bool,
-               problems: list[Problem]) -> tuple[Manifest, ...]:
-    if not deep:
-        return ()
-    found, bad = read_manifests(path, layout)
-    problems += [Problem(display_path(path), "corrupt-manifest", b) for b in bad]
-    return tuple(found)
 
 
 def _summary(e: Entry) -> Entry:
@@ -462,11 +128,11 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
     check_root(croot)
     problems: list[Problem] = []
     others: list[OtherItem] = []
-    for e in _listdir(croot.vllm_root, problems):
+    for e in list_dir(croot.vllm_root, problems):
         if e.name in (COMPILE_CACHE_DIRNAME, AOT_DIRNAME):
             continue
         kind = KNOWN_ROOT_ITEMS.get(e.name, "other")
-        size = tree_stats(e.path).size_bytes if _is_dir(e) else _lsize(e)
+        size = tree_stats(e.path).size_bytes if is_dir_entry(e) else _lsize(e)
         others.append(OtherItem(Path(e.path), kind, size))
     cc = croot.compile_cache
     entries: list[Entry] = []
@@ -481,7 +147,7 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
 
         def read_one(item: tuple[str, Path]) -> Entry:
             layout, path = item
-            entry = index.lookup(path, _times) if index is not None else None
+            entry = index.lookup(path, entry_times) if index is not None else None
             if entry is None:
                 reader = read_aot_entry if layout == "aot" else read_backend_entry
                 entry = reader(path, deep=deep)
@@ -512,46 +178,3 @@ def _lsize(e: os.DirEntry[str]) -> int:
         return e.stat(follow_symlinks=False).st_size
     except OSError:
         return 0
-
-
-def read_entry(path: Path, deep: bool = True) -> Entry:
-    """Read one entry folder (either layout) by its path."""
-    layout = "aot" if path.parent.name == AOT_DIRNAME else "backend"
-    return (read_aot_entry if layout == "aot" else read_backend_entry)(path, deep=deep)
-
-
-class EntryNotFound(VctError, LookupError):
-    pass
-
-
-class AmbiguousKey(VctError, LookupError):
-    def __init__(self, ref: str, candidates: list[tuple[str, Path]]) -> None:
-        super().__init__(ref)
-        self.ref = ref
-        self.candidates = candidates
-
-
-def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = None) -> Path:
-    """Find an entry folder from a key, a unique key prefix (like git's short hashes) or a
-    path (the entry folder or anything inside it)."""
-    p = Path(os.path.expanduser(ref))
-    if os.path.lexists(p) and ("/" in ref or ref in (".", "..")):
-        p = Path(os.path.abspath(p))
-        for cand in (p, *p.parents):
-            if AOT_KEY.match(cand.name) and cand.parent.name == AOT_DIRNAME:
-                return cand
-            if BACKEND_KEY.match(cand.name) and cand.parent.name == COMPILE_CACHE_DIRNAME:
-                return cand
-        raise EntryNotFound(f"{display_path(p)} is not inside a compile-cache entry")
-    if not re.fullmatch(r"[0-9a-f]{1,64}", ref):
-        raise EntryNotFound(f"{ref!r} is neither an entry key (hex) nor a path")
-    croot = root if isinstance(root, CacheRoot) else resolve_root(root)
-    check_root(croot)
-    cc = croot.compile_cache
-    found = [(layout, path) for layout, path in classify(cc, []) if path.name.startswith(ref)]
-    if not found:
-        raise EntryNotFound(f"no entry matches {ref!r} under {display_path(cc)}")
-    exact = [f for f in found if f[1].name == ref]
-    if len(found) > 1 and len(exact) != 1:
-        raise AmbiguousKey(ref, found)
-    return (exact or found)[0][1]

@@ -1,0 +1,51 @@
+"""Finding one entry folder from what a user typed: a key, a unique key prefix (like git's short
+hashes) or a path inside an entry (:func:`locate_entry`), and its two errors."""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from vllm_cache_tools.errors import VctError
+from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
+from vllm_cache_tools.store.entries import AOT_KEY, BACKEND_KEY
+from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
+from vllm_cache_tools.store.scan import check_root, classify
+
+
+class EntryNotFound(VctError, LookupError):
+    pass
+
+
+class AmbiguousKey(VctError, LookupError):
+    def __init__(self, ref: str, candidates: list[tuple[str, Path]]) -> None:
+        super().__init__(ref)
+        self.ref = ref
+        self.candidates = candidates
+
+
+def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = None) -> Path:
+    """Find an entry folder from a key, a unique key prefix (like git's short hashes) or a
+    path (the entry folder or anything inside it)."""
+    p = Path(os.path.expanduser(ref))
+    if os.path.lexists(p) and ("/" in ref or ref in (".", "..")):
+        p = Path(os.path.abspath(p))
+        for cand in (p, *p.parents):
+            if AOT_KEY.match(cand.name) and cand.parent.name == AOT_DIRNAME:
+                return cand
+            if BACKEND_KEY.match(cand.name) and cand.parent.name == COMPILE_CACHE_DIRNAME:
+                return cand
+        raise EntryNotFound(f"{display_path(p)} is not inside a compile-cache entry")
+    if not re.fullmatch(r"[0-9a-f]{1,64}", ref):
+        raise EntryNotFound(f"{ref!r} is neither an entry key (hex) nor a path")
+    croot = root if isinstance(root, CacheRoot) else resolve_root(root)
+    check_root(croot)
+    cc = croot.compile_cache
+    found = [(layout, path) for layout, path in classify(cc, []) if path.name.startswith(ref)]
+    if not found:
+        raise EntryNotFound(f"no entry matches {ref!r} under {display_path(cc)}")
+    exact = [f for f in found if f[1].name == ref]
+    if len(found) > 1 and len(exact) != 1:
+        raise AmbiguousKey(ref, found)
+    return (exact or found)[0][1]
