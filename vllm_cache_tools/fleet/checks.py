@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from vllm_cache_tools.analyze.explain import env_causes
+from vllm_cache_tools.analyze.explain_causes import env_causes
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.host import cpu_facts
 from vllm_cache_tools.fleet.records import EntryRecord
