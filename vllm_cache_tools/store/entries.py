@@ -34,6 +34,7 @@ from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import (
     AotRank,
     Entry,
+    EntryTimes,
     PrefixDir,
     Problem,
     State,
@@ -87,9 +88,8 @@ def is_dir_entry(e: os.DirEntry[str]) -> bool:
         return False
 
 
-def entry_times(stats: TreeStats
-                ) -> tuple[float | None, str, float | None, float | None, str | None]:
-    """created (+source), modified, last used (+source) from file times.
+def entry_times(stats: TreeStats) -> EntryTimes:
+    """When an entry was created, modified and last used, from its file times.
 
     Linux gives no birth time through ``os.stat``; every artifact is written once, so the
     earliest file mtime is when the entry was created. Last use is the later of the newest
@@ -100,8 +100,9 @@ def entry_times(stats: TreeStats
     modified = stats.newest_mtime
     read = stats.last_read
     if read is not None and (modified is None or read > modified):
-        return created, "oldest-mtime", modified, read, "atime"
-    return created, "oldest-mtime", modified, modified, "mtime" if modified else None
+        return EntryTimes(created, "oldest-mtime", modified, read, "atime")
+    return EntryTimes(created, "oldest-mtime", modified, modified,
+                      "mtime" if modified else None)
 
 
 def _stat_problems(stats: TreeStats) -> list[Problem]:
@@ -215,12 +216,12 @@ def read_backend_entry(path: Path, deep: bool = False, progress: Progress | None
     prefixes = tuple(dict.fromkeys(p.prefix for p in prefix_dirs))
     model = next((_short_src(pd.model_file) for pd in prefix_dirs if pd.model_file), None)
     state, detail = _backend_state(prefix_dirs, problems, ranks)
-    created, csrc, modified, last_used, lsrc = entry_times(stats)
+    t = entry_times(stats)
     return _versions_from_manifests(Entry(
         key=path.name, layout="backend", path=path, stats=stats, ranks=tuple(ranks),
-        prefixes=prefixes, state=state, state_detail=detail, created=created,
-        created_source=csrc, modified=modified, last_used=last_used,
-        last_used_source=lsrc,  # type: ignore[arg-type]
+        prefixes=prefixes, state=state, state_detail=detail, created=t.created,
+        created_source=t.created_source, modified=t.modified, last_used=t.last_used,
+        last_used_source=t.last_used_source,
         vllm_version=None, torch_version=None, model=model, hardware=hardware,
         manifests=_manifests(path, "backend", deep, problems),
         problems=tuple(problems), prefix_dirs=tuple(prefix_dirs), deep=deep,
@@ -308,7 +309,7 @@ def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = N
         state, detail = "partial", f"leftover temporary file {display_path(stats.tmp_files[0])}"
     elif unloadable:
         state, detail = "unloadable", unloadable
-    created, csrc, modified, last_used, lsrc = entry_times(stats)
+    t = entry_times(stats)
     model_desc = None
     if first is not None and first.qualname:
         loc = _short_src(first.filename)
@@ -319,8 +320,8 @@ def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = N
     return _versions_from_manifests(Entry(
         key=path.name, layout="aot", path=path, stats=stats,
         ranks=tuple(r.rank for r in ranks), prefixes=prefixes, state=state,
-        state_detail=detail, created=created, created_source=csrc, modified=modified,
-        last_used=last_used, last_used_source=lsrc,  # type: ignore[arg-type]
+        state_detail=detail, created=t.created, created_source=t.created_source,
+        modified=t.modified, last_used=t.last_used, last_used_source=t.last_used_source,
         vllm_version=None, torch_version=first.torch_version if first else None,
         model=model_desc, hardware=first.hardware if first else None,
         manifests=_manifests(path, "aot", deep, problems),

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from filelock import FileLock, Timeout
 
 from vllm_cache_tools import safeio
 from vllm_cache_tools.store.locate import user_cache_dir
-from vllm_cache_tools.store.types import Entry, Problem, TreeStats
+from vllm_cache_tools.store.types import Entry, EntryTimes, Problem, TreeStats
 
 FORMAT = 2
 
@@ -78,7 +79,7 @@ class ListingIndex:
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
             self.records = {}
 
-    def lookup(self, path: Path, times: Any) -> Entry | None:
+    def lookup(self, path: Path, times: Callable[[TreeStats], EntryTimes]) -> Entry | None:
         """The indexed entry if nothing under it changed, with fresh key-file atimes.
         ``times`` turns stats into (created, source, modified, last_used, source)."""
         p = os.fsdecode(path)
@@ -104,13 +105,13 @@ class ListingIndex:
             finally:
                 os.close(fd)
             stats = _stats_from(st, tuple(keys))
-            created, csrc, modified, last_used, lsrc = times(stats)
+            t = times(stats)
             return Entry(
                 key=rec["key"], layout=rec["layout"], path=Path(p), stats=stats,
                 ranks=tuple(rec["ranks"]), prefixes=tuple(rec["prefixes"]),
-                state=rec["state"], state_detail=rec["state_detail"], created=created,
-                created_source=csrc, modified=modified, last_used=last_used,
-                last_used_source=lsrc, vllm_version=rec["vllm_version"],
+                state=rec["state"], state_detail=rec["state_detail"], created=t.created,
+                created_source=t.created_source, modified=t.modified, last_used=t.last_used,
+                last_used_source=t.last_used_source, vllm_version=rec["vllm_version"],
                 torch_version=rec["torch_version"], model=rec["model"],
                 hardware=rec["hardware"], checkpoint=rec.get("checkpoint"),
                 checkpoint_detail=rec.get("checkpoint_detail"),

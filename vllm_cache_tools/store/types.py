@@ -60,6 +60,22 @@ class TreeStats:
 
 
 @dataclass(frozen=True)
+class EntryTimes:
+    """When an entry was created, modified and last used, and what says so."""
+
+    created: float | None
+    """Earliest file mtime (artifacts are written once; Linux gives no birth time)."""
+    created_source: str
+    """``oldest-mtime``."""
+    modified: float | None
+    """Newest file mtime."""
+    last_used: float | None
+    """Newest evidence of use: a key file read after it was written, else the last write."""
+    last_used_source: LastUsedSource | None
+    """``atime``, ``mtime`` (``ledger`` once the recorder's ledger is applied)."""
+
+
+@dataclass(frozen=True)
 class PrefixDir:
     """``<backend key>/rank_i_j/<prefix>/``: one compiled model part (``backbone``, ...)."""
 
