@@ -287,6 +287,11 @@ class LogParser:
             fn.env_truncated = False
             p.block = self._hot = _Block("env", line.header, fn, p)
             return True
+        return self._cache_line(st, p, tag, msg, where, ts)
+
+    def _cache_line(self, st: _Start, p: _Proc, tag: str | None, msg: str, where: Where,
+                    ts: str) -> bool:
+        """Lines about the cache folders, factors and the AOT artifact."""
         if "torch.compile" in msg:
             m = _TOTAL.search(msg)
             if m is not None:
@@ -328,6 +333,11 @@ class LogParser:
                 fn.load_failure = LoadFailure(m.group(1) or m.group(2) or "", m.group(3),
                                               where)
                 return True
+        return self._graph_line(st, p, tag, msg, where, ts)
+
+    def _graph_line(self, st: _Start, p: _Proc, tag: str | None, msg: str, where: Where,
+                    ts: str) -> bool:
+        """Lines about graphs: Dynamo time, compiled and loaded ranges, saved graphs."""
         if "Dynamo bytecode transform time" in msg:
             m = _DYNAMO.search(msg)
             if m is not None:
