@@ -168,7 +168,8 @@ class _Start:
 
 
 def _rank_key(rank: str | None) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", rank or ""))
+    # Digit runs cut at 18: a sort key, and int() of 5000 digits raises (found by the fuzzer).
+    return tuple(int(x) for x in re.findall(r"\d{1,18}", rank or ""))
 
 
 def _finish_env(fn: _Fn, closed: bool) -> None:
