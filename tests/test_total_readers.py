@@ -441,3 +441,11 @@ def test_model_past_the_readers_limits_is_not_judged(tmp_path: Path) -> None:
     with pytest.raises(ReadError) as err:
         read_aot_model(p)
     assert not isinstance(err.value, UnreadableError)
+
+
+@pytest.mark.parametrize("name", ["log env factor of 1 MB", "log args line of 1 MB",
+                                  "log 10 MB of backtracking lines"])
+def test_hostile_logs_are_read_in_bounded_memory(name: str) -> None:
+    r = run_isolated(name, timeout=60)
+    assert r.outcome in ("ok", "ReadError"), r
+    assert r.seconds < 3.0 and r.peak_rss_mb < 300, r

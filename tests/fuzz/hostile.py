@@ -238,6 +238,20 @@ def log_hostile(size: int = 10 * MB) -> bytes:
     return one * (size // len(one))
 
 
+def log_env_value(size: int = 900 * 1024) -> bytes:
+    """A ``Compile env factors (raw)`` block whose one value is a ~1 MB literal list."""
+    h = b"DEBUG 01-01 00:00:00 [compilation/backends.py:1] "
+    return (h + b'Start compiling function <code object forward at 0x1, file "/x.py", line '
+            b"1>\n" + h + b"Compile env factors (raw):\n" + h + b"{'VLLM_A': ["
+            + b"1," * (size // 2) + b"1],\n" + h + b" 'VLLM_B': 2}\n")
+
+
+def log_args_atom(size: int = 900 * 1024) -> bytes:
+    """vLLM's ``non-default args: {...}`` line with one ~1 MB non-literal value."""
+    return (b"INFO 01-01 00:00:00 [utils.py:1] non-default args: {'a': " + b"1+" * (size // 2)
+            + b"1, 'b': 1" + b"1_1if" * 1000 + b"}\n")
+
+
 def log_long_line(size: int = 10 * MB) -> bytes:
     return b"INFO 01-01 00:00:00 [backends.py:1] Compiling " + b"(" * size + b"\n"
 
@@ -310,6 +324,8 @@ ARTIFACTS: dict[str, tuple[str, Callable[[], bytes]]] = {
     "compile cache 10 MB string": ("vllm_compile_cache.py", literal_one_string),
     "log 10 MB of backtracking lines": ("log", log_hostile),
     "log one 10 MB line": ("log", log_long_line),
+    "log env factor of 1 MB": ("log", log_env_value),
+    "log args line of 1 MB": ("log", log_args_atom),
     "graph 10 MB one line of File:": ("computation_graph.py",
                                       lambda: b"# File: " + b"a:1" * (10 * MB // 3)),
 }

@@ -52,8 +52,9 @@ def read_as(kind: str, path: Path) -> None:
         diff_graphs(text, text[: len(text) // 2])
     elif kind == "log":
         from vllm_cache_tools.read.logs import LogStream
-        for _ in LogStream([str(path)]):
-            pass
+        for start in LogStream([str(path)]):  # what `log --json` reads of each start
+            for _, fn in start.functions:
+                fn.env_values  # noqa: B018 - a lazy property: reading it parses the values
     elif kind == "none":
         pass
     elif kind == "triton.json":

@@ -136,14 +136,16 @@ def run_logs(data: bytes, d: Path, base: bytes) -> None:
 
 def run_model(data: bytes, d: Path, base: bytes) -> None:
     from vllm_cache_tools.read.aot_model import read_aot_model
+    from vllm_cache_tools.read.errors import ReadError
     p = _write(d, "model", data)
-    for full in (True, False):
+    refused: ReadError | None = None
+    for full in (True, False):  # both reads, whatever the first says
         try:
             read_aot_model(p, full=full)
-        except ValueError as exc:
-            from vllm_cache_tools.read.errors import ReadError
-            if not isinstance(exc, ReadError):
-                raise
+        except ReadError as exc:
+            refused = refused or exc
+    if refused is not None:
+        raise refused
 
 
 def run_triton(data: bytes, d: Path, base: bytes) -> None:

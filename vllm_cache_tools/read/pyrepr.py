@@ -11,10 +11,25 @@ before the cut. Nothing is evaluated or imported.
 from __future__ import annotations
 
 import ast
+import warnings
 from typing import Any
 
 MAX_DEPTH = 64
 """Deeper nesting is kept as opaque text (a hostile line must not recurse without bound)."""
+
+
+def _literal(text: str, limit: int) -> Any:
+    """``ast.literal_eval`` of a short text, else :class:`Opaque`: ast takes ~100 bytes of
+    memory per byte of text and recursion per operator (``1+1+...``), and warns on stderr
+    (``1if``: "invalid decimal literal") (issue 12, surgical)."""
+    if len(text) > limit:
+        return Opaque(text)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return ast.literal_eval(text)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return Opaque(text)
 
 
 class Opaque(str):
@@ -114,10 +129,7 @@ class _Reader:
             if s.startswith(end_mark, self.i):
                 self.i += len(end_mark)
                 text = s[start:self.i]
-                try:
-                    return ast.literal_eval(text)
-                except (ValueError, SyntaxError, MemoryError, RecursionError):
-                    return Opaque(text)
+                return _literal(text, 64 * 1024) if len(text) <= 64 * 1024 else Opaque(text)
             self.i += 1
         return Opaque(s[start:])  # cut short inside the string
 
@@ -127,10 +139,7 @@ class _Reader:
         start = self.i
         self.skip_to(",:}])")
         text = self.s[start:self.i].strip()
-        try:
-            v = ast.literal_eval(text)
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            return Opaque(text)
+        v = _literal(text, 100)  # a number or a name is short; longer text is opaque
         return v if v is None or isinstance(v, (bool, int, float, complex)) else Opaque(text)
 
     def skip_to(self, stops: str) -> None:

@@ -256,9 +256,12 @@ def _mode_of(v: Any) -> int | None:
 
 
 def env_value(raw: str) -> Any:
-    import ast
+    # The bounded literal reader, not ast.literal_eval: a 1 MB value took ~450 MB through
+    # ast (issue 12); pprint'ed env values are plain literals, anything else stays text.
+    from vllm_cache_tools.read.errors import ReadError
+    from vllm_cache_tools.read.pyliteral import parse_literal
 
     try:
-        return ast.literal_eval(raw)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return parse_literal(raw)
+    except ReadError:
         return raw
