@@ -131,7 +131,9 @@ def run_ledger_stream(data: bytes, d: Path, base: bytes) -> None:
 
 def run_logs(data: bytes, d: Path, base: bytes) -> None:
     from vllm_cache_tools.read.logs import parse_text
-    parse_text(data)
+    for start in parse_text(data):
+        for _, fn in start.functions:
+            fn.env_values  # noqa: B018 - a lazy property: reading it parses the values
 
 
 def run_model(data: bytes, d: Path, base: bytes) -> None:
