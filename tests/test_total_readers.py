@@ -449,3 +449,19 @@ def test_hostile_logs_are_read_in_bounded_memory(name: str) -> None:
     r = run_isolated(name, timeout=60)
     assert r.outcome in ("ok", "ReadError"), r
     assert r.seconds < 3.0 and r.peak_rss_mb < 300, r
+
+
+@pytest.mark.parametrize(("data", "state"), [
+    (hostile.json_deep(), "unknown"),           # past the reader's limits: not judged
+    (hostile.json_huge_int(), "unknown"),
+    (b'{"code_hash": "a", ', "corrupt"),        # broken JSON: read and found broken
+])
+def test_hostile_factors_make_the_entry_unknown_not_corrupt(sample_root: Path, data: bytes,
+                                                             state: str) -> None:
+    from vllm_cache_tools import scan
+    f = _plant(sample_root, "28fd362d4e/rank_0_0/backbone/cache_key_factors.json", data)
+    entries = {e.key: e for e in scan(sample_root, check_in_use=False, deep=True).entries}
+    assert entries["28fd362d4e"].state == state, entries["28fd362d4e"].state_detail
+    assert "\n" not in entries["28fd362d4e"].state_detail
+    assert {e.state for k, e in entries.items() if k != "28fd362d4e"} <= {
+        "complete", "unloadable", "in-use"}, f
