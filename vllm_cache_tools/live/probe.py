@@ -649,7 +649,13 @@ class _Child:
         assert self.proc.stdout is not None
         out = self.proc.stdout.read()
         self.proc.wait(timeout=300)
-        res: dict[str, Any] = json.loads(out)
+        try:
+            res: dict[str, Any] = json.loads(out)
+        except ValueError:
+            # Not vLLM refusing the arguments (a ValueError here would be reported so):
+            # the child died or printed something else; its stderr went to this stderr.
+            raise RuntimeError("the Inductor-factors child gave no answer (exit "
+                               f"{self.proc.returncode}): {out[:200]!r}") from None
         if "restart" in res:  # its early imports read a variable the platform changed
             self.proc = self._spawn(preimport=False)
             self.send(self.payload)
