@@ -296,7 +296,7 @@ def test_pickled_python_values_read_as_before() -> None:
 def test_pickle_bombs_are_refused_cheaply(name: str) -> None:
     r = run_isolated(name, timeout=30)
     assert r.outcome in ("ok", "ReadError"), r
-    assert r.seconds < 3.0 and r.peak_rss_mb < 300, r
+    assert r.cpu_s < 1.0 and r.peak_rss_mb < 300, r
 
 
 def test_build_cannot_change_the_readers_own_functions() -> None:
@@ -448,7 +448,7 @@ def test_model_past_the_readers_limits_is_not_judged(tmp_path: Path) -> None:
 def test_hostile_logs_are_read_in_bounded_memory(name: str) -> None:
     r = run_isolated(name, timeout=60)
     assert r.outcome in ("ok", "ReadError"), r
-    assert r.seconds < 3.0 and r.peak_rss_mb < 300, r
+    assert r.cpu_s < 1.0 and r.peak_rss_mb < 300, r
 
 
 @pytest.mark.parametrize(("data", "state"), [

@@ -209,8 +209,8 @@ def graph_big(size: int = 10 * MB) -> bytes:
 
 
 def json_strings(size: int) -> bytes:
-    """``["ab","ab",...]``: the most string objects per byte."""
-    n = (size - 2) // 5
+    """``["ab","ab",...]``: the most string objects per byte (``size`` bytes in all)."""
+    n = (size - 40) // 5
     return b'{"schema": 1, "env": {"x": [' + b'"ab",' * (n - 1) + b'"ab"]}}'
 
 
@@ -328,4 +328,7 @@ ARTIFACTS: dict[str, tuple[str, Callable[[], bytes]]] = {
     "log args line of 1 MB": ("log", log_args_atom),
     "graph 10 MB one line of File:": ("computation_graph.py",
                                       lambda: b"# File: " + b"a:1" * (10 * MB // 3)),
+    "graph diff, 8 MB real-like": ("graph diff", lambda: graph_big(8 * MB)),
+    "graph diff, 10 MB newlines": ("graph diff", lambda: graph_newlines(10 * MB)),
+    "graph diff, 300 KB of '# File:'": ("graph diff", graph_file_comments),
 }

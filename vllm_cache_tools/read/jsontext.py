@@ -45,7 +45,7 @@ def loads(raw: bytes | str, what: str, *, max_depth: int = MAX_DEPTH,
     except (ValueError, TypeError, MemoryError, OverflowError) as exc:
         # ValueError here: an integer past Python's 4300-digit conversion limit.
         raise beyond_limits(what, one_line(exc)) from None
-    if depth_exceeds(data, max_depth):
+    if open_brackets > max_depth and depth_exceeds(data, max_depth):
         raise beyond_limits(what, f"JSON nested more than {max_depth} deep")
     return data
 

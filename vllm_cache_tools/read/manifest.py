@@ -167,7 +167,11 @@ class LedgerEvent:
 def parse_ledger_line(line: bytes) -> LedgerEvent:
     """One ledger line as an event; :class:`ReadError` for anything the recorder never
     writes (wrong types, times that are not plausible POSIX times, deep or huge JSON)."""
-    e = jsontext.loads(line, "ledger line", max_depth=8)
+    try:
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ReadError("not UTF-8") from None
+    e = jsontext.loads(text, "ledger line", max_depth=8)
     if not isinstance(e, dict):
         raise ReadError("not a JSON object")
     t = jsontext.finite_time(e.get("time"))
@@ -178,14 +182,14 @@ def parse_ledger_line(line: bytes) -> LedgerEvent:
             and event and key):
         raise ReadError("event, tree or key missing")
     rank, prefix, host = e.get("rank", ""), e.get("prefix", ""), e.get("host", "")
-    if not all(isinstance(v, str) for v in (rank, prefix, host)):
+    if type(rank) is not str or type(prefix) is not str or type(host) is not str:
         raise ReadError("rank, prefix or host is not a string")
     pid = e.get("pid")
-    if pid is not None and (isinstance(pid, bool) or not isinstance(pid, int)
-                            or not 0 <= pid < 1 << 32):
+    if pid is not None and (type(pid) is not int or not 0 <= pid < 1 << 32):
         raise ReadError("pid is not a process id")
     manifest, reason = e.get("manifest"), e.get("reason")
-    if not all(v is None or isinstance(v, str) for v in (manifest, reason)):
+    if not ((manifest is None or type(manifest) is str)
+            and (reason is None or type(reason) is str)):
         raise ReadError("manifest or reason is not a string")
     return LedgerEvent(t, event, tree, key, rank, prefix, host, pid, manifest, reason,
                        _seconds(e.get("seconds")), _seconds(e.get("recorder_s")))
