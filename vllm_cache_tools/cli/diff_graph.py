@@ -11,19 +11,12 @@ from vllm_cache_tools.analyze.graph_diff import diff_graphs
 from vllm_cache_tools.cli.common import fail, print_json
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.read.noatime import read_noatime
-from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
-from vllm_cache_tools.store.scan import RootError
+from vllm_cache_tools.store.lookup import locate_entry
 from vllm_cache_tools.views.payloads import with_schema
 
 
 def _graph_text(ref: str, root: object, rank: str, prefix: str) -> tuple[str, str]:
-    try:
-        path = locate_entry(ref, root)  # type: ignore[arg-type]
-    except AmbiguousKey as exc:
-        fail(f"key prefix {exc.ref!r} is ambiguous: "
-             + ", ".join(p.name for _, p in exc.candidates))
-    except (EntryNotFound, RootError) as exc:
-        fail(str(exc))
+    path = locate_entry(ref, root)  # type: ignore[arg-type]
     graph = path / rank / prefix / "computation_graph.py"
     if not graph.is_file():
         fail(f"{path.name}: no {rank}/{prefix}/computation_graph.py (backend entries of "

@@ -10,12 +10,12 @@ import typer
 from vllm_cache_tools.analyze.explain import (
     Explanation,
     against_current,
-    explain_entries,
     explain_logs,
     explanation_json,
     latest_pair,
     show_value,
 )
+from vllm_cache_tools.analyze.explain import explain as explain_refs
 from vllm_cache_tools.cli.common import console, fail, print_json, redact_record
 from vllm_cache_tools.cli.log import _parse_ref, _pick, _starts_of
 from vllm_cache_tools.cli.ls import RootOpt
@@ -62,26 +62,7 @@ def explain(
 
 
 def _from_entries(a: str, b: str, root: Path | None) -> Explanation:
-    try:
-        pa, pb = locate_entry(a, root), locate_entry(b, root)
-    except AmbiguousKey as exc:
-        fail(f"key prefix {exc.ref!r} is ambiguous: "
-             + ", ".join(p.name for _, p in exc.candidates))
-    except (EntryNotFound, RootError) as exc:
-        fail(str(exc))
-    ea, eb = read_entry(pa), read_entry(pb)
-    others = []
-    # The AOT entries of both roots: entries of two roots (explain root/.. root_tp2/..) each
-    # need their own AOT sibling to itemise a code change.
-    roots = dict.fromkeys(p.parent if e.layout == "backend" else p.parent.parent
-                          for p, e in ((pa, ea), (pb, eb)))
-    for r in roots:
-        try:
-            others += [read_entry(e.path) for e in scan(r, check_in_use=False).entries
-                       if e.layout == "aot" and e.path not in (ea.path, eb.path)]
-        except RootError:
-            continue
-    return explain_entries(ea, eb, others)
+    return explain_refs(a, b, root)
 
 
 def _latest(root: Path | None) -> Explanation:

@@ -15,7 +15,7 @@ from vllm_cache_tools.cli.common import DelayedProgress, fail, print_json, warn
 from vllm_cache_tools.cli.render import Column, render, unique_prefixes
 from vllm_cache_tools.store.filters import parse_filter, sort_entries
 from vllm_cache_tools.store.locate import display_path
-from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
+from vllm_cache_tools.store.lookup import locate_entry
 from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Entry, Problem
 from vllm_cache_tools.units import human_age, human_size
@@ -142,13 +142,7 @@ def model_label(e: Entry) -> str:
 
 
 def _locate(ref: str, root: Path) -> Path:
-    try:
-        return locate_entry(ref, root)
-    except AmbiguousKey as exc:
-        lines = "\n".join(f"  {layout:8} {p.name}" for layout, p in exc.candidates)
-        fail(f"key prefix {exc.ref!r} is ambiguous; candidates:\n{lines}")
-    except (EntryNotFound, RootError) as exc:
-        fail(str(exc.args[0]) if exc.args else str(exc))
+    return locate_entry(ref, root)
 
 
 def _short_model(model: str | None) -> str:

@@ -25,8 +25,7 @@ from vllm_cache_tools.maintain.plan import Protections, plan_prune
 from vllm_cache_tools.maintain.policies import Policies
 from vllm_cache_tools.maintain.trash import entry_tree
 from vllm_cache_tools.store.locate import display_path
-from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
-from vllm_cache_tools.store.scan import RootError
+from vllm_cache_tools.store.lookup import locate_entry
 
 
 def rm(
@@ -48,13 +47,7 @@ def rm(
     info = load_root(root, force)
     named: list[tuple[Path, str]] = []
     for ref in refs:
-        try:
-            path = locate_entry(ref, info.root)
-        except AmbiguousKey as exc:
-            lines = "\n".join(f"  {layout:8} {p.name}" for layout, p in exc.candidates)
-            fail(f"key prefix {exc.ref!r} is ambiguous; candidates:\n{lines}")
-        except (EntryNotFound, RootError) as exc:
-            fail(str(exc.args[0]) if exc.args else str(exc))
+        path = locate_entry(ref, info.root)
         if entry_tree(path, info.root) is None:
             # A path into another root: never map it onto a same-named entry of this one.
             fail(f"{display_path(path)} is not an entry of {display_path(info.root)} "

@@ -6,13 +6,13 @@ from typing import Annotated, Any
 
 import typer
 
-from vllm_cache_tools.cli.common import console, fail, print_json, redact_json
+from vllm_cache_tools.cli.common import console, print_json, redact_json
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.keys.source_link import same_source_aot_keys
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.store.entries import read_entry
-from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
-from vllm_cache_tools.store.scan import RootError, scan
+from vllm_cache_tools.store.lookup import locate_entry
+from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.units import human_age, human_size
 from vllm_cache_tools.views.payloads import entry_detail
 
@@ -26,13 +26,7 @@ def show(
                                       "(human output; --json always has them).")] = False,
 ) -> None:
     """Show one entry: hashes, raw env factors, traced files, graphs and ranges, artifacts."""
-    try:
-        path = locate_entry(ref, root)
-    except AmbiguousKey as exc:
-        lines = "\n".join(f"  {layout:8} {p.name}" for layout, p in exc.candidates)
-        fail(f"key prefix {exc.ref!r} is ambiguous; candidates:\n{lines}")
-    except (EntryNotFound, RootError) as exc:
-        fail(str(exc.args[0]) if exc.args else str(exc))
+    path = locate_entry(ref, root)
     entry = read_entry(path, deep=True)
     data = entry_detail(entry)
     if entry.layout == "backend" and entry.factors is not None:

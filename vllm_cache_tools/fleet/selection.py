@@ -211,11 +211,8 @@ def _snapshots(entries: Iterable[Entry], cc: Path) -> tuple[LocalFile, ...]:
 def _locate(ref: str, croot: CacheRoot) -> Path:
     try:
         return locate_entry(ref, croot)
-    except AmbiguousKey as exc:
-        raise FleetError(f"key prefix {exc.ref!r} is ambiguous: "
-                         + ", ".join(p.name[:16] for _, p in exc.candidates[:5])) from None
-    except (EntryNotFound, RootError) as exc:
-        raise FleetError(str(exc.args[0]) if exc.args else str(exc)) from None
+    except (AmbiguousKey, EntryNotFound, RootError) as exc:
+        raise FleetError(str(exc)) from None
 
 
 def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] = (), *,

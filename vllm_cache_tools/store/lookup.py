@@ -19,10 +19,16 @@ class EntryNotFound(VctError, LookupError):
 
 
 class AmbiguousKey(VctError, LookupError):
+    """A key prefix that names more than one entry; the message lists them."""
+
     def __init__(self, ref: str, candidates: list[tuple[str, Path]]) -> None:
         super().__init__(ref)
         self.ref = ref
         self.candidates = candidates
+
+    def __str__(self) -> str:
+        lines = "\n".join(f"  {layout:8} {p.name}" for layout, p in self.candidates)
+        return f"key prefix {self.ref!r} is ambiguous; candidates:\n{lines}"
 
 
 def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = None) -> Path:
