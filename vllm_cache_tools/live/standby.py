@@ -106,22 +106,14 @@ def standby_key(python: str, probe_source: bytes, machine: Mapping[str, Any]) ->
 def memory_short(available: int | None = None) -> str | None:
     """Why no standby should start now (``MemAvailable`` below :data:`MIN_AVAILABLE`), or
     None; None too where the kernel does not say (no /proc/meminfo)."""
-    avail = available if available is not None else mem_available()
+    if available is None:
+        from vllm_cache_tools.live.probe import mem_available  # one reader of /proc/meminfo
+        available = mem_available()
+    avail = available
     if avail is None or avail >= MIN_AVAILABLE:
         return None
     return (f"memory short: {avail >> 20} MiB available, a standby needs "
             f"{MIN_AVAILABLE >> 20} MiB free")
-
-
-def mem_available() -> int | None:
-    try:
-        with open("/proc/meminfo", "rb") as f:
-            for line in f:
-                if line.startswith(b"MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        return None
-    return None
 
 
 def socket_path(key: str) -> Path | None:
@@ -243,5 +235,5 @@ def start(path: Path, python: str, probe: Path, env: Mapping[str, str],
 
 
 __all__ = ["EXPECTED_RSS", "IDLE_S", "MAX_STANDBYS", "MIN_AVAILABLE", "STANDBY_VAR", "alive",
-           "ask", "idle_seconds", "leave", "make_room", "mem_available", "memory_short",
+           "ask", "idle_seconds", "leave", "make_room", "memory_short",
            "ready", "runtime_dir", "socket_path", "standby_key", "start"]
