@@ -412,6 +412,8 @@ HOSTNAME_ENV = "VCT_TEST_HOSTNAME"
 """In a start's env: run it under this host name (run_start), as another machine of a fleet."""
 LONG_LEN_ENV = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"}
 RECORD_ENV = {"VLLM_CACHE_TOOLS_RECORD": "1"}
+JIT_CACHE_ENV = {"TORCHINDUCTOR_CACHE_DIR": "jit/inductor", "TRITON_CACHE_DIR": "jit/triton"}
+"""Relative to the start's cwd (the scenario folder): see the "jit-caches" scenario."""
 
 
 def _block_recorder_state(root: Path) -> None:
@@ -486,6 +488,13 @@ SCENARIOS: dict[str, Scenario] = {
                         "VLLM_VCT_UNDECLARED_KNOB": "1"},
                    compile_mode=True, additional_config={"worker_id": "w2"}),
     ), recorder=True),
+    # Inductor's and Triton's own caches pointed into the scenario folder (a relative path:
+    # starts run with the scenario folder as their cwd), cold then warm, so `ls --all-caches`
+    # is checked against what vLLM leaves outside its root (issue 17).
+    "jit-caches": Scenario("jit-caches", (
+        Start.make(env=JIT_CACHE_ENV, compile_mode=True),
+        Start.make(env=JIT_CACHE_ENV, compile_mode=True),
+    )),
     # The recorder cannot write its ledger or snapshots (a file where its folder goes):
     # vLLM must start and compile as usual.
     "recorder-blocked": Scenario("recorder-blocked", (
