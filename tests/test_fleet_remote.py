@@ -164,3 +164,20 @@ def test_prune_remote_by_age_and_size(real_compile: ScenarioRun, store_url: str)
     gone = json.loads(res.stdout)
     assert gone["blobs_removed"] > 0 and Store(store_url).entries() == []
     assert run_cli("prune-remote", store_url).returncode == 2  # no policy: usage error
+
+
+def test_push_counts_snapshots_in_what_it_covers(tmp_path: Path) -> None:
+    """A start recorded with snapshots: the snapshots are uploaded beside the entries, so
+    the bytes covered count them too (they did not: "-546K of 7.7M not sent")."""
+    from tests.realvllm.harness import SCENARIOS, run_scenario
+
+    run = run_scenario(SCENARIOS["sample"])  # recorder on: manifests and snapshots
+    key = _backend_key(run)
+    url = f"file://{tmp_path}/store"
+    r = api.push([key], url, root=run.vllm_root)
+    sources = run.vllm_root / "torch_compile_cache" / ".vllm-cache-tools" / "sources"
+    assert any(sources.iterdir()) and r.blobs_uploaded > 0
+    assert 0 < r.bytes_uploaded <= r.logical_bytes
+    res = run_cli("push", "--root", str(run.vllm_root), key, f"file://{tmp_path}/store2")
+    assert res.returncode == 0, res.stderr
+    assert " -" not in res.stdout.splitlines()[-1], res.stdout

@@ -43,7 +43,8 @@ class PushResult:
     blobs_present: int
     bytes_uploaded: int
     logical_bytes: int
-    """What the pushed entries hold, before deduplication."""
+    """What the pushed (or already present) entries and their snapshots hold, before
+    deduplication: never less than ``bytes_uploaded``."""
     seconds: float
 
 
@@ -129,7 +130,15 @@ def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
     return PushResult(store.url, tuple(results), len(missing) + len(gone),
                       len(blobs) - len(missing) - len(gone),
                       sum(blobs[s][1].size for s in [*missing, *gone]),
-                      sum(r.size_bytes for r in sel.records), time.perf_counter() - t0)
+                      _logical_bytes(sel, todo), time.perf_counter() - t0)
+
+
+def _logical_bytes(sel: Any, todo: Sequence[int]) -> int:
+    """Every file this push covered, each counted where it occurs (entries not refused, and
+    the snapshots that go along): the blobs uploaded are a deduplicated part of these, so
+    never more. (Entry sizes alone left the snapshots out: "-546K of 7.7M not sent".)"""
+    return (sum(lf.record.size for i in todo for lf in sel.files[i])
+            + sum(x.record.size for x in sel.extras))
 
 
 # ---- pull ------------------------------------------------------------------------------------
