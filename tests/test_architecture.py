@@ -43,3 +43,19 @@ def test_layers_hold_and_a_planted_upward_import_breaks_them(tmp_path: Path) -> 
     hooks.write_text(hooks.read_text() + "\nimport rich  # planted\n")
     r = _lint(tmp_path)
     assert r.returncode != 0 and "vllm_cache_tools.recorder" in r.stdout and "rich" in r.stdout
+
+
+def test_json_documents_live_in_views() -> None:
+    """analyze/, maintain/ and store/ return records; the documents --json prints are built in
+    views/ (fleet/records.py's bundle manifest is a file format, not a view)."""
+    import ast
+
+    pkg = Path(__file__).resolve().parent.parent / "vllm_cache_tools"
+    found = []
+    for sub in ("analyze", "maintain", "store", "keys", "read"):
+        for f in sorted((pkg / sub).rglob("*.py")):
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.FunctionDef) and node.name.endswith("_json") \
+                        and not node.name.startswith("_"):
+                    found.append(f"{f.relative_to(pkg)}:{node.lineno} {node.name}")
+    assert found == []

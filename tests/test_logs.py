@@ -32,7 +32,6 @@ from tests.realvllm.harness import ScenarioRun
 from vllm_cache_tools.analyze.log_summary import (
     classify_traced,
     compare_starts,
-    start_json,
     summarize,
     traced_groups,
 )
@@ -46,6 +45,7 @@ from vllm_cache_tools.read.logs import (
 )
 from vllm_cache_tools.read.logs import inputs as logs_inputs
 from vllm_cache_tools.read.logs import stream as logs_stream
+from vllm_cache_tools.views.logs import start_json
 
 CYAN, RESET = "\x1b[1;36m", "\x1b[0;0m"  # vllm/executor/multiproc_worker_utils.py (0.6-0.9)
 

@@ -22,9 +22,10 @@ from tests.realvllm.harness import (
     start_env,
     venv_python,
 )
-from vllm_cache_tools.analyze.predict import Prediction, predict, prediction_json
+from vllm_cache_tools.analyze.predict import Prediction, predict
 from vllm_cache_tools.live import memo as probememo
 from vllm_cache_tools.live.runner import memo_dir
+from vllm_cache_tools.views.predict import prediction_json
 
 
 def _without_probe(p: Prediction) -> dict[str, Any]:

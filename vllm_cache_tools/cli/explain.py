@@ -11,7 +11,6 @@ from vllm_cache_tools.analyze.explain import (
     Explanation,
     against_current,
     explain_logs,
-    explanation_json,
     latest_pair,
     show_value,
 )
@@ -23,6 +22,7 @@ from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
 from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Cause
+from vllm_cache_tools.views.explain import explanation_json
 from vllm_cache_tools.views.payloads import with_schema
 
 

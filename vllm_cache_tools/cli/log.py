@@ -18,14 +18,11 @@ from vllm_cache_tools.analyze.log_summary import (
     StartSummary,
     Summarizer,
     compare_starts,
-    comparison_json,
-    start_json,
-    summary_json,
-    traced_json,
 )
 from vllm_cache_tools.cli.common import fail, warn, write_out
 from vllm_cache_tools.cli.log_render import render_compare, render_summary, render_traced, say
 from vllm_cache_tools.read.logs import LogInputError, LogStream, StartLog, check_inputs
+from vllm_cache_tools.views.logs import comparison_json, start_json, summary_json, traced_json
 from vllm_cache_tools.views.payloads import SCHEMAS, log_json, with_schema
 
 SCHEMA = SCHEMAS["log"]

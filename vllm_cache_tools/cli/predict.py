@@ -7,12 +7,13 @@ from typing import Annotated
 import typer
 
 from vllm_cache_tools.analyze.explain import show_value
-from vllm_cache_tools.analyze.predict import PredictError, predict, prediction_json
+from vllm_cache_tools.analyze.predict import PredictError, predict
 from vllm_cache_tools.cli.common import console, fail, print_json
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.cli.stageline import StageLine
 from vllm_cache_tools.keys.versions import recipe_verified_on
 from vllm_cache_tools.views.payloads import predict_document
+from vllm_cache_tools.views.predict import prediction_json
 
 
 def predict_cmd(

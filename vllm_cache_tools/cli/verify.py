@@ -27,11 +27,12 @@ from vllm_cache_tools.maintain.plan import (
     plan_prune,
 )
 from vllm_cache_tools.maintain.policies import Policies
-from vllm_cache_tools.maintain.verify import VerifyReport, remove_orphan_tmps, verify, verify_json
+from vllm_cache_tools.maintain.verify import VerifyReport, remove_orphan_tmps, verify
 from vllm_cache_tools.store.locate import resolve_root
 from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.views.payloads import with_schema
 from vllm_cache_tools.views.prune import prune_report
+from vllm_cache_tools.views.verify import verify_json
 
 
 def _p(line: str = "") -> None:

@@ -174,12 +174,6 @@ def aot_verdict(info: AotModelInfo | None, env: Environment) -> tuple[Verdict, s
     return "hittable", "system info matches this environment"
 
 
-def describe_env_for_json(env: Environment) -> dict[str, object]:
-    return {"python": env.python, "torch": env.torch, "cuda": env.cuda, "triton": env.triton,
-            "gpus": list(env.gpus), "interpreter": env.interpreter,
-            "torch_source": env.torch_source, "error": env.error}
-
-
 def probe_source() -> str:
     """The probe script (for docs and tests)."""
     return _PROBE

@@ -210,14 +210,6 @@ def _activity_note(e: Entry, root: Path, now: float, busy: Mapping[str, Sequence
     return None
 
 
-def verify_json(report: VerifyReport) -> dict[str, object]:
-    return {"root": display_path(report.root), "checked": report.checked,
-            "problems": [{"key": p.key, "path": p.path, "kind": p.kind, "detail": p.detail,
-                          "layout": p.layout, "fixable": p.fixable or p.kind == "orphan-tmp",
-                          "note": p.note}
-                         for p in report.problems]}
-
-
 @dataclass(frozen=True)
 class TmpRemoval:
     path: str

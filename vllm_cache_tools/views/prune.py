@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from vllm_cache_tools.keys.compat import describe_env_for_json
+from vllm_cache_tools.keys.compat import Environment
 from vllm_cache_tools.maintain.execute import PruneResult
 from vllm_cache_tools.maintain.plan import PlannedEntry, PrunePlan
 from vllm_cache_tools.store.locate import display_path
@@ -45,3 +45,8 @@ def prune_report(plan: PrunePlan, result: PruneResult | None) -> dict[str, Any]:
         out["environment"] = describe_env_for_json(plan.environment)
     return out
 
+
+def describe_env_for_json(env: Environment) -> dict[str, object]:
+    return {"python": env.python, "torch": env.torch, "cuda": env.cuda, "triton": env.triton,
+            "gpus": list(env.gpus), "interpreter": env.interpreter,
+            "torch_source": env.torch_source, "error": env.error}
