@@ -16,8 +16,8 @@ from vllm_cache_tools.analyze.explain import (
 )
 from vllm_cache_tools.analyze.explain import explain as explain_refs
 from vllm_cache_tools.cli.common import console, fail, print_json, redact_record
-from vllm_cache_tools.cli.log import _parse_ref, _pick, _starts_of
 from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.read.logs.refs import parse_ref, pick_start, read_starts
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
 from vllm_cache_tools.store.scan import RootError, scan
@@ -97,14 +97,14 @@ def _against_current(ref: str, args: list[str], root: Path | None,
 
 
 def _from_logs(old_ref: str, new_ref: str) -> Explanation:
-    (op, on), (np_, nn) = _parse_ref(old_ref), _parse_ref(new_ref)
+    (op, on), (np_, nn) = parse_ref(old_ref), parse_ref(new_ref)
     for p in (op, np_):
         if not Path(p).is_file():
             fail(f"{p}: no such log file")
-    so, _ = _starts_of(op, True)
-    sn, _ = _starts_of(np_, True)
-    old = _pick(so, on, old_ref, -1)
-    new = _pick(sn, nn, new_ref, -1)
+    so, _ = read_starts(op, True)
+    sn, _ = read_starts(np_, True)
+    old = pick_start(so, on, old_ref, -1)
+    new = pick_start(sn, nn, new_ref, -1)
     return explain_logs(old, new, old_ref, new_ref, _code_from_cache)
 
 

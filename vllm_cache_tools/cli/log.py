@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import pickle
-import re
 import shlex
 import sys
 import tempfile
@@ -22,13 +21,11 @@ from vllm_cache_tools.analyze.log_summary import (
 from vllm_cache_tools.cli.common import fail, warn, write_out
 from vllm_cache_tools.cli.log_render import render_compare, render_summary, render_traced, say
 from vllm_cache_tools.read.logs import LogInputError, LogStream, StartLog, check_inputs
+from vllm_cache_tools.read.logs.refs import parse_ref, pick_start, read_starts
 from vllm_cache_tools.views.logs import comparison_json, start_json, summary_json, traced_json
 from vllm_cache_tools.views.payloads import SCHEMAS, log_json, with_schema
 
 SCHEMA = SCHEMAS["log"]
-_REF = re.compile(r"^(?P<path>.*)@(?P<n>-?\d+)$")
-
-
 def log(
     files: Annotated[list[str] | None, typer.Argument(
         metavar="FILE", help="vLLM log files (plain, rotated .1/.2, gzip); - or none for "
@@ -164,43 +161,15 @@ def _traced(stream: LogStream, json_out: bool) -> None:
 # Compare
 
 
-def _parse_ref(ref: str) -> tuple[str, int | None]:
-    m = _REF.match(ref)
-    if m is not None and m.group("path") and not _exists(ref):
-        return m.group("path"), int(m.group("n"))
-    return ref, None
-
-
-def _exists(path: str) -> bool:
-    from pathlib import Path
-
-    return Path(path).exists()
-
-
-def _starts_of(path: str, accelerate: bool) -> tuple[list[StartLog], list[str]]:
-    stream = LogStream([path], accelerate=accelerate)
-    return list(stream), stream.warnings
-
-
-def _pick(starts: list[StartLog], n: int | None, ref: str, default: int) -> StartLog:
-    if not starts:
-        fail(f"{ref}: no vLLM start with compile lines found (VLLM_LOGGING_LEVEL=DEBUG?)")
-    idx = default if n is None else n
-    pos = idx - 1 if idx > 0 else len(starts) + idx
-    if not 0 <= pos < len(starts) or idx == 0:
-        fail(f"{ref}: there is no start {idx} (the file has {len(starts)})")
-    return starts[pos]
-
-
 def _compare(old_ref: str, new_ref: str, json_out: bool, accelerate: bool) -> None:
-    (op, on), (np_, nn) = _parse_ref(old_ref), _parse_ref(new_ref)
+    (op, on), (np_, nn) = parse_ref(old_ref), parse_ref(new_ref)
     for path in {op, np_}:
         if path == "-":
             fail("--compare needs files (stdin cannot be read twice)")
     try:
         check_inputs([op, np_])
-        old_starts, w1 = _starts_of(op, accelerate)
-        new_starts, w2 = (old_starts, []) if np_ == op else _starts_of(np_, accelerate)
+        old_starts, w1 = read_starts(op, accelerate)
+        new_starts, w2 = (old_starts, []) if np_ == op else read_starts(np_, accelerate)
     except LogInputError as exc:
         fail(str(exc))
     except BrokenPipeError:
@@ -211,8 +180,8 @@ def _compare(old_ref: str, new_ref: str, json_out: bool, accelerate: bool) -> No
     if same_file and len(old_starts) < 2:
         fail(f"{op}: has {len(old_starts)} start(s); comparing it with itself needs two "
              "(or say which: FILE@1 FILE@2)")
-    old = _pick(old_starts, on, old_ref, -2 if same_file else -1)
-    new = _pick(new_starts, nn, new_ref, -1)
+    old = pick_start(old_starts, on, old_ref, -2 if same_file else -1)
+    new = pick_start(new_starts, nn, new_ref, -1)
     cmp = compare_starts(old, new, f"start {old.index} of {op}", f"start {new.index} of {np_}")
     for w in dict.fromkeys([*w1, *w2]):
         warn(w)
