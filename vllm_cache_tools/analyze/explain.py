@@ -91,11 +91,14 @@ def show_value(v: object) -> str:
 
 
 def _literal_like(text: str) -> bool:
-    import ast
+    """Whether ``text`` would read back as a non-string literal (through the bounded literal
+    reader: a value shown here can be anything a user put in an env var or a config)."""
+    from vllm_cache_tools.read.errors import ReadError
+    from vllm_cache_tools.read.pyliteral import parse_literal
 
     try:
-        return not isinstance(ast.literal_eval(text), str)
-    except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+        return not isinstance(parse_literal(text), (str, bytes))
+    except ReadError:
         return False
 
 
