@@ -1,0 +1,344 @@
+"""``prune --cache KIND``: policies over the parts of one JIT cache kind (Triton kernel
+folders, Inductor's top-level folders, ...; :mod:`vllm_cache_tools.store.caches.listing`),
+planned first, then removed with the protections of the compile-cache prune: a part in use
+(a file open or mapped by a running process), modified within the grace period, holding
+files of other users (without ``--all-users``) or with unreadable parts stays.
+
+A cache folder is refused (without ``--force``) when it is ``/``, the home folder or one
+above it, the temp folder itself, a system folder, or holds the vLLM cache root: an
+environment variable pointing there would otherwise turn "old Triton kernels" into "old
+files". Another user's default folder (``/tmp/torchinductor_<user>``) is only considered
+with ``--all-users``.
+
+Removal: each part is re-checked (same inode, no file added, removed or modified since the
+plan, not in use), renamed in one ``rename(2)`` to ``.vllm-cache-trash.<name>.<pid>.<ns>``
+in the same folder (so the owner never finds half a kernel folder under its real name), then
+removed fd-relative without following links (:mod:`vllm_cache_tools.safeio`). A run killed
+half-way leaves such names; the next run removes those that are ours."""
+
+from __future__ import annotations
+
+import os
+import stat as st
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from vllm_cache_tools.errors import VctError
+from vllm_cache_tools.maintain.evidence import owner_name
+from vllm_cache_tools.safeio import ident, open_dirs, remove_tree_at, rename_at, unlink_at
+from vllm_cache_tools.store.caches.kinds import CacheKind, CacheLocation
+from vllm_cache_tools.store.caches.listing import (
+    TRASH_PREFIX,
+    CacheItem,
+    CacheListing,
+    list_cache,
+)
+from vllm_cache_tools.store.caches.walk import part_stats
+from vllm_cache_tools.store.in_use import open_paths_under
+from vllm_cache_tools.units import fmt_duration, format_size
+
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/opt", "/proc", "/run",
+               "/sbin", "/srv", "/sys", "/usr", "/var", "/home", "/root", "/mnt", "/media")
+
+
+class CacheDirRefused(VctError, ValueError):
+    """A cache folder we will not prune without ``--force``."""
+
+
+@dataclass(frozen=True)
+class CachePolicies:
+    older_than_s: float | None = None
+    max_size_bytes: int | None = None
+
+    def describe(self) -> tuple[str, ...]:
+        out = []
+        if self.older_than_s is not None:
+            out.append(f"older-than {fmt_duration(self.older_than_s)}")
+        if self.max_size_bytes is not None:
+            out.append(f"max-size {format_size(self.max_size_bytes)}")
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class PlannedPart:
+    kind: CacheKind
+    cache_dir: Path
+    """The cache folder as resolved (a symlinked folder: its target)."""
+    name: str
+    size_bytes: int
+    files: int
+    last_used: float | None
+    last_used_source: str
+    reasons: tuple[str, ...]
+    ident: tuple[int, int, int]
+    newest_mtime: float | None
+
+    @property
+    def path(self) -> Path:
+        return self.cache_dir / self.name
+
+
+@dataclass(frozen=True)
+class PartSkip:
+    path: Path
+    reason: str
+
+
+@dataclass(frozen=True)
+class CachePrunePlan:
+    kind: CacheKind
+    locations: tuple[CacheLocation, ...]
+    parts: tuple[PlannedPart, ...]
+    skipped: tuple[PartSkip, ...]
+    policies: tuple[str, ...]
+    grace_s: float
+    all_users: bool
+    made_at: float
+    total_bytes: int
+    part_count: int
+    notes: tuple[str, ...] = ()
+
+    @property
+    def bytes(self) -> int:
+        return sum(p.size_bytes for p in self.parts)
+
+
+@dataclass(frozen=True)
+class CachePruneResult:
+    plan: CachePrunePlan
+    deleted: tuple[str, ...]
+    skipped: tuple[PartSkip, ...]
+    freed_bytes: int
+    errors: tuple[str, ...] = ()
+
+
+def dangerous_reason(path: str | os.PathLike[str], vllm_root: Path | None = None) -> str | None:
+    """Why pruning inside ``path`` must be refused, or ``None``."""
+    real = os.path.realpath(path)
+    home = os.path.realpath(os.path.expanduser("~"))
+    if real == "/":
+        return "it is /"
+    if real == home or home.startswith(real.rstrip("/") + "/"):
+        return f"it is your home folder or above it ({home})"
+    temps = {os.path.realpath(tempfile.gettempdir()), "/tmp", "/var/tmp", "/dev/shm"}
+    if real in temps:
+        return "it is a temp folder shared by every program"
+    if real in SYSTEM_DIRS:
+        return "it is a system folder"
+    if vllm_root is not None:
+        vr = os.path.realpath(vllm_root)
+        if vr == real or vr.startswith(real.rstrip("/") + "/"):
+            return f"it holds the vLLM cache root {vr}"
+    return None
+
+
+def check_prunable_cache_dir(loc: CacheLocation, vllm_root: Path | None,
+                             force: bool = False) -> None:
+    why = dangerous_reason(loc.path, vllm_root)
+    if why is not None and not force:
+        via = f" (from {loc.source})" if loc.source not in ("default", "other user") else ""
+        raise CacheDirRefused(f"refusing to prune the {loc.kind} cache {loc.path}{via}: "
+                              f"{why} (pass --force if it really is only a {loc.kind} cache)")
+
+
+def _last_use(item: CacheItem) -> tuple[float | None, str]:
+    m, a = item.stats.newest_mtime, item.stats.newest_atime
+    if a is not None and (m is None or a > m):
+        return a, "atime"
+    return m, "mtime"
+
+
+def plan_cache_prune(listings: Sequence[CacheListing], policies: CachePolicies, *,
+                     grace_s: float = 600.0, all_users: bool = False,
+                     uid: int | None = None, now: float | None = None,
+                     busy: Mapping[str, set[int]] | None = None) -> CachePrunePlan:
+    """Choose parts of the listed caches (all of one kind) by ``policies``; nothing is
+    removed here. ``busy``: open paths -> pids (default: a fresh /proc look per folder)."""
+    uid = os.geteuid() if uid is None else uid
+    now = time.time() if now is None else now
+    kind = listings[0].kind
+    parts: list[PlannedPart] = []
+    skipped: list[PartSkip] = []
+    notes: list[str] = []
+    candidates: list[tuple[CacheItem, Path, float | None, str]] = []
+    for c in listings:
+        if not c.exists or c.stats is None:
+            continue
+        real = Path(os.path.realpath(c.location.path))
+        for item in c.items:
+            if item.name.startswith(TRASH_PREFIX):
+                continue
+            t, src = _last_use(item)
+            candidates.append((item, real, t, src))
+    open_map: dict[str, set[int]] = {}
+    if busy is None:
+        for c in listings:
+            if c.exists:
+                open_map.update(open_paths_under(Path(os.path.realpath(c.location.path))))
+    else:
+        open_map.update(busy)
+    chosen: dict[int, list[str]] = {}
+    if policies.older_than_s is not None:
+        for i, (_, _, t, src) in enumerate(candidates):
+            if t is not None and now - t > policies.older_than_s:
+                chosen.setdefault(i, []).append(
+                    f"older than {fmt_duration(policies.older_than_s)}: last used "
+                    f"{fmt_duration(now - t)} ago ({src})")
+    total = sum(item.stats.size_bytes for item, *_ in candidates)
+    if policies.max_size_bytes is not None:
+        remaining = total - sum(candidates[i][0].stats.size_bytes for i in chosen)
+        lru = sorted((i for i in range(len(candidates)) if i not in chosen),
+                     key=lambda i: (candidates[i][2] or 0.0, candidates[i][0].name))
+        for i in lru:
+            if remaining <= policies.max_size_bytes:
+                break
+            item, _, t, src = candidates[i]
+            why = _protection(item, uid, grace_s, all_users, now, open_map)
+            if why is not None:
+                skipped.append(PartSkip(item.path, f"{why} [max-size]"))
+                continue
+            chosen[i] = [f"max-size {format_size(policies.max_size_bytes)}: least recently "
+                         f"used ({src} {fmt_duration(now - t) + ' ago' if t else 'never'})"]
+            remaining -= item.stats.size_bytes
+        if remaining > policies.max_size_bytes:
+            notes.append(f"still {format_size(remaining)} after this plan, above --max-size "
+                         f"{format_size(policies.max_size_bytes)}: the rest is protected")
+    for i in sorted(chosen):
+        item, real, t, src = candidates[i]
+        why = _protection(item, uid, grace_s, all_users, now, open_map)
+        if why is not None:
+            skipped.append(PartSkip(item.path, f"{why} [{'; '.join(chosen[i])}]"))
+            continue
+        try:
+            s = os.lstat(real / item.name)
+        except OSError:
+            skipped.append(PartSkip(item.path, "vanished while planning"))
+            continue
+        parts.append(PlannedPart(kind, real, item.name, item.stats.size_bytes,
+                                 item.stats.files, t, src, tuple(chosen[i]), ident(s),
+                                 item.stats.newest_mtime))
+    parts.sort(key=lambda p: (p.last_used or 0.0, p.name))
+    return CachePrunePlan(kind, tuple(c.location for c in listings), tuple(parts),
+                          tuple(skipped), policies.describe(), grace_s, all_users, now, total,
+                          len(candidates), tuple(notes))
+
+
+def _busy_under(path: Path, open_map: Mapping[str, set[int]] | None) -> list[int]:
+    real = os.path.realpath(path)
+    m = open_paths_under(Path(real)) if open_map is None else open_map
+    pids: set[int] = set()
+    for p, who in m.items():
+        if p == real or p.startswith(real.rstrip("/") + "/"):
+            pids |= who
+    return sorted(pids)
+
+
+def _protection(item: CacheItem, uid: int, grace_s: float, all_users: bool, now: float,
+                open_map: Mapping[str, set[int]] | None) -> str | None:
+    pids = _busy_under(item.path, open_map)
+    if pids:
+        return f"in use: open by pid {', '.join(map(str, pids[:5]))}"
+    if item.stats.unreadable:
+        return (f"parts could not be read ({len(item.stats.unreadable)} unreadable); what is "
+                "in them is unknown")
+    newest = item.stats.newest_mtime
+    if grace_s > 0 and newest is not None and now - newest < grace_s:
+        return f"modified {fmt_duration(now - newest)} ago, within --grace {fmt_duration(grace_s)}"
+    others = sorted(u for u in item.stats.owners if u != uid)
+    if others and not all_users:
+        return (f"owned by {', '.join(owner_name(u) for u in others)}, not you "
+                "(--all-users to include)")
+    return None
+
+
+def plan_for_kind(locations: Sequence[CacheLocation], policies: CachePolicies, *,
+                  vllm_root: Path | None, grace_s: float = 600.0, all_users: bool = False,
+                  force: bool = False) -> CachePrunePlan:
+    """Refuse dangerous folders, list each location afresh, then plan. Other users' default
+    folders are left out unless ``all_users``."""
+    chosen = [loc for loc in locations if all_users or loc.source != "other user"]
+    for loc in chosen:
+        if os.path.lexists(loc.path):
+            check_prunable_cache_dir(loc, vllm_root, force)
+    listings = [list_cache(loc) for loc in chosen]
+    return plan_cache_prune(listings, policies, grace_s=grace_s, all_users=all_users)
+
+
+def _finish_leftovers(fd: int, uid: int, all_users: bool) -> list[str]:
+    errors = []
+    for e in os.scandir(fd):
+        if not e.name.startswith(TRASH_PREFIX):
+            continue
+        s = e.stat(follow_symlinks=False)
+        if not all_users and s.st_uid != uid and uid != 0:
+            continue
+        res = remove_tree_at(fd, e.name, expect=ident(s)[:2])
+        if res.error:
+            errors.append(f"{e.name}: {res.error}")
+    return errors
+
+
+def _remove_part(fd: int, p: PlannedPart, plan: CachePrunePlan) -> tuple[bool, str | None]:
+    """(removed, why not / error)."""
+    try:
+        s = os.stat(p.name, dir_fd=fd, follow_symlinks=False)
+    except FileNotFoundError:
+        return False, "already gone"
+    if ident(s) != p.ident:
+        return False, "replaced since the plan was made"
+    fresh = part_stats(p.path)
+    if fresh.newest_mtime != p.newest_mtime or fresh.files != p.files:
+        return False, "changed since the plan was made (being written?)"
+    if plan.grace_s > 0 and fresh.newest_mtime is not None and \
+            time.time() - fresh.newest_mtime < plan.grace_s:
+        return False, f"modified within --grace {fmt_duration(plan.grace_s)}"
+    pids = _busy_under(p.path, None)
+    if pids:
+        return False, f"in use: open by pid {', '.join(map(str, pids[:5]))}"
+    doomed = f"{TRASH_PREFIX}{p.name}.{os.getpid()}.{time.time_ns():x}"
+    if not rename_at(fd, p.name, fd, doomed, expect=p.ident[:2]):
+        return False, "replaced since the plan was made"
+    if st.S_ISDIR(p.ident[2]):
+        res = remove_tree_at(fd, doomed, expect=p.ident[:2])
+        return True, res.error
+    unlink_at(fd, doomed, p.ident[:2])
+    return True, None
+
+
+def execute_cache_plan(plan: CachePrunePlan, uid: int | None = None) -> CachePruneResult:
+    uid = os.geteuid() if uid is None else uid
+    deleted: list[str] = []
+    skipped = list(plan.skipped)
+    errors: list[str] = []
+    freed = 0
+    by_dir: dict[Path, list[PlannedPart]] = {}
+    for p in plan.parts:
+        by_dir.setdefault(p.cache_dir, []).append(p)
+    for d, parts in by_dir.items():
+        try:
+            fd = open_dirs(d)
+        except OSError as exc:
+            skipped += [PartSkip(p.path, f"cannot open {d}: {exc.strerror or exc}")
+                        for p in parts]
+            continue
+        try:
+            errors += _finish_leftovers(fd, uid, plan.all_users)
+            for p in parts:
+                try:
+                    removed, why = _remove_part(fd, p, plan)
+                except OSError as exc:
+                    removed, why = False, exc.strerror or str(exc)
+                if not removed:
+                    skipped.append(PartSkip(p.path, why or "?"))
+                    continue
+                deleted.append(str(p.path))
+                if why:
+                    errors.append(f"{p.path}: moved aside but not fully removed: {why}")
+                else:
+                    freed += p.size_bytes
+        finally:
+            os.close(fd)
+    return CachePruneResult(plan, tuple(deleted), tuple(skipped), freed, tuple(errors))

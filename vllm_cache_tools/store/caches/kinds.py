@@ -1,0 +1,175 @@
+"""Where each JIT cache lives: the owner's environment variable, else the owner's default,
+resolved the way the owner's code does it (sources cited per kind below).
+
+Nothing here reads a cache; :func:`locate_caches` only names places (existing or not), each
+with where the answer came from, so a listing can say ``TRITON_CACHE_DIR`` or ``default``."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import pwd
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
+from vllm_cache_tools.store.locate import resolve_root
+
+CacheKind = Literal["vllm", "inductor", "triton", "flashinfer", "deepgemm", "cuda",
+                    "vllm-other"]
+KINDS: tuple[CacheKind, ...] = ("vllm", "inductor", "triton", "flashinfer", "deepgemm",
+                                "cuda", "vllm-other")
+
+UNDERSTOOD: frozenset[CacheKind] = frozenset({"vllm", "inductor", "triton"})
+"""Kinds whose layout we read (entries listed; ``prune --cache`` may choose their parts by
+policy). The others are listed by size only and pruned only when named with ``--cache``."""
+
+DEEPGEMM_DIRNAME = "deep_gemm"
+"""vLLM's own default for DeepGEMM, under its cache root (see :func:`_deepgemm`)."""
+
+
+@dataclass(frozen=True)
+class CacheLocation:
+    kind: CacheKind
+    path: Path
+    """Absolute, as named (a symlink here is not resolved: :attr:`link_target` says where it
+    points)."""
+    source: str
+    """Where the path came from: an environment variable, ``default``, ``vLLM default``,
+    ``--root``, or ``other user`` (another user's default found in a shared folder)."""
+    user: str | None = None
+    """The user whose default this is, when the path is per user."""
+
+    @property
+    def link_target(self) -> str | None:
+        return os.path.realpath(self.path) if self.path.is_symlink() else None
+
+
+def _abs(p: str) -> Path:
+    return Path(os.path.abspath(os.path.expanduser(p)))
+
+
+def _home(env: Mapping[str, str]) -> Path:
+    return _abs(env.get("HOME") or os.path.expanduser("~"))
+
+
+def current_user() -> str:
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid_{os.getuid()}"
+
+
+def _inductor(env: Mapping[str, str]) -> list[CacheLocation]:
+    """torch ``torch/_inductor/runtime/cache_dir_utils.py`` (2.5-2.13): ``cache_dir()`` is
+    ``$TORCHINDUCTOR_CACHE_DIR`` made absolute, else ``default_cache_dir()`` =
+    ``tempfile.gettempdir()/torchinductor_<user>`` (user name with ``\\/:*?"<>|`` replaced by
+    ``_``; ``uid_<n>`` when there is none). vLLM points the variable at its own
+    ``inductor_cache/`` folders while it compiles, but Inductor still writes what it builds
+    outside a compile there (precompiled headers on CPU, unpacked artifacts: vllm#39718).
+    Other users' ``torchinductor_*`` folders in the same temp folder are listed too (owner
+    ``other user``); prune leaves them alone without ``--all-users``."""
+    user = current_user()
+    tmp = Path(tempfile.gettempdir())
+    mine = tmp / ("torchinductor_" + re.sub(r'[\\/:*?"<>|]', "_", user))
+    out = []
+    if env.get("TORCHINDUCTOR_CACHE_DIR"):
+        out.append(CacheLocation("inductor", _abs(env["TORCHINDUCTOR_CACHE_DIR"]),
+                                 "TORCHINDUCTOR_CACHE_DIR", user))
+    else:
+        out.append(CacheLocation("inductor", mine, "default", user))
+    try:
+        names = sorted(n for n in os.listdir(tmp) if n.startswith("torchinductor_"))
+    except OSError:
+        names = []
+    for n in names:
+        p = tmp / n
+        if p == mine or any(loc.path == p for loc in out):
+            continue
+        out.append(CacheLocation("inductor", p, "other user", n.removeprefix("torchinductor_")))
+    return out
+
+
+def _triton(env: Mapping[str, str]) -> list[CacheLocation]:
+    """triton ``triton/knobs.py`` (3.3-3.9): ``cache.dir`` is ``$TRITON_CACHE_DIR``, else
+    ``get_triton_dir("cache")`` = ``$TRITON_HOME/.triton/cache`` with ``TRITON_HOME``
+    defaulting to ``~``. Older Triton: ``$TRITON_CACHE_DIR`` else ``~/.triton/cache``. vLLM
+    (compiler_interface.py, 0.32) keeps a caller's ``TRITON_CACHE_DIR`` and otherwise points
+    it at the entry's own ``triton_cache/`` (listed with the vLLM entry)."""
+    if env.get("TRITON_CACHE_DIR", "").strip():
+        return [CacheLocation("triton", _abs(env["TRITON_CACHE_DIR"].strip()),
+                              "TRITON_CACHE_DIR", current_user())]
+    if env.get("TRITON_HOME"):
+        return [CacheLocation("triton", _abs(env["TRITON_HOME"]) / ".triton" / "cache",
+                              "TRITON_HOME", current_user())]
+    return [CacheLocation("triton", _home(env) / ".triton" / "cache", "default",
+                          current_user())]
+
+
+def _flashinfer(env: Mapping[str, str]) -> list[CacheLocation]:
+    """flashinfer ``flashinfer/jit/env.py`` (flashinfer-ai/flashinfer, 0.3+):
+    ``FLASHINFER_BASE_DIR = $FLASHINFER_WORKSPACE_BASE`` (default ``Path.home()``), cache
+    ``<base>/.cache/flashinfer`` holding ``<archs>/cached_ops``, ``<archs>/generated`` and
+    ``cubins`` (``FLASHINFER_CUBIN_DIR`` moves only the cubins)."""
+    if env.get("FLASHINFER_WORKSPACE_BASE"):
+        return [CacheLocation("flashinfer", _abs(env["FLASHINFER_WORKSPACE_BASE"]) / ".cache"
+                              / "flashinfer", "FLASHINFER_WORKSPACE_BASE", current_user())]
+    return [CacheLocation("flashinfer", _home(env) / ".cache" / "flashinfer", "default",
+                          current_user())]
+
+
+def _deepgemm(env: Mapping[str, str], vllm_root: Path) -> list[CacheLocation]:
+    """DeepGEMM ``csrc/jit/compiler.hpp`` (deepseek-ai/DeepGEMM): ``$DG_JIT_CACHE_DIR``, else
+    ``$HOME/.deep_gemm``; kernels in ``cache/kernel.<name>.<hash>/``, builds in ``tmp/``.
+    vLLM (``vllm/utils/deep_gemm.py``, 0.32) sets ``DG_JIT_CACHE_DIR`` to
+    ``$VLLM_CACHE_ROOT/deep_gemm`` when it is unset, so under vLLM that is the default;
+    DeepGEMM's own default is listed as well (used outside vLLM)."""
+    if env.get("DG_JIT_CACHE_DIR"):
+        return [CacheLocation("deepgemm", _abs(env["DG_JIT_CACHE_DIR"]), "DG_JIT_CACHE_DIR",
+                              current_user())]
+    return [CacheLocation("deepgemm", vllm_root / DEEPGEMM_DIRNAME, "vLLM default",
+                          current_user()),
+            CacheLocation("deepgemm", _home(env) / ".deep_gemm", "default", current_user())]
+
+
+def _cuda(env: Mapping[str, str]) -> list[CacheLocation]:
+    """The CUDA driver's JIT ComputeCache (NVIDIA CUDA Programming Guide, "CUDA Environment
+    Variables"): ``$CUDA_CACHE_PATH``, default ``~/.nv/ComputeCache`` on Linux."""
+    if env.get("CUDA_CACHE_PATH"):
+        return [CacheLocation("cuda", _abs(env["CUDA_CACHE_PATH"]), "CUDA_CACHE_PATH",
+                              current_user())]
+    return [CacheLocation("cuda", _home(env) / ".nv" / "ComputeCache", "default",
+                          current_user())]
+
+
+def locate_caches(root: str | os.PathLike[str] | None = None,
+                  env: Mapping[str, str] | None = None,
+                  kinds: tuple[CacheKind, ...] = KINDS) -> list[CacheLocation]:
+    """Every place a cache of ``kinds`` would be, for this user and environment (the places
+    need not exist). ``root``: the vLLM cache root (``--root``; default resolved as vLLM
+    does)."""
+    env = os.environ if env is None else env
+    croot = resolve_root(root, env)
+    vroot = Path(os.path.abspath(croot.vllm_root))
+    user = current_user()
+    found: dict[CacheKind, list[CacheLocation]] = {
+        "vllm": [CacheLocation("vllm", vroot / COMPILE_CACHE_DIRNAME, croot.source, user)],
+        "inductor": _inductor(env),
+        "triton": _triton(env),
+        "flashinfer": _flashinfer(env),
+        "deepgemm": _deepgemm(env, vroot),
+        "cuda": _cuda(env),
+        "vllm-other": [CacheLocation("vllm-other", vroot, croot.source, user)],
+    }
+    return [loc for k in kinds for loc in found[k]]
+
+
+def owner_of(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
