@@ -112,7 +112,14 @@ def _render(d: dict[str, Any], show_env: bool) -> None:
             _kv(con, "compiled fn", f"{c['qualname']} at {c['filename']}:{c['firstlineno']}")
             s = d["system"]
             _kv(con, "system", f"python {s['python']}, torch {s['torch']}, cuda {s['cuda']}, "
-                f"triton {s['triton']}, gpu {s['gpu']}, device {s['device_type']}")
+                f"triton {s['triton']}, gpu {s['gpu']}, device {s['device_type']}"
+                # torch._dynamo.graph_utils._graph_device_type: the first node's value; an
+                # int input gives "cpu". SystemInfo.check_compatibility then compares only
+                # the Python and torch versions (not CUDA, Triton or the GPU name).
+                + (" (torch's guess from the graph's first value, not the hardware: on load "
+                   "torch then checks only Python and torch versions)"
+                   if s["device_type"] == "cpu" and s.get("gpu") not in (None, "", "None")
+                   else ""))
         comp = d.get("compiled")
         if comp:
             _kv(con, "prefix", comp["prefix"])
