@@ -23,6 +23,8 @@ _PREFIX = "vllm-cache-tools"
 SCHEMAS: dict[str, str] = {
     "ls": f"{_PREFIX}/ls/1",
     "ls-by-owner": f"{_PREFIX}/ls-by-owner/1",
+    "ls-all-caches": f"{_PREFIX}/ls-all-caches/1",
+    "prune-cache": f"{_PREFIX}/prune-cache/1",
     "show": f"{_PREFIX}/show/1",
     "predict": f"{_PREFIX}/predict/1",
     "explain": f"{_PREFIX}/explain/1",
