@@ -80,7 +80,8 @@ def _inductor(env: Mapping[str, str]) -> list[CacheLocation]:
     if env.get("TORCHINDUCTOR_CACHE_DIR"):
         out.append(CacheLocation("inductor", _abs(env["TORCHINDUCTOR_CACHE_DIR"]),
                                  "TORCHINDUCTOR_CACHE_DIR", user))
-    else:
+    if not out or (os.path.lexists(mine) and out[0].path != mine):
+        # With the variable set, the default still holds what ran without it.
         out.append(CacheLocation("inductor", mine, "default", user))
     try:
         names = sorted(n for n in os.listdir(tmp) if n.startswith("torchinductor_"))
@@ -88,7 +89,7 @@ def _inductor(env: Mapping[str, str]) -> list[CacheLocation]:
         names = []
     for n in names:
         p = tmp / n
-        if p == mine or any(loc.path == p for loc in out):
+        if any(loc.path == p for loc in out):
             continue
         out.append(CacheLocation("inductor", p, "other user", n.removeprefix("torchinductor_")))
     return out
