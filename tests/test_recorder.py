@@ -108,6 +108,11 @@ def test_ledger_records_miss_then_hit(rec: ScenarioRun) -> None:
     entry = next(e for e in json.loads(r.stdout)["entries"] if e["key"] == a0)
     assert entry["last_used_source"] == "ledger" and entry["hits"] == 2
     assert entry["misses"] == 1
+    # show reads the same ledger (it said hits None before).
+    r = run_cli("show", a0, "--root", str(root), "--json")
+    shown = json.loads(r.stdout)
+    assert (shown["hits"], shown["misses"], shown["last_used_source"]) == (2, 1, "ledger")
+    assert "2 hits, 1 misses" in run_cli("show", a0, "--root", str(root)).stdout
     # prune's LRU policy takes last use from the ledger too.
     r = run_cli("prune", "--root", str(root), "--older-than", "0s", "--grace", "0",
                 "--dry-run", "--json")

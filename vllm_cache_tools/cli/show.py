@@ -13,6 +13,7 @@ from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.lookup import locate_entry
 from vllm_cache_tools.store.scan import scan
+from vllm_cache_tools.store.usage import apply_usage, usage
 from vllm_cache_tools.units import human_age, human_size
 from vllm_cache_tools.views.payloads import entry_detail
 
@@ -28,6 +29,10 @@ def show(
     """Show one entry: hashes, raw env factors, traced files, graphs and ranges, artifacts."""
     path = locate_entry(ref, root)
     entry = read_entry(path, deep=True)
+    # The recorder's ledger, as ls reads it: hits, misses and a later last use.
+    cc = path.parent if entry.layout == "backend" else path.parent.parent
+    if cc.name == COMPILE_CACHE_DIRNAME:
+        entry = apply_usage([entry], usage(cc))[0]
     data = entry_detail(entry)
     if entry.layout == "backend" and entry.factors is not None:
         # Proof, not timestamps: which AOT entries hold these exact compile-time sources.
