@@ -50,6 +50,11 @@ def ls(
     wide: Annotated[bool, typer.Option(
         "--wide", "-w", help="Every column, however wide the terminal (piped output always "
         "has every column).")] = False,
+    all_caches: Annotated[bool, typer.Option(
+        "--all-caches", help="Every JIT cache of this host, per kind: vLLM's compile cache, "
+        "Inductor, Triton, FlashInfer, DeepGEMM, CUDA's ComputeCache and vLLM's other "
+        "folders, each where its owner puts it (env var, else default), with size, files, "
+        "age, last use, owner, and the parts of those we understand.")] = False,
 ) -> None:
     """List the compile-cache entries under a vLLM cache root.
 
@@ -60,6 +65,12 @@ def ls(
 
     The first listing of a root walks every file; later ones re-read only entries whose
     folders or key files changed (an index in the user cache dir; --rescan skips it)."""
+    if all_caches:
+        if refs or filter_expr or by_owner:
+            fail("--all-caches lists every cache kind; it takes no KEY, --filter or --by-owner")
+        from vllm_cache_tools.cli.ls_caches import ls_all_caches
+
+        return ls_all_caches(root, json_out=json_out, rescan=rescan, wide=wide)
     if refs and len(refs) == 1 and "://" in refs[0]:  # a remote store (vllm-cache push)
         from vllm_cache_tools.cli.ls_remote import ls_remote
 
