@@ -367,6 +367,120 @@ def rename_at(src_fd: int, name: str, dst_fd: int, new_name: str, *,
     return True
 
 
+def link_over_at(src_fd: int, src_name: str, dst_fd: int, dst_name: str, *,
+                 expect_src: tuple[int, ...], expect_dst: tuple[int, ...]) -> bool:
+    """Make ``dst_name`` another name of the file ``src_name`` (a hard link), atomically:
+    ``link`` (not following) to a random name in ``dst_fd``'s folder, check that name is
+    ``expect_src`` and ``dst_name`` still ``expect_dst``, then ``rename`` over ``dst_name``.
+    False (nothing changed) when either name is no longer what was expected. Raises OSError
+    otherwise (``EXDEV`` across filesystems, ``EPERM`` for a file we may not link)."""
+    tmp: str | None = None
+    for _ in range(16):
+        cand = _tmp_name(dst_name)
+        try:
+            os.link(src_name, cand, src_dir_fd=src_fd, dst_dir_fd=dst_fd, follow_symlinks=False)
+        except FileExistsError:
+            continue
+        except FileNotFoundError:
+            return False
+        tmp = cand
+        break
+    if tmp is None:
+        raise FileExistsError(errno.EEXIST, f"no free temporary name for {dst_name}")
+    try:
+        if not same(os.stat(tmp, dir_fd=dst_fd, follow_symlinks=False), expect_src):
+            return False
+        if not same(os.stat(dst_name, dir_fd=dst_fd, follow_symlinks=False), expect_dst):
+            return False
+        os.rename(tmp, dst_name, src_dir_fd=dst_fd, dst_dir_fd=dst_fd)
+        tmp = None
+        return True
+    except FileNotFoundError:
+        return False
+    finally:
+        if tmp is not None:
+            unlink_at(dst_fd, tmp)
+
+
+def split_link_at(dir_fd: int, name: str, expect: tuple[int, ...]) -> bool:
+    """Give ``name`` (a regular file with several links, still ``expect``) its own inode: a
+    copy under a random name (same mode, group and times; ``O_EXCL``), then ``rename`` over
+    ``name``. The other names keep the old inode. False when ``name`` is not that file, has
+    one link, or changed while being copied."""
+    try:
+        src = os.open(name, _READ, dir_fd=dir_fd)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            return False
+        raise
+    tmp: str | None = None
+    try:
+        s = os.fstat(src)
+        if not same(s, expect) or not stat.S_ISREG(s.st_mode) or s.st_nlink < 2:
+            return False
+        mode = stat.S_IMODE(s.st_mode)
+        for _ in range(16):
+            cand = _tmp_name(name)
+            try:
+                out = os.open(cand, _NEW_FILE, 0o600, dir_fd=dir_fd)
+            except FileExistsError:
+                continue
+            tmp = cand
+            break
+        if tmp is None:
+            raise FileExistsError(errno.EEXIST, f"no free temporary name for {name}")
+        try:
+            _blocking(src)
+            _copy_fd(src, out, s.st_size)
+            with contextlib.suppress(OSError):
+                os.fchown(out, -1, s.st_gid)
+            os.fchmod(out, mode)
+            os.utime(out, ns=(s.st_atime_ns, s.st_mtime_ns))
+            o = os.fstat(out)
+        finally:
+            os.close(out)
+        after = os.fstat(src)
+        if (o.st_size != s.st_size or after.st_size != s.st_size
+                or after.st_mtime_ns != s.st_mtime_ns):
+            return False
+        if not same(os.stat(name, dir_fd=dir_fd, follow_symlinks=False), expect):
+            return False
+        os.rename(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        tmp = None
+        return True
+    finally:
+        os.close(src)
+        if tmp is not None:
+            unlink_at(dir_fd, tmp)
+
+
+def _blocking(fd: int) -> None:
+    import fcntl
+
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+
+
+def _copy_fd(src: int, dst: int, size: int) -> None:
+    off = 0
+    while off < size:
+        try:
+            n = os.copy_file_range(src, dst, size - off)
+        except OSError as exc:  # not on this filesystem / kernel: plain reads
+            if exc.errno not in (errno.EXDEV, errno.ENOSYS, errno.EINVAL, errno.EOPNOTSUPP):
+                raise
+            n = 0
+            while True:
+                b = os.read(src, 1 << 20)
+                if not b:
+                    return
+                _write_all(dst, b)
+        if n == 0:
+            return
+        off += n
+
+
 @dataclass(frozen=True)
 class RemoveResult:
     files: int
@@ -486,6 +600,6 @@ def close_all(fds: Iterable[int | None]) -> None:
 
 
 __all__ = ["DIR_FLAGS", "RemoveResult", "UnsafeTree", "append_own", "check_writable_folder",
-           "close_all", "create_exclusive", "ident", "is_group_shared", "open_dir",
-           "open_dirs", "place_at", "read_regular", "remove_tree_at", "rename_at",
-           "replace_at", "same", "touch_own", "unlink_at"]
+           "close_all", "create_exclusive", "ident", "is_group_shared", "link_over_at",
+           "open_dir", "open_dirs", "place_at", "read_regular", "remove_tree_at", "rename_at",
+           "replace_at", "same", "split_link_at", "touch_own", "unlink_at"]

@@ -30,6 +30,7 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any] | None]] = {
     "rm": ("rm", "rm", None),
     "verify": ("verify", "verify_cmd", None),
     "audit": ("audit", "audit_cmd", None),
+    "dedup": ("dedup", "dedup", None),
     # Fleets (vllm_cache_tools/fleet): bundles, remote stores, warming.
     "pack": ("pack", "pack", None),
     "unpack": ("unpack", "unpack", _PASSTHROUGH),

@@ -40,6 +40,7 @@ SCHEMAS: dict[str, str] = {
     "pack": f"{_PREFIX}/pack/1", "unpack": f"{_PREFIX}/unpack/1", "push": f"{_PREFIX}/push/1",
     "pull": f"{_PREFIX}/pull/1", "warm": f"{_PREFIX}/warm/1",
     "prune-remote": f"{_PREFIX}/prune-remote/1",
+    "dedup": f"{_PREFIX}/dedup/1",
 }
 
 
