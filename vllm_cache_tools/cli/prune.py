@@ -193,10 +193,26 @@ def prune(
     yes: YesOpt = False,
     json_out: JsonOpt = False,
     force: ForceOpt = False,
+    cache: Annotated[str, typer.Option(
+        "--cache", metavar="KIND", help="Which cache: vllm (the compile cache, default), "
+        "inductor, triton, flashinfer, deepgemm, cuda or vllm-other (see ls --all-caches). "
+        "Other kinds take --older-than and --max-size over their parts (Triton kernel "
+        "folders, top-level folders of the others); a kind is only touched when named.")]
+    = "vllm",
 ) -> None:
     """Remove compile-cache entries chosen by policies (combinable; an entry goes if any
     chooses it). Entries in use, modified within the grace period, or owned by others stay.
     Each entry is moved into a trash folder inside the root in one rename, then removed."""
+    if cache != "vllm":
+        if keep is not None or unhittable or corrupt or partial or python:
+            fail(f"--cache {cache}: only --older-than and --max-size apply to it")
+        from vllm_cache_tools.cli.prune_caches import prune_cache
+
+        return prune_cache(
+            cache, root=root, older_than_s=parse_age(older_than) if older_than else None,
+            max_size_bytes=parse_size(max_size) if max_size else None,
+            grace_s=parse_grace(grace), all_users=all_users, dry_run=dry_run, yes=yes,
+            json_out=json_out, force=force)
     pol = Policies(
         older_than_s=parse_age(older_than) if older_than is not None else None,
         max_size_bytes=parse_size(max_size) if max_size is not None else None,
