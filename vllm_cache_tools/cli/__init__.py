@@ -22,6 +22,7 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any] | None]] = {
     "ls": ("ls", "ls", None),
     "show": ("show", "show", None),
     "predict": ("predict", "predict_cmd", _PASSTHROUGH),
+    "host-profile": ("host_profile", "host_profile_cmd", _PASSTHROUGH),
     "log": ("log", "log", None),
     "explain": ("explain", "explain", {"allow_extra_args": False,
                                        "ignore_unknown_options": True}),

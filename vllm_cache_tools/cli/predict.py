@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -30,6 +32,11 @@ def predict_cmd(
     fresh: Annotated[bool, typer.Option(
         "--fresh", help="Run the vLLM probe even when its memoized answer is still valid, "
         "and replace it (the memo is off with VLLM_CACHE_TOOLS_PROBE_MEMO=0).")] = False,
+    for_host: Annotated[Path | None, typer.Option(
+        "--for-host", help="Predict for another host from what it recorded: a recorder "
+        "manifest (vct-manifest.*.json) or a `vllm-cache host-profile` file made there. "
+        "Nothing runs vLLM here; each key input is said to be recomputed, recorded or not "
+        "reproducible here.")] = None,
     no_standby: Annotated[bool, typer.Option(
         "--no-standby", help="Neither ask nor leave a waiting vLLM probe (~0.5 GB for up "
         "to 300 s; same as VLLM_CACHE_TOOLS_PROBE_STANDBY=0).")] = False,
@@ -44,6 +51,8 @@ def predict_cmd(
     for the next one with the same interpreter, one per interpreter, none when memory is
     short (--no-standby or VLLM_CACHE_TOOLS_PROBE_STANDBY=0: none). On a terminal, stderr
     shows what predict is waiting for.
+    With --for-host FILE, the keys another host's vLLM would name (exit 0 when both named
+    folders are in the root here, 1 otherwise).
     Exit status: 0 predicted hit, 1 predicted miss, 2 usage error."""
     args = list(ctx.args)
     if not args:
@@ -51,6 +60,10 @@ def predict_cmd(
              "--max-model-len 128")
     if usage not in ("serve", "llm"):
         fail("--usage must be serve or llm")
+    if for_host is not None:
+        from vllm_cache_tools.cli.predict_for_host import predict_for_host_cmd
+
+        raise typer.Exit(predict_for_host_cmd(for_host, args, root, json_out, dict(os.environ)))
     error: PredictError | None = None
     # The stage line is erased before anything is printed (an error included).
     with StageLine("predict: ", enabled=None if not json_out else False) as show:

@@ -11,6 +11,7 @@ vLLM interpreter).
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import sys
@@ -21,6 +22,7 @@ from typing import Any
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.host import cpu_facts
 from vllm_cache_tools.live.host_profile import collect
+from vllm_cache_tools.safeio import open_dir, replace_at
 
 KIND = "host-profile"
 
@@ -41,4 +43,19 @@ def host_profile(vllm_args: Sequence[str] = (), *, python: str | None = None,
             "cpu": cpu_facts(), **live}
 
 
-__all__ = ["KIND", "HostProfileError", "host_profile"]
+def write_profile(path: str | os.PathLike[str], doc: dict[str, Any]) -> None:
+    """Write ``doc`` to ``path`` atomically (the name replaced, never followed)."""
+    p = os.fspath(path)
+    try:
+        fd = open_dir(os.path.dirname(os.path.abspath(p)))
+        try:
+            replace_at(fd, os.path.basename(p),
+                       (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode(), 0o644)
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        raise HostProfileError(f"host-profile: cannot write {p}: {exc.strerror or exc}"
+                               ) from None
+
+
+__all__ = ["KIND", "HostProfileError", "host_profile", "write_profile"]

@@ -27,6 +27,8 @@ SCHEMAS: dict[str, str] = {
     "prune-cache": f"{_PREFIX}/prune-cache/1",
     "show": f"{_PREFIX}/show/1",
     "predict": f"{_PREFIX}/predict/1",
+    "predict-for-host": f"{_PREFIX}/predict/1/for-host",
+    "host-profile": f"{_PREFIX}/host-profile/1",
     "explain": f"{_PREFIX}/explain/1",
     "log": f"{_PREFIX}/log/1",
     "log-traced": f"{_PREFIX}/log/1/traced",
