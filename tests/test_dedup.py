@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -254,7 +255,7 @@ def test_link_primitive_refuses_another_filesystem(tmp_path: Path) -> None:
     shm = Path("/dev/shm")
     if not shm.is_dir() or shm.stat().st_dev == tmp_path.stat().st_dev:
         pytest.skip("no second filesystem here")
-    other = Path(shutil.mkdtemp(dir=shm))
+    other = Path(tempfile.mkdtemp(dir=shm))
     try:
         (tmp_path / "a").write_bytes(b"same")
         (other / "b").write_bytes(b"same")
