@@ -10,7 +10,7 @@ import typer
 
 from vllm_cache_tools.cli.common import print_json
 from vllm_cache_tools.cli.ls import RootOpt
-from vllm_cache_tools.cli.prune import DryRunOpt, ForceOpt, GraceOpt, JsonOpt, parse_grace
+from vllm_cache_tools.cli.prune import DryRunOpt, ForceOpt, JsonOpt, parse_grace
 from vllm_cache_tools.maintain.dedup import DedupPlan, DedupResult, execute_dedup, plan_dedup
 from vllm_cache_tools.maintain.dedup_undo import SplitPlan, SplitResult, execute_split, plan_split
 from vllm_cache_tools.maintain.plan import check_prunable_root
@@ -20,6 +20,10 @@ from vllm_cache_tools.views.dedup import dedup_report, undo_report
 from vllm_cache_tools.views.payloads import with_schema
 
 SHOW = 30
+
+GraceOpt = Annotated[str, typer.Option(
+    "--grace", metavar="AGE", help="Never link or split a file whose file or folder was "
+    "modified within this long (a compile may be writing it); 0 turns it off.")]
 
 
 def _p(line: str = "") -> None:
