@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +27,7 @@ from vllm_cache_tools.keys import (
 from vllm_cache_tools.keys.versions import recipe_verified_on
 from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.live.runner import PredictError, ProbeRun, Progress, module_files, run_probe
+from vllm_cache_tools.live.trace_run import TraceRun, run_trace, trace_evidence
 from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifests
@@ -59,6 +60,8 @@ class Prediction:
     key_parts: KeyParts = field(default_factory=KeyParts)
     probe: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
     probe_run: ProbeRun | None = field(default=None, repr=False, compare=False)
+    trace_run: TraceRun | None = field(default=None, repr=False, compare=False)
+    """The cold-root trace (:mod:`vllm_cache_tools.live.trace`), when it ran."""
 
 
 def _aot_infos(aot_entries: list[Entry], limit: int = 64) -> dict[str, AotModelInfo]:
@@ -244,11 +247,13 @@ def _predict_aot(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo]
 
 def _predict_backend(probe: Mapping[str, Any], parts: dict[str, Any], entries: Sequence[Entry],
                      aot_infos: Mapping[str, AotModelInfo], aot: _AotOutcome, cc: Path,
-                     r_dir: str, disabled: bool
+                     r_dir: str, disabled: bool,
+                     traced: Callable[[], TraceRun] | None = None
                      ) -> tuple[TreePrediction, dict[str, str | None]]:
     """The backend tree (VLLM_COMPILE mode only): the code hash from the best evidence of the
     traced files (this start's AOT entry, a recorder manifest, another AOT entry of the same
-    forward); sets ``parts["code_hash"]``. Returns the prediction and the files hashed."""
+    forward; with none of them, ``traced()``: the model traced by Dynamo now, without
+    compiling); sets ``parts["code_hash"]``. Returns the prediction and the files hashed."""
     if probe["compilation_mode"] != VLLM_COMPILE:
         return TreePrediction(None, None, None, "not VLLM_COMPILE mode: no backend tree"), {}
     chosen = aot.chosen
@@ -266,8 +271,14 @@ def _predict_backend(probe: Mapping[str, Any], parts: dict[str, Any], entries: S
                else "traced modules of another AOT entry of the same forward "
                "(assumed unchanged set)")
     else:
-        return TreePrediction(None, None, None, "code hash unknown: no evidence of the traced "
-                              "files (no AOT entry, manifest or log)", "unknown"), {}
+        run = traced() if traced is not None else None
+        if run is None or run.error is not None or not run.files:
+            why = "" if run is None else f"; tracing without compiling failed: {run.error}"
+            return TreePrediction(None, None, None, "code hash unknown: no evidence of the "
+                                  f"traced files (no AOT entry, manifest or log){why}",
+                                  "unknown"), {}
+        files = {p: read_source_text(p) for p in run.files}  # None: vLLM hashes the path
+        how = trace_evidence(run)
     parts["code_hash"] = backend_code_hash(files)
     bkey = backend_key([parts["env_hash"], parts["config_hash"], parts["code_hash"],
                         parts["compiler_hash"]])
@@ -290,13 +301,15 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
             root: str | os.PathLike[str] | None = None, *, python: str | None = None,
             usage: str = "serve", rank: int = 0, memo: bool = True,
             fresh: bool = False, standby: bool = True,
-            progress: Progress | None = None) -> Prediction:
+            progress: Progress | None = None, trace: bool = True) -> Prediction:
     """Predict the cache directories vLLM will use for ``vllm serve <vllm_args>`` (or
     ``LLM(...)`` with ``usage="llm"``) and whether each tree will hit. The probe's answer
     comes from the memo when nothing it depended on changed (``memo=False``: never;
     ``fresh=True``: run it and replace the memo), else from a waiting probe (``standby=False``:
     never ask or start one); the store is read while it runs. ``progress`` is told each
-    stage (a short line; called from two threads)."""
+    stage (a short line; called from two threads). In VLLM_COMPILE mode with no evidence of
+    the traced files in the root, the model is traced by Dynamo without compiling
+    (``trace=False``: never; the backend key is then unknown)."""
     env = dict(os.environ if env is None else env)
     croot = resolve_root(root, env)
     env["VLLM_CACHE_ROOT"] = str(croot.vllm_root)
@@ -331,8 +344,17 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
     }
     disabled = probe["cache_disabled"] or probe["force_disable_caches"]
     aot = _predict_aot(probe, aot_infos, cc, r_dir, disabled)
+    trace_runs: list[TraceRun] = []
+
+    def traced() -> TraceRun:
+        if progress is not None:
+            progress("tracing the model without compiling (no evidence in the root)")
+        trace_runs.append(run_trace(vllm_args, env, python, usage, rank, memo=memo,
+                                    fresh=fresh))
+        return trace_runs[0]
+
     backend, files = _predict_backend(probe, parts, entries, aot_infos, aot, cc, r_dir,
-                                      disabled)
+                                      disabled, traced if trace else None)
     hit = aot.hit if probe["use_aot_compile"] else bool(backend.hit)
     reasons = list(aot.causes)
     if not hit:
@@ -340,7 +362,8 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
     return Prediction(hit=hit, backend=backend, aot=aot.tree, parts=parts,
                       reasons=tuple(reasons),
                       key_parts=_key_parts(probe, parts, files, backend, aot),
-                      probe=probe, probe_run=probe_run)
+                      probe=probe, probe_run=probe_run,
+                      trace_run=trace_runs[0] if trace_runs else None)
 
 
 def _miss_causes(entries: Sequence[Entry], parts: Mapping[str, Any], backend: TreePrediction,

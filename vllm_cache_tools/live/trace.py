@@ -1,0 +1,264 @@
+"""The files Dynamo traces in the model's compiled ``forward``, found without compiling: the
+evidence the backend tree's code hash needs in a root where this model never compiled.
+
+Runs inside the user's vLLM environment, standalone like :mod:`probe` (whose config builder
+and dependency recording it loads by path)::
+
+    python trace.py < request.json      # prints one line: VCT_TRACE {json}
+
+Request: the probe's (``{"args": [...], "usage": "serve"|"llm", "rank": 0}``). Answer:
+``files`` (sorted, as vLLM's ``compilation_config.traced_files``), ``exact`` and
+``caveats`` (why the list may differ from the compiling worker's), ``device``, ``timings``,
+``deps`` (for the caller's memo).
+
+How vLLM collects the list (0.32: ``compilation/decorators.py``, the first compile in
+``_support_torch_compile.__call__``): the file of the top-level ``forward``, plus the
+``co_filename`` of every function Dynamo inlines (``InliningInstructionTranslator.inline_call_``
+patched), while ``torch.compile(forward, fullgraph=True, dynamic=False)`` traces the profile
+run (``enable_cpp_symbolic_shape_guards`` off). ``VllmBackend.__call__`` then hashes the
+sorted paths and contents. The list is a function of the code Dynamo runs through, so here:
+
+1. the worker's process state before it builds the model (``WorkerBase.__init__``: the IR op
+   priority and ``set_default_torch_wrap``: with the wrap off, as vLLM's CPU platform sets
+   it, ``rms_norm`` is inlined from ``vllm/ir/ops/layernorm.py``);
+2. the model built as the loader builds it, then ``process_weights_after_loading`` (on CPU
+   this picks the linear kernel from the weight tensors: ``onednn_mm`` in
+   ``vllm/_custom_ops.py`` for real tensors, ``F.linear`` for meta ones). Weights are
+   uninitialized CPU tensors when the platform is the CPU and they fit the memory budget;
+   else the meta device, and the answer says it may not be exact;
+3. Dynamo tracing the compiled module's ``forward`` with the same patch, config and a
+   forward context of the profile run's size, into a backend that records that it was
+   reached and stops: no graph is compiled, nothing is written to the cache root.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import inspect
+import json
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from typing import Any
+
+MATERIALIZE_MAX_BYTES = 4 << 30
+"""Largest model built with real (uninitialized) CPU tensors; also at most a quarter of the
+memory available now."""
+
+
+def _load_probe() -> Any:
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "probe.py")
+    spec = importlib.util.spec_from_file_location("_vct_probe", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules["_vct_probe"] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+class _Reached(Exception):
+    """Raised by the recording backend: Dynamo finished tracing; nothing more to do."""
+
+
+def _is_compiled(module: Any) -> bool:
+    init = type(module).__init__
+    return (getattr(init, "__qualname__", "").startswith("_support_torch_compile")
+            and not getattr(module, "do_not_compile", False))
+
+
+def _worker_state(cfg: Any) -> None:
+    """What ``WorkerBase.__init__`` sets for the worker's lifetime before the model is built
+    (vLLM 0.32); absent in other releases."""
+    kc = getattr(cfg, "kernel_config", None)
+    prio = getattr(kc, "ir_op_priority", None)
+    if prio is not None and hasattr(prio, "set_default"):
+        prio.set_default()
+    wrap = getattr(cfg.compilation_config, "ir_enable_torch_wrap", None)
+    with contextlib.suppress(ImportError, AttributeError):
+        import vllm.ir
+
+        if wrap is not None:
+            vllm.ir.set_default_torch_wrap(wrap)
+
+
+def _one_process_group(cfg: Any) -> str | None:
+    """A one-process distributed group (file store: no network), as the probe's custom-op
+    count makes; returns the store folder to remove."""
+    from vllm.config import set_current_vllm_config
+    from vllm.distributed import parallel_state as ps
+
+    if ps.model_parallel_is_initialized():
+        return None
+    store = tempfile.mkdtemp(prefix="vct-trace-dist-")
+    ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                    distributed_init_method=f"file://{store}/store")
+    with set_current_vllm_config(cfg):
+        ps.initialize_model_parallel(1, 1, backend="gloo")
+    return store
+
+
+def _build(cfg: Any, device: str) -> Any:
+    import torch
+    from vllm.config import set_current_vllm_config
+    from vllm.model_executor.model_loader.utils import initialize_model
+
+    cfg.compilation_config.static_forward_context.clear()  # layers register themselves
+    old = torch.get_default_dtype()
+    try:
+        with set_current_vllm_config(cfg):
+            torch.set_default_dtype(cfg.model_config.dtype)
+            with torch.device(device):
+                return initialize_model(vllm_config=cfg)
+    finally:
+        torch.set_default_dtype(old)
+
+
+def _nbytes(model: Any) -> int:
+    return sum(t.numel() * t.element_size()
+               for t in (*model.parameters(), *model.buffers()))
+
+
+def _dynamo_trace(cfg: Any, model: Any, device: str) -> tuple[list[str], str]:
+    """Dynamo over the first compiled module's ``forward`` (vLLM's patch of
+    ``inline_call_``); returns the traced files and the forward's qualname."""
+    from unittest.mock import patch
+
+    import torch
+    from torch._dynamo.symbolic_convert import InliningInstructionTranslator
+    from vllm.config import set_current_vllm_config
+    from vllm.forward_context import set_forward_context
+
+    target = next((m for m in model.modules() if _is_compiled(m)), None)
+    if target is None:
+        raise RuntimeError("no @support_torch_compile module in this model")
+    fwd = type(target).forward
+    files = {fwd.__code__.co_filename}
+    inline_call = InliningInstructionTranslator.inline_call_
+
+    def patched_inline_call(self_: Any) -> Any:
+        files.add(self_.f_code.co_filename)
+        return inline_call(self_)
+
+    reached: list[int] = []
+
+    def backend(gm: Any, example_inputs: Any) -> Any:
+        reached.append(len(gm.graph.nodes))
+        raise _Reached
+
+    n = int(cfg.scheduler_config.max_num_batched_tokens)
+    params = inspect.signature(fwd).parameters
+    kwargs: dict[str, Any] = {}
+    for name in ("input_ids", "positions"):
+        if name in params:
+            t = torch.zeros(n, dtype=torch.long, device=device)
+            torch._dynamo.mark_dynamic(t, 0)
+            kwargs[name] = t
+    for name, p in params.items():
+        if name != "self" and name not in kwargs and p.default is inspect.Parameter.empty \
+                and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            kwargs[name] = None  # intermediate_tensors, inputs_embeds: None on one rank
+    dynamo_patch: dict[str, Any] = {}
+    if hasattr(torch._dynamo.config, "enable_cpp_symbolic_shape_guards"):
+        dynamo_patch["enable_cpp_symbolic_shape_guards"] = False
+    compiled = torch.compile(target.forward, fullgraph=True, dynamic=False, backend=backend)
+    try:
+        with set_current_vllm_config(cfg), set_forward_context(None, cfg, num_tokens=n), \
+                patch.object(InliningInstructionTranslator, "inline_call_",
+                             patched_inline_call), \
+                torch._dynamo.config.patch(**dynamo_patch):
+            compiled(**kwargs)
+    except Exception as exc:
+        if not reached:
+            first = str(exc).strip().splitlines()[:1] or [type(exc).__name__]
+            raise RuntimeError(f"Dynamo could not trace {fwd.__qualname__}: "
+                               f"{first[0][:300]}") from None
+    return sorted(files), fwd.__qualname__
+
+
+def traced_files(probe: Any, req: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    t0 = time.perf_counter()
+    timings: dict[str, float] = {}
+    cfg = probe.build_config(req.get("args", []), req.get("usage", "serve"))
+    from vllm.model_executor.model_loader.utils import process_weights_after_loading
+    from vllm.platforms import current_platform
+
+    timings["import_and_config_s"] = time.perf_counter() - t0
+    t = time.perf_counter()
+    cfg.parallel_config.rank = int(req.get("rank", 0))
+    caveats: list[str] = []
+    pc = cfg.parallel_config
+    if pc.world_size > 1:
+        caveats.append(f"{pc.world_size} ranks: traced in a one-process group, where "
+                       "layers skip their collective ops (e.g. all-reduce), whose files "
+                       "the ranks trace")
+    _worker_state(cfg)
+    store = _one_process_group(cfg)
+    try:
+        probe.stage("building the model on the meta device")
+        model = _build(cfg, "meta")
+        size = _nbytes(model)
+        device = "meta"
+        if current_platform.is_cpu():
+            avail = probe.mem_available()
+            budget = min(MATERIALIZE_MAX_BYTES, (avail or 0) // 4)
+            if size <= budget:
+                probe.stage("building the model with uninitialized CPU weights")
+                del model
+                model = _build(cfg, "cpu")
+                device = "cpu"
+            else:
+                caveats.append(f"weights ({size} B) over the budget for uninitialized CPU "
+                               f"tensors ({budget} B): built on the meta device, where "
+                               "vLLM's CPU linear layers skip the kernel choice they make "
+                               "from real weights (measured: other traced files)")
+        else:
+            caveats.append(f"built on the meta device for a {type(current_platform).__name__}"
+                           ": kernels picked from real weights after loading are not seen; "
+                           "never compared with a start on this platform")
+        timings["build_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        process_weights_after_loading(model, cfg.model_config, torch.device(device))
+        timings["process_weights_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        probe.stage("tracing the model with Dynamo (no compile)")
+        files, qualname = _dynamo_trace(cfg, model, device)
+        timings["trace_s"] = time.perf_counter() - t
+    finally:
+        if store is not None:
+            shutil.rmtree(store, ignore_errors=True)
+    timings["total_s"] = time.perf_counter() - t0
+    return {"files": files, "forward": qualname, "exact": not caveats, "caveats": caveats,
+            "device": device, "weights_bytes": size, "timings": timings}
+
+
+def main() -> None:
+    probe = _load_probe()
+    probe.watch_reads()
+    probe.STAGE_SINKS.append(lambda line: (sys.stderr.write(line), sys.stderr.flush()))
+    req = json.loads(sys.stdin.read() or "{}")
+    try:
+        out = traced_files(probe, req)
+        out["deps"] = probe.dependencies()
+    except SystemExit as exc:
+        out = {"error": f"invalid vLLM arguments (argparse exit {exc.code})"}
+    except Exception as exc:
+        out = {"error": f"{type(exc).__name__}: {exc}",
+               "traceback": traceback.format_exc(limit=8)}
+    for k in ("error", "traceback"):
+        if k in out:
+            out[k] = probe._redaction().redact_text(out[k])
+    sys.stdout.flush()
+    sys.stdout.buffer.write(("\nVCT_TRACE " + json.dumps(out) + "\n").encode())
+    sys.stdout.buffer.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

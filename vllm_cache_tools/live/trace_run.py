@@ -1,0 +1,108 @@
+"""Run :mod:`vllm_cache_tools.live.trace` in the user's vLLM interpreter and keep its answer
+in the memo (as the probe's: keyed by request, environment, interpreter, machine and both
+scripts' sources; re-checked against every file it read).
+
+Only predict's cold-root path asks for it (VLLM_COMPILE mode and no AOT entry, manifest or
+log evidence of the traced files): a predict answered by the memo or by evidence in the
+root never starts it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from vllm_cache_tools.live import memo as probememo
+from vllm_cache_tools.live.runner import PROBE, memo_dir
+
+TRACE = Path(__file__).with_name("trace.py")
+TRACE_TIMEOUT_S = 600.0
+
+
+@dataclass(frozen=True)
+class TraceRun:
+    """Traced files of the model's compiled ``forward`` (as the compiling worker's
+    ``compilation_config.traced_files``), or ``error`` when tracing failed. ``exact`` is
+    False when ``caveats`` name a way the list may differ from the worker's."""
+
+    files: tuple[str, ...] = ()
+    forward: str = ""
+    exact: bool = False
+    caveats: tuple[str, ...] = ()
+    device: str = ""
+    timings: dict[str, float] = field(default_factory=dict)
+    seconds: float = 0.0
+    memo: str = "off"
+    error: str | None = None
+
+
+def _invoke(req: Mapping[str, object], env: Mapping[str, str], exe: str
+            ) -> dict[str, object]:
+    try:
+        proc = subprocess.run([exe, str(TRACE)], input=json.dumps(req), env=dict(env),
+                              capture_output=True, encoding="utf-8", errors="replace",
+                              timeout=TRACE_TIMEOUT_S)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return {"error": f"cannot run the tracer with {exe}: {exc}"}
+    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("VCT_TRACE ")), None)
+    if line is None:
+        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        return {"error": f"the tracer gave no answer: {tail[0][:300]}"}
+    data = json.loads(line.split(" ", 1)[1])
+    return data if isinstance(data, dict) else {"error": "the tracer's answer is not a dict"}
+
+
+def run_trace(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
+              usage: str, rank: int = 0, *, memo: bool = True, fresh: bool = False
+              ) -> TraceRun:
+    """The traced files for ``vllm serve <vllm_args>`` in ``env``, from the memo when nothing
+    it depended on changed, else from a fresh tracer process."""
+    t0 = time.perf_counter()
+    use = memo and probememo.enabled(os.environ)
+    env = {k: v for k, v in env.items() if k != probememo.DISABLE_VAR}
+    req = {"args": list(vllm_args), "usage": usage, "rank": rank}
+    exe = python or sys.executable
+    # The root is left out of the key: the list does not depend on it (what the tracer read
+    # there, if anything, is in its dependencies), and a new root is the case it is for.
+    keyed = {k: v for k, v in env.items() if k != "VLLM_CACHE_ROOT"}
+    key = probememo.memo_key({"trace": req}, keyed, exe,
+                             TRACE.read_bytes() + PROBE.read_bytes()) if use else ""
+    data: dict[str, object] | None = None
+    how = "off" if not use else "fresh"
+    if use and not fresh:
+        data, how = probememo.load(key, memo_dir() / "traced")
+        how = "hit" if data is not None else how
+    if data is None:
+        data = _invoke(req, env, exe)
+        deps = data.pop("deps", None)
+        if use and "error" not in data and isinstance(deps, dict):
+            probememo.save(key, data, deps, memo_dir() / "traced")
+    seconds = time.perf_counter() - t0
+    if "error" in data:
+        return TraceRun(seconds=seconds, memo=how, error=str(data["error"]))
+    timings = data.get("timings")
+    return TraceRun(files=tuple(str(f) for f in data.get("files") or []),  # type: ignore[attr-defined]
+                    forward=str(data.get("forward") or ""), exact=bool(data.get("exact")),
+                    caveats=tuple(str(c) for c in data.get("caveats") or []),  # type: ignore[attr-defined]
+                    device=str(data.get("device") or ""),
+                    timings=dict(timings) if isinstance(timings, dict) else {},
+                    seconds=seconds, memo=how)
+
+
+def trace_evidence(run: TraceRun) -> str:
+    """The backend key's evidence line for a traced file list."""
+    how = (f"{len(run.files)} files Dynamo traced now in {run.forward or 'forward'} without "
+           f"compiling (model on {run.device}, no weights loaded, no Inductor), contents "
+           "read now")
+    if run.exact:
+        return how
+    return "approximate: " + how + "; may differ from vLLM's list: " + "; ".join(run.caveats)
+
+
+__all__ = ["TRACE", "TraceRun", "run_trace", "trace_evidence"]
