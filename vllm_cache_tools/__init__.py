@@ -41,6 +41,8 @@ _EXPORTS = {
     "PruneResult": "maintain.execute", "execute_plan": "maintain.execute",
     "VerifyProblem": "maintain.verify", "VerifyReport": "maintain.verify",
     "verify": "maintain.verify",
+    "DedupPlan": "maintain.dedup", "DedupResult": "maintain.dedup",
+    "plan_dedup": "maintain.dedup", "execute_dedup": "maintain.dedup",
     "StatsReport": "analyze.stats", "stats": "analyze.stats",
     "DriftReport": "analyze.drift", "drift": "analyze.drift",
 }
@@ -50,6 +52,7 @@ if TYPE_CHECKING:
     from vllm_cache_tools.analyze.explain import Explanation, Unexplained, explain
     from vllm_cache_tools.analyze.predict import PredictError, Prediction, TreePrediction, predict
     from vllm_cache_tools.analyze.stats import StatsReport, stats
+    from vllm_cache_tools.maintain.dedup import DedupPlan, DedupResult, execute_dedup, plan_dedup
     from vllm_cache_tools.maintain.execute import PruneResult, execute_plan
     from vllm_cache_tools.maintain.plan import (
         PlannedEntry,
@@ -96,6 +99,8 @@ __all__ = [
     "CacheInfo",
     "CacheRoot",
     "Cause",
+    "DedupPlan",
+    "DedupResult",
     "DriftReport",
     "Entry",
     "EntryNotFound",
@@ -120,9 +125,11 @@ __all__ = [
     "VerifyProblem",
     "VerifyReport",
     "drift",
+    "execute_dedup",
     "execute_plan",
     "explain",
     "locate_entry",
+    "plan_dedup",
     "plan_prune",
     "plan_prune_root",
     "predict",
