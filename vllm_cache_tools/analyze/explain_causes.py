@@ -7,13 +7,15 @@ from __future__ import annotations
 import difflib
 from typing import Any
 
+from vllm_cache_tools.keys.hardware import hardware_detail
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.redaction import same_value
 from vllm_cache_tools.store.types import Cause
 
 
 def env_causes(old: dict[str, Any], new: dict[str, Any], evidence: str) -> list[Cause]:
-    return [Cause("env", k, old.get(k), new.get(k), evidence)
+    """Env factors that differ; those a platform sets from the machine say so."""
+    return [Cause("env", k, old.get(k), new.get(k), evidence, hardware_detail("env", k) or "")
             for k in sorted(set(old) | set(new)) if not same_value(k, old.get(k), new.get(k))]
 
 
@@ -48,7 +50,8 @@ def system_causes(old: AotModelInfo, new: AotModelInfo, evidence: str) -> list[C
                        ("device", old.device_type, new.device_type),
                        ("python", old.python_version, new.python_version)):
         if x != y:
-            out.append(Cause("compiler", item, x, y, evidence))
+            out.append(Cause("compiler", item, x, y, evidence,
+                             hardware_detail("compiler", item) or ""))
     return out
 
 

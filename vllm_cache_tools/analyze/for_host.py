@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_cache_tools.analyze.host_record import HostRecord, host_module_path
+from vllm_cache_tools.keys.hardware import PLATFORM_ENV
 from vllm_cache_tools.keys.recipes import aot_key, model_hash_key
 from vllm_cache_tools.keys.versions import backend_key, code_hash, env_hash, recipes_for
 from vllm_cache_tools.layout import AOT_DIRNAME
@@ -108,6 +109,11 @@ def _env_factor(rec: HostRecord, env: Mapping[str, str], recipe: Any) -> HostFac
     if rec.platform_env:
         detail += "; set by that host's vLLM platform: " + ", ".join(
             f"{k}={v}" for k, v in sorted(rec.platform_env.items()) if k in factors)
+    machine = [f"{k}={factors[k]} ({PLATFORM_ENV[k]})" for k in sorted(PLATFORM_ENV)
+               if k in factors and factors[k] not in (None, False, "auto", "")
+               and k not in rec.platform_env]
+    if machine:
+        detail += "; hardware-driven: " + ", ".join(machine)
     if changed:
         detail += "; set here: " + ", ".join(changed) + " (parsed like the recorded value, " \
                   "not by that host's vLLM)"

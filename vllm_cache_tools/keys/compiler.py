@@ -9,6 +9,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from vllm_cache_tools.keys.hardware import hardware_detail
 from vllm_cache_tools.store.types import Cause
 
 _TRITON = re.compile(r"^(\d+\.\d+(?:\.\d+)?)")
@@ -44,12 +45,14 @@ def diff_inductor_factors(old: Mapping[str, Any], new: Mapping[str, Any],
     for k in sorted(set(do) | set(dn)):
         if do.get(k) != dn.get(k):
             out.append(Cause("compiler", f"device.{k}", do.get(k), dn.get(k), evidence,
-                             "another GPU model or a CPU"))
+                             hardware_detail("compiler", f"device.{k}")
+                             or "another GPU model or a CPU"))
     vo, vn = (so.get("version") or {}), (sn.get("version") or {})
     for k in sorted(set(vo) | set(vn)):
         if vo.get(k) != vn.get(k):
             out.append(Cause("compiler", f"version.{k}", _short_triton(vo.get(k)),
-                             _short_triton(vn.get(k)), evidence))
+                             _short_triton(vn.get(k)), evidence,
+                             hardware_detail("compiler", f"version.{k}") or ""))
     if old.get("torch_key") != new.get("torch_key"):
         out.append(Cause("compiler", "torch_key", str(old.get("torch_key"))[:16],
                          str(new.get("torch_key"))[:16], evidence,
