@@ -128,19 +128,19 @@ def _starts_from_ledgers(inputs: Inputs, named: set[tuple[str, str, str]],
             if isinstance(b, LedgerProblem):
                 bad += 1
                 continue
-            for dyn, ev, host, key, manifest, pid, _prefix, rank, sec, start, _t, tree in b:
-                sid = start or f"{host}:{pid}"
+            for r in b:
+                host, key, tree, manifest = r.host, r.key, r.tree, r.manifest
+                sid = r.start or f"{host}:{r.pid}"
                 st = starts.get(sid)
                 if st is None:
                     st = starts[sid] = _Start(host)
                 st.keys.add((tree, key))
                 if manifest:
-                    st.pick(tree, rank, key, manifest)
+                    st.pick(tree, r.rank, key, manifest)
                     named.add((tree, key, manifest))
-                if tree == "backend" and ev in ("miss", "load-failure"):
-                    w = f"{host}:{pid}"
-                    st.work[w] = st.work.get(w, 0.0) + (float(sec) if sec != "null" else 0.0) \
-                        + (float(dyn) if dyn else 0.0)
+                if tree == "backend" and r.event in ("miss", "load-failure"):
+                    w = f"{host}:{r.pid}"
+                    st.work[w] = st.work.get(w, 0.0) + (r.seconds or 0.0) + (r.dynamo_s or 0.0)
     if bad:
         problems.append(f"{bad} damaged ledger line(s) skipped (vllm-cache stats lists them)")
     return starts

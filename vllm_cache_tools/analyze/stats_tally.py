@@ -13,11 +13,16 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools.read.ledger_stream import LedgerProblem, RawRow, first_row, read_batches
+from vllm_cache_tools.read.ledger_stream import (
+    LedgerProblem,
+    StatsEvent,
+    first_row,
+    read_batches,
+)
 
 MAX_PROBLEMS = 50
 """Damaged ledger lines reported one by one; past this only their number."""
@@ -39,9 +44,9 @@ class _Tally:
         self.starts: dict[str, list[Any]] = {}
         """start id -> [first time, outcome flags, host, first key, hit keys (one key,
         a set of keys or None), load seconds]"""
-        self.work: dict[tuple[str, str, str], float] = {}
+        self.work: dict[tuple[str, str, int | None], float] = {}
         """(start, host, pid) -> backend seconds on misses (one worker's compile time)"""
-        self.key_work: dict[tuple[str, str, str, str], float] = {}
+        self.key_work: dict[tuple[str, str, str, int | None], float] = {}
         self.aot_written: list[tuple[str, str]] = []
         self.written: dict[str, float] = {}
         """entry -> when it was last written (a miss or a load failure)"""
@@ -49,25 +54,29 @@ class _Tally:
         self.events: Counter[tuple[str, str]] = Counter()
         self.strings: dict[str, str] = {}
 
-    def add(self, rows: Sequence[RawRow]) -> None:
+    def add(self, rows: Sequence[StatsEvent]) -> None:
         since = self.since
         if since is not None:
-            rows = [r for r in rows if float(r[10]) >= since]
+            rows = [r for r in rows if r.time >= since]
         self.events.update(map(_TREE_EVENT, rows))
         starts, work, key_work, decisions = self.starts, self.work, self.key_work, self.decisions
+        written = self.written
         # One string object per host and entry, not one per start (300k starts hold few).
         same = self.strings.setdefault
-        for dyn, ev, host, key, _manifest, pid, _prefix, _rank, sec, start, t, tree in rows:
-            sid = start or host + ":" + pid
+        for r in rows:
+            ev = r.event
+            sid = r.start or f"{r.host}:{r.pid}"
             st = starts.get(sid)
             if decisions is not None:
-                d = (key, sid)
+                d = (r.key, sid)
                 decisions[d] = decisions.get(d, 0) | _FLAG[ev]
             if ev == "hit":
+                key = r.key
+                sec = r.seconds
                 if st is None:
                     key = same(key, key)
-                    starts[sid] = [float(t), _HIT, same(host, host), key, key,
-                                   float(sec) if sec != "null" else 0.0]
+                    host = r.host
+                    starts[sid] = [r.time, _HIT, same(host, host), key, key, sec or 0.0]
                     continue
                 st[1] |= _HIT
                 hk = st[4]
@@ -78,24 +87,24 @@ class _Tally:
                         st[4] = {hk, same(key, key)}
                     else:
                         hk.add(key)
-                if sec != "null":
-                    s = float(sec)
-                    if s > st[5]:
-                        st[5] = s
+                if sec is not None and sec > st[5]:
+                    st[5] = sec
                 continue
+            key = r.key
             if st is None:
-                st = starts[sid] = [float(t), 0, same(host, host), same(key, key), None, 0.0]
+                host = r.host
+                st = starts[sid] = [r.time, 0, same(host, host), same(key, key), None, 0.0]
             st[1] |= _FLAG[ev]
             if ev == "disabled":
                 continue
-            tf = float(t)
-            if tf > self.written.get(key, 0.0):
-                self.written[key] = tf
-            if tree == "backend":
-                s = (float(sec) if sec != "null" else 0.0) + (float(dyn) if dyn else 0.0)
-                w = (sid, host, pid)
+            t = r.time
+            if t > written.get(key, 0.0):
+                written[key] = t
+            if r.tree == "backend":
+                s = (r.seconds or 0.0) + (r.dynamo_s or 0.0)
+                w = (sid, r.host, r.pid)
                 work[w] = work.get(w, 0.0) + s
-                kw = (key, sid, host, pid)
+                kw = (key, sid, r.host, r.pid)
                 key_work[kw] = key_work.get(kw, 0.0) + s
             else:
                 self.aot_written.append((sid, key))
@@ -140,7 +149,7 @@ class _Tally:
         return per_start, latest, per_decision
 
 
-_TREE_EVENT = itemgetter(11, 1)
+_TREE_EVENT = attrgetter("tree", "event")
 
 
 # Per group: [starts, hits, misses, load failures, disabled, compile s, compile unknown,
@@ -313,7 +322,7 @@ def _partial(work: Sequence[tuple[str | None, Sequence[tuple[Path, str]]]],
     out = _Partial()
     for host, paths in work:
         tally = _Tally(since, by == "entry")
-        seen: set[RawRow] | None = set() if len(paths) > 1 and host is not None else None
+        seen: set[StatsEvent] | None = set() if len(paths) > 1 and host is not None else None
         for p, label in paths:
             for b in read_batches(p, label):
                 if isinstance(b, LedgerProblem):

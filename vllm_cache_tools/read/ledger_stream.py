@@ -1,70 +1,97 @@
-"""The recorder's ledgers read as a stream, for fleet statistics over millions of events.
+"""The recorder's ledger lines: one record type, one set of rules, and a streaming reader for
+fleet statistics over millions of events.
 
-:func:`vllm_cache_tools.read.manifest.read_ledger` returns every event as a record at once:
-right for one root's ``ls``, too slow and too big for a fleet's year of starts (1,000,000
-events are ~400 MB of JSON lines). This reader keeps memory flat (1 MB of lines at a time) and
-reads the lines of a chunk in the exact form the recorder writes (``json.dumps(event,
-sort_keys=True)`` in :mod:`vllm_cache_tools.recorder.write`) with one regular expression over
-the whole chunk. A chunk with any other line (an older or newer recorder's, or a damaged one)
-is read line by line, each line through ``json.loads`` and the same field checks. Both paths
-give the same :class:`LedgerRow` for the same event (tested), so the fast one is only a
-speed-up. Neither reads ``argv``, which statistics never use.
+Every ledger line is judged by :class:`LedgerEvent` alone: a typed msgspec record whose field
+types and bounds *are* the rules (a plausible POSIX time, durations that are finite and not
+negative, a process id, strings where strings belong; unknown fields such as ``argv`` are
+skipped). :func:`parse_ledger_line` applies them to one line (``ls``'s
+:func:`vllm_cache_tools.read.manifest.read_ledger`); :func:`read_batches` to a 1 MB block of
+lines at once: the block is decoded as one JSON array (its newlines turned into commas, so each
+line must hold exactly one value) in C, and only a block with a line that fails is read again
+line by line, each line by :func:`parse_ledger_line`. The block path is only a speed-up: a
+block decodes only when every one of its lines decodes by the same decoder, to the same record
+(tested). Statistics use :class:`StatsEvent`, the same record narrowed to the event kinds and
+trees it counts (any other kind is a damaged line to it).
+
+A line msgspec's strict parser refuses but Python's ``json`` reads (a lone surrogate escape,
+which a non-UTF-8 byte in a command line becomes) is read by ``json`` within bounded depth and
+size, then checked against the same record.
 
 Files are opened like every cache read (:func:`~vllm_cache_tools.read.noatime.open_noatime`:
-regular files only, no link followed, no atime left)."""
+regular files only, no link followed, no atime left); memory stays flat (1 MB of lines at a
+time)."""
 
 from __future__ import annotations
 
-import json
-import math
-import re
+import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Annotated, Any, Literal, NamedTuple, TypeVar
 
+import msgspec
+
+from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.read.errors import ReadError, UnreadableError
-from vllm_cache_tools.read.manifest import parse_ledger_line
 from vllm_cache_tools.read.noatime import open_noatime
 
 CHUNK_BYTES = 1 << 20
 MAX_LINE_BYTES = 64 * 1024
 """A recorder line is well under 4 KB (argv and a load-failure reason are the long parts);
 anything longer is not read as an event."""
-EVENTS = frozenset({"hit", "miss", "load-failure", "disabled"})
-TREES = frozenset({"aot", "backend"})
+MAX_DEPTH = 8
+"""Nesting of a ledger line read by ``json`` (the recorder writes 2: the line and argv)."""
 
-RawRow = tuple[str, str, str, str, str, str, str, str, str, str, str, str]
-"""A row as text, in this order: dynamo_s, event, host, key, manifest, pid, prefix, rank,
-seconds, start, time, tree. Strings as they are (no JSON escapes left), numbers as JSON wrote
-them; ``""`` for a field the line does not have, ``"null"`` for null. What the fast path hands
-over without making more Python objects than the regex does."""
+Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=sys.float_info.max)]
+PosixTime = Annotated[float, msgspec.Meta(ge=0.0, lt=7.3e9)]
+"""1970 .. 2200, as :func:`vllm_cache_tools.read.jsontext.finite_time`."""
+Pid = Annotated[int, msgspec.Meta(ge=0, lt=1 << 32)]
+Text = Annotated[str, msgspec.Meta(min_length=1)]
 
 
-class LedgerRow(NamedTuple):
-    """One ledger event, as much of it as statistics need."""
+class LedgerEvent(msgspec.Struct, frozen=True, gc=False):
+    """One ledger line, as the recorder writes it (``recorder/hooks.py``: one line per
+    decision of one worker about one entry)."""
 
-    time: float
+    time: PosixTime
     """When the recorder wrote it (Unix seconds)."""
-    event: str
-    """``hit``, ``miss``, ``load-failure`` or ``disabled``."""
+    event: Text
+    """``hit``, ``miss``, ``load-failure`` or ``disabled`` (newer recorders may add kinds)."""
     tree: str
     """``aot`` or ``backend``."""
-    key: str
+    key: Text
     """The entry's folder name."""
-    rank: str
-    prefix: str
-    host: str
-    manifest: str | None
+    rank: str = ""
+    prefix: str = ""
+    host: str = ""
+    pid: Pid | None = None
+    manifest: str | None = None
     """The digest of the manifest the recorder wrote for this decision."""
-    pid: int | None
-    start: str | None
-    """The id the recorder shares between the processes of one vLLM start; ``None`` in
-    ledgers of recorders that did not write one (then a start is one process)."""
-    seconds: float | None
+    reason: str | None = None
+    """vLLM's words for a load failure."""
+    seconds: Seconds | None = None
     """Backend tree: time in vLLM's backend (compiling on a miss, loading on a hit). AOT tree:
     time in the load attempt (on a miss, compilation follows outside it)."""
-    dynamo_s: float | None
+    recorder_s: Seconds | None = None
+    """Time that process had spent in the recorder when it wrote this event."""
+    start: str | None = None
+    """The id the recorder shares between the processes of one vLLM start; ``None`` in
+    ledgers of recorders that did not write one (then a start is one process)."""
+    dynamo_s: Seconds | None = None
     """Backend tree: Dynamo's bytecode transform before the backend ran."""
+
+
+class StatsEvent(LedgerEvent, frozen=True, gc=False):
+    """A :class:`LedgerEvent` of a kind statistics count."""
+
+    event: Literal["hit", "miss", "load-failure", "disabled"]
+    tree: Literal["aot", "backend"]
+
+
+E = TypeVar("E", bound=LedgerEvent)
+
+_LINE: dict[type[LedgerEvent], msgspec.json.Decoder[Any]] = {
+    LedgerEvent: msgspec.json.Decoder(LedgerEvent), StatsEvent: msgspec.json.Decoder(StatsEvent)}
+_BLOCK = msgspec.json.Decoder(list[StatsEvent])
 
 
 class LedgerProblem(NamedTuple):
@@ -79,93 +106,34 @@ class LedgerProblem(NamedTuple):
             f"ledger {self.file}: {self.detail}"
 
 
-_STR = r'"([^"\\\n]*)"'
-_SECONDS = r"(null|[0-9]{1,9}(?:\.[0-9]+)?(?:e-[0-9]{1,3})?)"
-# From the end of argv (the long first field, never read) to the end of the line, in the
-# writer's sorted key order. '], "' cannot occur inside a JSON string (its quote would be
-# escaped), so it starts the match at argv's end, once per line: a literal prefix the regex
-# engine searches for fast. Every number and string it admits is valid as it stands (within
-# the bounds parse_line checks, no escapes to undo): anything else goes the slow way.
-_EVENT = re.compile(
-    r'\], (?:"dynamo_s": ' + _SECONDS + r', )?"event": "(hit|miss|load-failure|disabled)", '
-    r'"host": ' + _STR + r', "key": "([0-9a-f]+)", (?:"manifest": (?:"([0-9a-f]{1,64})"|null), )?'
-    r'"pid": ([0-9]{1,9}|null), "prefix": ' + _STR + r', "rank": ' + _STR + r', '
-    r'(?:"reason": (?:null|"[^"\\\n]*(?:\\.[^"\\\n]*)*"), )?'
-    r'(?:"recorder_s": [0-9]{1,9}(?:\.[0-9]+)?(?:e-[0-9]{1,3})?, )?'
-    r'"seconds": ' + _SECONDS + r', (?:"start": "([0-9A-Za-z_-]{1,64})", )?'
-    r'"time": ((?:[0-6][0-9]{9}|7[0-2][0-9]{8}|[0-9]{1,9})(?:\.[0-9]+)?), '
-    r'"tree": "(aot|backend)", "v": 1\}[ \t\r]*$', re.M)
-_HEAD = '{"argv": ['
+def _invalid(exc: Exception) -> ReadError:
+    return ReadError(jsontext.one_line(exc, 120))
 
 
-class _Bad(ValueError):
-    pass
-
-
-def _seconds(v: Any) -> float | None:
-    """A duration as the ledger reader accepts one (finite, not negative)."""
-    if v is None:
-        return None
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < math.inf:
-        raise _Bad("a duration that is not a number of seconds")
+def parse_ledger_line(line: bytes, kind: type[E] = LedgerEvent) -> E:  # type: ignore[assignment]
+    """One ledger line as ``kind``; :class:`ReadError` (one line) for anything the recorder
+    never writes: wrong types, implausible times, negative or endless durations, JSON that is
+    not one object, deeper than :data:`MAX_DEPTH` or not UTF-8."""
     try:
-        return float(v)
-    except OverflowError:  # an int past 1e308 (found by the fuzzer)
-        raise _Bad("a duration that is not a number of seconds") from None
-
-
-def parse_line(line: str) -> LedgerRow:
-    """One ledger line in any JSON form, judged by the ledger reader's own rules
-    (:func:`vllm_cache_tools.read.manifest.parse_ledger_line`); ``ValueError`` (its one-line
-    reason) for what is not an event, or is an event kind statistics do not know."""
+        return _LINE[kind].decode(line)  # type: ignore[no-any-return]
+    except msgspec.ValidationError as exc:
+        raise _invalid(exc) from None
+    except (msgspec.DecodeError, RecursionError):
+        pass  # not JSON to msgspec: json may still read it (lone surrogates)
     try:
-        e = parse_ledger_line(line.encode("utf-8", errors="surrogateescape"))
-    except ReadError as exc:
-        raise _Bad(str(exc)) from None
-    if e.event not in EVENTS or e.tree not in TREES:
-        raise _Bad(f"unknown event {e.event!r} in tree {e.tree!r}")
-    # The two fields that reader does not keep (the line is known to be a small JSON object).
-    extra = json.loads(line)
-    start = extra.get("start")
-    if start is not None and not isinstance(start, str):
-        raise _Bad("start is not a string")
-    return LedgerRow(e.time, e.event, e.tree, e.key, e.rank, e.prefix, e.host,
-                     e.manifest or None, e.pid, start or None, e.seconds,
-                     _seconds(extra.get("dynamo_s")))
+        text = line.decode("utf-8")
+    except UnicodeDecodeError:
+        raise ReadError("not UTF-8") from None
+    data = jsontext.loads(text, "ledger line", max_depth=MAX_DEPTH)
+    if not isinstance(data, dict):
+        raise ReadError("not a JSON object")
+    try:
+        return msgspec.convert(data, kind)
+    except msgspec.ValidationError as exc:
+        raise _invalid(exc) from None
 
 
-def to_row(raw: RawRow) -> LedgerRow:
-    """A fast-path row as a :class:`LedgerRow` (every number in it is valid as it stands)."""
-    dyn, event, host, key, manifest, pid, prefix, rank, seconds, start, t, tree = raw
-    return LedgerRow(float(t), event, tree, key, rank, prefix, host, manifest or None,
-                     None if pid == "null" else int(pid), start or None,
-                     None if seconds == "null" else float(seconds),
-                     float(dyn) if dyn else None)
-
-
-def to_raw(row: LedgerRow) -> RawRow:
-    """The inverse of :func:`to_row` (``repr`` of a float reads back exactly)."""
-    def num(v: float | None) -> str:
-        return "null" if v is None else repr(v)
-
-    return ("" if row.dynamo_s is None else repr(row.dynamo_s), row.event, row.host, row.key,
-            row.manifest or "", "null" if row.pid is None else str(row.pid), row.prefix, row.rank,
-            num(row.seconds), row.start or "", repr(row.time), row.tree)
-
-
-def _fast(text: str, n: int) -> list[RawRow] | None:
-    """The rows of ``text`` (``n`` whole lines) when every line is in the recorder's own form
-    and holds one event; ``None`` when one is not (the caller reads them one by one)."""
-    if not text.startswith(_HEAD) or text.count(_HEAD) != n \
-            or text.count("\n" + _HEAD) != n - 1:
-        return None  # a blank, foreign or glued line
-    rows: list[RawRow] = _EVENT.findall(text)
-    if len(rows) != n:
-        return None
-    return rows
-
-
-def _slow(lines: list[str], label: str, first: int) -> Iterator[RawRow | LedgerProblem]:
+def _lines(lines: list[bytes], label: str, first: int) -> Iterator[StatsEvent | LedgerProblem]:
     for n, raw in enumerate(lines, first):
         if not raw or raw.isspace():
             continue
@@ -173,17 +141,37 @@ def _slow(lines: list[str], label: str, first: int) -> Iterator[RawRow | LedgerP
             yield LedgerProblem(label, n, "not a ledger event (line too long)")
             continue
         try:
-            yield to_raw(parse_line(raw))
-        except ValueError as exc:
-            yield LedgerProblem(label, n, f"not a ledger event ({exc})" if str(exc) else
-                                "not a ledger event")
+            yield parse_ledger_line(raw, StatsEvent)
+        except ReadError as exc:
+            yield LedgerProblem(label, n, f"not a ledger event ({exc})")
+
+
+def _block(block: bytes, label: str, line: int) -> Iterator[list[StatsEvent] | LedgerProblem]:
+    """The events of ``block`` (whole lines, each ending in a newline) that starts after
+    ``line`` lines of its file."""
+    if not block:
+        return
+    try:
+        # JSON strings cannot hold a raw newline, so every newline lies between two lines'
+        # values: as commas they make the block an array of exactly one value per line.
+        yield _BLOCK.decode(b"[" + block[:-1].replace(b"\n", b",") + b"]")
+        return
+    except (msgspec.MsgspecError, RecursionError):
+        pass  # a blank, damaged or foreign line somewhere: one line at a time
+    batch: list[StatsEvent] = []
+    for item in _lines(block[:-1].split(b"\n"), label, line + 1):
+        if isinstance(item, LedgerProblem):
+            yield item
+        else:
+            batch.append(item)
+    yield batch
 
 
 def read_batches(path: Path, name: str | None = None
-                 ) -> Iterator[list[RawRow] | LedgerProblem]:
-    """The events of one ledger file, in file order: lists of :data:`RawRow` (see
-    :func:`to_row`), with a :class:`LedgerProblem` for each line that is not an event and one
-    (line 0) for a file that cannot be read. ``name``: how problems name the file."""
+                 ) -> Iterator[list[StatsEvent] | LedgerProblem]:
+    """The events of one ledger file, in file order: lists of :class:`StatsEvent`, with a
+    :class:`LedgerProblem` for each line that is not an event and one (line 0) for a file that
+    cannot be read. ``name``: how problems name the file."""
     label = name or path.name
     try:
         f = open_noatime(path)
@@ -202,7 +190,7 @@ def read_batches(path: Path, name: str | None = None
                 return
             if not chunk:
                 break
-            data = tail + chunk
+            data = tail + chunk if tail else chunk
             cut = data.rfind(b"\n") + 1
             if cut == 0:
                 if len(data) <= MAX_LINE_BYTES:
@@ -221,25 +209,7 @@ def read_batches(path: Path, name: str | None = None
         yield from _block(tail + b"\n", label, line)
 
 
-def _block(block: bytes, label: str, line: int) -> Iterator[list[RawRow] | LedgerProblem]:
-    if not block:
-        return
-    text = block.decode("utf-8", errors="replace")
-    n = text.count("\n")
-    rows = _fast(text, n)
-    if rows is not None:
-        yield rows
-        return
-    batch: list[RawRow] = []
-    for item in _slow(text.split("\n")[:n], label, line + 1):
-        if isinstance(item, LedgerProblem):
-            yield item
-        else:
-            batch.append(item)
-    yield batch
-
-
-def first_row(path: Path, limit: int = MAX_LINE_BYTES) -> LedgerRow | None:
+def first_row(path: Path, limit: int = MAX_LINE_BYTES) -> StatsEvent | None:
     """The first event among a ledger's first ``limit`` bytes (``None``: none there, or the
     file cannot be read)."""
     try:
@@ -247,19 +217,19 @@ def first_row(path: Path, limit: int = MAX_LINE_BYTES) -> LedgerRow | None:
             head = f.read(limit)
     except OSError:
         return None
-    for line in head.decode("utf-8", errors="replace").split("\n"):
+    for line in head.split(b"\n"):
         try:
-            return parse_line(line)
-        except ValueError:
+            return parse_ledger_line(line, StatsEvent)
+        except ReadError:
             continue
     return None
 
 
-def read_rows(path: Path, name: str | None = None) -> Iterator[LedgerRow | LedgerProblem]:
-    """Like :func:`read_batches`, one :class:`LedgerRow` at a time (for callers that are not
-    counting millions)."""
+def read_rows(path: Path, name: str | None = None) -> Iterator[StatsEvent | LedgerProblem]:
+    """Like :func:`read_batches`, one event at a time (for callers that are not counting
+    millions)."""
     for b in read_batches(path, name):
         if isinstance(b, LedgerProblem):
             yield b
         else:
-            yield from map(to_row, b)
+            yield from b

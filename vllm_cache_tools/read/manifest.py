@@ -1,10 +1,10 @@
 """Reader for the recorder's manifests (``vct-manifest.<digest>.json``, written by
 :mod:`vllm_cache_tools.recorder`) and its per-host ledgers. Plain JSON; a manifest that cannot
-be read is reported, never guessed at."""
+be read is reported, never guessed at. A ledger line is judged by the one record and rules of
+:mod:`vllm_cache_tools.read.ledger_stream` (:class:`LedgerEvent`), which ``stats`` streams."""
 
 from __future__ import annotations
 
-import math
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,6 +19,8 @@ from vllm_cache_tools.layout import (
 )
 from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.read.errors import ReadError, unreadable
+from vllm_cache_tools.read.ledger_stream import LedgerEvent as LedgerEvent  # re-exported
+from vllm_cache_tools.read.ledger_stream import parse_ledger_line
 from vllm_cache_tools.read.noatime import open_noatime, read_noatime
 
 MAX_MANIFEST_BYTES = 8 * 1024 * 1024
@@ -145,67 +147,6 @@ def source_snapshot(compile_cache: Path, sha256: str) -> str | None:
             "utf-8", errors="replace")
     except OSError:
         return None
-
-
-@dataclass(frozen=True, slots=True)
-class LedgerEvent:
-    time: float
-    event: str
-    tree: str
-    key: str
-    rank: str
-    prefix: str
-    host: str
-    pid: int | None
-    manifest: str | None
-    reason: str | None
-    seconds: float | None
-    recorder_s: float | None = None
-    """Time that process had spent in the recorder when it wrote this event."""
-
-
-def parse_ledger_line(line: bytes) -> LedgerEvent:
-    """One ledger line as an event; :class:`ReadError` for anything the recorder never
-    writes (wrong types, times that are not plausible POSIX times, deep or huge JSON)."""
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError:
-        raise ReadError("not UTF-8") from None
-    e = jsontext.loads(text, "ledger line", max_depth=8)
-    if not isinstance(e, dict):
-        raise ReadError("not a JSON object")
-    t = jsontext.finite_time(e.get("time"))
-    if t is None:
-        raise ReadError("no plausible time")
-    event, tree, key = e.get("event"), e.get("tree"), e.get("key")
-    if not (isinstance(event, str) and isinstance(tree, str) and isinstance(key, str)
-            and event and key):
-        raise ReadError("event, tree or key missing")
-    rank, prefix, host = e.get("rank", ""), e.get("prefix", ""), e.get("host", "")
-    if type(rank) is not str or type(prefix) is not str or type(host) is not str:
-        raise ReadError("rank, prefix or host is not a string")
-    pid = e.get("pid")
-    if pid is not None and (type(pid) is not int or not 0 <= pid < 1 << 32):
-        raise ReadError("pid is not a process id")
-    manifest, reason = e.get("manifest"), e.get("reason")
-    if not ((manifest is None or type(manifest) is str)
-            and (reason is None or type(reason) is str)):
-        raise ReadError("manifest or reason is not a string")
-    return LedgerEvent(t, event, tree, key, rank, prefix, host, pid, manifest, reason,
-                       _seconds(e.get("seconds")), _seconds(e.get("recorder_s")))
-
-
-def _seconds(v: Any) -> float | None:
-    if v is None:
-        return None
-    if not isinstance(v, bool) and isinstance(v, int | float):
-        try:
-            s = float(v)
-        except OverflowError:
-            s = math.inf
-        if math.isfinite(s) and s >= 0:
-            return s
-    raise ReadError("a duration that is not a number of seconds")
 
 
 def _ledger_lines(path: Path, name: str, problems: list[str]) -> Iterator[tuple[int, bytes]]:
