@@ -17,6 +17,9 @@ Why each rule (a cache root may be shared, and anyone who can write in it can pl
   are random, never ``<name>.<pid>.tmp``, which anyone could plant in advance.
 * Names are put in place with ``link(2)`` without following (create-only) or ``rename(2)``
   (replace): both act on the name, never through a link.
+* A name becomes another name of an existing file (``dedup``, :func:`link_over_at`) or gets
+  its own copy back (:func:`split_link_at`) by a random name in the same folder, checked
+  against the expected inodes, then ``rename(2)`` over it.
 * Removal (:func:`unlink_at`, :func:`remove_tree_at`) and moves (:func:`rename_at`) are
   fd-relative; a symlink is removed as a link; trees are walked through ``O_NOFOLLOW`` fds, on
   one filesystem, and an expected ``(st_dev, st_ino)`` is checked where the caller knows what
