@@ -271,3 +271,20 @@ def test_link_primitive_refuses_another_filesystem(tmp_path: Path) -> None:
         assert (other / "b").stat().st_nlink == 1 and sorted(os.listdir(other)) == ["b"]
     finally:
         shutil.rmtree(other)
+
+
+def test_bytes_saved_counts_inodes_freed(tmp_path: Path) -> None:
+    """Two names of one copy linked to the kept file free that copy once; a copy with a name
+    outside the plan frees nothing."""
+    d = tmp_path / CC / "0123456789" / "rank_0_0" / "inductor_cache" / "ab"
+    d.mkdir(parents=True)
+    for n in ("a.py", "b.py", "d.py"):
+        (d / n).write_bytes(b"x" * 1000)
+    os.link(d / "b.py", d / "c.py")  # b and c: one inode, both names in the root
+    os.link(d / "d.py", tmp_path / "outside.py")  # d: a name outside the root too
+    plan = plan_dedup(tmp_path, grace_s=0)
+    assert len(plan.groups) == 1 and plan.saved_bytes == 1000
+    res = execute_dedup(plan)
+    assert sorted(res.linked) == sorted(f.rel for f in plan.groups[0].link)
+    assert res.saved_bytes == 1000
+    assert len({(d / n).stat().st_ino for n in ("a.py", "b.py", "c.py", "d.py")}) == 1

@@ -78,7 +78,12 @@ class LinkGroup:
 
     @property
     def saved_bytes(self) -> int:
-        return self.size * len({f.ident for f in self.link})
+        """An inode is freed when every name it has is linked (none outside the plan)."""
+        names: dict[tuple[int, int, int], int] = {}
+        for f in self.link:
+            names[f.ident] = names.get(f.ident, 0) + 1
+        return self.size * sum(1 for f in {f.ident: f for f in self.link}.values()
+                               if names[f.ident] >= f.nlink)
 
 
 @dataclass(frozen=True)
@@ -371,7 +376,7 @@ def execute_dedup(plan: DedupPlan, progress: Progress | None = None) -> DedupRes
                 if why_keep is not None:
                     skipped += [DedupSkip(f.rel, why_keep) for f in g.link]
                     continue
-                done_inodes: set[tuple[int, int, int]] = set()
+                done: dict[tuple[int, int, int], int] = {}
                 for f in g.link:
                     why = ("another vllm-cache process is working on its entry"
                            if not locks.take(f.rel) else _link_one(plan.root, g.keep, f,
@@ -382,11 +387,9 @@ def execute_dedup(plan: DedupPlan, progress: Progress | None = None) -> DedupRes
                     linked.append(f.rel)
                     if progress is not None:
                         progress("linked", f.rel)
-                    if f.ident not in done_inodes:
-                        done_inodes.add(f.ident)
-                        # Bytes come back only when this was the inode's last name.
-                        if f.nlink == 1:
-                            saved += g.size
+                    done[f.ident] = done.get(f.ident, 0) + 1
+                    if done[f.ident] == f.nlink:  # its last name: the inode is freed
+                        saved += g.size
         finally:
             locks.close()
     return DedupResult(plan, tuple(linked), tuple(skipped), saved)
