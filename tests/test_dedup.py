@@ -192,6 +192,19 @@ def test_read_only_folder_and_other_users(tp2_copy: Path) -> None:
     assert r1.stat().st_nlink == 1
     assert not list(r1.parent.glob(".*.tmp"))
     assert (tp2_copy / cpp.link[0].rel).stat().st_nlink == 1
+    # A read-only torch_compile_cache: no lock file can be made; one line, nothing changed.
+    before = _linked(tp2_copy)
+    (tp2_copy / CC / ".vllm-cache-trash" / "locks" / "entries.lock").unlink()
+    (tp2_copy / CC / ".vllm-cache-trash" / "locks").rmdir()
+    (tp2_copy / CC / ".vllm-cache-trash").rmdir()
+    (tp2_copy / CC).chmod(0o555)
+    try:
+        res = run_cli("dedup", "--root", str(tp2_copy), "--grace", "0", "--yes",
+                      unprivileged=True)
+    finally:
+        (tp2_copy / CC).chmod(0o755)
+    assert res.returncode == 1 and "cannot take the entry locks" in res.stderr, res.stderr
+    assert "Traceback" not in res.stderr and _linked(tp2_copy) == before
 
 
 def test_grace_and_in_use(tp2_copy: Path) -> None:

@@ -45,6 +45,8 @@ from vllm_cache_tools.safeio import (
 class DedupError(VctError, OSError):
     """The root cannot be deduplicated (missing, not a folder)."""
 
+    exit_code = 1
+
 
 # --------------------------------------------------------------------------------------------
 # Records
@@ -285,10 +287,17 @@ class EntryLockSet:
     """Per-entry locks (prune's lock file), taken once per entry for the whole run."""
 
     def __init__(self, handle: RootHandle) -> None:
-        self.trash = handle.trash(create=True)
-        if self.trash is None or self.trash.locks_fd is None:
-            raise DedupError(f"{handle.vllm_root}: torch_compile_cache is missing or a symlink")
-        self.locks = EntryLocks(self.trash.locks_fd)
+        try:
+            self.trash = handle.trash(create=True)
+            if self.trash is None or self.trash.locks_fd is None:
+                raise DedupError(f"{handle.vllm_root}: torch_compile_cache is missing or a "
+                                 "symlink")
+            self.locks = EntryLocks(self.trash.locks_fd)
+        except DedupError:
+            raise
+        except OSError as exc:
+            raise DedupError(f"{handle.vllm_root}: cannot take the entry locks "
+                             f"(.vllm-cache-trash/locks): {exc.strerror or exc}") from None
         self.held: dict[str, bool] = {}
 
     def take(self, rel: str) -> bool:
