@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import stat as st
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from pathlib import Path
 from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.maintain.evidence import owner_name
 from vllm_cache_tools.safeio import ident, open_dirs, remove_tree_at, rename_at, unlink_at
-from vllm_cache_tools.store.caches.kinds import CacheKind, CacheLocation
+from vllm_cache_tools.store.caches.kinds import CacheKind, CacheLocation, dangerous_reason
 from vllm_cache_tools.store.caches.listing import (
     TRASH_PREFIX,
     CacheItem,
@@ -39,9 +38,6 @@ from vllm_cache_tools.store.caches.listing import (
 from vllm_cache_tools.store.caches.walk import part_stats
 from vllm_cache_tools.store.in_use import open_paths_under
 from vllm_cache_tools.units import fmt_duration, format_size
-
-SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/opt", "/proc", "/run",
-               "/sbin", "/srv", "/sys", "/usr", "/var", "/home", "/root", "/mnt", "/media")
 
 
 class CacheDirRefused(VctError, ValueError):
@@ -113,26 +109,6 @@ class CachePruneResult:
     skipped: tuple[PartSkip, ...]
     freed_bytes: int
     errors: tuple[str, ...] = ()
-
-
-def dangerous_reason(path: str | os.PathLike[str], vllm_root: Path | None = None) -> str | None:
-    """Why pruning inside ``path`` must be refused, or ``None``."""
-    real = os.path.realpath(path)
-    home = os.path.realpath(os.path.expanduser("~"))
-    if real == "/":
-        return "it is /"
-    if real == home or home.startswith(real.rstrip("/") + "/"):
-        return f"it is your home folder or above it ({home})"
-    temps = {os.path.realpath(tempfile.gettempdir()), "/tmp", "/var/tmp", "/dev/shm"}
-    if real in temps:
-        return "it is a temp folder shared by every program"
-    if real in SYSTEM_DIRS:
-        return "it is a system folder"
-    if vllm_root is not None:
-        vr = os.path.realpath(vllm_root)
-        if vr == real or vr.startswith(real.rstrip("/") + "/"):
-            return f"it holds the vLLM cache root {vr}"
-    return None
 
 
 def check_prunable_cache_dir(loc: CacheLocation, vllm_root: Path | None,
@@ -263,7 +239,7 @@ def plan_for_kind(locations: Sequence[CacheLocation], policies: CachePolicies, *
     for loc in chosen:
         if os.path.lexists(loc.path):
             check_prunable_cache_dir(loc, vllm_root, force)
-    listings = [list_cache(loc) for loc in chosen]
+    listings = [list_cache(loc, force=force) for loc in chosen]
     return plan_cache_prune(listings, policies, grace_s=grace_s, all_users=all_users)
 
 

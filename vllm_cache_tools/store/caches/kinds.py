@@ -169,6 +169,30 @@ def locate_caches(root: str | os.PathLike[str] | None = None,
     return [loc for k in kinds for loc in found[k]]
 
 
+SYSTEM_DIRS = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib64", "/opt", "/proc", "/run",
+               "/sbin", "/srv", "/sys", "/usr", "/var", "/home", "/root", "/mnt", "/media")
+
+
+def dangerous_reason(path: str | os.PathLike[str], vllm_root: Path | None = None) -> str | None:
+    """Why pruning inside ``path`` must be refused, or ``None``."""
+    real = os.path.realpath(path)
+    home = os.path.realpath(os.path.expanduser("~"))
+    if real == "/":
+        return "it is /"
+    if real == home or home.startswith(real.rstrip("/") + "/"):
+        return f"it is your home folder or above it ({home})"
+    temps = {os.path.realpath(tempfile.gettempdir()), "/tmp", "/var/tmp", "/dev/shm"}
+    if real in temps:
+        return "it is a temp folder shared by every program"
+    if real in SYSTEM_DIRS:
+        return "it is a system folder"
+    if vllm_root is not None:
+        vr = os.path.realpath(vllm_root)
+        if vr == real or vr.startswith(real.rstrip("/") + "/"):
+            return f"it holds the vLLM cache root {vr}"
+    return None
+
+
 def owner_of(uid: int) -> str:
     try:
         return pwd.getpwuid(uid).pw_name

@@ -22,6 +22,7 @@ from vllm_cache_tools.store.caches.kinds import (
     KINDS,
     CacheKind,
     CacheLocation,
+    dangerous_reason,
     locate_caches,
 )
 from vllm_cache_tools.store.caches.walk import PartStats, part_stats
@@ -138,8 +139,11 @@ def _items(loc: CacheLocation, path: Path, problems: list[str]) -> tuple[CacheIt
     return tuple(out)
 
 
-def list_cache(loc: CacheLocation, *, use_index: bool = True) -> CacheListing:
-    """One location: missing, unreadable, or its stats and (understood kinds) parts."""
+def list_cache(loc: CacheLocation, *, use_index: bool = True, force: bool = False
+               ) -> CacheListing:
+    """One location: missing, unreadable, or its stats and (understood kinds) parts. A
+    location that is ``/``, the home folder or above it, a temp or system folder is not
+    walked unless ``force`` (``prune --force``)."""
     problems: list[str] = []
     try:
         s = os.stat(loc.path)  # a symlinked cache folder is followed: users make such links
@@ -150,6 +154,11 @@ def list_cache(loc: CacheLocation, *, use_index: bool = True) -> CacheListing:
                                                  f"{exc.strerror or exc}",))
     if not st.S_ISDIR(s.st_mode):
         return CacheListing(loc, True, problems=(f"not a folder: {loc.path}",))
+    if loc.kind not in ("vllm", "vllm-other") and not force:
+        why = dangerous_reason(loc.path)
+        if why is not None:  # a variable pointing at / or ~ is not walked (nor pruned)
+            return CacheListing(loc, True, problems=(
+                f"not walked: {loc.path} (from {loc.source}) is no {loc.kind} cache: {why}",))
     target = loc.link_target
     if target is not None:
         problems.append(f"symlink: {loc.path} -> {target} (listed at its target)")
