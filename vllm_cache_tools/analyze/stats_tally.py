@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
+import gc
 import multiprocessing
 import os
 import time
@@ -340,6 +341,20 @@ def _partial(work: Sequence[tuple[str | None, Sequence[tuple[Path, str]]]],
     return out
 
 
+def _partial_nogc(work: Sequence[tuple[str | None, Sequence[tuple[Path, str]]]],
+                  since: float | None, by: str, models: Mapping[str, str]) -> _Partial:
+    """:func:`_partial` with the cyclic garbage collector paused: the tally makes a few
+    hundred thousand small lists and tuples and no cycle, and each collection would walk them
+    all again (~10% of the time for 1M events)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return _partial(work, since, by, models)
+    finally:
+        if was:
+            gc.enable()
+
+
 PARALLEL_BYTES = 64 << 20
 """Ledgers smaller than this are read in this process (a worker costs more than it saves)."""
 MAX_JOBS = 8
@@ -366,7 +381,7 @@ def read_all(ledgers: Sequence[Path], since: float | None, by: str,
     work = list(by_host.items())
     n = min(jobs, len(work)) if size >= PARALLEL_BYTES else 1
     if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        out = _partial(work, since, by, models)
+        out = _partial_nogc(work, since, by, models)
     else:
         # Largest hosts first, each to the least loaded worker.
         bins: list[list[tuple[str | None, Sequence[tuple[Path, str]]]]] = [[] for _ in range(n)]
@@ -377,7 +392,7 @@ def read_all(ledgers: Sequence[Path], since: float | None, by: str,
             load[i] += sum(_size(p) for p, _ in paths)
         ctx = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(n, mp_context=ctx) as pool:
-            parts = list(pool.map(_partial, bins, [since] * n, [by] * n, [models] * n))
+            parts = list(pool.map(_partial_nogc, bins, [since] * n, [by] * n, [models] * n))
         out = parts[0]
         for part in parts[1:]:
             out.merge(part)

@@ -131,6 +131,8 @@ def parse_ledger_line(line: bytes, kind: type[E] = LedgerEvent) -> E:  # type: i
         return msgspec.convert(data, kind)
     except msgspec.ValidationError as exc:
         raise _invalid(exc) from None
+    except UnicodeError:  # a lone surrogate where msgspec checks text (found by the fuzzer)
+        raise ReadError("a field that is not text") from None
 
 
 def _lines(lines: list[bytes], label: str, first: int) -> Iterator[StatsEvent | LedgerProblem]:
@@ -146,25 +148,29 @@ def _lines(lines: list[bytes], label: str, first: int) -> Iterator[StatsEvent | 
             yield LedgerProblem(label, n, f"not a ledger event ({exc})")
 
 
-def _block(block: bytes, label: str, line: int) -> Iterator[list[StatsEvent] | LedgerProblem]:
-    """The events of ``block`` (whole lines, each ending in a newline) that starts after
-    ``line`` lines of its file."""
+def _block(block: bytes, label: str, line: int, out: list[list[StatsEvent] | LedgerProblem]
+           ) -> int:
+    """Append the events of ``block`` (whole lines, each ending in a newline) that starts
+    after ``line`` lines of its file to ``out``; returns the number of lines."""
     if not block:
-        return
+        return 0
     try:
         # JSON strings cannot hold a raw newline, so every newline lies between two lines'
         # values: as commas they make the block an array of exactly one value per line.
-        yield _BLOCK.decode(b"[" + block[:-1].replace(b"\n", b",") + b"]")
-        return
+        rows = _BLOCK.decode(b"[" + block[:-1].replace(b"\n", b",") + b"]")
+        out.append(rows)
+        return len(rows)
     except (msgspec.MsgspecError, RecursionError):
         pass  # a blank, damaged or foreign line somewhere: one line at a time
     batch: list[StatsEvent] = []
-    for item in _lines(block[:-1].split(b"\n"), label, line + 1):
+    lines = block[:-1].split(b"\n")
+    for item in _lines(lines, label, line + 1):
         if isinstance(item, LedgerProblem):
-            yield item
+            out.append(item)
         else:
             batch.append(item)
-    yield batch
+    out.append(batch)
+    return len(lines)
 
 
 def read_batches(path: Path, name: str | None = None
@@ -203,10 +209,13 @@ def read_batches(path: Path, name: str | None = None
                 data = chunk[chunk.find(b"\n") + 1:] if chunk else b""
                 cut = data.rfind(b"\n") + 1
             tail = data[cut:]
-            yield from _block(data[:cut], label, line)
-            line += data.count(b"\n", 0, cut)
+            out: list[list[StatsEvent] | LedgerProblem] = []
+            line += _block(data[:cut], label, line, out)
+            yield from out
     if tail:
-        yield from _block(tail + b"\n", label, line)
+        out = []
+        _block(tail + b"\n", label, line, out)
+        yield from out
 
 
 def first_row(path: Path, limit: int = MAX_LINE_BYTES) -> StatsEvent | None:
