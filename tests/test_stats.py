@@ -123,7 +123,7 @@ def test_a_non_utf8_command_line_is_read(tmp_path: Path) -> None:
     line(event="hit", tree="aot", key=AOT, host="h", pid=True, seconds=1.0, time=1.8e9),
     "{}{}", "[" * 5000 + "]" * 5000,
     # A lone surrogate in a checked text field (found by the fuzzer: UnicodeEncodeError).
-    line(event="hit", tree="aot", key="\ud800", host="h", pid=1, seconds=1.0, time=1.8e9),
+    line(event="hit", tree="\ud800", key=AOT, host="h", pid=1, seconds=1.0, time=1.8e9),
     line(event="launch", tree="aot", key=AOT, host="h", pid=1, seconds=1.0, time=1.8e9),
     line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=1.0, time=1.8e9)[:-9],
     line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=1.0, time=1.8e9) * 2,
