@@ -127,15 +127,15 @@ def _last_use(item: CacheItem) -> tuple[float | None, str]:
     return m, "mtime"
 
 
-def plan_cache_prune(listings: Sequence[CacheListing], policies: CachePolicies, *,
-                     grace_s: float = 600.0, all_users: bool = False,
-                     uid: int | None = None, now: float | None = None,
-                     busy: Mapping[str, set[int]] | None = None) -> CachePrunePlan:
-    """Choose parts of the listed caches (all of one kind) by ``policies``; nothing is
+def plan_cache_prune(kind: CacheKind, listings: Sequence[CacheListing],
+                     policies: CachePolicies, *, grace_s: float = 600.0,
+                     all_users: bool = False, uid: int | None = None,
+                     now: float | None = None, busy: Mapping[str, set[int]] | None = None
+                     ) -> CachePrunePlan:
+    """Choose parts of the listed caches (all of ``kind``) by ``policies``; nothing is
     removed here. ``busy``: open paths -> pids (default: a fresh /proc look per folder)."""
     uid = os.geteuid() if uid is None else uid
     now = time.time() if now is None else now
-    kind = listings[0].kind
     parts: list[PlannedPart] = []
     skipped: list[PartSkip] = []
     notes: list[str] = []
@@ -202,6 +202,23 @@ def plan_cache_prune(listings: Sequence[CacheListing], policies: CachePolicies, 
                           len(candidates), tuple(notes))
 
 
+class _Busy:
+    """/proc snapshots of open/mapped files under one folder, refreshed when older than
+    ``max_age_s`` (a look reads every process's fds and maps: once per part would make a
+    prune of thousands of kernel folders quadratic)."""
+
+    def __init__(self, folder: Path, max_age_s: float = 1.0) -> None:
+        self.folder, self.max_age_s = folder, max_age_s
+        self.taken = -1e18
+        self.map: dict[str, set[int]] = {}
+
+    def get(self) -> dict[str, set[int]]:
+        if time.monotonic() - self.taken > self.max_age_s:
+            self.map = open_paths_under(self.folder)
+            self.taken = time.monotonic()
+        return self.map
+
+
 def _busy_under(path: Path, open_map: Mapping[str, set[int]] | None) -> list[int]:
     real = os.path.realpath(path)
     m = open_paths_under(Path(real)) if open_map is None else open_map
@@ -240,7 +257,8 @@ def plan_for_kind(locations: Sequence[CacheLocation], policies: CachePolicies, *
         if os.path.lexists(loc.path):
             check_prunable_cache_dir(loc, vllm_root, force)
     listings = [list_cache(loc, force=force) for loc in chosen]
-    return plan_cache_prune(listings, policies, grace_s=grace_s, all_users=all_users)
+    kind = locations[0].kind if locations else "vllm"
+    return plan_cache_prune(kind, listings, policies, grace_s=grace_s, all_users=all_users)
 
 
 def _finish_leftovers(fd: int, uid: int, all_users: bool) -> list[str]:
@@ -257,7 +275,8 @@ def _finish_leftovers(fd: int, uid: int, all_users: bool) -> list[str]:
     return errors
 
 
-def _remove_part(fd: int, p: PlannedPart, plan: CachePrunePlan) -> tuple[bool, str | None]:
+def _remove_part(fd: int, p: PlannedPart, plan: CachePrunePlan, busy: _Busy
+                 ) -> tuple[bool, str | None]:
     """(removed, why not / error)."""
     try:
         s = os.stat(p.name, dir_fd=fd, follow_symlinks=False)
@@ -271,7 +290,7 @@ def _remove_part(fd: int, p: PlannedPart, plan: CachePrunePlan) -> tuple[bool, s
     if plan.grace_s > 0 and fresh.newest_mtime is not None and \
             time.time() - fresh.newest_mtime < plan.grace_s:
         return False, f"modified within --grace {fmt_duration(plan.grace_s)}"
-    pids = _busy_under(p.path, None)
+    pids = _busy_under(p.path, busy.get())
     if pids:
         return False, f"in use: open by pid {', '.join(map(str, pids[:5]))}"
     doomed = f"{TRASH_PREFIX}{p.name}.{os.getpid()}.{time.time_ns():x}"
@@ -300,11 +319,12 @@ def execute_cache_plan(plan: CachePrunePlan, uid: int | None = None) -> CachePru
             skipped += [PartSkip(p.path, f"cannot open {d}: {exc.strerror or exc}")
                         for p in parts]
             continue
+        busy = _Busy(d)
         try:
             errors += _finish_leftovers(fd, uid, plan.all_users)
             for p in parts:
                 try:
-                    removed, why = _remove_part(fd, p, plan)
+                    removed, why = _remove_part(fd, p, plan, busy)
                 except OSError as exc:
                     removed, why = False, exc.strerror or str(exc)
                 if not removed:

@@ -46,7 +46,9 @@ class CacheLocation:
 
     @property
     def link_target(self) -> str | None:
-        return os.path.realpath(self.path) if self.path.is_symlink() else None
+        """Where the path really is when it, or a folder above it, is a symlink."""
+        real = os.path.realpath(self.path)
+        return real if real != os.path.abspath(self.path) else None
 
 
 def _abs(p: str) -> Path:
