@@ -84,6 +84,7 @@ def test_dedup_tp2_then_real_start_loads_both_ranks(tp2_copy: Path, tmp_path: Pa
         assert any(rank in line and "Directly load AOT compilation" in line
                    for line in log.splitlines()), rank
     assert "saved AOT compiled function" not in log and "Compiling model again" not in log
+    assert "Start compiling function" not in log
     print(f"real start on the deduplicated root: {rec.seconds:.0f} s")
     for line in log.splitlines():
         if "Directly load" in line or "Start compiling" in line:
