@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tarfile
 import tempfile
@@ -319,3 +320,16 @@ def test_real_vllm_inductor_cache_listed_by_kind_and_pruned_on_a_copy(
     r = cli(env, "prune", "--older-than", "1d", "--grace", "0", "--yes", "--root", str(root))
     assert r.returncode == 0, r.stderr
     assert (ind / "aa" / "x.py").exists()
+
+
+def test_cache_inside_another_is_said(host: dict[str, str], triton_dir: Path,
+                                      tmp_path: Path) -> None:
+    ind = tmp_path / "ind"
+    ind.mkdir()
+    shutil.move(str(triton_dir), ind / "triton")
+    env = {**host, "TORCHINDUCTOR_CACHE_DIR": str(ind), "TRITON_CACHE_DIR": str(ind / "triton")}
+    doc = listing(env)
+    (tri,) = caches_of(doc, "triton")
+    assert f"inside the inductor cache {ind}: counted there too" in tri["problems"]
+    (c,) = [c for c in caches_of(doc, "inductor") if c["path"] == str(ind)]
+    assert c["size_bytes"] == tri["size_bytes"] == apparent_size(ind)

@@ -46,7 +46,9 @@ def _summary_row(c: CacheListing) -> list[str]:
         return [c.kind, "-", "-", "-", "-", "-", "-", c.location.source, path + " (none)"]
     s = c.stats
     if s is None:
-        return [c.kind, "?", "?", "?", "?", "?", "?", c.location.source, path + " (unreadable)"]
+        why = "not walked" if any(p.startswith("not walked") for p in c.problems) else \
+            "unreadable"
+        return [c.kind, "?", "?", "?", "?", "?", "?", c.location.source, f"{path} ({why})"]
     n = len(c.vllm.entries) if c.vllm is not None else len(c.items)
     owners = "+".join(owner_name(u) for u in s.owners) or "-"
     return [c.kind, human_size(s.size_bytes), str(s.files),

@@ -190,7 +190,8 @@ def list_all_caches(root: str | os.PathLike[str] | None = None, *,
             out.append(c)
             continue
         real = os.path.realpath(c.location.path)
-        inside = [o for o in listed if o is not c and o.exists and o.kind != "vllm-other"
+        inside = [o for o in listed if o is not c and o.stats is not None
+                  and o.kind != "vllm-other"
                   and c.kind != "vllm-other"
                   and _within(real, os.path.realpath(o.location.path))]
         notes = [f"inside the {o.kind} cache {o.location.path}: counted there too"
