@@ -37,7 +37,6 @@ from vllm_cache_tools.safeio import (
     UnsafeTree,
     ident,
     link_over_at,
-    open_dir,
     open_dirs,
 )
 
@@ -130,35 +129,42 @@ class DedupResult:
 
 def _walk(root: Path) -> Iterator[tuple[tuple[str, ...], os.stat_result]]:
     """Regular files below ``torch_compile_cache`` and the older ``<root>/torch_aot_compile``
-    as (components below the root, lstat); folders entered through ``O_NOFOLLOW`` fds, on the
-    filesystem of the top folder only, symlinks never followed."""
+    as (components below the root, lstat); folders entered through ``O_NOFOLLOW`` fds (one
+    open at a time: a Triton cache has thousands of folders), on the filesystem of the top
+    folder only, symlinks never followed."""
     for top in (COMPILE_CACHE_DIRNAME, AOT_DIRNAME):
         try:
             fd = open_dirs(root, top)
         except (FileNotFoundError, UnsafeTree, NotADirectoryError):
             continue
-        dev = os.fstat(fd).st_dev
-        stack: list[tuple[int, tuple[str, ...]]] = [(fd, (top,))]
+        try:
+            dev = os.fstat(fd).st_dev
+        finally:
+            os.close(fd)
+        stack: list[tuple[str, ...]] = [(top,)]
         while stack:
-            dfd, parts = stack.pop()
+            parts = stack.pop()
             try:
-                with os.scandir(dfd) as it:
-                    items = list(it)
+                dfd = open_dirs(root, parts)
             except OSError:
-                items = []
-            for e in items:
-                try:
-                    s = e.stat(follow_symlinks=False)
-                except OSError:
-                    continue
+                continue
+            items: list[tuple[str, os.stat_result]] = []
+            try:
+                if os.fstat(dfd).st_dev == dev:
+                    with os.scandir(dfd) as it:
+                        for e in it:  # stat while the folder's fd is open (fd-relative)
+                            with suppress(OSError):
+                                items.append((e.name, e.stat(follow_symlinks=False)))
+            except OSError:
+                pass
+            finally:
+                os.close(dfd)
+            for name, s in items:
                 if stat.S_ISDIR(s.st_mode):
-                    if s.st_dev != dev or e.name.startswith("."):
-                        continue
-                    with suppress(OSError):
-                        stack.append((open_dir(e.name, dfd), (*parts, e.name)))
+                    if s.st_dev == dev and not name.startswith("."):
+                        stack.append((*parts, name))
                 elif stat.S_ISREG(s.st_mode):
-                    yield (*parts, e.name), s
-            os.close(dfd)
+                    yield (*parts, name), s
 
 
 def _digest(path: Path, expect: tuple[int, int, int]) -> str | None:
