@@ -32,15 +32,27 @@ def test_index_hits_match_a_fresh_walk_and_follow_changes(real_compile: Scenario
     assert idx.exists() and len(json.loads(idx.read_text())["entries"]) == 4
     assert _summary(root) == first == _summary(root, use_index=False)
 
-    # A file removed deep inside an AOT entry changes its folder's mtime: re-read.
+    # A new kernel bucket (what a later start that loads the entry writes: see
+    # tree_stats.is_bucket) changes inductor_cache's mtime, which is watched: re-read.
     aot = next((root / "torch_compile_cache" / "torch_aot_compile").iterdir())
+    bucket = aot / "inductor_cache" / "zz"
+    bucket.mkdir()
+    (bucket / "czz0000.py").write_bytes(b"x" * 100)
+    after = _summary(root)
+    assert after[aot.name][1] == first[aot.name][1] + 100  # type: ignore[operator]
+    assert after[aot.name][2] == first[aot.name][2] + 1
+    assert after == _summary(root, use_index=False)
+
+    # A file removed from inside an existing bucket changes only the bucket's mtime, which the
+    # index does not compare (no real start did that): --rescan sees it, the index does not.
     victim = next(p for p in (aot / "inductor_cache").rglob("*.so"))
     size = victim.stat().st_size
     victim.unlink()
-    after = _summary(root)
-    assert after[aot.name][1] == first[aot.name][1] - size  # type: ignore[operator]
-    assert after[aot.name][2] == first[aot.name][2] - 1
-    assert after == _summary(root, use_index=False)
+    assert _summary(root) == after
+    fresh = _summary(root, use_index=False, refresh_index=True)
+    assert fresh[aot.name][1] == after[aot.name][1] - size  # type: ignore[operator]
+    # ... and a --rescan refreshes the index for the next listing.
+    assert _summary(root) == fresh
 
     # A key file rewritten in place (same folder mtime): caught by its size/mtime.
     model = aot / "rank_0_0" / "model"

@@ -43,7 +43,7 @@ def ls(
     = None,
     rescan: Annotated[bool, typer.Option(
         "--rescan", help="Walk every entry afresh instead of reusing the listing index for "
-        "unchanged ones.")] = False,
+        "unchanged ones (and refresh the index with what was read).")] = False,
     by_owner: Annotated[bool, typer.Option(
         "--by-owner", help="Print usage per owner (user owning the entries' files) instead "
         "of entries.")] = False,
@@ -80,7 +80,8 @@ def ls(
     sort_entries([], sort)
     progress = DelayedProgress(enabled=not json_out)
     try:
-        info = scan(root, progress=progress.callback(), use_index=not rescan)
+        info = scan(root, progress=progress.callback(), use_index=not rescan,
+                    refresh_index=rescan)
     except RootError as exc:
         fail(str(exc))
     finally:

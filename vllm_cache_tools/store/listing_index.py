@@ -1,9 +1,11 @@
 """The listing index: what ``ls`` learned about each entry, reused while the entry is
 unchanged, so a second ``ls`` of a big root does not recurse into unchanged folders.
 
-An entry is unchanged when every one of its folders has the mtime it had (adding, removing or
-renaming a file, which is how vLLM and Inductor write, changes the folder's mtime) and every
-key file (``model``, ``cache_key_factors.json``, ...) has the same size and mtime. Key files'
+An entry is unchanged when every folder where vLLM and Inductor create files has the mtime it
+had (adding, removing or renaming a file, which is how they write, changes the folder's mtime)
+and every key file (``model``, ``cache_key_factors.json``, ...) has the same size and mtime.
+Content-addressed kernel buckets are not compared (most of an entry's folders; see
+:func:`vllm_cache_tools.store.tree_stats.is_bucket` for why, and what that misses). Key files'
 atimes are re-read on every use, so last-use evidence stays current. The index is a JSON file
 in our own cache dir (never inside vLLM's root), one per root, written atomically; a
 mismatched format or tool version is ignored and rebuilt. ``ls --rescan`` bypasses it.
@@ -23,9 +25,10 @@ from filelock import FileLock, Timeout
 
 from vllm_cache_tools import safeio
 from vllm_cache_tools.store.locate import user_cache_dir
+from vllm_cache_tools.store.tree_stats import watched_dirs
 from vllm_cache_tools.store.types import Entry, EntryTimes, Problem, TreeStats
 
-FORMAT = 2
+FORMAT = 3
 
 
 def index_path(compile_cache: Path) -> Path:
@@ -35,12 +38,13 @@ def index_path(compile_cache: Path) -> Path:
 
 def _to_record(e: Entry) -> dict[str, Any]:
     st = e.stats
+    watched = watched_dirs(st.dir_mtimes)
     return {
         "key": e.key, "layout": e.layout, "path": os.fsdecode(e.path),
         "stats": {**{k: v for k, v in asdict(st).items() if k not in ("dir_mtimes",
                                                                        "key_files")},
-                  "dirs": "\n".join(r for r, _ in st.dir_mtimes),
-                  "dir_mtimes": [m for _, m in st.dir_mtimes],
+                  "dirs": "\n".join(r for r, _ in watched),
+                  "dir_mtimes": [m for _, m in watched],
                   "key_files": [list(k) for k in st.key_files]},
         "ranks": list(e.ranks), "prefixes": list(e.prefixes), "state": e.state,
         "state_detail": e.state_detail, "created": e.created,
@@ -126,6 +130,8 @@ class ListingIndex:
         # Entries still being written (or broken) are read afresh next time.
         if e.state in ("complete", "unloadable") and not e.stats.unreadable:
             self.records[p] = _to_record(replace(e))
+            self.dirty = True
+        elif self.records.pop(p, None) is not None:
             self.dirty = True
 
     def save(self) -> None:

@@ -26,12 +26,11 @@ from vllm_cache_tools.store.entries import (
     entry_times,
     is_dir_entry,
     list_dir,
-    read_aot_entry,
-    read_backend_entry,
 )
 from vllm_cache_tools.store.in_use import open_paths_under
 from vllm_cache_tools.store.listing_index import ListingIndex
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
+from vllm_cache_tools.store.parallel_read import read_entries
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import (
     CacheInfo,
@@ -109,21 +108,18 @@ def classify(cc: Path, problems: list[Problem]) -> list[tuple[str, Path]]:
     return found
 
 
-def _summary(e: Entry) -> Entry:
-    """An entry without per-rank details (what listings keep; see :func:`scan`)."""
-    return replace(e, prefix_dirs=(), aot_ranks=())
-
-
 def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool = False,
          check_in_use: bool = True, progress: Progress | None = None,
-         use_index: bool = True) -> CacheInfo:
+         use_index: bool = True, refresh_index: bool = False) -> CacheInfo:
     """Scan a cache root (default: resolved like vLLM) and return every entry of both trees.
 
     ``deep=False`` (``ls``) returns summaries: sizes, times, ranks, state, versions, model and
     hardware, without per-rank details, reusing the listing index for unchanged entries
     (``use_index``). ``deep=True`` reads every artifact whole (hashes, raw env factors, source
-    contents, compiled ranges). Per-entry problems are collected, never raised; only a root
-    that cannot be scanned at all raises :class:`RootError`."""
+    contents, compiled ranges). ``refresh_index`` (``ls --rescan``) reads every entry afresh
+    and stores what it read in the index for the next listing. Per-entry problems are
+    collected, never raised; only a root that cannot be scanned at all raises
+    :class:`RootError`."""
     croot = root if isinstance(root, CacheRoot) else resolve_root(root)
     check_root(croot)
     problems: list[Problem] = []
@@ -137,29 +133,29 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
     cc = croot.compile_cache
     entries: list[Entry] = []
     if (cc.is_dir() and not cc.is_symlink()) or (croot.vllm_root / AOT_DIRNAME).is_dir():
-        counted = [0]
-
-        def tick(n: int) -> None:
+        counted = 0
+        index = (ListingIndex(cc, __version__) if (use_index or refresh_index) and not deep
+                 else None)
+        items = classify(cc, problems)
+        found: list[Entry | None] = []
+        for _, path in items:
+            hit = (index.lookup(path, entry_times) if index is not None and use_index
+                   else None)
+            found.append(hit)
+            if hit is not None and progress is not None:
+                counted += hit.stats.files
+                progress(counted)
+        todo = [i for i, e in enumerate(found) if e is None]
+        # The rest is read afresh, spread over processes (store/parallel_read.py).
+        for i, entry in zip(todo, read_entries([items[i] for i in todo], deep=deep),
+                            strict=True):
+            if index is not None:
+                index.put(entry)
+            found[i] = entry
             if progress is not None:
-                progress(counted[0] + n)
-
-        index = ListingIndex(cc, __version__) if use_index and not deep else None
-
-        def read_one(item: tuple[str, Path]) -> Entry:
-            layout, path = item
-            entry = index.lookup(path, entry_times) if index is not None else None
-            if entry is None:
-                reader = read_aot_entry if layout == "aot" else read_backend_entry
-                entry = reader(path, deep=deep)
-                if not deep:
-                    entry = _summary(entry)
-                    if index is not None:
-                        index.put(entry)
-            counted[0] += entry.stats.files
-            tick(0)
-            return entry
-
-        entries = [read_one(item) for item in classify(cc, problems)]
+                counted += entry.stats.files
+                progress(counted)
+        entries = [e for e in found if e is not None]
         if index is not None:
             index.save()
     elif cc.is_symlink():

@@ -13,6 +13,39 @@ from collections.abc import Callable
 from vllm_cache_tools.layout import KEY_FILES
 from vllm_cache_tools.store.types import TreeStats
 
+HASH_NAME_MIN = 20
+"""Folder names at least this long are content hashes (Inductor's ``aotautograd/<hash>``,
+``fxgraph/<xx>/<hash>``, Triton's ``triton_cache/<hash>``)."""
+
+
+def is_bucket(rel: str) -> bool:
+    """Whether a folder (relative to its entry) is, or lies inside, a content-addressed bucket:
+    a 2-character kernel folder directly in an ``inductor_cache`` or a folder named by a
+    content hash. The listing index does not watch these (:func:`watched_dirs`).
+
+    Why that is safe, measured on the harness's real vLLM starts (every pair of consecutive
+    snapshots of every scenario, tests/test_scan_speed.py): after an entry was first written,
+    later starts created files only in the entry folder, its ``rank_*`` folders (``model``
+    replaced), its ``inductor_cache`` (new buckets, new ``aotautograd/<hash>`` folders) and
+    ``inductor_cache/locks``; never in an existing bucket. A new bucket changes its parent's
+    mtime, which is watched. What is not seen: a new kernel written into an existing bucket
+    (two kernels sharing their 2 first hash characters, one written by a later start). Kernel
+    files are named by their content and written by tmp + rename, so a rewrite in place does
+    not happen; ``--rescan`` (and every prune, which never uses the index) walks everything."""
+    parts = rel.split("/")
+    for i, name in enumerate(parts):
+        if len(name) >= HASH_NAME_MIN:
+            return True
+        if len(name) == 2 and i > 0 and parts[i - 1] == "inductor_cache":
+            return True
+    return False
+
+
+def watched_dirs(dir_mtimes: tuple[tuple[str, int], ...]) -> tuple[tuple[str, int], ...]:
+    """The folders whose mtimes the listing index compares: every folder that is not a
+    content-addressed bucket (:func:`is_bucket`)."""
+    return tuple((rel, m) for rel, m in dir_mtimes if rel == "." or not is_bucket(rel))
+
 
 def tree_stats(top: str, on_file: Callable[[int], None] | None = None) -> TreeStats:
     size = disk = files = dirs = 0

@@ -1,0 +1,167 @@
+"""Benchmark: how fast a root is scanned, against ``du -sb`` on the same tree (issue 17 item 5).
+
+    python benchmarks/bench_scan.py [--files 200000] [--repeat 3] [--templates DIR ...]
+                                    [--skip-options] [--rss-only]
+
+The tree is benchmarks/synth.py's (clones of real entries made by real vLLM: the harness's
+``compile``, ``compile-nomega`` and ``compile-tp2`` roots, or ``--templates`` roots copied from
+them, e.g. onto a machine without the harness). Every figure is a ratio to ``du -sb`` timed in
+the same run, interleaved, median of ``--repeat`` (page and dentry caches warm for all), with
+wall and CPU (user + sys) seconds beside it and the 1-minute load average before and after:
+- walk options, in one process each: a minimal single-threaded ``os.scandir`` + ``lstat``
+  walk, ``os.fwalk``, a thread pool and a process pool over the entries (sizes only);
+- ``vllm-cache ls --rescan --json`` with 1 worker and with the default workers (every core);
+- ``vllm-cache ls --json`` with the listing index warm (nothing changed);
+and the peak RSS of each ``ls``. Goals: rescan <= 1.0x du, indexed <= 0.1x du, RSS < 200 MB
+on 1M files. Results go to .bench/scan-<files>.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from benchmarks.synth import generate  # noqa: E402
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds (user + sys) and peak RSS (KiB) of one child process."""
+    t0 = time.perf_counter()
+    with open(os.devnull, "wb") as null:
+        proc = subprocess.Popen(cmd, stdout=null, stderr=subprocess.PIPE, env=env)
+        _, status, ru = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    if os.waitstatus_to_exitcode(status) != 0:
+        err = proc.stderr.read().decode() if proc.stderr else ""
+        raise SystemExit(f"{cmd[0]} failed: {err}")
+    return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss
+
+
+# -- walk options (sizes only), each run in a child: python bench_scan.py --walk NAME TREE ----
+
+def _walk_one(top: str) -> int:
+    total = 0
+    stack = [top]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    stack.append(e.path)
+                else:
+                    total += e.stat(follow_symlinks=False).st_size
+    return total
+
+
+def _fwalk(top: str) -> int:
+    total = 0
+    for _, _, files, dfd in os.fwalk(top):
+        for f in files:
+            total += os.lstat(f, dir_fd=dfd).st_size
+    return total
+
+
+def _entries(tree: str) -> list[str]:
+    cc = os.path.join(tree, "torch_compile_cache")
+    aot = os.path.join(cc, "torch_aot_compile")
+    return ([os.path.join(aot, n) for n in os.listdir(aot)]
+            + [os.path.join(cc, n) for n in os.listdir(cc) if len(n) == 10])
+
+
+def walk_option(name: str, tree: str) -> int:
+    if name == "scandir-1":
+        return _walk_one(tree)
+    if name == "fwalk-1":
+        return _fwalk(tree)
+    n = len(os.sched_getaffinity(0))
+    pool = ThreadPoolExecutor(n) if name == "threads" else ProcessPoolExecutor(n)
+    with pool:
+        return sum(pool.map(_walk_one, _entries(tree), chunksize=64 if name == "procs" else 1))
+
+
+WALKS = ("scandir-1", "fwalk-1", "threads", "procs")
+
+
+def ensure_tree(files: int, templates: list[Path]) -> Path:
+    tree = REPO / ".bench" / f"synth-{files}"
+    if not (tree / "synth.json").exists():
+        shutil.rmtree(tree, ignore_errors=True)
+        if not templates:
+            from tests.realvllm.harness import SCENARIOS, run_scenario
+
+            templates = [run_scenario(SCENARIOS[n]).vllm_root
+                         for n in ("compile", "compile-nomega", "compile-tp2")]
+        print("generating", tree, generate(tree, templates, files), flush=True)
+    return tree
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--files", type=int, default=200_000)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--templates", type=Path, nargs="*", default=[])
+    ap.add_argument("--skip-options", action="store_true", help="only du and ls")
+    ap.add_argument("--rss-only", action="store_true", help="one rescan, peak RSS only")
+    ap.add_argument("--walk", nargs=2, metavar=("NAME", "TREE"), help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    if a.walk:
+        print(walk_option(*a.walk))
+        return 0
+    tree = ensure_tree(a.files, a.templates)
+    meta = json.loads((tree / "synth.json").read_text())
+    exe = str(Path(sys.executable).parent / "vllm-cache")
+    state = Path(tempfile.mkdtemp(prefix="vct-bench-"))
+    env = {**os.environ, "XDG_CACHE_HOME": str(state)}
+    env1 = {**env, "VLLM_CACHE_TOOLS_SCAN_WORKERS": "1"}
+    cmds: dict[str, tuple[list[str], dict[str, str]]] = {
+        "du": (["du", "-sb", str(tree)], env),
+        "rescan": ([exe, "ls", "--json", "--rescan", "--root", str(tree)], env),
+        "indexed": ([exe, "ls", "--json", "--root", str(tree)], env),
+    }
+    if a.rss_only:
+        cmds = {"rescan": cmds["rescan"]}
+    else:
+        cmds["rescan-1worker"] = ([exe, "ls", "--json", "--rescan", "--root", str(tree)], env1)
+    if not (a.skip_options or a.rss_only):
+        for w in WALKS:
+            cmds[f"walk:{w}"] = ([sys.executable, __file__, "--walk", w, str(tree)], env)
+    load0 = os.getloadavg()[0]
+    timed(["du", "-sb", str(tree)], env)  # warm the dentry/inode caches for everyone
+    timed(cmds["indexed"][0] if "indexed" in cmds else cmds["rescan"][0], env)  # the index
+    rows: dict[str, list[tuple[float, float, int]]] = {k: [] for k in cmds}
+    for _ in range(1 if a.rss_only else a.repeat):  # interleaved: drift hits all alike
+        for k, (cmd, e) in cmds.items():
+            rows[k].append(timed(cmd, e))
+    shutil.rmtree(state, ignore_errors=True)
+    med = {k: (statistics.median(w for w, _, _ in v), statistics.median(c for _, c, _ in v),
+               max(r for _, _, r in v) / 1024) for k, v in rows.items()}
+    du_wall = med["du"][0] if "du" in med else 0.0
+    result: dict[str, object] = {
+        "tree": {"files": meta["files"], "entries": meta["entries"]},
+        "cores": len(os.sched_getaffinity(0)),
+        "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)],
+        "rows": {k: {"wall_s": round(w, 3), "cpu_s": round(c, 3), "peak_rss_mb": round(r, 1),
+                     **({"ratio_wall": round(w / du_wall, 2)} if du_wall else {})}
+                 for k, (w, c, r) in med.items()},
+        "goals": {"rescan_ratio_max": 1.0, "indexed_ratio_max": 0.1, "rss_mb_max": 200},
+    }
+    out = REPO / ".bench" / f"scan-{a.files}.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+    print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
