@@ -219,6 +219,8 @@ def test_grace_and_in_use(tp2_copy: Path) -> None:
     assert any(s.rel.endswith("rank_1_0/backbone/cache_key_factors.json")
                and "grace" in s.reason for s in plan.skipped)
     aot = next((tp2_copy / CC / "torch_aot_compile").iterdir())
+    early = plan_dedup(tp2_copy, grace_s=0)  # made before the entry came into use
+    assert [g for g in early.groups if "torch_aot_compile" in g.keep.rel]
     holder = subprocess.Popen([sys.executable, "-c", "import sys,time; f=open(sys.argv[1],'rb');"
                                "print('open', flush=True); time.sleep(60)",
                                str(aot / "rank_0_0" / "model")], stdout=subprocess.PIPE)
@@ -228,6 +230,10 @@ def test_grace_and_in_use(tp2_copy: Path) -> None:
         assert not [g for g in plan.groups if "torch_aot_compile" in g.keep.rel]
         assert any("in use" in s.reason and f"pid {holder.pid}" in s.reason
                    for s in plan.skipped)
+        # Executing re-checks /proc: the old plan links nothing of the entry in use.
+        res = execute_dedup(early)
+        assert not [r for r in res.linked if "torch_aot_compile" in r]
+        assert any("torch_aot_compile" in s.rel and "in use" in s.reason for s in res.skipped)
     finally:
         holder.kill()
         holder.wait()

@@ -193,10 +193,12 @@ def _protect(f: CacheFile, parent_mtime_ns: int, now: float, grace_s: float, uid
     newest = max(f.mtime_ns, parent_mtime_ns) / 1e9
     if grace_s > 0 and now - newest < grace_s:
         return "modified within the grace period (may still be written)"
-    pids = busy.get(entry_rel(f.rel.split("/")))
-    if pids:
-        return f"its entry is in use: open by pid {', '.join(map(str, pids[:5]))}"
-    return None
+    return in_use(busy, f.rel)
+
+
+def in_use(busy: dict[str, list[int]], rel: str) -> str | None:
+    pids = busy.get(entry_rel(rel.split("/")))
+    return f"its entry is in use: open by pid {', '.join(map(str, pids[:5]))}" if pids else None
 
 
 def candidates(root: Path, grace_s: float, uid: int
@@ -379,12 +381,14 @@ def execute_dedup(plan: DedupPlan, progress: Progress | None = None) -> DedupRes
     linked: list[str] = []
     skipped = list(plan.skipped)
     saved = 0
+    busy = busy_entries(plan.root)  # a fresh look: the plan may be minutes old
     with RootHandle(plan.root) as h:
         locks = EntryLockSet(h)
         try:
             for g in plan.groups:
                 why_keep = ("another vllm-cache process is working on its entry"
                             if not locks.take(g.keep.rel) else
+                            in_use(busy, g.keep.rel) or
                             "the file to keep changed since the plan was made"
                             if _digest(plan.root / g.keep.rel, g.keep.ident) != g.digest
                             else None)
@@ -394,8 +398,8 @@ def execute_dedup(plan: DedupPlan, progress: Progress | None = None) -> DedupRes
                 done: dict[tuple[int, int, int], int] = {}
                 for f in g.link:
                     why = ("another vllm-cache process is working on its entry"
-                           if not locks.take(f.rel) else _link_one(plan.root, g.keep, f,
-                                                                    g.digest))
+                           if not locks.take(f.rel) else in_use(busy, f.rel)
+                           or _link_one(plan.root, g.keep, f, g.digest))
                     if why is not None:
                         skipped.append(DedupSkip(f.rel, why))
                         continue

@@ -15,8 +15,10 @@ from vllm_cache_tools.maintain.dedup import (
     Progress,
     candidates,
     check_root,
+    in_use,
     keep_folder_times,
 )
+from vllm_cache_tools.maintain.evidence import busy_entries
 from vllm_cache_tools.maintain.trash import RootHandle
 from vllm_cache_tools.safeio import open_dirs, split_link_at
 
@@ -72,13 +74,15 @@ def execute_split(plan: SplitPlan, progress: Progress | None = None) -> SplitRes
     before."""
     done: list[str] = []
     skipped: list[DedupSkip] = []
+    busy = busy_entries(plan.root)
     with RootHandle(plan.root) as h:
         locks = EntryLockSet(h)
         try:
             for f in plan.files:
-                if not locks.take(f.rel):
-                    skipped.append(DedupSkip(f.rel, "another vllm-cache process is working "
-                                             "on its entry"))
+                why = ("another vllm-cache process is working on its entry"
+                       if not locks.take(f.rel) else in_use(busy, f.rel))
+                if why is not None:
+                    skipped.append(DedupSkip(f.rel, why))
                     continue
                 parts = f.rel.split("/")
                 try:
