@@ -336,6 +336,9 @@ def predict_for_host(rec: HostRecord, vllm_args: Sequence[str],
              + (f" (here: vLLM {local_vllm})" if local_vllm else ""))
     f_env = _env_factor(rec, env, recipe)
     f_cfg = _config_factor(rec, vllm_args, where)
+    if f_cfg.value and "; set here: " in f_env.detail:
+        f_cfg = HostFactor(f_cfg.name, f_cfg.value, f_cfg.status, f_cfg.detail + "; a "
+                           "variable set here may change the config there too: not checked")
     f_comp = _compiler_factor(rec, env)
     f_model = _model_factor(rec)
     bkey = akey = None
