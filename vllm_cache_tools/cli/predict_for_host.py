@@ -29,7 +29,10 @@ def predict_for_host_cmd(record_path: Path, args: Sequence[str], root: Path | No
         return status
     con = console()
     v, pf = rec.versions, rec.platform
-    say = lambda s: con.print(s, markup=False, highlight=False)  # noqa: E731
+
+    def say(text: str) -> None:
+        con.print(text, markup=False, highlight=False)
+
     say(f"FOR HOST {rec.host or '?'} ({rec.source} {rec.path})")
     say("  versions " + ", ".join(f"{k} {x}" for k, x in v.items() if x) + "; "
         + ", ".join(f"{k} {x}" for k, x in pf.items() if x))
