@@ -18,11 +18,13 @@ from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
+from vllm_cache_tools.analyze import stats_memo
 from vllm_cache_tools.read.ledger_stream import (
+    Complete,
     LedgerProblem,
     StatsEvent,
     first_row,
-    read_batches,
+    read_from,
 )
 
 MAX_PROBLEMS = 50
@@ -324,12 +326,27 @@ def _partial(work: Sequence[tuple[str | None, Sequence[tuple[Path, str]]]],
     for host, paths in work:
         tally = _Tally(since, by == "entry")
         seen: set[StatsEvent] | None = set() if len(paths) > 1 and host is not None else None
+        memo = stats_memo.memoizable(list(paths), since)
+        kept = stats_memo.load(memo, by == "entry") if memo is not None else None
+        problems: list[str] = []
+        bad = 0
+        if kept is not None and not stats_memo.restore(kept, tally):
+            kept, tally = None, _Tally(since, by == "entry")
+        if kept is not None:
+            problems, bad = kept.problems[:MAX_PROBLEMS], kept.bad
         for p, label in paths:
-            for b in read_batches(p, label):
+            batches = read_from(p, label, kept.offset, kept.lines) if kept is not None else \
+                read_from(p, label)
+            for b in batches:
+                if isinstance(b, Complete):
+                    if memo is not None and (kept is None or b.offset != kept.offset):
+                        stats_memo.save(memo, by == "entry", tally, b.offset, b.lines, bad,
+                                        problems)
+                    continue
                 if isinstance(b, LedgerProblem):
-                    out.bad += 1
-                    if len(out.problems) < MAX_PROBLEMS:
-                        out.problems.append(str(b))
+                    bad += 1
+                    if len(problems) < MAX_PROBLEMS:
+                        problems.append(str(b))
                     continue
                 if seen is not None:
                     fresh = [r for r in b if r not in seen]
@@ -337,6 +354,8 @@ def _partial(work: Sequence[tuple[str | None, Sequence[tuple[Path, str]]]],
                     seen.update(fresh)
                     b = fresh
                 tally.add(b)
+        out.bad += bad
+        out.problems += problems[:max(0, MAX_PROBLEMS - len(out.problems))]
         out.merge(_summary(tally, by, models))
     return out
 

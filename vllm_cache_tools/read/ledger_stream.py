@@ -173,11 +173,29 @@ def _block(block: bytes, label: str, line: int, out: list[list[StatsEvent] | Led
     return len(lines)
 
 
+class Complete(NamedTuple):
+    """Where the file's whole lines end (:func:`read_from`): what was read up to
+    here can be continued from ``offset`` after lines are appended; a last line without its
+    newline (the recorder may be writing it) follows this mark."""
+
+    offset: int
+    lines: int
+
+
 def read_batches(path: Path, name: str | None = None
                  ) -> Iterator[list[StatsEvent] | LedgerProblem]:
     """The events of one ledger file, in file order: lists of :class:`StatsEvent`, with a
     :class:`LedgerProblem` for each line that is not an event and one (line 0) for a file that
     cannot be read. ``name``: how problems name the file."""
+    for b in read_from(path, name):
+        if not isinstance(b, Complete):
+            yield b
+
+
+def read_from(path: Path, name: str | None = None, offset: int = 0, line: int = 0
+              ) -> Iterator[list[StatsEvent] | LedgerProblem | Complete]:
+    """:func:`read_batches` from ``offset`` (the end of a line, with ``line`` lines before
+    it), with a :class:`Complete` after the last whole line."""
     label = name or path.name
     try:
         f = open_noatime(path)
@@ -185,9 +203,11 @@ def read_batches(path: Path, name: str | None = None
         yield LedgerProblem(label, 0, str(exc) if isinstance(exc, UnreadableError)
                             else f"cannot read: {exc.strerror or exc}")
         return
-    line = 0
     tail = b""
+    done = offset
     with f:
+        if offset:
+            f.seek(offset)
         while True:
             try:
                 chunk = f.read(CHUNK_BYTES)
@@ -196,6 +216,7 @@ def read_batches(path: Path, name: str | None = None
                 return
             if not chunk:
                 break
+            done += len(chunk)
             data = tail + chunk if tail else chunk
             cut = data.rfind(b"\n") + 1
             if cut == 0:
@@ -206,12 +227,14 @@ def read_batches(path: Path, name: str | None = None
                 yield LedgerProblem(label, line, "not a ledger event (line too long)")
                 while chunk and b"\n" not in chunk:
                     chunk = f.read(CHUNK_BYTES)
+                    done += len(chunk)
                 data = chunk[chunk.find(b"\n") + 1:] if chunk else b""
                 cut = data.rfind(b"\n") + 1
             tail = data[cut:]
             out: list[list[StatsEvent] | LedgerProblem] = []
             line += _block(data[:cut], label, line, out)
             yield from out
+    yield Complete(done - len(tail), line)
     if tail:
         out = []
         _block(tail + b"\n", label, line, out)

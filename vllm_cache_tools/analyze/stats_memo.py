@@ -1,0 +1,205 @@
+"""A memo of ``stats``' count per ledger file, so a later run reads only the lines appended
+since (ledgers only grow: the recorder appends, one line per decision).
+
+What is kept for a ledger is its host's tally (:class:`~.stats_tally._Tally`: a few numbers per
+start and per entry, never the events) as it stood after the file's last whole line, with
+where that line ends, the damaged lines seen so far, and two fingerprints of the file: the
+xxh3 of its first :data:`PROBE` bytes and of the :data:`PROBE` bytes before that end. The memo
+is used only while the file is the same inode, at least that long, and both fingerprints
+still match (a ledger rotated, truncated or rewritten is read again from its start); then only
+the bytes past the end are read and added to the kept tally. So the first ``stats`` of a root
+costs a full read plus writing the memos; later runs cost reading the memos, the appended
+lines and the summing up per group.
+
+Kept in our own cache dir (``<user cache>/vllm-cache-tools/stats/``, never in vLLM's root),
+one msgpack file per ledger (by real path) and per tally kind (``--by entry`` keeps one more
+table), decoded into typed records (never unpickled: anyone who can write there can only make
+the counts wrong). Only ledgers of :data:`MIN_BYTES` or more are memoized (smaller ones read
+faster than a memo would help); not with ``--since`` (the tally kept is of every event);
+not for a host whose ledger comes in several copies (they are merged by event).
+``VLLM_CACHE_TOOLS_STATS_MEMO=0`` turns it off."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import msgspec
+import xxhash
+
+from vllm_cache_tools import safeio
+from vllm_cache_tools.read.noatime import open_noatime
+from vllm_cache_tools.store.locate import user_cache_dir
+
+FORMAT = 1
+"""Bump when what the tally keeps, or how a ledger line is judged, changes."""
+PROBE = 4096
+MIN_BYTES = 1 << 20
+MAX_BYTES = 256 << 20
+"""A memo file larger than this is not read (a tally of ~2M starts)."""
+DISABLE_VAR = "VLLM_CACHE_TOOLS_STATS_MEMO"
+
+
+def enabled(environ: Mapping[str, str] = os.environ) -> bool:
+    return environ.get(DISABLE_VAR, "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+Index = Annotated[int, msgspec.Meta(ge=0)]
+Flags = Annotated[int, msgspec.Meta(ge=0, lt=16)]
+
+
+class Kept(msgspec.Struct, array_like=True, frozen=True):
+    """One ledger's memo. Strings that repeat (hosts, entries) are kept once, in ``names``,
+    and referred to by index."""
+
+    format: int
+    by_entry: bool
+    dev: int
+    ino: int
+    offset: int
+    """Where the last whole line read ends."""
+    lines: int
+    head: str
+    """xxh3 of the file's first :data:`PROBE` bytes."""
+    before: str
+    """xxh3 of the :data:`PROBE` bytes before ``offset``."""
+    bad: int
+    problems: list[str]
+    names: list[str]
+    starts: list[tuple[str, float, Flags, Index, Index, list[Index], float]]
+    """(start id, first time, outcome flags, host, first entry, entries hit, load seconds)"""
+    work: list[tuple[str, Index, int | None, float]]
+    key_work: list[tuple[Index, str, Index, int | None, float]]
+    aot_written: list[tuple[str, Index]]
+    written: list[tuple[Index, float]]
+    decisions: list[tuple[Index, str, Flags]]
+    events: list[tuple[str, str, int]]
+
+
+_DECODER = msgspec.msgpack.Decoder(Kept)
+_ENCODER = msgspec.msgpack.Encoder()
+
+
+def memo_dir() -> Path:
+    return user_cache_dir() / "stats"
+
+
+def _name(path: Path, by_entry: bool) -> str:
+    real = os.fsencode(os.path.realpath(path))
+    return f"{xxhash.xxh3_64_hexdigest(real)}{'-e' if by_entry else ''}.msgpack"
+
+
+def _fingerprints(path: Path, offset: int) -> tuple[int, int, int, str, str] | None:
+    """(dev, ino, size, head, before) of a ledger as it is now, for a memo ending at
+    ``offset``; ``None`` when it cannot be read."""
+    try:
+        with open_noatime(path) as f:
+            s = os.fstat(f.fileno())
+            head = f.read(PROBE)
+            start = max(0, offset - PROBE)
+            f.seek(start)
+            before = f.read(offset - start) if offset <= s.st_size else b""
+    except OSError:
+        return None
+    return (s.st_dev, s.st_ino, s.st_size, xxhash.xxh3_64_hexdigest(head),
+            xxhash.xxh3_64_hexdigest(before))
+
+
+def load(path: Path, by_entry: bool) -> Kept | None:
+    """The memo of ``path`` when it still describes the start of that file, else ``None``."""
+    try:
+        raw = safeio.read_regular(memo_dir() / _name(path, by_entry), MAX_BYTES)
+        kept = _DECODER.decode(raw)
+    except (OSError, msgspec.MsgspecError, RecursionError, MemoryError):
+        return None
+    if kept.format != FORMAT or kept.by_entry != by_entry:
+        return None
+    now = _fingerprints(path, kept.offset)
+    if now is None:
+        return None
+    dev, ino, size, head, before = now
+    if (dev, ino) != (kept.dev, kept.ino) or size < kept.offset or head != kept.head \
+            or before != kept.before:
+        return None
+    return kept
+
+
+def restore(kept: Kept, tally: Any) -> bool:
+    """Put a memo's tally back into an empty :class:`~.stats_tally._Tally`; ``False`` when
+    the memo refers to names it does not hold (then the tally is to be thrown away)."""
+    try:
+        _restore(kept, tally)
+    except IndexError:
+        return False
+    return True
+
+
+def _restore(kept: Kept, tally: Any) -> None:
+    names = kept.names
+    same = tally.strings.setdefault
+    for n in names:
+        same(n, n)
+    starts = tally.starts
+    for sid, t, flags, host, key0, hit, load_s in kept.starts:
+        hk: Any = None if not hit else names[hit[0]] if len(hit) == 1 else {names[i]
+                                                                             for i in hit}
+        starts[sid] = [t, flags, names[host], names[key0], hk, load_s]
+    tally.work = {(sid, names[h], pid): s for sid, h, pid, s in kept.work}
+    tally.key_work = {(names[k], sid, names[h], pid): s for k, sid, h, pid, s in kept.key_work}
+    tally.aot_written = [(sid, names[k]) for sid, k in kept.aot_written]
+    tally.written = {names[k]: t for k, t in kept.written}
+    if tally.decisions is not None:
+        tally.decisions = {(names[k], sid): f for k, sid, f in kept.decisions}
+    tally.events.update({(tree, ev): n for tree, ev, n in kept.events})
+
+
+def save(path: Path, by_entry: bool, tally: Any, offset: int, lines: int, bad: int,
+         problems: list[str]) -> None:
+    """Keep ``tally`` as the count of ``path`` up to ``offset`` (best effort: a memo that
+    cannot be written only costs the next run a full read)."""
+    now = _fingerprints(path, offset)
+    if now is None:
+        return
+    dev, ino, _size, head, before = now
+    index: dict[str, int] = {}
+
+    def ix(name: str) -> int:
+        i = index.get(name)
+        if i is None:
+            i = index[name] = len(index)
+        return i
+
+    starts = []
+    for sid, (t, flags, host, key0, hk, load_s) in tally.starts.items():
+        hit = [] if hk is None else [ix(hk)] if isinstance(hk, str) else sorted(map(ix, hk))
+        starts.append((sid, t, flags, ix(host), ix(key0), hit, load_s))
+    kept = Kept(
+        FORMAT, by_entry, dev, ino, offset, lines, head, before, bad, problems, [], starts,
+        [(sid, ix(h), pid, s) for (sid, h, pid), s in tally.work.items()],
+        [(ix(k), sid, ix(h), pid, s) for (k, sid, h, pid), s in tally.key_work.items()],
+        [(sid, ix(k)) for sid, k in tally.aot_written],
+        [(ix(k), t) for k, t in tally.written.items()],
+        [(ix(k), sid, f) for (k, sid), f in (tally.decisions or {}).items()],
+        [(tree, ev, n) for (tree, ev), n in tally.events.items()])
+    kept.names.extend(index)
+    with contextlib.suppress(OSError):
+        os.makedirs(user_cache_dir(), mode=0o700, exist_ok=True)
+        fd = safeio.open_dirs(user_cache_dir(), "stats", create=True, mode=0o700)
+        try:
+            safeio.replace_at(fd, _name(path, by_entry), _ENCODER.encode(kept))
+        finally:
+            os.close(fd)
+
+
+def memoizable(paths: list[tuple[Path, str]], since: float | None) -> Path | None:
+    """The one ledger of a host that may be memoized (see the module's docstring)."""
+    if since is not None or len(paths) != 1 or not enabled():
+        return None
+    p = paths[0][0]
+    try:
+        return p if p.stat().st_size >= MIN_BYTES else None
+    except OSError:
+        return None
