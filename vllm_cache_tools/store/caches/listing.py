@@ -25,7 +25,7 @@ from vllm_cache_tools.store.caches.kinds import (
     dangerous_reason,
     locate_caches,
 )
-from vllm_cache_tools.store.caches.walk import PartStats, part_stats
+from vllm_cache_tools.store.caches.walk import PartStats, merge_stats, part_stats
 from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import CacheInfo
 
@@ -88,28 +88,28 @@ def inductor_part(name: str) -> str | None:
     return None
 
 
-def _children(path: Path, skip: frozenset[str]) -> tuple[list[str], str | None]:
+def _parts(real: str, skip: frozenset[str]) -> tuple[list[tuple[str, PartStats]], str | None]:
+    """Every name directly in the cache folder with its stats (one walk of the tree)."""
     try:
-        return sorted(n for n in os.listdir(path) if n not in skip), None
+        names = sorted(n for n in os.listdir(real)
+                       if n not in skip and not n.startswith(TRASH_PREFIX))
     except OSError as exc:
-        return [], f"unreadable: {path}: {exc.strerror or exc}"
+        return [], f"unreadable: {real}: {exc.strerror or exc}"
+    return [(n, part_stats(os.path.join(real, n))) for n in names], None
 
 
-def _triton_item(path: Path, name: str) -> CacheItem:
-    stats = part_stats(path / name)
+def _triton_item(real: str, name: str, stats: PartStats) -> CacheItem:
+    folder = os.path.join(real, name)
     kernels: list[str] = []
     target = version = None
     try:
-        metas = sorted(n for n in os.listdir(path / name)
+        metas = sorted(n for n in os.listdir(folder)
                        if n.endswith(".json") and not n.startswith("__grp__"))
     except OSError:
         metas = []
     for m in metas[:TRITON_META_PER_KERNEL]:
-        p = path / name / m
-        if p.is_symlink():
-            continue
         try:
-            meta = read_triton_meta(p)
+            meta = read_triton_meta(os.path.join(folder, m))  # no link followed, no atime
         except ReadError:
             continue
         if meta.name:
@@ -117,26 +117,8 @@ def _triton_item(path: Path, name: str) -> CacheItem:
         if meta.backend or meta.arch:
             target = target or meta.target
         version = version or meta.triton_version
-    return CacheItem(name, path / name, stats, kernels=tuple(kernels), target=target,
+    return CacheItem(name, Path(folder), stats, kernels=tuple(kernels), target=target,
                      triton_version=version)
-
-
-def _items(loc: CacheLocation, path: Path, problems: list[str]) -> tuple[CacheItem, ...]:
-    skip: frozenset[str] = frozenset()
-    if loc.kind == "vllm-other":
-        skip = frozenset({COMPILE_CACHE_DIRNAME, DEEPGEMM_DIRNAME})
-    names, problem = _children(path, skip)
-    names = [n for n in names if not n.startswith(TRASH_PREFIX)]
-    if problem:
-        problems.append(problem)
-    if loc.kind == "triton":
-        return tuple(_triton_item(path, n) for n in names if (path / n).is_dir()
-                     and not (path / n).is_symlink())
-    out = []
-    for n in names:
-        what = inductor_part(n) if loc.kind == "inductor" else None
-        out.append(CacheItem(n, path / n, part_stats(path / n), what=what))
-    return tuple(out)
 
 
 def list_cache(loc: CacheLocation, *, use_index: bool = True, force: bool = False
@@ -162,7 +144,7 @@ def list_cache(loc: CacheLocation, *, use_index: bool = True, force: bool = Fals
     target = loc.link_target
     if target is not None:
         problems.append(f"symlink: {loc.path} -> {target} (listed at its target)")
-    real = Path(target) if target is not None else loc.path
+    real = target if target is not None else os.fspath(loc.path)
     if loc.kind == "vllm":
         try:
             info = scan(loc.path.parent, use_index=use_index)
@@ -170,11 +152,20 @@ def list_cache(loc: CacheLocation, *, use_index: bool = True, force: bool = Fals
             return CacheListing(loc, True, part_stats(real), (), (*problems, str(exc)))
         problems += [f"{p.kind}: {p.path}: {p.detail}" for p in info.problems]
         return CacheListing(loc, True, part_stats(real), (), tuple(problems), info)
-    exclude = (frozenset({COMPILE_CACHE_DIRNAME, DEEPGEMM_DIRNAME})
-               if loc.kind == "vllm-other" else frozenset())
-    stats = part_stats(real, exclude)
+    skip = (frozenset({COMPILE_CACHE_DIRNAME, DEEPGEMM_DIRNAME})
+            if loc.kind == "vllm-other" else frozenset())
+    parts, problem = _parts(real, skip)
+    if problem is not None:
+        return CacheListing(loc, True, None, (), (*problems, problem))
+    stats = merge_stats(s, [ps for _, ps in parts])
     problems += [f"unreadable: {u}" for u in stats.unreadable[:20]]
-    return CacheListing(loc, True, stats, _items(loc, real, problems), tuple(problems))
+    if loc.kind == "triton":  # kernel folders (a symlink is counted, never entered)
+        items = tuple(_triton_item(real, n, ps) for n, ps in parts if ps.is_dir)
+    else:
+        items = tuple(CacheItem(n, Path(real, n), ps,
+                                what=inductor_part(n) if loc.kind == "inductor" else None)
+                      for n, ps in parts)
+    return CacheListing(loc, True, stats, items, tuple(problems))
 
 
 def list_all_caches(root: str | os.PathLike[str] | None = None, *,

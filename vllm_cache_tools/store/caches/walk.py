@@ -26,6 +26,7 @@ class PartStats:
     owners: tuple[int, ...] = ()
     unreadable: tuple[str, ...] = ()
     symlinks: int = 0
+    is_dir: bool = False
 
 
 def part_stats(path: str | os.PathLike[str], exclude: frozenset[str] = frozenset()) -> PartStats:
@@ -81,4 +82,18 @@ def part_stats(path: str | os.PathLike[str], exclude: frozenset[str] = frozenset
                     atime = s.st_atime
     return PartStats(size, disk * 512, files, dirs, oldest if files else None,
                      newest if newest >= 0 else None, atime if files else None,
-                     tuple(sorted(owners)), tuple(unreadable), links)
+                     tuple(sorted(owners)), tuple(unreadable), links, True)
+
+
+
+def merge_stats(top: os.stat_result, parts: list[PartStats]) -> PartStats:
+    """The stats of a folder from those of every name directly in it (one walk, not two)."""
+    oldest = [p.oldest_mtime for p in parts if p.oldest_mtime is not None]
+    newest = [top.st_mtime, *(p.newest_mtime for p in parts if p.newest_mtime is not None)]
+    atimes = [p.newest_atime for p in parts if p.newest_atime is not None]
+    return PartStats(
+        sum(p.size_bytes for p in parts), sum(p.disk_bytes for p in parts),
+        sum(p.files for p in parts), sum(p.dirs + p.is_dir for p in parts),
+        min(oldest, default=None), max(newest), max(atimes, default=None),
+        tuple(sorted({top.st_uid, *(u for p in parts for u in p.owners)})),
+        tuple(u for p in parts for u in p.unreadable), sum(p.symlinks for p in parts), True)
