@@ -18,6 +18,7 @@ import pytest
 
 from tests.conftest import run_cli
 from tests.test_gpu_truth import FIX, _aot_dir, _backend_dir
+from tests.test_json_schema import check_document
 from vllm_cache_tools.analyze.for_host import (
     NOT_REPRODUCIBLE,
     RECOMPUTED,
@@ -91,6 +92,7 @@ def test_cli_for_host_json_and_text(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr  # both folders are in that root
     doc = json.loads(r.stdout)
     assert doc["schema"] == "vllm-cache-tools/predict/1/for-host"
+    check_document(doc, "predict-for-host")
     assert doc["backend"]["key"] == _backend_dir(0) and doc["backend"]["present"] is True
     assert doc["aot"]["key"] == _aot_dir(0)[0]
     assert doc["host"]["platform"]["device"] == "NVIDIA H200"
@@ -134,6 +136,7 @@ def test_local_profile_names_the_folders_vllm_created(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     doc = json.loads(out.read_text())
     assert doc["schema"] == "vllm-cache-tools/host-profile/1"
+    check_document(doc, "host-profile")
     assert Path(doc["install"]["prefix"]).resolve() == venv_dir().resolve()
     isa = doc["cpu"]["isa"]
     pe = doc["vllm"]["platform_env"]

@@ -23,6 +23,7 @@ from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.host import cpu_facts
 from vllm_cache_tools.live.host_profile import collect
 from vllm_cache_tools.safeio import open_dir, replace_at
+from vllm_cache_tools.units import iso
 
 KIND = "host-profile"
 
@@ -39,7 +40,7 @@ def host_profile(vllm_args: Sequence[str] = (), *, python: str | None = None,
     live = collect(exe, vllm_args, usage, dict(os.environ if env is None else env))
     if "error" in live:
         raise HostProfileError(f"host-profile: {live['error']}")
-    return {"kind": KIND, "host": socket.gethostname(), "created": time.time(),
+    return {"kind": KIND, "host": socket.gethostname(), "created": iso(time.time()),
             "cpu": cpu_facts(), **live}
 
 
