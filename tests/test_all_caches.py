@@ -183,7 +183,16 @@ def test_unreadable_cache_folder_is_a_problem_not_a_crash(host: dict[str, str],
         kept = {k["path"]: k["reason"] for k in json.loads(r.stdout)["kept"]}
         assert "could not be read" in kept[str(triton_dir / NEW_KERNEL)]
         assert not (triton_dir / OLD_KERNEL).exists()
+        # the cache folder itself unreadable: a row without sizes, a problem, exit 0
+        triton_dir.chmod(0)
+        r = cli(env, "ls", "--all-caches", "--json", unprivileged=True)
+        assert r.returncode == 0, r.stderr
+        (tri,) = caches_of(json.loads(r.stdout), "triton")
+        assert tri["exists"] and tri["size_bytes"] is None
+        assert any(p.startswith(f"unreadable: {triton_dir}") for p in tri["problems"])
+        assert "(unreadable)" in cli(env, "ls", "--all-caches", unprivileged=True).stdout
     finally:
+        triton_dir.chmod(0o755)
         (triton_dir / NEW_KERNEL).chmod(0o755)
 
 
