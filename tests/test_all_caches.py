@@ -342,3 +342,24 @@ def test_cache_inside_another_is_said(host: dict[str, str], triton_dir: Path,
     assert f"inside the inductor cache {ind}: counted there too" in tri["problems"]
     (c,) = [c for c in caches_of(doc, "inductor") if c["path"] == str(ind)]
     assert c["size_bytes"] == tri["size_bytes"] == apparent_size(ind)
+
+
+@pytest.mark.realvllm
+def test_real_vllm_other_folders_pruned_only_when_named(host: dict[str, str],
+                                                        tmp_path: Path) -> None:
+    run = run_scenario(SCENARIOS["jit-caches"])
+    root = copy_root(run.vllm_root, tmp_path / "root")
+    others = sorted(p.name for p in root.iterdir() if p.name != "torch_compile_cache")
+    assert "modelinfos" in others
+    doc = listing(host, "--root", str(root))
+    assert sorted(e["name"] for e in doc["entries"] if e["cache"] == "vllm-other") == others
+    (vo,) = caches_of(doc, "vllm-other")
+    assert vo["size_bytes"] == apparent_size(root) - apparent_size(root / "torch_compile_cache")
+    compile_cache = files_of(root / "torch_compile_cache")
+    age_tree(root / "modelinfos", 40)
+    r = cli(host, "prune", "--cache", "vllm-other", "--older-than", "30d", "--yes", "--json",
+            "--root", str(root))
+    assert r.returncode == 0, r.stderr
+    assert [Path(p["path"]).name for p in json.loads(r.stdout)["planned"]] == ["modelinfos"]
+    assert not (root / "modelinfos").exists()
+    assert files_of(root / "torch_compile_cache") == compile_cache

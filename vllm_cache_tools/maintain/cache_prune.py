@@ -113,7 +113,8 @@ class CachePruneResult:
 
 def check_prunable_cache_dir(loc: CacheLocation, vllm_root: Path | None,
                              force: bool = False) -> None:
-    why = dangerous_reason(loc.path, vllm_root)
+    # vllm-other is the vLLM root itself (its parts never include torch_compile_cache).
+    why = dangerous_reason(loc.path, vllm_root if loc.kind != "vllm-other" else None)
     if why is not None and not force:
         via = f" (from {loc.source})" if loc.source not in ("default", "other user") else ""
         raise CacheDirRefused(f"refusing to prune the {loc.kind} cache {loc.path}{via}: "
