@@ -41,6 +41,12 @@ _EXPORTS = {
     "PruneResult": "maintain.execute", "execute_plan": "maintain.execute",
     "VerifyProblem": "maintain.verify", "VerifyReport": "maintain.verify",
     "verify": "maintain.verify",
+    "AllCaches": "store.caches.listing", "CacheListing": "store.caches.listing",
+    "list_all_caches": "store.caches.listing", "CacheLocation": "store.caches.kinds",
+    "locate_caches": "store.caches.kinds", "CachePolicies": "maintain.cache_prune",
+    "CachePrunePlan": "maintain.cache_prune", "CachePruneResult": "maintain.cache_prune",
+    "plan_cache_kind_prune": "maintain.cache_prune",
+    "execute_cache_plan": "maintain.cache_prune",
     "DedupPlan": "maintain.dedup", "DedupResult": "maintain.dedup",
     "plan_dedup": "maintain.dedup", "execute_dedup": "maintain.dedup",
     "StatsReport": "analyze.stats", "stats": "analyze.stats",
@@ -52,6 +58,13 @@ if TYPE_CHECKING:
     from vllm_cache_tools.analyze.explain import Explanation, Unexplained, explain
     from vllm_cache_tools.analyze.predict import PredictError, Prediction, TreePrediction, predict
     from vllm_cache_tools.analyze.stats import StatsReport, stats
+    from vllm_cache_tools.maintain.cache_prune import (
+        CachePolicies,
+        CachePrunePlan,
+        CachePruneResult,
+        execute_cache_plan,
+        plan_cache_kind_prune,
+    )
     from vllm_cache_tools.maintain.dedup import DedupPlan, DedupResult, execute_dedup, plan_dedup
     from vllm_cache_tools.maintain.execute import PruneResult, execute_plan
     from vllm_cache_tools.maintain.plan import (
@@ -65,6 +78,8 @@ if TYPE_CHECKING:
     )
     from vllm_cache_tools.maintain.policies import Policies
     from vllm_cache_tools.maintain.verify import VerifyProblem, VerifyReport, verify
+    from vllm_cache_tools.store.caches.kinds import CacheLocation, locate_caches
+    from vllm_cache_tools.store.caches.listing import AllCaches, CacheListing, list_all_caches
     from vllm_cache_tools.store.entries import read_entry
     from vllm_cache_tools.store.locate import CacheRoot, resolve_root
     from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
@@ -94,9 +109,15 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AllCaches",
     "AmbiguousKey",
     "AotRank",
     "CacheInfo",
+    "CacheListing",
+    "CacheLocation",
+    "CachePolicies",
+    "CachePrunePlan",
+    "CachePruneResult",
     "CacheRoot",
     "Cause",
     "DedupPlan",
@@ -125,10 +146,14 @@ __all__ = [
     "VerifyProblem",
     "VerifyReport",
     "drift",
+    "execute_cache_plan",
     "execute_dedup",
     "execute_plan",
     "explain",
+    "list_all_caches",
+    "locate_caches",
     "locate_entry",
+    "plan_cache_kind_prune",
     "plan_dedup",
     "plan_prune",
     "plan_prune_root",

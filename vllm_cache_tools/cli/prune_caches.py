@@ -15,7 +15,7 @@ from vllm_cache_tools.maintain.cache_prune import (
     CachePrunePlan,
     CachePruneResult,
     execute_cache_plan,
-    plan_for_kind,
+    plan_cache_kind_prune,
 )
 from vllm_cache_tools.store.caches.kinds import KINDS, CacheKind, locate_caches
 from vllm_cache_tools.store.locate import display_path, resolve_root
@@ -79,7 +79,7 @@ def prune_cache(kind_text: str, *, root: Path | None, older_than_s: float | None
         fail(f"--cache {kind}: choose --older-than and/or --max-size")
     vllm_root = resolve_root(root).vllm_root
     locs = locate_caches(root, kinds=(kind,))
-    plan = plan_for_kind(locs, pol, vllm_root=vllm_root, grace_s=grace_s,
+    plan = plan_cache_kind_prune(locs, pol, vllm_root=vllm_root, grace_s=grace_s,
                          all_users=all_users, force=force)
     if not json_out:
         render_cache_plan(plan, dry_run)

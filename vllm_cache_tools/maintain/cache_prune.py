@@ -248,7 +248,7 @@ def _protection(item: CacheItem, uid: int, grace_s: float, all_users: bool, now:
     return None
 
 
-def plan_for_kind(locations: Sequence[CacheLocation], policies: CachePolicies, *,
+def plan_cache_kind_prune(locations: Sequence[CacheLocation], policies: CachePolicies, *,
                   vllm_root: Path | None, grace_s: float = 600.0, all_users: bool = False,
                   force: bool = False) -> CachePrunePlan:
     """Refuse dangerous folders, list each location afresh, then plan. Other users' default
