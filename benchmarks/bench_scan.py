@@ -120,19 +120,22 @@ def main() -> int:
         return 0
     tree = ensure_tree(a.files, a.templates)
     meta = json.loads((tree / "synth.json").read_text())
-    exe = str(Path(sys.executable).parent / "vllm-cache")
+    script = Path(sys.executable).parent / "vllm-cache"
+    # Without the console script (a --target install on another machine): the same entry point.
+    exe_cmd = ([str(script)] if script.exists() else
+               [sys.executable, "-c", "from vllm_cache_tools.cli import main; main()"])
     state = Path(tempfile.mkdtemp(prefix="vct-bench-"))
     env = {**os.environ, "XDG_CACHE_HOME": str(state)}
     env1 = {**env, "VLLM_CACHE_TOOLS_SCAN_WORKERS": "1"}
     cmds: dict[str, tuple[list[str], dict[str, str]]] = {
         "du": (["du", "-sb", str(tree)], env),
-        "rescan": ([exe, "ls", "--json", "--rescan", "--root", str(tree)], env),
-        "indexed": ([exe, "ls", "--json", "--root", str(tree)], env),
+        "rescan": ([*exe_cmd, "ls", "--json", "--rescan", "--root", str(tree)], env),
+        "indexed": ([*exe_cmd, "ls", "--json", "--root", str(tree)], env),
     }
     if a.rss_only:
         cmds = {"rescan": cmds["rescan"]}
     else:
-        cmds["rescan-1worker"] = ([exe, "ls", "--json", "--rescan", "--root", str(tree)], env1)
+        cmds["rescan-1worker"] = ([*exe_cmd, "ls", "--json", "--rescan", "--root", str(tree)], env1)
     if not (a.skip_options or a.rss_only):
         for w in WALKS:
             cmds[f"walk:{w}"] = ([sys.executable, __file__, "--walk", w, str(tree)], env)

@@ -16,10 +16,11 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import xxhash
 from filelock import FileLock, Timeout
 
@@ -28,7 +29,7 @@ from vllm_cache_tools.store.locate import user_cache_dir
 from vllm_cache_tools.store.tree_stats import watched_dirs
 from vllm_cache_tools.store.types import Entry, EntryTimes, Problem, TreeStats
 
-FORMAT = 3
+FORMAT = 4
 
 
 def index_path(compile_cache: Path) -> Path:
@@ -41,9 +42,11 @@ def _to_record(e: Entry) -> dict[str, Any]:
     watched = watched_dirs(st.dir_mtimes)
     return {
         "key": e.key, "layout": e.layout, "path": os.fsdecode(e.path),
-        "stats": {**{k: v for k, v in asdict(st).items() if k not in ("dir_mtimes",
-                                                                       "key_files")},
-                  "dirs": "\n".join(r for r, _ in watched),
+        "stats": {"size_bytes": st.size_bytes, "disk_bytes": st.disk_bytes,
+                  "files": st.files, "dirs": st.dirs, "oldest_mtime": st.oldest_mtime,
+                  "newest_mtime": st.newest_mtime, "tmp_files": st.tmp_files,
+                  "symlinks": st.symlinks, "unreadable": st.unreadable, "owners": st.owners,
+                  "dir_names": "\n".join(r for r, _ in watched),
                   "dir_mtimes": [m for _, m in watched],
                   "key_files": [list(k) for k in st.key_files]},
         "ranks": list(e.ranks), "prefixes": list(e.prefixes), "state": e.state,
@@ -59,7 +62,7 @@ def _to_record(e: Entry) -> dict[str, Any]:
 def _stats_from(rec: dict[str, Any], key_files: tuple[tuple[str, int, int, float], ...]
                 ) -> TreeStats:
     s = dict(rec)
-    dirs = s.pop("dirs").split("\n")
+    dirs = s.pop("dir_names").split("\n")
     mtimes = s.pop("dir_mtimes")
     s.pop("key_files")
     for k in ("tmp_files", "symlinks", "unreadable", "owners"):
@@ -77,7 +80,12 @@ class ListingIndex:
         self.seen: set[str] = set()
         self.dirty = False
         try:
-            data = json.loads(self.path.read_bytes())
+            # msgspec decodes the index (~10 MB for 8k entries) several times faster than json.
+            raw = self.path.read_bytes()
+            try:
+                data = msgspec.json.decode(raw)
+            except msgspec.DecodeError:  # names that are not UTF-8 (escaped surrogates)
+                data = json.loads(raw)
             if data.get("format") == FORMAT and data.get("version") == version:
                 self.records = data["entries"]
         except (OSError, ValueError, KeyError, TypeError, AttributeError):
@@ -97,7 +105,8 @@ class ListingIndex:
             fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             try:
                 lstat = os.lstat
-                for rel, mtime in zip(st["dirs"].split("\n"), st["dir_mtimes"], strict=True):
+                for rel, mtime in zip(st["dir_names"].split("\n"), st["dir_mtimes"],
+                                      strict=True):
                     if lstat(rel, dir_fd=fd).st_mtime_ns != mtime:
                         return None
                 keys = []
@@ -111,7 +120,7 @@ class ListingIndex:
             stats = _stats_from(st, tuple(keys))
             t = times(stats)
             return Entry(
-                key=rec["key"], layout=rec["layout"], path=Path(p), stats=stats,
+                key=rec["key"], layout=rec["layout"], path=path, stats=stats,
                 ranks=tuple(rec["ranks"]), prefixes=tuple(rec["prefixes"]),
                 state=rec["state"], state_detail=rec["state_detail"], created=t.created,
                 created_source=t.created_source, modified=t.modified, last_used=t.last_used,
@@ -142,8 +151,11 @@ class ListingIndex:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            data = json.dumps({"format": FORMAT, "version": self.version,
-                               "entries": self.records}, separators=(",", ":")).encode()
+            doc = {"format": FORMAT, "version": self.version, "entries": self.records}
+            try:
+                data = msgspec.json.encode(doc)
+            except (UnicodeEncodeError, ValueError):  # a name that is not UTF-8
+                data = json.dumps(doc, separators=(",", ":")).encode()
             with FileLock(str(self.path) + ".lock", timeout=5):
                 fd = safeio.open_dirs(self.path.parent)
                 try:
