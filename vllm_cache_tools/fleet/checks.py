@@ -268,8 +268,11 @@ def hit_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
     t0 = time.perf_counter()
     static = static_check(records, packed_on, python)
     try:
+        # trace=False: with no evidence of the traced files in the target root, the carried
+        # AOT entry is the evidence (below); tracing the model here would start vLLM's
+        # tracer (~15 s on this machine) for what the bundle already says.
         p = predict(vllm_args, root=root, python=python, usage=usage, rank=rank,
-                    progress=progress)
+                    progress=progress, trace=False)
     except PredictError as exc:
         raise FleetError(str(exc)) from None
     probe = p.probe
