@@ -116,7 +116,8 @@ def ls(
     total = sum(e.size_bytes for e in entries)
     shown = f"{len(entries)} of {len(info.entries)}" if pred or refs else str(len(entries))
     out(f"\n{shown} entries, {human_size(total)} total "
-        f"({human_size(sum(e.disk_bytes for e in entries))} on disk)\n")
+        f"({human_size(sum(e.disk_bytes for e in entries))} on disk), "
+        f"{sum(e.stats.files for e in entries)} files\n")
 
 
 # What goes first when the terminal is narrow: what the key already tells (layout), then what

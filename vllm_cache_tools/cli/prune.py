@@ -79,8 +79,8 @@ def _p(line: str = "") -> None:
 
 def render_plan(plan: PrunePlan, dry_run: bool) -> None:
     _p(f"{'Dry run: would remove' if dry_run else 'Plan: remove'} {len(plan.entries)} of "
-       f"{plan.entry_count} entries, {format_size(plan.bytes)} of {format_size(plan.total_bytes)} "
-       f"under {plan.root}")
+       f"{plan.entry_count} entries, {format_size(plan.bytes)} of {format_size(plan.total_bytes)}, "
+       f"{plan.files} of {plan.total_files} files under {plan.root}")
     grace = fmt_duration(plan.protections.grace_s) if plan.protections.grace_s else "off"
     _p(f"  policies: {', '.join(plan.policies)}; grace {grace}; "
        f"{'all users' if plan.protections.all_users else 'your entries only'}")
@@ -98,7 +98,8 @@ def render_plan(plan: PrunePlan, dry_run: bool) -> None:
             key = p.key[:12] if p.layout == "aot" else p.key
             used = (f"last used {fmt_duration(plan.made_at - p.last_used)} ago "
                     f"({p.last_used_source})" if p.last_used else "never used")
-            _p(f"    {p.layout:<8} {key:<12} {format_size(p.size_bytes):>7}  {used}")
+            _p(f"    {p.layout:<8} {key:<12} {format_size(p.size_bytes):>7} {p.files:>6} files  "
+               f"{used}")
             for r in p.reasons:
                 _p(f"      - {r}")
             if p.same_sources_aot:
@@ -174,6 +175,10 @@ def prune(
     max_size: Annotated[str | None, typer.Option(
         "--max-size", metavar="SIZE", help="Remove least recently used entries until the "
         "entries total at most SIZE (e.g. 50G).", show_default=False)] = None,
+    max_files: Annotated[int | None, typer.Option(
+        "--max-files", metavar="N", min=0, help="Remove least recently used entries until the "
+        "entries hold at most N files (GPFS/Lustre quotas count files).",
+        show_default=False)] = None,
     keep: Annotated[int | None, typer.Option(
         "--keep", metavar="N", min=0, help="Keep the N most recently used entries per model "
         "(and layout); remove older ones.", show_default=False)] = None,
@@ -204,7 +209,7 @@ def prune(
     chooses it). Entries in use, modified within the grace period, or owned by others stay.
     Each entry is moved into a trash folder inside the root in one rename, then removed."""
     if cache != "vllm":
-        if keep is not None or unhittable or corrupt or partial or python:
+        if keep is not None or unhittable or corrupt or partial or python or max_files:
             fail(f"--cache {cache}: only --older-than and --max-size apply to it")
         from vllm_cache_tools.cli.prune_caches import prune_cache
 
@@ -216,10 +221,10 @@ def prune(
     pol = Policies(
         older_than_s=parse_age(older_than) if older_than is not None else None,
         max_size_bytes=parse_size(max_size) if max_size is not None else None,
-        keep=keep, unhittable=unhittable, corrupt=corrupt, partial=partial)
+        max_files=max_files, keep=keep, unhittable=unhittable, corrupt=corrupt, partial=partial)
     if pol.empty:
-        fail("choose at least one policy: --older-than, --max-size, --keep, --unhittable, "
-             "--corrupt or --partial (or use `vllm-cache rm KEY`)")
+        fail("choose at least one policy: --older-than, --max-size, --max-files, --keep, "
+             "--unhittable, --corrupt or --partial (or use `vllm-cache rm KEY`)")
     prot = Protections(grace_s=parse_grace(grace), all_users=all_users)
     info = load_root(root, force)
     env: Environment | None = detect_environment(python) if unhittable else None

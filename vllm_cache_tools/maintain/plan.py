@@ -4,7 +4,7 @@
 Planning reads the store (``scan``) and touches nothing. The plan names every entry to go with
 its reasons and the bytes it frees, and every entry a policy chose but a protection kept, with
 why. Policies are data: :data:`POLICY_SELECTORS` maps each policy to one selector function;
-``--max-size`` is a budget applied after the protections.
+``--max-size`` and ``--max-files`` are budgets applied after the protections.
 
 Protections, in the order they are checked (:func:`protection_reason`):
 - in use: a file of the entry is open or mapped by a running process (/proc);
@@ -39,13 +39,13 @@ from vllm_cache_tools.maintain.evidence import (
     model_file,
     owner_name,
 )
-from vllm_cache_tools.maintain.policies import POLICY_SELECTORS, Choosing, Policies
+from vllm_cache_tools.maintain.policies import POLICY_SELECTORS, Budget, Choosing, Policies
 from vllm_cache_tools.maintain.trash import entry_tree, is_dir_stat
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.types import CacheInfo, Entry, Layout
-from vllm_cache_tools.units import fmt_duration, format_size
+from vllm_cache_tools.units import fmt_duration
 
 # --------------------------------------------------------------------------------------------
 # Root safety
@@ -134,10 +134,16 @@ class PrunePlan:
     entry_count: int
     environment: Environment | None = None
     notes: tuple[str, ...] = ()
+    total_files: int = 0
+    """Files of all entries under the root before pruning."""
 
     @property
     def bytes(self) -> int:
         return sum(p.size_bytes for p in self.entries)
+
+    @property
+    def files(self) -> int:
+        return sum(p.files for p in self.entries)
 
     def groups(self) -> list[tuple[str | None, list[PlannedEntry]]]:
         """Planned entries by the model source file both layouts record (AOT: the compiled
@@ -189,8 +195,9 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
         else:
             planned.append(pe)
     total = sum(e.size_bytes for e in entries)
-    if policies.max_size_bytes is not None:
-        _fill_to_size(c, policies.max_size_bytes, total, info.root, prot, busy, planned, skipped)
+    tried: set[int] = set()
+    for budget in policies.budgets():
+        _fill_budget(c, budget, info.root, prot, busy, planned, skipped, tried)
     for e, question, why in c.undecided:
         if id(e) not in c.chosen:
             skipped.append(Skip(e.key, e.layout, e.path, f"{question} {why}"))
@@ -206,22 +213,27 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
         notes.insert(0, note)
     return PrunePlan(info.root, info.root_source, tuple(planned), tuple(skipped),
                      policies.describe(), prot, now, total, len(entries), environment,
-                     tuple(notes))
+                     tuple(notes), total_files=sum(e.stats.files for e in entries))
 
 
-def _fill_to_size(c: Choosing, max_size: int, total: int, root: Path, prot: Protections,
-                  busy: Mapping[str, Sequence[int]], planned: list[PlannedEntry],
-                  skipped: list[Skip]) -> None:
-    """``--max-size``: add the least recently used entries no other policy chose until what
-    stays fits (protected ones are skipped, and a note says when the rest cannot fit)."""
-    remaining = total - sum(p.size_bytes for p in planned)
-    lru = sorted((e for e in c.entries if id(e) not in c.chosen),
+def _fill_budget(c: Choosing, budget: Budget, root: Path, prot: Protections,
+                 busy: Mapping[str, Sequence[int]], planned: list[PlannedEntry],
+                 skipped: list[Skip], tried: set[int]) -> None:
+    """A budget (``--max-size``, ``--max-files``): add the least recently used entries no other
+    policy chose until what stays fits (protected ones are skipped, and a note says when the
+    rest cannot fit). ``tried``: entries an earlier budget planned or skipped."""
+    limit = budget.limit(c.policies)
+    assert limit is not None
+    going = {os.fsdecode(p.path) for p in planned}
+    remaining = sum(budget.measure(e) for e in c.entries if os.fsdecode(e.path) not in going)
+    lru = sorted((e for e in c.entries if id(e) not in c.chosen and id(e) not in tried),
                  key=lambda x: (c.lu[id(x)][0] or 0.0, x.key))
     for e in lru:
-        if remaining <= max_size:
+        if remaining <= limit:
             break
+        tried.add(id(e))
         t, src = c.lu[id(e)]
-        reason = (f"max-size {format_size(max_size)}: least recently used "
+        reason = (f"{budget.name} {budget.show(limit)}: least recently used "
                   f"(last used {fmt_duration(c.now - t) + ' ago' if t else 'never'}, {src})")
         why_not = protection_reason(e, root, prot, c.now, busy)
         if why_not is not None:
@@ -230,10 +242,10 @@ def _fill_to_size(c: Choosing, max_size: int, total: int, root: Path, prot: Prot
         pe = _planned(e, root, (reason,), (t, src))
         if pe is not None:
             planned.append(pe)
-            remaining -= e.size_bytes
-    if remaining > max_size:
-        c.notes.append(f"still {format_size(remaining)} after this plan, above --max-size "
-                       f"{format_size(max_size)}: the rest is protected")
+            remaining -= budget.measure(e)
+    if remaining > limit:
+        c.notes.append(f"still {budget.show(remaining)} after this plan, above --{budget.name} "
+                       f"{budget.show(limit)}: the rest is protected")
 
 
 LINK_LIMITS = (64, 256)

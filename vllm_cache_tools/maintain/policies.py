@@ -22,6 +22,8 @@ class Policies:
 
     older_than_s: float | None = None
     max_size_bytes: int | None = None
+    max_files: int | None = None
+    """A file-count budget: on GPFS/Lustre quotas count files (inodes), not bytes."""
     keep: int | None = None
     unhittable: bool = False
     corrupt: bool = False
@@ -37,6 +39,8 @@ class Policies:
             out.append(f"older-than {fmt_duration(self.older_than_s)}")
         if self.max_size_bytes is not None:
             out.append(f"max-size {format_size(self.max_size_bytes)}")
+        if self.max_files is not None:
+            out.append(f"max-files {self.max_files}")
         if self.keep is not None:
             out.append(f"keep {self.keep} per model")
         out += [n for n, on in (("unhittable", self.unhittable), ("corrupt", self.corrupt),
@@ -47,6 +51,27 @@ class Policies:
     def empty(self) -> bool:
         return not self.describe()
 
+    def budgets(self) -> tuple[Budget, ...]:
+        """The budgets that are on, in the order they are filled."""
+        return tuple(b for b in BUDGETS if b.limit(self) is not None)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A limit on what stays (``--max-size``, ``--max-files``): the least recently used
+    entries no policy chose go until what stays fits (:func:`~.plan._fill_budget`)."""
+
+    name: str
+    limit: Callable[[Policies], int | None]
+    measure: Callable[[Entry], int]
+    show: Callable[[int], str]
+
+
+BUDGETS = (
+    Budget("max-size", lambda p: p.max_size_bytes, lambda e: e.size_bytes, format_size),
+    Budget("max-files", lambda p: p.max_files, lambda e: e.stats.files,
+           lambda n: f"{n} files"),
+)
 
 
 # --------------------------------------------------------------------------------------------
@@ -166,8 +191,8 @@ POLICY_SELECTORS: dict[str, tuple[Callable[[Policies], bool], Selector]] = {
     "unhittable": (lambda p: p.unhittable, _select_unhittable),
 }
 """Policy -> (is it on, its selector), run in this order (an entry's reasons keep it).
-``--max-size`` is not here: it is a budget over what the others and the protections left
-(:func:`vllm_cache_tools.maintain.plan._fill_to_size`)."""
+``--max-size`` and ``--max-files`` are not here: they are budgets (:data:`BUDGETS`) over what
+the others and the protections left (:func:`vllm_cache_tools.maintain.plan._fill_budget`)."""
 
 
 def _ordinal(n: int) -> str:

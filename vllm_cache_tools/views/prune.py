@@ -26,8 +26,9 @@ def prune_report(plan: PrunePlan, result: PruneResult | None) -> dict[str, Any]:
     out: dict[str, Any] = {
         "root": display_path(plan.root),
         "plan": {"entries": [planned_json(p) for p in plan.entries], "bytes": plan.bytes,
-                 "policies": list(plan.policies), "grace_s": plan.protections.grace_s,
-                 "total_bytes_before": plan.total_bytes, "notes": list(plan.notes)},
+                 "files": plan.files, "policies": list(plan.policies),
+                 "grace_s": plan.protections.grace_s, "total_bytes_before": plan.total_bytes,
+                 "total_files_before": plan.total_files, "notes": list(plan.notes)},
         "dry_run": result is None,
         "deleted": list(result.deleted) if result is not None else [],
         "skipped": [{"key": s.key, "reason": s.reason} for s in skipped],
