@@ -393,8 +393,9 @@ def read_all(ledgers: Sequence[Path], since: float | None, by: str,
     they are large (hosts are independent: a start's processes log on one host)."""
     by_host: dict[str | None, list[tuple[Path, str]]] = {}
     size = 0
+    names = Counter(p.name for p in ledgers)
     for p in ledgers:
-        by_host.setdefault(_first_host(p), []).append((p, _label(p, ledgers)))
+        by_host.setdefault(_first_host(p), []).append((p, _label(p, names)))
         with contextlib.suppress(OSError):
             size += p.stat().st_size
     work = list(by_host.items())
@@ -428,7 +429,6 @@ def _size(p: Path) -> int:
         return 0
 
 
-def _label(p: Path, all_paths: Sequence[Path]) -> str:
+def _label(p: Path, names: Counter[str]) -> str:
     """A ledger's name in messages: its file name, with its folder when names repeat."""
-    same = sum(q.name == p.name for q in all_paths)
-    return p.name if same == 1 else os.path.join(p.parent.name, p.name)
+    return p.name if names[p.name] == 1 else os.path.join(p.parent.name, p.name)
