@@ -225,19 +225,16 @@ class _Partial:
     def saved(self) -> None:
         """Credit the hits with their entries' compile times (after the last merge)."""
         for (name, key), n in self.hits.items():
-            a = self.groups[name]
-            t = self.entry_time.get(key)
-            if t is None:
-                a[8] += n
-            else:
-                a[7] += n * t[1]
+            self._credit(self.groups[name], key, n)
         for key, n in self.entry_hits.items():
-            a = self.entry_groups[key]
-            t = self.entry_time.get(key)
-            if t is None:
-                a[8] += n
-            else:
-                a[7] += n * t[1]
+            self._credit(self.entry_groups[key], key, n)
+
+    def _credit(self, acc: list[Any], key: str, hits: int) -> None:
+        t = self.entry_time.get(key)
+        if t is None:
+            acc[8] += hits
+        else:
+            acc[7] += hits * t[1]
 
 
 def _start_groups(tally: _Tally, by: str, models: Mapping[str, str], per_start: dict[str, float],
