@@ -13,12 +13,14 @@ import typer
 
 from vllm_cache_tools.cli.common import DelayedProgress, fail, print_json, warn
 from vllm_cache_tools.cli.render import Column, render, unique_prefixes
+from vllm_cache_tools.store.filesystem import filesystem_of
 from vllm_cache_tools.store.filters import parse_filter, sort_entries
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.lookup import locate_entry
 from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Entry, Problem
 from vllm_cache_tools.units import human_age, human_size
+from vllm_cache_tools.views.filesystem import filesystem_json
 from vllm_cache_tools.views.payloads import ls_report, with_schema
 
 RootOpt = Annotated[Path | None, typer.Option(
@@ -96,9 +98,12 @@ def ls(
     if by_owner:
         _print_owners(info.root, entries, json_out)
         return
+    fs = filesystem_of(info.root)
     if json_out:
-        print_json(ls_report(info, entries))
+        print_json({**ls_report(info, entries), "filesystem": filesystem_json(fs)})
         return
+    for note in fs.notes:  # a shared filesystem, or atime not kept: stderr, like problems
+        warn(f"note: {note}")
     out = sys.stdout.write
     if not info.entries:
         out(f"No compile-cache entries under {display_path(info.root)} "

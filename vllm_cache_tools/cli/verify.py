@@ -28,8 +28,10 @@ from vllm_cache_tools.maintain.plan import (
 )
 from vllm_cache_tools.maintain.policies import Policies
 from vllm_cache_tools.maintain.verify import VerifyReport, remove_orphan_tmps, verify
+from vllm_cache_tools.store.filesystem import filesystem_of
 from vllm_cache_tools.store.locate import resolve_root
 from vllm_cache_tools.store.scan import scan
+from vllm_cache_tools.views.filesystem import filesystem_json
 from vllm_cache_tools.views.payloads import with_schema
 from vllm_cache_tools.views.prune import prune_report
 from vllm_cache_tools.views.verify import verify_json
@@ -75,11 +77,15 @@ def verify_cmd(
     if fix:
         check_prunable_root(croot.vllm_root, force)
     report = verify(croot)
+    fs = filesystem_of(croot.vllm_root)
     out: dict[str, object] = with_schema("verify", verify_json(report))
+    out["filesystem"] = filesystem_json(fs)
     fixable = report.fixable_entries()
     remaining = len(report.failures)
     if not json_out:
         _render(report)
+        for note in fs.notes:
+            _p(f"  note: {note}")
     tmps = report.orphan_tmps() if fix else []
     tmp_gone: set[str] = set()
     if tmps:
