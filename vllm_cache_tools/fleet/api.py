@@ -11,13 +11,13 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from vllm_cache_tools.fleet.bundle import DEFAULT_LEVEL, extract, read_manifest, write_bundle
-from vllm_cache_tools.fleet.checks import HitCheck, hit_check, static_check
+from vllm_cache_tools.fleet.checks import Here, HitCheck, hit_check, look_here, static_check
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.place import Placement, Staging, place_entries
 from vllm_cache_tools.fleet.records import BundleManifest, EntryRecord
@@ -111,10 +111,11 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
 
 def _check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
            vllm_args: Sequence[str] | None, root: str | os.PathLike[str] | None,
-           python: str | None, usage: str) -> HitCheck:
+           python: str | None, usage: str, here: Here | None = None) -> HitCheck:
     if vllm_args:
-        return hit_check(records, packed_on, vllm_args, root, python=python, usage=usage)
-    return static_check(records, packed_on, python)
+        return hit_check(records, packed_on, vllm_args, root, python=python, usage=usage,
+                         here=here)
+    return static_check(records, packed_on, python, here=here)
 
 
 def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None,
@@ -125,37 +126,42 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
     the next start here would hit) and place its entries atomically."""
     t0 = time.perf_counter()
     path = Path(os.fspath(bundle))
-    m = read_manifest(path)
     croot = resolve_root(root)
     if check_only:
+        m = read_manifest(path)
         check = _check(m.entries, m.packed_on, vllm_args, croot.vllm_root, python, usage)
         return UnpackResult(path, croot.vllm_root, m, check, (), True, False,
                             time.perf_counter() - t0)
-    total = m.size_bytes
+    total = [0]
     done = [0]
 
     def tick(n: int) -> None:
         done[0] += n
         if progress is not None:
-            progress(done[0], total)
+            progress(done[0], total[0])
 
-    # The checks run while the files go to the staging folder (the usual answer is yes);
-    # nothing leaves the staging folder before they say so.
+    # One pass over the bundle: the checks start as soon as its manifest is read and run
+    # while the files go to the staging folder (the usual answer is yes); nothing leaves
+    # the staging folder before they say so.
+    checking: list[Future[HitCheck]] = []
     with ThreadPoolExecutor(1) as pool:
-        checking = pool.submit(_check, m.entries, m.packed_on, vllm_args, croot.vllm_root,
-                               python, usage)
+
+        def start_checks(man: BundleManifest) -> None:
+            total[0] = man.size_bytes
+            checking.append(pool.submit(_check, man.entries, man.packed_on, vllm_args,
+                                        croot.vllm_root, python, usage))
+
         try:
             with Staging(croot.vllm_root) as st:
-                m2 = extract(path, st, tick)
-                if m2 != m:
-                    raise FleetError(f"{path} changed while it was unpacked: nothing placed")
-                check = checking.result()
+                m = extract(path, st, tick, on_manifest=start_checks)
+                check = checking[0].result()
                 if not check.would_hit and not force:
                     return UnpackResult(path, croot.vllm_root, m, check, (), False, True,
                                         time.perf_counter() - t0)
                 placed = place_entries(st, m.entries, m.extras)
         except OSError as exc:
-            checking.cancel()
+            for c in checking:
+                c.cancel()
             raise FleetError(f"unpacking into {croot.vllm_root} failed: "
                              f"{exc.strerror or exc}: nothing placed") from None
     return UnpackResult(path, croot.vllm_root, m, check, placed, False, False,
@@ -183,15 +189,23 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     if if_hit and not vllm_args:
         raise FleetError("--if-hit needs the vLLM arguments after --")
     croot = resolve_root(root)
-    store = Store(url, storage_options)
-    store.ensure_marker(create=False)
-    entries = store.entries(workers)
-    if not entries:
-        raise FleetError(f"{store.url}: the store holds no entries")
+    # This host is looked up (environment probe, memoized predict) while the store's
+    # client is imported and its index objects listed: neither needs the other.
+    pool = ThreadPoolExecutor(1)
+    looking = pool.submit(look_here, vllm_args, croot.vllm_root, python=python, usage=usage)
+    try:
+        store = Store(url, storage_options)
+        store.ensure_marker(create=False)
+        entries = store.entries(workers)
+        if not entries:
+            raise FleetError(f"{store.url}: the store holds no entries")
+        here = looking.result()
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
     chosen = with_linked(entries, match_refs(entries, refs) if refs else entries)
     packed_on = chosen[0].packed_on
     check = _check([e.record for e in chosen], packed_on, vllm_args, croot.vllm_root,
-                   python, usage)
+                   python, usage, here)
     if if_hit and check.verdict == "hit":
         chosen = [e for e in chosen if e.record.key in check.used]
     records = tuple(e.record for e in chosen)

@@ -233,10 +233,49 @@ def relocation_findings(records: Sequence[EntryRecord], t: Target) -> list[Findi
     return out
 
 
+@dataclass(frozen=True)
+class Here:
+    """What the checks learn about this host before they see a record: the environment that
+    will run vLLM and, given vLLM arguments, predict's answer. Looked up while the records
+    are still being fetched (``pull``: the store's import and listing take as long)."""
+
+    target: Target
+    prediction: Any | None = None
+    """:class:`vllm_cache_tools.analyze.predict.Prediction`, or ``None`` without arguments."""
+
+
+def look_here(vllm_args: Sequence[str] | None, root: str | os.PathLike[str] | None, *,
+              python: str | None = None, usage: str = "serve", rank: int = 0,
+              progress: Callable[[str], None] | None = None) -> Here:
+    """The environment probe (a child process) beside predict (memoized: its answer is
+    reused while nothing it read changed)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(1) as pool:
+        t = pool.submit(target, python)
+        p = _predict(vllm_args, root, python, usage, rank, progress) if vllm_args else None
+        return Here(t.result(), p)
+
+
+def _predict(vllm_args: Sequence[str], root: str | os.PathLike[str] | None,
+             python: str | None, usage: str, rank: int,
+             progress: Callable[[str], None] | None) -> Any:
+    from vllm_cache_tools.analyze.predict import PredictError, predict
+
+    try:
+        # trace=False: with no evidence of the traced files in the target root, the carried
+        # AOT entry is the evidence (hit_check); tracing the model here would start vLLM's
+        # tracer (~15 s on this machine) for what the bundle already says.
+        return predict(vllm_args, root=root, python=python, usage=usage, rank=rank,
+                       progress=progress, trace=False)
+    except PredictError as exc:
+        raise FleetError(str(exc)) from None
+
+
 def static_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
-                 python: str | None = None) -> HitCheck:
+                 python: str | None = None, *, here: Here | None = None) -> HitCheck:
     """Compatibility, relocation and sources, without the vLLM arguments."""
-    t = target(python)
+    t = here.target if here is not None else target(python)
     findings = compat_findings(records, packed_on, t) + relocation_findings(records, t)
     verdict = "miss" if _blocking(findings, records) else "compatible"
     return HitCheck(verdict, tuple(findings), environment=t.env.describe())
@@ -258,23 +297,20 @@ def _blocking(findings: Sequence[Finding], records: Sequence[EntryRecord]) -> bo
 def hit_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
               vllm_args: Sequence[str], root: str | os.PathLike[str] | None, *,
               python: str | None = None, usage: str = "serve", rank: int = 0,
-              progress: Callable[[str], None] | None = None) -> HitCheck:
-    """Whether vLLM's next start here with ``vllm_args`` would load the carried entries."""
+              progress: Callable[[str], None] | None = None,
+              here: Here | None = None) -> HitCheck:
+    """Whether vLLM's next start here with ``vllm_args`` would load the carried entries
+    (``here``: this host, looked up already by :func:`look_here` with the same arguments)."""
     import time
 
-    from vllm_cache_tools.analyze.predict import PredictError, predict
     from vllm_cache_tools.live.runner import module_files
 
     t0 = time.perf_counter()
-    static = static_check(records, packed_on, python)
-    try:
-        # trace=False: with no evidence of the traced files in the target root, the carried
-        # AOT entry is the evidence (below); tracing the model here would start vLLM's
-        # tracer (~15 s on this machine) for what the bundle already says.
-        p = predict(vllm_args, root=root, python=python, usage=usage, rank=rank,
-                    progress=progress, trace=False)
-    except PredictError as exc:
-        raise FleetError(str(exc)) from None
+    if here is None or here.prediction is None:
+        here = look_here(vllm_args, root, python=python, usage=usage, rank=rank,
+                         progress=progress)
+    static = static_check(records, packed_on, python, here=here)
+    p = here.prediction
     probe = p.probe
     r_dir = f"rank_{probe['rank']}_{probe['dp_index']}"
     by_key = {r.key: r for r in records}

@@ -178,11 +178,14 @@ def _opt_str(v: Any, what: str) -> str | None:
     return v
 
 
+_NOT_PLAIN = frozenset({"", ".", ".."})
+
+
 def safe_rel_path(p: str, what: str) -> str:
     """``p`` when it is a plain relative path that stays below its folder: no ``..``, no
     absolute or empty component, no NUL or backslash."""
     if (not p or p.startswith("/") or "\\" in p or "\x00" in p
-            or any(c in ("", ".", "..") for c in p.split("/"))):
+            or not _NOT_PLAIN.isdisjoint(p.split("/"))):
         raise BundleError(f"refused: {what} {p!r} is not a plain relative path "
                           "(absolute, '..' or empty component)")
     return p
