@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +36,13 @@ def index_path(compile_cache: Path) -> Path:
     return user_cache_dir() / "index" / f"{xxhash.xxh3_64_hexdigest(os.fsencode(real))}.json"
 
 
-def _to_record(e: Entry) -> dict[str, Any]:
+def storable(e: Entry) -> bool:
+    """Entries still being written (or broken) are read afresh next time, never indexed."""
+    return e.state in ("complete", "unloadable") and not e.stats.unreadable
+
+
+def to_record(e: Entry) -> dict[str, Any]:
+    """What the index keeps of an entry (built where the entry was read: a scan worker)."""
     st = e.stats
     watched = watched_dirs(st.dir_mtimes)
     return {
@@ -73,7 +78,8 @@ def _stats_from(rec: dict[str, Any], key_files: tuple[tuple[str, int, int, float
 class ListingIndex:
     """Per-root index of entry summaries, validated by folder and key-file stats."""
 
-    def __init__(self, compile_cache: Path, version: str) -> None:
+    def __init__(self, compile_cache: Path, version: str, *, load: bool = True) -> None:
+        """``load=False``: start empty (a rescan that rewrites every record)."""
         self.path = index_path(compile_cache)
         self.version = version
         self.records: dict[str, dict[str, Any]] = {}
@@ -133,12 +139,12 @@ class ListingIndex:
         except (OSError, KeyError, TypeError, ValueError):
             return None
 
-    def put(self, e: Entry) -> None:
+    def put(self, e: Entry, record: dict[str, Any] | None = None) -> None:
+        """Keep ``e`` (its :func:`to_record`, when already built) if :func:`storable`."""
         p = os.fsdecode(e.path)
         self.seen.add(p)
-        # Entries still being written (or broken) are read afresh next time.
-        if e.state in ("complete", "unloadable") and not e.stats.unreadable:
-            self.records[p] = _to_record(replace(e))
+        if storable(e):
+            self.records[p] = to_record(e) if record is None else record
             self.dirty = True
         elif self.records.pop(p, None) is not None:
             self.dirty = True

@@ -23,8 +23,10 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from vllm_cache_tools.store.entries import read_aot_entry, read_backend_entry
+from vllm_cache_tools.store.listing_index import storable, to_record
 from vllm_cache_tools.store.types import Entry
 
 WORKERS_ENV = "VLLM_CACHE_TOOLS_SCAN_WORKERS"
@@ -46,22 +48,32 @@ def scan_workers() -> int:
         return max(1, min(os.cpu_count() or 1, 64))
 
 
-def _summary(item: tuple[str, str, bool]) -> Entry:
-    layout, path, deep = item
+def _summary(item: tuple[str, str, bool, bool]) -> tuple[Entry, dict[str, Any] | None]:
+    layout, path, deep, record = item
     reader = read_aot_entry if layout == "aot" else read_backend_entry
     e = reader(Path(path), deep=deep)
-    if deep:
-        return e
-    # Listings keep no per-rank details (and they would cross the pipe for nothing).
-    return replace(e, prefix_dirs=(), aot_ranks=())
+    if not deep:
+        # Listings keep no per-rank details (and they would cross the pipe for nothing).
+        e = replace(e, prefix_dirs=(), aot_ranks=())
+    # The index record is built here too: the parent is the serial part of a scan.
+    return e, to_record(e) if record and storable(e) else None
 
 
 def read_entries(items: Sequence[Item], *, deep: bool = False,
                  workers: int | None = None) -> Iterator[Entry]:
     """Each item's entry, in the order given, read by ``workers`` processes (default
     :func:`scan_workers`). Non-deep reads are summaries (no per-rank details)."""
+    return (e for e, _ in read_entries_for_index(items, deep=deep, workers=workers,
+                                                 records=False))
+
+
+def read_entries_for_index(items: Sequence[Item], *, deep: bool = False,
+                           workers: int | None = None, records: bool = True
+                           ) -> Iterator[tuple[Entry, dict[str, Any] | None]]:
+    """:func:`read_entries`, each entry with its listing-index record (``None`` when it is
+    not to be indexed, or ``records`` is off)."""
     n = scan_workers() if workers is None else workers
-    args = [(layout, os.fsdecode(path), deep) for layout, path in items]
+    args = [(layout, os.fsdecode(path), deep, records) for layout, path in items]
     if (n <= 1 or len(args) < PARALLEL_MIN_ENTRIES or threading.active_count() > 1
             or "fork" not in multiprocessing.get_all_start_methods()):
         yield from map(_summary, args)

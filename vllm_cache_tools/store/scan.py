@@ -30,7 +30,7 @@ from vllm_cache_tools.store.entries import (
 from vllm_cache_tools.store.in_use import open_paths_under
 from vllm_cache_tools.store.listing_index import ListingIndex
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
-from vllm_cache_tools.store.parallel_read import read_entries
+from vllm_cache_tools.store.parallel_read import read_entries_for_index
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import (
     CacheInfo,
@@ -134,8 +134,8 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
     entries: list[Entry] = []
     if (cc.is_dir() and not cc.is_symlink()) or (croot.vllm_root / AOT_DIRNAME).is_dir():
         counted = 0
-        index = (ListingIndex(cc, __version__) if (use_index or refresh_index) and not deep
-                 else None)
+        index = (ListingIndex(cc, __version__, load=use_index)
+                 if (use_index or refresh_index) and not deep else None)
         items = classify(cc, problems)
         found: list[Entry | None] = []
         for _, path in items:
@@ -147,10 +147,11 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
                 progress(counted)
         todo = [i for i, e in enumerate(found) if e is None]
         # The rest is read afresh, spread over processes (store/parallel_read.py).
-        for i, entry in zip(todo, read_entries([items[i] for i in todo], deep=deep),
-                            strict=True):
+        read = read_entries_for_index([items[i] for i in todo], deep=deep,
+                                      records=index is not None)
+        for i, (entry, record) in zip(todo, read, strict=True):
             if index is not None:
-                index.put(entry)
+                index.put(entry, record)
             found[i] = entry
             if progress is not None:
                 counted += entry.stats.files
