@@ -178,7 +178,7 @@ def test_starts_outcomes_and_seconds(tmp_path: Path) -> None:
 
 def test_worker_processes_add_up_to_one_pass(tmp_path: Path,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    import vllm_cache_tools.analyze.stats_tally as S
+    import vllm_cache_tools.analyze.stats_read as S
 
     t = 1.8e9
     ledgers = {f"pod-{h}": [x for i in range(8) for x in start_lines(

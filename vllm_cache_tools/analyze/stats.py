@@ -32,13 +32,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_cache_tools.analyze.inputs import EntryFacts, Inputs, gather
+from vllm_cache_tools.analyze.stats_read import jobs_default, read_all
 from vllm_cache_tools.analyze.stats_tally import (
     MAX_PROBLEMS,
     UNKNOWN_MODEL,
     day_of,
-    jobs_default,
     new_acc,
-    read_all,
     sum_accs,
 )
 

@@ -1,0 +1,149 @@
+"""Reading for :mod:`.stats`: the recorder's ledgers one host at a time (a host's copies merged
+by event, a host's single ledger continued from its memo, :mod:`.stats_memo`), each host's
+lines streamed into a :class:`~.stats_tally._Tally` and summed up, large fleets spread over
+worker processes."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import gc
+import multiprocessing
+import os
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from vllm_cache_tools.analyze import stats_memo
+from vllm_cache_tools.analyze.stats_tally import MAX_PROBLEMS, _Partial, _summary, _Tally
+from vllm_cache_tools.read.ledger_stream import (
+    Complete,
+    LedgerProblem,
+    StatsEvent,
+    first_row,
+    read_from,
+)
+
+
+def _first_host(path: Path) -> str | None:
+    row = first_row(path)
+    return row.host if row is not None else None
+
+
+def _partial(work: Sequence[tuple[str | None, Sequence[tuple[Path, str]]]],
+             since: float | None, by: str, models: Mapping[str, str]) -> _Partial:
+    """Read the ledgers of some hosts (``(host, [(path, label)])``: one host's copies are
+    merged by event) and sum them up, one host at a time: a start's processes all log on one
+    host, so a host's starts are complete when its files are read and only their sums are
+    kept (memory follows the largest host, not the fleet). Runs in a worker process for
+    large fleets."""
+    out = _Partial()
+    for host, paths in work:
+        tally = _Tally(since, by == "entry")
+        seen: set[StatsEvent] | None = set() if len(paths) > 1 and host is not None else None
+        memo = stats_memo.memoizable(list(paths), since)
+        kept = stats_memo.load(memo, by == "entry") if memo is not None else None
+        problems: list[str] = []
+        bad = 0
+        if kept is not None and not stats_memo.restore(kept, tally):
+            kept, tally = None, _Tally(since, by == "entry")
+        if kept is not None:
+            problems, bad = kept.problems[:MAX_PROBLEMS], kept.bad
+        for p, label in paths:
+            batches = read_from(p, label, kept.offset, kept.lines) if kept is not None else \
+                read_from(p, label)
+            for b in batches:
+                if isinstance(b, Complete):
+                    if memo is not None and (kept is None or b.offset != kept.offset):
+                        stats_memo.save(memo, by == "entry", tally, b.offset, b.lines, bad,
+                                        problems)
+                    continue
+                if isinstance(b, LedgerProblem):
+                    bad += 1
+                    if len(problems) < MAX_PROBLEMS:
+                        problems.append(str(b))
+                    continue
+                if seen is not None:
+                    fresh = [r for r in b if r not in seen]
+                    out.duplicates += len(b) - len(fresh)
+                    seen.update(fresh)
+                    b = fresh
+                tally.add(b)
+        out.bad += bad
+        out.problems += problems[:max(0, MAX_PROBLEMS - len(out.problems))]
+        out.merge(_summary(tally, by, models))
+    return out
+
+
+def _partial_nogc(work: Sequence[tuple[str | None, Sequence[tuple[Path, str]]]],
+                  since: float | None, by: str, models: Mapping[str, str]) -> _Partial:
+    """:func:`_partial` with the cyclic garbage collector paused: the tally makes a few
+    hundred thousand small lists and tuples and no cycle, and each collection would walk them
+    all again (~10% of the time for 1M events)."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        return _partial(work, since, by, models)
+    finally:
+        if was:
+            gc.enable()
+
+
+PARALLEL_BYTES = 64 << 20
+"""Ledgers smaller than this are read in this process (a worker costs more than it saves)."""
+MAX_JOBS = 8
+
+
+def jobs_default() -> int:
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    return max(1, min(cpus, MAX_JOBS))
+
+
+def read_all(ledgers: Sequence[Path], since: float | None, by: str,
+              models: Mapping[str, str], jobs: int) -> _Partial:
+    """Every ledger, one host's files together, spread over ``jobs`` worker processes when
+    they are large (hosts are independent: a start's processes log on one host)."""
+    by_host: dict[str | None, list[tuple[Path, str]]] = {}
+    size = 0
+    names = Counter(p.name for p in ledgers)
+    for p in ledgers:
+        by_host.setdefault(_first_host(p), []).append((p, _label(p, names)))
+        with contextlib.suppress(OSError):
+            size += p.stat().st_size
+    work = list(by_host.items())
+    n = min(jobs, len(work)) if size >= PARALLEL_BYTES else 1
+    if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
+        out = _partial_nogc(work, since, by, models)
+    else:
+        # Largest hosts first, each to the least loaded worker.
+        bins: list[list[tuple[str | None, Sequence[tuple[Path, str]]]]] = [[] for _ in range(n)]
+        load = [0] * n
+        for host, paths in sorted(work, key=lambda w: -sum(_size(p) for p, _ in w[1])):
+            i = load.index(min(load))
+            bins[i].append((host, paths))
+            load[i] += sum(_size(p) for p, _ in paths)
+        ctx = multiprocessing.get_context("fork")
+        with concurrent.futures.ProcessPoolExecutor(n, mp_context=ctx) as pool:
+            parts = list(pool.map(_partial_nogc, bins, [since] * n, [by] * n, [models] * n))
+        out = parts[0]
+        for part in parts[1:]:
+            out.merge(part)
+    out.saved()
+    if out.bad > MAX_PROBLEMS:
+        out.problems.append(f"... and {out.bad - MAX_PROBLEMS} more damaged ledger lines")
+    return out
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except OSError:
+        return 0
+
+
+def _label(p: Path, names: Counter[str]) -> str:
+    """A ledger's name in messages: its file name, with its folder when names repeat."""
+    return p.name if names[p.name] == 1 else os.path.join(p.parent.name, p.name)
