@@ -14,6 +14,7 @@ import pytest
 from tests.conftest import REPO, run_cli
 from vllm_cache_tools.analyze.stats import stats
 from vllm_cache_tools.read import ledger_stream as L
+from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_ledger
 
 SAMPLE = REPO / "examples" / "sample_cache"
@@ -102,6 +103,47 @@ def test_block_path_reads_like_the_line_reader(tmp_path: Path, text: str) -> Non
     events, problems = read_ledger(root / "torch_compile_cache")
     assert events == [L.parse_ledger_line(text.encode())] and not problems
     assert events[0].time == one.time and events[0].key == one.key
+
+
+def test_block_decodes_only_to_what_its_lines_give_alone() -> None:
+    """Damaged copies of real lines (bytes flipped, cut, joined, doubled), three to a block:
+    whenever the block decodes in one call, it gives exactly the events its lines give one by
+    one; when it does not, the line-by-line reading gives each line's own answer."""
+    import random
+
+    rng = random.Random(15)
+    base = [x.encode() for x in REAL_LINES] + [
+        line(event="miss", tree="backend", key=BACKEND, host="h", pid=1, seconds=1.0,
+             dynamo_s=0.5, time=1.8e9, start="s").encode()]
+    decoded = fell_back = 0
+    for _ in range(3000):
+        block = []
+        for _ in range(3):
+            b = bytearray(rng.choice(base))
+            for _ in range(rng.randrange(3)):
+                i = rng.randrange(len(b))
+                b[i:i + 1] = rng.choice([b"", b"}", b"{", b"]", b",", b" ", b"\n", b'"', b"0",
+                                         bytes([rng.randrange(256)])])
+            block.append(bytes(b).replace(b"\n", b" "))
+        data = b"\n".join(block) + b"\n"
+        alone: list[Any] = []
+        for x in block:
+            try:
+                alone.append(L.parse_ledger_line(x, L.StatsEvent))
+            except ReadError:
+                if x.strip():
+                    alone.append(None)
+        out: list[Any] = []
+        L._block(data, "h", 0, out)
+        got = [r for b in out if isinstance(b, list) for r in b]
+        problems = [b for b in out if isinstance(b, L.LedgerProblem)]
+        assert got == [a for a in alone if a is not None]
+        assert len(problems) == alone.count(None)
+        if problems or any(not x.strip() for x in block):
+            fell_back += 1
+        else:
+            decoded += 1
+    assert decoded > 100 and fell_back > 100, (decoded, fell_back)
 
 
 def test_a_non_utf8_command_line_is_read(tmp_path: Path) -> None:
