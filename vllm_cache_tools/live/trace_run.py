@@ -39,6 +39,7 @@ class TraceRun:
     timings: dict[str, float] = field(default_factory=dict)
     seconds: float = 0.0
     memo: str = "off"
+    kept: str = "memo off"
     error: str | None = None
 
 
@@ -56,6 +57,29 @@ def _invoke(req: Mapping[str, object], env: Mapping[str, str], exe: str
         return {"error": f"the tracer gave no answer: {tail[0][:300]}"}
     data = json.loads(line.split(" ", 1)[1])
     return data if isinstance(data, dict) else {"error": "the tracer's answer is not a dict"}
+
+
+def _outside(deps: Mapping[str, object], root: str | None) -> dict[str, object]:
+    """``deps`` without what lies in the cache root: vLLM writes ``modelinfos/`` there while
+    it builds the config (in a new root: a file that appeared while the tracer ran, which
+    would keep the answer out of the memo), and it is vLLM's own record of the model code
+    whose files are dependencies anyway."""
+    if not root:
+        return dict(deps)
+    inside = os.path.normpath(root) + os.sep
+
+    def keep(path: str) -> bool:
+        return not (path + os.sep).startswith(inside)
+
+    out: dict[str, object] = dict(deps)
+    for kind in ("files", "dirs"):
+        rows = deps.get(kind)
+        if isinstance(rows, dict):
+            out[kind] = {d: r for d, r in rows.items() if keep(d)}
+    unstable = deps.get("unstable")
+    if isinstance(unstable, list):
+        out["unstable"] = [p for p in unstable if isinstance(p, str) and keep(p)]
+    return out
 
 
 def run_trace(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
@@ -78,21 +102,25 @@ def run_trace(vllm_args: Sequence[str], env: Mapping[str, str], python: str | No
     if use and not fresh:
         data, how = probememo.load(key, memo_dir() / "traced")
         how = "hit" if data is not None else how
+    kept = "memo off" if not use else "already kept"
     if data is None:
         data = _invoke(req, env, exe)
         deps = data.pop("deps", None)
-        if use and "error" not in data and isinstance(deps, dict):
-            probememo.save(key, data, deps, memo_dir() / "traced")
+        if not isinstance(deps, dict) or "error" in data:
+            kept = "not kept: no answer"
+        elif use:
+            kept = probememo.save(key, data, _outside(deps, env.get("VLLM_CACHE_ROOT")),
+                                  memo_dir() / "traced")
     seconds = time.perf_counter() - t0
     if "error" in data:
-        return TraceRun(seconds=seconds, memo=how, error=str(data["error"]))
+        return TraceRun(seconds=seconds, memo=how, kept=kept, error=str(data["error"]))
     timings = data.get("timings")
     return TraceRun(files=tuple(str(f) for f in data.get("files") or []),  # type: ignore[attr-defined]
                     forward=str(data.get("forward") or ""), exact=bool(data.get("exact")),
                     caveats=tuple(str(c) for c in data.get("caveats") or []),  # type: ignore[attr-defined]
                     device=str(data.get("device") or ""),
                     timings=dict(timings) if isinstance(timings, dict) else {},
-                    seconds=seconds, memo=how)
+                    seconds=seconds, memo=how, kept=kept)
 
 
 def trace_evidence(run: TraceRun) -> str:

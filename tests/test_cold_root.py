@@ -1,0 +1,110 @@
+"""predict in an EMPTY root (a model that never compiled here) names the backend key vLLM
+then uses: the traced files come from Dynamo tracing the model now, without compiling
+(vllm_cache_tools/live/trace.py). Judged against the folder vLLM created in each scenario's
+own root (its log's "Using cache directory" line), for a cold start, a changed env var, a
+changed config value, a changed TORCHINDUCTOR_* variable, an edited traced file, the
+non-mega AOT mode, and two tensor-parallel ranks (where the answer says it is approximate)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.realvllm.harness import (
+    SCENARIOS,
+    ScenarioRun,
+    applied_edit,
+    model_lock,
+    run_scenario,
+    start_env,
+    venv_python,
+)
+from vllm_cache_tools.analyze.predict import Prediction, predict
+
+pytestmark = pytest.mark.realvllm
+
+USING = re.compile(r"Using cache directory: (\S+)/rank_0_0/\w+ for vLLM's torch\.compile")
+
+
+@pytest.fixture(scope="module")
+def variants() -> ScenarioRun:
+    return run_scenario(SCENARIOS["variants"])
+
+
+def _vllm_backend_key(run: ScenarioRun, i: int) -> str:
+    keys = {Path(p).name for p in USING.findall(run.log(i))}
+    assert len(keys) == 1, keys
+    return keys.pop()
+
+
+def _cold(run: ScenarioRun, i: int, root: Path, **kw: bool) -> Prediction:
+    start = run.scenario.starts[i]
+    root.mkdir()
+    with model_lock(), applied_edit(start.edit):
+        p = predict(start.serve_args(), env=start_env(root, start), root=root,
+                    python=str(venv_python()), usage="llm", **kw)
+    # Neither the probe nor the tracer compiled anything into the root.
+    assert not (root / "torch_compile_cache").exists()
+    return p
+
+
+def _exact(run: ScenarioRun, i: int, root: Path) -> Prediction:
+    p = _cold(run, i, root)
+    assert p.trace_run is not None and p.trace_run.exact, p.trace_run
+    assert p.backend.key == _vllm_backend_key(run, i), (run.scenario.name, i, p.backend)
+    assert p.backend.hit is False and p.backend.detail == "no entry at this key"
+    assert p.backend.evidence.startswith("23 files Dynamo traced now in LlamaModel.forward")
+    return p
+
+
+def test_cold_start_and_env_change(real_compile: ScenarioRun, tmp_path: Path) -> None:
+    p0 = _exact(real_compile, 0, tmp_path / "a")
+    assert p0.trace_run is not None and p0.trace_run.memo == "no memo for these inputs"
+    # Again in another empty root: the tracer's answer comes from the memo.
+    again = _cold(real_compile, 0, tmp_path / "b")
+    assert p0.trace_run.kept == "kept", p0.trace_run.kept
+    assert again.trace_run is not None and again.trace_run.memo == "hit"
+    assert again.backend.key == p0.backend.key
+    p2 = _exact(real_compile, 2, tmp_path / "c")  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
+    assert p2.parts["code_hash"] == p0.parts["code_hash"] and p2.backend.key != p0.backend.key
+
+
+def test_no_trace_when_the_root_has_evidence(real_compile: ScenarioRun) -> None:
+    start = real_compile.scenario.starts[1]
+    p = predict(start.serve_args(), env=start_env(real_compile.before(1), start),
+                root=real_compile.before(1), python=str(venv_python()), usage="llm")
+    assert p.trace_run is None and p.backend.key == _vllm_backend_key(real_compile, 0)
+
+
+def test_trace_off_keeps_the_old_answer(real_compile: ScenarioRun, tmp_path: Path) -> None:
+    p = _cold(real_compile, 0, tmp_path / "r", trace=False)
+    assert p.trace_run is None and p.backend.key is None and p.backend.evidence == "unknown"
+
+
+def test_config_inductor_env_and_edited_file(variants: ScenarioRun, tmp_path: Path) -> None:
+    p0 = _exact(variants, 0, tmp_path / "0")
+    p1 = _exact(variants, 1, tmp_path / "1")  # max_model_len=64: the config hash
+    assert p1.parts["config_hash"] != p0.parts["config_hash"]
+    p2 = _exact(variants, 2, tmp_path / "2")  # TORCHINDUCTOR_BENCHMARK_KERNEL=1
+    assert p2.parts["compiler_hash"] != p0.parts["compiler_hash"]
+    p3 = _exact(variants, 3, tmp_path / "3")  # a comment appended to llama.py
+    assert p3.parts["code_hash"] != p0.parts["code_hash"]
+
+
+def test_without_the_mega_artifact(real_nomega: ScenarioRun, tmp_path: Path) -> None:
+    _exact(real_nomega, 0, tmp_path / "r")
+
+
+def test_default_cpu_mode_does_not_trace(real_cpu_default: ScenarioRun,
+                                         tmp_path: Path) -> None:
+    p = _cold(real_cpu_default, 0, tmp_path / "r")
+    assert p.trace_run is None and "not VLLM_COMPILE" in p.backend.detail
+
+
+def test_two_ranks_say_approximate(real_tp2: ScenarioRun, tmp_path: Path) -> None:
+    p = _cold(real_tp2, 0, tmp_path / "r")
+    assert p.trace_run is not None and not p.trace_run.exact
+    assert p.backend.evidence.startswith("approximate: ")
+    assert "2 ranks" in p.backend.evidence
