@@ -134,7 +134,7 @@ def test_block_decodes_only_to_what_its_lines_give_alone() -> None:
                 if x.strip():
                     alone.append(None)
         out: list[Any] = []
-        L._block(data, "h", 0, out)
+        L._block(data, len(data), "h", 0, out)
         got = [r for b in out if isinstance(b, list) for r in b]
         problems = [b for b in out if isinstance(b, L.LedgerProblem)]
         assert got == [a for a in alone if a is not None]

@@ -148,22 +148,24 @@ def _lines(lines: list[bytes], label: str, first: int) -> Iterator[StatsEvent | 
             yield LedgerProblem(label, n, f"not a ledger event ({exc})")
 
 
-def _block(block: bytes, label: str, line: int, out: list[list[StatsEvent] | LedgerProblem]
-           ) -> int:
-    """Append the events of ``block`` (whole lines, each ending in a newline) that starts
-    after ``line`` lines of its file to ``out``; returns the number of lines."""
-    if not block:
+def _block(data: bytes, end: int, label: str, line: int,
+           out: list[list[StatsEvent] | LedgerProblem]) -> int:
+    """Append the events of ``data[:end]`` (whole lines, each ending in a newline), which
+    starts after ``line`` lines of its file, to ``out``; returns the number of lines."""
+    if not end:
         return 0
     try:
         # JSON strings cannot hold a raw newline, so every newline lies between two lines'
         # values: as commas they make the block an array of exactly one value per line.
-        rows = _BLOCK.decode(b"[" + block[:-1].replace(b"\n", b",") + b"]")
+        # Two copies of the block in all (replace, join), not five: ~1 ms per MB here.
+        commas = memoryview(data.replace(b"\n", b","))[:end - 1]
+        rows = _BLOCK.decode(b"".join((b"[", commas, b"]")))
         out.append(rows)
         return len(rows)
     except (msgspec.MsgspecError, RecursionError):
         pass  # a blank, damaged or foreign line somewhere: one line at a time
     batch: list[StatsEvent] = []
-    lines = block[:-1].split(b"\n")
+    lines = data[:end - 1].split(b"\n")
     for item in _lines(lines, label, line + 1):
         if isinstance(item, LedgerProblem):
             out.append(item)
@@ -232,12 +234,12 @@ def read_from(path: Path, name: str | None = None, offset: int = 0, line: int = 
                 cut = data.rfind(b"\n") + 1
             tail = data[cut:]
             out: list[list[StatsEvent] | LedgerProblem] = []
-            line += _block(data[:cut], label, line, out)
+            line += _block(data, cut, label, line, out)
             yield from out
     yield Complete(done - len(tail), line)
     if tail:
         out = []
-        _block(tail + b"\n", label, line, out)
+        _block(tail + b"\n", len(tail) + 1, label, line, out)
         yield from out
 
 
