@@ -75,6 +75,14 @@ def _stats_from(rec: dict[str, Any], key_files: tuple[tuple[str, int, int, float
     return TreeStats(**s, dir_mtimes=tuple(zip(dirs, mtimes, strict=True)), key_files=key_files)
 
 
+def encode_record(rec: dict[str, Any]) -> bytes:
+    """A record as JSON (json for names that are not UTF-8, which msgspec refuses)."""
+    try:
+        return msgspec.json.encode(rec)
+    except (UnicodeEncodeError, ValueError):
+        return json.dumps(rec, separators=(",", ":")).encode()
+
+
 class ListingIndex:
     """Per-root index of entry summaries, validated by folder and key-file stats."""
 
@@ -82,7 +90,9 @@ class ListingIndex:
         """``load=False``: start empty (a rescan that rewrites every record)."""
         self.path = index_path(compile_cache)
         self.version = version
-        self.records: dict[str, dict[str, Any]] = {}
+        self.records: dict[str, Any] = {}
+        """path -> record: a dict (read from the index, or put), or msgspec.Raw (JSON bytes
+        a scan worker encoded)."""
         self.seen: set[str] = set()
         self.dirty = False
         try:
@@ -106,6 +116,8 @@ class ListingIndex:
         if rec is None:
             return None
         try:
+            if isinstance(rec, msgspec.Raw):
+                rec = json.loads(bytes(rec))
             st = rec["stats"]
             # Relative lstat from the entry's folder: no full-path lookup per folder.
             fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
@@ -139,8 +151,9 @@ class ListingIndex:
         except (OSError, KeyError, TypeError, ValueError):
             return None
 
-    def put(self, e: Entry, record: dict[str, Any] | None = None) -> None:
-        """Keep ``e`` (its :func:`to_record`, when already built) if :func:`storable`."""
+    def put(self, e: Entry, record: dict[str, Any] | msgspec.Raw | None = None) -> None:
+        """Keep ``e`` (its :func:`to_record`, when already built; as encoded JSON too) if
+        :func:`storable`."""
         p = os.fsdecode(e.path)
         self.seen.add(p)
         if storable(e):
@@ -161,7 +174,9 @@ class ListingIndex:
             try:
                 data = msgspec.json.encode(doc)
             except (UnicodeEncodeError, ValueError):  # a name that is not UTF-8
-                data = json.dumps(doc, separators=(",", ":")).encode()
+                data = json.dumps({**doc, "entries": {
+                    p: json.loads(bytes(r)) if isinstance(r, msgspec.Raw) else r
+                    for p, r in self.records.items()}}, separators=(",", ":")).encode()
             with FileLock(str(self.path) + ".lock", timeout=5):
                 fd = safeio.open_dirs(self.path.parent)
                 try:

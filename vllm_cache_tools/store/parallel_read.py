@@ -25,10 +25,11 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+
+import msgspec
 
 from vllm_cache_tools.store.entries import read_aot_entry, read_backend_entry
-from vllm_cache_tools.store.listing_index import storable, to_record
+from vllm_cache_tools.store.listing_index import encode_record, storable, to_record
 from vllm_cache_tools.store.types import Entry
 
 WORKERS_ENV = "VLLM_CACHE_TOOLS_SCAN_WORKERS"
@@ -50,15 +51,21 @@ def scan_workers() -> int:
         return max(1, min(os.cpu_count() or 1, 64))
 
 
-def _summary(item: tuple[str, str, bool, bool]) -> tuple[Entry, dict[str, Any] | None]:
+def _summary(item: tuple[str, str, bool, bool]) -> tuple[Entry, msgspec.Raw | None]:
     layout, path, deep, record = item
     reader = read_aot_entry if layout == "aot" else read_backend_entry
     e = reader(Path(path), deep=deep)
     if not deep:
         # Listings keep no per-rank details (and they would cross the pipe for nothing).
         e = replace(e, prefix_dirs=(), aot_ranks=())
-    # The index record is built here too: the parent is the serial part of a scan.
-    return e, to_record(e) if record and storable(e) else None
+    if not record:
+        return e, None
+    # The index record is built here too (the parent is the serial part of a scan), as JSON
+    # bytes: a dict per entry held by the parent until the index is saved would cost ~3 KB.
+    rec = msgspec.Raw(encode_record(to_record(e))) if storable(e) else None
+    # A listing needs no per-folder mtimes (prune and verify scan without the index and
+    # keep them: they check a folder did not change between plan and removal).
+    return replace(e, stats=replace(e.stats, dir_mtimes=())), rec
 
 
 def read_entries(items: Sequence[Item], *, deep: bool = False,
@@ -71,7 +78,7 @@ def read_entries(items: Sequence[Item], *, deep: bool = False,
 
 def read_entries_for_index(items: Sequence[Item], *, deep: bool = False,
                            workers: int | None = None, records: bool = True
-                           ) -> Iterator[tuple[Entry, dict[str, Any] | None]]:
+                           ) -> Iterator[tuple[Entry, msgspec.Raw | None]]:
     """:func:`read_entries`, each entry with its listing-index record (``None`` when it is
     not to be indexed, or ``records`` is off)."""
     n = scan_workers() if workers is None else workers
