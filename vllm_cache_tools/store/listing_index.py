@@ -28,7 +28,7 @@ from vllm_cache_tools.store.locate import user_cache_dir
 from vllm_cache_tools.store.tree_stats import watched_dirs
 from vllm_cache_tools.store.types import Entry, EntryTimes, Problem, TreeStats
 
-FORMAT = 4
+FORMAT = 5
 
 
 def index_path(compile_cache: Path) -> Path:
@@ -83,6 +83,12 @@ def encode_record(rec: dict[str, Any]) -> bytes:
         return json.dumps(rec, separators=(",", ":")).encode()
 
 
+class _IndexDoc(msgspec.Struct):
+    format: int
+    version: str
+    entries: dict[str, msgspec.Raw]
+
+
 class ListingIndex:
     """Per-root index of entry summaries, validated by folder and key-file stats."""
 
@@ -95,11 +101,17 @@ class ListingIndex:
         a scan worker encoded)."""
         self.seen: set[str] = set()
         self.dirty = False
+        if not load:
+            return
         try:
-            # msgspec decodes the index (~10 MB for 8k entries) several times faster than json.
             raw = self.path.read_bytes()
             try:
-                data = msgspec.json.decode(raw)
+                # Each record stays JSON bytes until an entry is looked up: decoding them all
+                # to dicts would hold ~4 KB per entry (160 MB for a 1M-file root).
+                doc = msgspec.json.decode(raw, type=_IndexDoc)
+                if doc.format == FORMAT and doc.version == version:
+                    self.records = dict(doc.entries)
+                return
             except msgspec.DecodeError:  # names that are not UTF-8 (escaped surrogates)
                 data = json.loads(raw)
             if data.get("format") == FORMAT and data.get("version") == version:
@@ -117,7 +129,7 @@ class ListingIndex:
             return None
         try:
             if isinstance(rec, msgspec.Raw):
-                rec = json.loads(bytes(rec))
+                rec = msgspec.json.decode(rec)
             st = rec["stats"]
             # Relative lstat from the entry's folder: no full-path lookup per folder.
             fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
