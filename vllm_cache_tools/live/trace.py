@@ -85,15 +85,16 @@ def _worker_state(cfg: Any) -> None:
             vllm.ir.set_default_torch_wrap(wrap)
 
 
-def _one_process_group(cfg: Any) -> str | None:
+def _one_process_group(probe: Any, cfg: Any) -> str | None:
     """A one-process distributed group (file store: no network), as the probe's custom-op
-    count makes; returns the store folder to remove."""
+    count makes; returns the store folder to remove (bookkeeping, not a dependency)."""
     from vllm.config import set_current_vllm_config
     from vllm.distributed import parallel_state as ps
 
     if ps.model_parallel_is_initialized():
         return None
     store = tempfile.mkdtemp(prefix="vct-trace-dist-")
+    probe._ignore(store)
     ps.init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
                                     distributed_init_method=f"file://{store}/store")
     with set_current_vllm_config(cfg):
@@ -198,7 +199,7 @@ def traced_files(probe: Any, req: dict[str, Any]) -> dict[str, Any]:
                        "layers skip their collective ops (e.g. all-reduce), whose files "
                        "the ranks trace")
     _worker_state(cfg)
-    store = _one_process_group(cfg)
+    store = _one_process_group(probe, cfg)
     try:
         probe.stage("building the model on the meta device")
         model = _build(cfg, "meta")
