@@ -25,7 +25,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_cache_tools.analyze.explain_causes import env_causes
 from vllm_cache_tools.fleet.errors import FleetError
@@ -37,6 +37,9 @@ from vllm_cache_tools.keys.source_link import install_prefix
 from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo
 from vllm_cache_tools.read.noatime import read_source_text
 from vllm_cache_tools.store.types import Cause
+
+if TYPE_CHECKING:
+    from vllm_cache_tools.analyze.predict import Prediction
 
 VLLM_COMPILE = 3
 
@@ -240,8 +243,8 @@ class Here:
     are still being fetched (``pull``: the store's import and listing take as long)."""
 
     target: Target
-    prediction: Any | None = None
-    """:class:`vllm_cache_tools.analyze.predict.Prediction`, or ``None`` without arguments."""
+    prediction: Prediction | None = None
+    """``None`` without vLLM arguments."""
 
 
 def look_here(vllm_args: Sequence[str] | None, root: str | os.PathLike[str] | None, *,
@@ -259,7 +262,7 @@ def look_here(vllm_args: Sequence[str] | None, root: str | os.PathLike[str] | No
 
 def _predict(vllm_args: Sequence[str], root: str | os.PathLike[str] | None,
              python: str | None, usage: str, rank: int,
-             progress: Callable[[str], None] | None) -> Any:
+             progress: Callable[[str], None] | None) -> Prediction:
     from vllm_cache_tools.analyze.predict import PredictError, predict
 
     try:
@@ -311,6 +314,7 @@ def hit_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
                          progress=progress)
     static = static_check(records, packed_on, python, here=here)
     p = here.prediction
+    assert p is not None  # looked up with the arguments
     probe = p.probe
     r_dir = f"rank_{probe['rank']}_{probe['dp_index']}"
     by_key = {r.key: r for r in records}

@@ -8,7 +8,8 @@ next one removes.
 
 An entry already in place is never overwritten: identical content is a no-op, other content
 is refused. Every operation is relative to folder fds opened without following links
-(:mod:`vllm_cache_tools.safeio`)."""
+(:mod:`vllm_cache_tools.safeio`). Durability: no file is fsynced on its own; the whole
+file system is flushed once before the first rename (:func:`flush_filesystem`)."""
 
 from __future__ import annotations
 
@@ -236,6 +237,22 @@ def rename_noreplace(src_fd: int, src: str, dst_fd: int, dst: str) -> None:
     os.rename(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
 
 
+def flush_filesystem(fd: int) -> None:
+    """Write the data of the staged files to disk before any entry is renamed into place:
+    one ``syncfs(2)`` of the root's file system instead of an ``fsync`` per file (measured
+    here on ext4: 0.05 s for 450 new files / 26 MB against 0.5-1.2 s for 450 fsyncs). So a
+    crash or power loss never leaves a visible entry with empty or torn files; at worst
+    the renames themselves are lost, and the entry is not there (a miss, never a false
+    hit). Where ``syncfs`` is missing, ``sync()``."""
+    global _libc
+    if _libc is None:
+        with contextlib.suppress(OSError):
+            _libc = ctypes.CDLL(None, use_errno=True)
+    fn = getattr(_libc, "syncfs", None) if _libc is not None else None
+    if fn is None or fn(fd) != 0:
+        os.sync()
+
+
 def _lock(locks: EntryLocks, name: str, wait_s: float) -> bool:
     end = time.monotonic() + wait_s
     while not locks.try_lock(name):
@@ -253,6 +270,7 @@ def place_entries(staging: Staging, records: Sequence[EntryRecord],
     out: list[Placement] = []
     root = staging.vllm_root
     staging.close_dirs()
+    flush_filesystem(staging.fd)
     with RootHandle(root) as h:
         trash = h.trash(create=True)
         if trash is None or trash.locks_fd is None:

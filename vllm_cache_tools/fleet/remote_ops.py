@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_cache_tools.fleet.errors import FleetError, StoreError
 from vllm_cache_tools.fleet.records import FileRecord, entry_json
@@ -23,6 +23,9 @@ from vllm_cache_tools.fleet.remote import (
     index_bytes,
     store_error,
 )
+
+if TYPE_CHECKING:
+    from vllm_cache_tools.fleet.selection import Selection
 
 # ---- push ------------------------------------------------------------------------------------
 
@@ -133,7 +136,7 @@ def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
                       _logical_bytes(sel, todo), time.perf_counter() - t0)
 
 
-def _logical_bytes(sel: Any, todo: Sequence[int]) -> int:
+def _logical_bytes(sel: Selection, todo: Sequence[int]) -> int:
     """Every file this push covered, each counted where it occurs (entries not refused, and
     the snapshots that go along): the blobs uploaded are a deduplicated part of these, so
     never more. (Entry sizes alone left the snapshots out: "-546K of 7.7M not sent".)"""
