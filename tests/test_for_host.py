@@ -189,3 +189,9 @@ def test_explain_h200_entry_against_cpu_entry_names_the_hardware() -> None:
     assert causes["VLLM_DISABLE_SHARED_EXPERTS_STREAM"]["detail"].startswith("hardware-driven")
     if "VLLM_SSM_CONV_STATE_LAYOUT" in causes:  # set here when this CPU has avx512_bf16
         assert causes["VLLM_SSM_CONV_STATE_LAYOUT"]["detail"].startswith("hardware-driven")
+
+
+def test_host_profile_errors_are_one_line(tmp_path: Path) -> None:
+    r = run_cli("host-profile", "--python", str(tmp_path / "no-python"))
+    assert r.returncode == 2 and "host-profile: cannot run" in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
