@@ -100,6 +100,11 @@ def predict_cmd(
                       + ("" if pr.memo == "hit" else
                          f"; served by {pr.served_by}, answer {pr.kept}; standby: "
                          f"{pr.standby}"))
+        if p.trace_run is not None:  # a cold root: the traced files, found without compiling
+            tr = p.trace_run
+            con.print(f"  trace         {tr.seconds:.2f} s, memo: {tr.memo}"
+                      + ("" if tr.memo == "hit" else f"; answer {tr.kept}")
+                      + (f"; failed: {tr.error}" if tr.error else ""), markup=False)
         if p.reasons:
             con.print("[bold]causes[/bold]")  # the word explain uses
             for c in p.reasons:
