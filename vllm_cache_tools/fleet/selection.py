@@ -228,7 +228,10 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
     if not refs and model is None and filter_expr is None:
         raise FleetError("name the entries: KEY..., --model or --filter")
     try:
-        info = scan(croot, check_in_use=False, use_index=False)
+        # The listing index (as ls uses it) answers for unchanged entries: every entry that
+        # is packed, and every candidate of a link proof, is read again in full below, so
+        # its state and files come from the disk, not from the index.
+        info = scan(croot, check_in_use=False)
         pred = parse_filter(filter_expr) if filter_expr else None
     except (RootError, UsageError) as exc:
         raise FleetError(str(exc)) from None
