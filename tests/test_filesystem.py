@@ -113,7 +113,7 @@ def test_a_noatime_mount_is_reported_by_ls_and_verify(real_compile: ScenarioRun,
     subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", script],
                    check=True)
     fs = json.loads((tmp_path / "ls.json").read_text())["filesystem"]
-    assert (fs["type"], fs["atime"], fs["shared"], fs["mount_point"]) == (
+    assert (fs["type"], fs["atime_mode"], fs["shared"], fs["mount_point"]) == (
         "tmpfs", "noatime", False, str(mnt))
     assert any("noatime" in n for n in fs["notes"])
     assert "note: mounted noatime" in (tmp_path / "ls.err").read_text()
