@@ -83,3 +83,11 @@ def test_file_counts_in_the_listing(root: Path) -> None:
     again = scan(root, check_in_use=False)
     assert [(e.stats.files, e.stats.dirs) for e in again.entries] == \
         [(e.stats.files, e.stats.dirs) for e in info.entries]
+
+
+def test_file_counts_by_owner(root: Path) -> None:
+    total = sum(e.stats.files for e in scan(root, check_in_use=False).entries)
+    data = json.loads(run_cli("ls", "--root", str(root), "--by-owner", "--json").stdout)
+    assert sum(o["files"] for o in data["owners"]) == total
+    r = run_cli("ls", "--root", str(root), "--by-owner")
+    assert "FILES" in r.stdout and r.stdout.rstrip().endswith(str(total))

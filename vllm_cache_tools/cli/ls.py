@@ -188,12 +188,13 @@ def _print_owners(root: Path, entries: Sequence[Entry], json_out: bool) -> None:
     if json_out:
         print_json(with_schema("ls-by-owner", {"root": display_path(root), "owners": [
             {"owner": o.owner, "uids": list(o.uids), "entries": o.entries,
-             "size_bytes": o.size_bytes, "disk_bytes": o.disk_bytes} for o in rows]}))
+             "size_bytes": o.size_bytes, "disk_bytes": o.disk_bytes, "files": o.files}
+            for o in rows]}))
         return
     cols = (Column("OWNER"), Column("ENTRIES", align="right"), Column("SIZE", align="right"),
-            Column("ON DISK", align="right"))
+            Column("ON DISK", align="right"), Column("FILES", align="right"))
     lines = render(cols, [[o.owner, str(o.entries), human_size(o.size_bytes),
-                           human_size(o.disk_bytes)] for o in rows], None)
+                           human_size(o.disk_bytes), str(o.files)] for o in rows], None)
     sys.stdout.write(f"{display_path(root)}/torch_compile_cache by owner\n\n"
                      + "".join(line + "\n" for line in lines))
 

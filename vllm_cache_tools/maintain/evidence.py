@@ -144,6 +144,7 @@ class OwnerUsage:
     entries: int
     size_bytes: int
     disk_bytes: int
+    files: int = 0
 
 
 def owner_usage(entries: Sequence[Entry]) -> list[OwnerUsage]:
@@ -152,11 +153,12 @@ def owner_usage(entries: Sequence[Entry]) -> list[OwnerUsage]:
     different users) counts once, under all of them together."""
     acc: dict[tuple[int, ...], list[int]] = {}
     for e in entries:
-        row = acc.setdefault(tuple(sorted(set(e.stats.owners))), [0, 0, 0])
+        row = acc.setdefault(tuple(sorted(set(e.stats.owners))), [0, 0, 0, 0])
         row[0] += 1
         row[1] += e.size_bytes
         row[2] += e.disk_bytes
-    out = [OwnerUsage("+".join(owner_name(u) for u in uids) or "-", uids, n, size, disk)
-           for uids, (n, size, disk) in acc.items()]
+        row[3] += e.stats.files
+    out = [OwnerUsage("+".join(owner_name(u) for u in uids) or "-", uids, n, size, disk, files)
+           for uids, (n, size, disk, files) in acc.items()]
     return sorted(out, key=lambda o: -o.size_bytes)
 
