@@ -91,3 +91,19 @@ def test_file_counts_by_owner(root: Path) -> None:
     assert sum(o["files"] for o in data["owners"]) == total
     r = run_cli("ls", "--root", str(root), "--by-owner")
     assert "FILES" in r.stdout and r.stdout.rstrip().endswith(str(total))
+
+
+def test_a_plan_from_a_listing_scan_still_checks_every_folder(root: Path) -> None:
+    """A listing scan (the index) keeps only some folder mtimes, or none; the plan gets them
+    all again, so the grace check and the check before a move see every folder."""
+    from vllm_cache_tools.maintain.plan import Protections, plan_prune
+    from vllm_cache_tools.maintain.policies import Policies
+    from vllm_cache_tools.store.tree_stats import tree_stats
+
+    scan(root, check_in_use=False)  # the index, warm
+    listing = scan(root, check_in_use=False)
+    assert any(len(e.stats.dir_mtimes) < e.stats.dirs + 1 for e in listing.entries)
+    plan = plan_prune(listing, Policies(max_files=0), Protections(grace_s=0))
+    assert plan.entries
+    for p in plan.entries:
+        assert p.dir_mtimes == tree_stats(str(p.path)).dir_mtimes

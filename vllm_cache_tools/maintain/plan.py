@@ -44,6 +44,7 @@ from vllm_cache_tools.maintain.trash import entry_tree, is_dir_stat
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.locate import display_path
+from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import CacheInfo, Entry, Layout
 from vllm_cache_tools.units import fmt_duration
 
@@ -173,7 +174,7 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
     now = time.time() if now is None else now
     ledger = ledger_last_used(info.root) if ledger is None else ledger
     busy = busy_entries(info.root) if busy is None else busy
-    entries = list(info.entries)
+    entries = [_with_every_folder(e) for e in info.entries]
     c = Choosing(entries, policies, environment, now, {id(e): last_use(e, ledger) for e in entries})
     for active, select in POLICY_SELECTORS.values():
         if active(policies):
@@ -214,6 +215,15 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
     return PrunePlan(info.root, info.root_source, tuple(planned), tuple(skipped),
                      policies.describe(), prot, now, total, len(entries), environment,
                      tuple(notes), total_files=sum(e.stats.files for e in entries))
+
+
+def _with_every_folder(e: Entry) -> Entry:
+    """``e`` with the mtime of every one of its folders: the grace check and the check before
+    an entry is moved need them all, and a listing scan (the index) keeps only some, or none
+    (store/listing_index.py). A scan without the index has them all: no walk then."""
+    if len(e.stats.dir_mtimes) == e.stats.dirs + 1:
+        return e
+    return replace(e, stats=replace(e.stats, dir_mtimes=tree_stats(str(e.path)).dir_mtimes))
 
 
 def _fill_budget(c: Choosing, budget: Budget, root: Path, prot: Protections,
