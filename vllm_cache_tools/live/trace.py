@@ -204,6 +204,14 @@ def traced_files(probe: Any, req: dict[str, Any]) -> dict[str, Any]:
     if release not in CHECKED_ON:
         caveats.append(f"this tracer was compared with vLLM's own list on vLLM "
                        f"{', '.join(CHECKED_ON)} only, not on {vllm.__version__}")
+    mc = cfg.model_config
+    if getattr(mc, "is_multimodal_model", False):
+        caveats.append("a multimodal model: vLLM's profile run may feed inputs_embeds where "
+                       "this trace feeds input_ids")
+    if getattr(mc, "uses_mrope", False):
+        caveats.append("M-RoPE positions (3 x tokens) where this trace feeds 1-D positions")
+    if getattr(cfg, "lora_config", None) is not None:
+        caveats.append("LoRA: the runner wraps layers after loading; traced without them")
     pc = cfg.parallel_config
     if pc.world_size > 1:
         caveats.append(f"{pc.world_size} ranks: traced in a one-process group, where "
