@@ -171,7 +171,8 @@ def test_push_counts_snapshots_in_what_it_covers(tmp_path: Path) -> None:
     the bytes covered count them too (they did not: "-546K of 7.7M not sent")."""
     from tests.realvllm.harness import SCENARIOS, run_scenario
 
-    run = run_scenario(SCENARIOS["sample"])  # recorder on: manifests and snapshots
+    # Recorder on: manifests and snapshots (the scenario test_recorder runs anyway).
+    run = run_scenario(SCENARIOS["recorder"])
     key = _backend_key(run)
     url = f"file://{tmp_path}/store"
     r = api.push([key], url, root=run.vllm_root)
