@@ -19,27 +19,21 @@ it? Three checks, cheapest first, each a list of :class:`Finding`:
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from vllm_cache_tools.analyze.explain_causes import env_causes
-from vllm_cache_tools.fleet.errors import FleetError
+from vllm_cache_tools.fleet.here import Here, Target, look_here, target
 from vllm_cache_tools.fleet.host import cpu_facts
 from vllm_cache_tools.fleet.records import EntryRecord
 from vllm_cache_tools.keys import backend_code_hash, backend_key
-from vllm_cache_tools.keys.compat import Environment, aot_verdict, detect_environment
+from vllm_cache_tools.keys.compat import aot_verdict
 from vllm_cache_tools.keys.source_link import install_prefix
 from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo
 from vllm_cache_tools.read.noatime import read_source_text
 from vllm_cache_tools.store.types import Cause
-
-if TYPE_CHECKING:
-    from vllm_cache_tools.analyze.predict import Prediction
 
 VLLM_COMPILE = 3
 
@@ -73,40 +67,6 @@ class HitCheck:
     @property
     def would_hit(self) -> bool:
         return self.verdict in ("hit", "compatible")
-
-
-@dataclass(frozen=True)
-class Target:
-    """The environment that will run vLLM here."""
-
-    env: Environment
-    vllm_origin: str | None
-    """``vllm/__init__.py`` as this interpreter finds it (nothing imported)."""
-
-
-# hittable's environment probe (no torch import), then where vLLM is: one child process.
-_FIND = ("\nimport importlib.util as _u\n"
-         "_s = _u.find_spec('vllm')\n"
-         "print(json.dumps(_s.origin if _s is not None else None))\n")
-
-
-def target(python: str | None = None) -> Target:
-    from vllm_cache_tools.keys.compat import _gpu_names, probe_source
-
-    exe = python or sys.executable
-    try:
-        r = subprocess.run([exe, "-I", "-c", probe_source() + _FIND], capture_output=True,
-                           text=True, timeout=60)
-        lines = r.stdout.splitlines() if r.returncode == 0 else []
-        data = json.loads(lines[0]) if len(lines) == 2 else None
-        origin = json.loads(lines[1]) if len(lines) == 2 else None
-    except (OSError, subprocess.SubprocessError, ValueError):
-        data = origin = None
-    if not isinstance(data, dict):
-        return Target(detect_environment(exe), None)  # says why, in its own words
-    env = Environment(data["python"], data["torch"], data["cuda"] or data["xpu"],
-                      data["triton"], _gpu_names(), exe, data["torch_source"])
-    return Target(env, origin if isinstance(origin, str) else None)
 
 
 def _aot_info(rec: EntryRecord) -> AotModelInfo:
@@ -234,45 +194,6 @@ def relocation_findings(records: Sequence[EntryRecord], t: Target) -> list[Findi
                                "vLLM looks up under the key it computes from the traced "
                                "files' paths here: it compiles them again"))
     return out
-
-
-@dataclass(frozen=True)
-class Here:
-    """What the checks learn about this host before they see a record: the environment that
-    will run vLLM and, given vLLM arguments, predict's answer. Looked up while the records
-    are still being fetched (``pull``: the store's import and listing take as long)."""
-
-    target: Target
-    prediction: Prediction | None = None
-    """``None`` without vLLM arguments."""
-
-
-def look_here(vllm_args: Sequence[str] | None, root: str | os.PathLike[str] | None, *,
-              python: str | None = None, usage: str = "serve", rank: int = 0,
-              progress: Callable[[str], None] | None = None) -> Here:
-    """The environment probe (a child process) beside predict (memoized: its answer is
-    reused while nothing it read changed)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(1) as pool:
-        t = pool.submit(target, python)
-        p = _predict(vllm_args, root, python, usage, rank, progress) if vllm_args else None
-        return Here(t.result(), p)
-
-
-def _predict(vllm_args: Sequence[str], root: str | os.PathLike[str] | None,
-             python: str | None, usage: str, rank: int,
-             progress: Callable[[str], None] | None) -> Prediction:
-    from vllm_cache_tools.analyze.predict import PredictError, predict
-
-    try:
-        # trace=False: with no evidence of the traced files in the target root, the carried
-        # AOT entry is the evidence (hit_check); tracing the model here would start vLLM's
-        # tracer (~15 s on this machine) for what the bundle already says.
-        return predict(vllm_args, root=root, python=python, usage=usage, rank=rank,
-                       progress=progress, trace=False)
-    except PredictError as exc:
-        raise FleetError(str(exc)) from None
 
 
 def static_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
