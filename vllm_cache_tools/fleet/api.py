@@ -18,8 +18,8 @@ from typing import Any
 
 from vllm_cache_tools.fleet.bundle import DEFAULT_LEVEL, extract, read_manifest, write_bundle
 from vllm_cache_tools.fleet.checks import HitCheck, hit_check, static_check
-from vllm_cache_tools.fleet.here import Here, look_here
 from vllm_cache_tools.fleet.errors import FleetError
+from vllm_cache_tools.fleet.here import Here, look_here
 from vllm_cache_tools.fleet.place import Placement, Staging, place_entries
 from vllm_cache_tools.fleet.records import BundleManifest, EntryRecord
 from vllm_cache_tools.fleet.remote import DEFAULT_WORKERS, Store
