@@ -51,7 +51,7 @@ def write_profile(path: str | os.PathLike[str], doc: dict[str, Any]) -> None:
         fd = open_dir(os.path.dirname(os.path.abspath(p)))
         try:
             replace_at(fd, os.path.basename(p),
-                       (json.dumps(doc, indent=1, sort_keys=True) + "\n").encode(), 0o644)
+                       (json.dumps(doc, indent=1) + "\n").encode(), 0o644)
         finally:
             os.close(fd)
     except OSError as exc:

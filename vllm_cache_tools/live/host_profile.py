@@ -93,12 +93,13 @@ def with_arguments(args: list[str], usage: str) -> dict[str, Any]:
     after = dict(os.environ)
     from vllm.platforms import current_platform
 
-    keep = ("vllm_version", "torch_version", "env", "env_hash", "config_hash",
-            "config_parts", "inductor", "compilation_mode", "use_aot_compile",
-            "use_mega_aot_artifact", "forwards", "custom_ops", "kv_cache_layout")
+    # Not the config's parts: a profile's config hash stands for its own arguments only.
+    keep = ("vllm_version", "torch_version", "env", "env_hash", "config_hash", "inductor",
+            "compilation_mode", "use_aot_compile", "use_mega_aot_artifact", "forwards",
+            "custom_ops", "kv_cache_layout")
     out = {k: answer.get(k) for k in keep}
     out["inductor"] = {k: (answer.get("inductor") or {}).get(k)
-                       for k in ("plain_repr", "in_aot_repr", "plain")}
+                       for k in ("plain_repr", "in_aot_repr")}
     out["platform_env"] = {k: after[k] for k in sorted(after) if before.get(k) != after[k]}
     out["process_env"] = probe._redaction().redact_env(
         {k: before[k] for k in sorted(answer.get("env") or {}) if k in before})
