@@ -7,11 +7,13 @@ non-mega AOT mode, and two tensor-parallel ranks (where the answer says it is ap
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_cli
 from tests.realvllm.harness import (
     SCENARIOS,
     ScenarioRun,
@@ -67,6 +69,17 @@ def test_cold_start_and_env_change(real_compile: ScenarioRun, tmp_path: Path) ->
     assert p0.trace_run.kept == "kept", p0.trace_run.kept
     assert again.trace_run is not None and again.trace_run.memo == "hit"
     assert again.backend.key == p0.backend.key
+    # --no-trace: no tracer, the backend key unknown (and said why); the AOT key unchanged.
+    start = real_compile.scenario.starts[0]
+    root = tmp_path / "d"
+    root.mkdir()
+    with model_lock():
+        r = run_cli("predict", "--root", str(root), "--python", str(venv_python()), "--usage",
+                    "llm", "--json", "--no-trace", "--", *start.serve_args(),
+                    env=start_env(root, start), inherit=False)
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["backend"]["key"] is None and doc["aot"]["key"] == p0.aot.key
     p2 = _exact(real_compile, 2, tmp_path / "c")  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     assert p2.parts["code_hash"] == p0.parts["code_hash"] and p2.backend.key != p0.backend.key
 

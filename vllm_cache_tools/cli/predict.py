@@ -40,6 +40,10 @@ def predict_cmd(
     no_standby: Annotated[bool, typer.Option(
         "--no-standby", help="Neither ask nor leave a waiting vLLM probe (~0.5 GB for up "
         "to 300 s; same as VLLM_CACHE_TOOLS_PROBE_STANDBY=0).")] = False,
+    no_trace: Annotated[bool, typer.Option(
+        "--no-trace", help="On a root with no evidence of the traced files, do not trace the "
+        "model to name the backend key (a second vLLM import, ~10 s; the key is then "
+        "unknown).")] = False,
 ) -> None:
     """Predict the cache folders and hit/miss of a vLLM start, without starting it.
 
@@ -69,7 +73,8 @@ def predict_cmd(
     with StageLine("predict: ", enabled=None if not json_out else False) as show:
         try:
             p = predict(args, root=root, python=python, usage=usage, rank=rank, fresh=fresh,
-                        standby=not no_standby, progress=show)
+                        standby=not no_standby, progress=show,
+                        trace=not no_trace)
         except PredictError as exc:
             error = exc
     if error is not None:
