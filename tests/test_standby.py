@@ -19,6 +19,7 @@ import pytest
 
 from tests.realvllm.harness import ScenarioRun, model_lock, start_env, venv_python
 from vllm_cache_tools.analyze.predict import predict
+from vllm_cache_tools.live import probe as live_probe
 from vllm_cache_tools.live import standby
 from vllm_cache_tools.live.runner import PROBE, run_probe
 
@@ -250,12 +251,12 @@ def test_no_standby_when_memory_is_short_or_turned_off(
             f"memory short: 1024 MiB available, a standby needs "
             f"{standby.MIN_AVAILABLE >> 20} MiB free")
         assert max(2 << 30, 4 * standby.EXPECTED_RSS) <= standby.MIN_AVAILABLE
-        monkeypatch.setattr(standby, "mem_available", lambda: 1 << 30)
+        monkeypatch.setattr(live_probe, "mem_available", lambda: 1 << 30)
         r = run_probe(["m"], {}, py, "llm", memo=False)
         assert r.served_by == "probe"
         assert r.standby == ("none waiting; none started (memory short: 1024 MiB available, "
                              f"a standby needs {standby.MIN_AVAILABLE >> 20} MiB free)")
-        monkeypatch.setattr(standby, "mem_available", lambda: 64 << 30)
+        monkeypatch.setattr(live_probe, "mem_available", lambda: 64 << 30)
         assert run_probe(["m"], {}, py, "llm", memo=False, standby=False).standby == "off"
         assert run_probe(["m"], {}, py, "llm", memo=False).standby.endswith(
             "next one started")

@@ -1044,10 +1044,20 @@ def standby_main(path: str, idle_s: float) -> None:
         with EnvWatch() as watch:
             for name in STANDBY_IMPORTS:
                 __import__(name)
-            for usage in ("serve", "llm"):  # what they read is watched like the imports
+        after_imports = dict(os.environ)
+        imported = _Imported(before, after_imports, watch, cwd)
+        # vLLM's argument parsers, built ahead with their own watch: their defaults read
+        # variables the imports do not (VLLM_CACHE_ROOT among them), so a request whose value
+        # of one of those differs gets parsers built afresh in its environment, not a
+        # mismatch (one standby serves every root).
+        with EnvWatch() as pwatch:
+            for usage in ("serve", "llm"):
                 with contextlib.suppress(Exception):  # then built in answer(), as fresh
                     _PARSERS[usage] = vllm_parser(usage)
-        imported = _Imported(before, dict(os.environ), watch, cwd)
+        if dict(os.environ) != after_imports:  # building them changed the environment:
+            _PARSERS.clear()                      # build them in answer(), as a fresh probe
+        parser_depends = _import_dependent(pwatch, before, dict(os.environ)) | {
+            k for k in pwatch.read if k not in STANDBY_NEUTRAL_ENV}
         os.chdir("/")  # hold no user folder busy while waiting
         deadline = time.monotonic() + min(idle_s, MAX_IDLE_S)
         while req is None:
@@ -1081,6 +1091,8 @@ def standby_main(path: str, idle_s: float) -> None:
     elif stale:
         out = {"standby_stale": stale[0]}
     else:
+        if any(before.get(k) != req["env"].get(k) for k in parser_depends):
+            _PARSERS.clear()
         imported.adopt(req["env"], req["cwd"])
         STAGE_SINKS.append(lambda line: conn.sendall(line.encode()))
         out = answer(req)
