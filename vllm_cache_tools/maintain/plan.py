@@ -56,22 +56,23 @@ class RootRefused(VctError, ValueError):
     """A root we will not prune without ``--force``."""
 
 
-def check_prunable_root(vllm_root: Path, force: bool = False) -> None:
+def check_prunable_root(vllm_root: Path, force: bool = False, verb: str = "prune") -> None:
     """Refuse ``/``, ``$HOME`` and folders that do not look like a vLLM cache root (no
-    ``torch_compile_cache`` or ``torch_aot_compile`` folder in them) unless ``force``."""
+    ``torch_compile_cache`` or ``torch_aot_compile`` folder in them) unless ``force``;
+    ``verb`` names what is refused in the message."""
     if force:
         return
     real = os.path.realpath(vllm_root)
     if real == "/":
-        raise RootRefused("refusing to prune / (pass --force if you really mean it)")
+        raise RootRefused(f"refusing to {verb} / (pass --force if you really mean it)")
     home = os.path.realpath(os.path.expanduser("~"))
     if real == home:
-        raise RootRefused(f"refusing to prune your home folder {display_path(vllm_root)} "
+        raise RootRefused(f"refusing to {verb} your home folder {display_path(vllm_root)} "
                           "(pass --force if it really is a vLLM cache root)")
     if not any(os.path.isdir(os.path.join(real, n)) and not os.path.islink(os.path.join(real, n))
                for n in (COMPILE_CACHE_DIRNAME, AOT_DIRNAME)):
         raise RootRefused(f"{display_path(vllm_root)} does not look like a vLLM cache root "
-                          f"(no {COMPILE_CACHE_DIRNAME} folder; pass --force to prune it anyway)")
+                          f"(no {COMPILE_CACHE_DIRNAME} folder; pass --force to {verb} it anyway)")
 
 
 # --------------------------------------------------------------------------------------------
