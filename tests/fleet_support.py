@@ -31,14 +31,17 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class MotoServer:
-    def __init__(self, tmp: Path) -> None:
+class LoopbackServer:
+    """A server process on a free port of 127.0.0.1, its output in ``<tmp>/<name>.log``,
+    ready once the port accepts connections."""
+
+    def __init__(self, tmp: Path, name: str, argv: list[str], env: dict[str, str] | None = None
+                 ) -> None:
         self.port = free_port()
         self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.log = open(tmp / "moto.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=self.log, stderr=subprocess.STDOUT, env={**os.environ, **NO_IMDS})
+        self.log = open(tmp / f"{name}.log", "wb")  # noqa: SIM115
+        self.proc = subprocess.Popen([a.format(port=self.port) for a in argv], stdout=self.log,
+                                     stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + 60
         while True:
             try:
@@ -46,8 +49,23 @@ class MotoServer:
                 break
             except OSError:
                 if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("moto server did not start") from None
+                    self.stop()
+                    raise RuntimeError(f"{name} did not start (see {self.log.name})") from None
                 time.sleep(0.1)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+
+class MotoServer(LoopbackServer):
+    def __init__(self, tmp: Path) -> None:
+        super().__init__(tmp, "moto", [sys.executable, "-m", "moto.server", "-H", "127.0.0.1",
+                                       "-p", "{port}"], env={**os.environ, **NO_IMDS})
 
     @property
     def env(self) -> dict[str, str]:
@@ -60,14 +78,6 @@ class MotoServer:
                                skip_instance_cache=True)
         fs.mkdir(name)
         return f"s3://{name}"
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
 
 
 @pytest.fixture(scope="session")

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -20,39 +18,18 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet_support import free_port
+from tests.fleet_support import LoopbackServer
 
 
-class GcsServer:
+class GcsServer(LoopbackServer):
     def __init__(self, tmp: Path, exe: str) -> None:
-        self.port = free_port()
-        self.endpoint = f"http://127.0.0.1:{self.port}"
-        self.log = open(tmp / "gcs.log", "wb")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [exe, "start", "--host", "127.0.0.1", "--port", str(self.port), "--in-memory",
-             "--default-bucket", "fleet", "--quiet"], stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("gcp-storage-emulator did not start") from None
-                time.sleep(0.1)
+        super().__init__(tmp, "gcs", [exe, "start", "--host", "127.0.0.1", "--port", "{port}",
+                                      "--in-memory", "--default-bucket", "fleet", "--quiet"])
 
     @property
     def env(self) -> dict[str, str]:
         return {"STORAGE_EMULATOR_HOST": self.endpoint,
                 "GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT": "false"}
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.log.close()
 
 
 @pytest.fixture(scope="session")
