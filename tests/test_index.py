@@ -7,6 +7,7 @@ import os
 import shutil
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tests.conftest import run_cli
@@ -24,12 +25,17 @@ def _summary(root: Path, **kw: object) -> dict[str, tuple[object, ...]]:
                     e.last_used) for e in info.entries}
 
 
+def _indexed(idx: Path) -> dict[str, object]:
+    """The index file's entries (msgpack: [format, version, {path: record}])."""
+    return msgspec.msgpack.decode(idx.read_bytes())[2]  # type: ignore[no-any-return]
+
+
 def test_index_hits_match_a_fresh_walk_and_follow_changes(real_compile: ScenarioRun,
                                                           tmp_path: Path) -> None:
     root = copy_root(real_compile.vllm_root, tmp_path / "root")
     first = _summary(root)
     idx = index_path(resolve_root(root).compile_cache)
-    assert idx.exists() and len(json.loads(idx.read_text())["entries"]) == 4
+    assert idx.exists() and len(_indexed(idx)) == 4
     assert _summary(root) == first == _summary(root, use_index=False)
 
     # A new kernel bucket (what a later start that loads the entry writes: see
@@ -63,7 +69,7 @@ def test_index_hits_match_a_fresh_walk_and_follow_changes(real_compile: Scenario
     # An entry removed: dropped from the index.
     shutil.rmtree(aot)
     assert aot.name not in _summary(root)
-    assert len(json.loads(idx.read_text())["entries"]) == 3
+    assert len(_indexed(idx)) == 3
 
 
 def test_last_use_stays_current_through_the_index(real_compile: ScenarioRun,

@@ -3,19 +3,12 @@ imported only when its verb runs (``vllm-cache log`` does not pay for ``predict`
 
 from __future__ import annotations
 
-import copy
-import importlib
 import sys
-from typing import Annotated, Any
-
-import typer
-import typer.main
+from typing import Any
 
 from vllm_cache_tools.cli.common import fail
 from vllm_cache_tools.errors import VctError
 
-# -h as well as --help, on the command and on every verb (click passes it down).
-_HELP = {"help_option_names": ["-h", "--help"]}
 _PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
 # verb -> (module, function, typer context settings)
 COMMANDS: dict[str, tuple[str, str, dict[str, Any] | None]] = {
@@ -45,49 +38,12 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any] | None]] = {
 }
 
 
-def build_app(only: str | None = None) -> typer.Typer:
+def build_app(only: str | None = None) -> Any:
     """The app with every verb, or with ``only`` one (kept a group, so ``vllm-cache VERB``
-    parses the same either way)."""
-    app = typer.Typer(
-        name="vllm-cache",
-        help="Inspect and manage vLLM's torch.compile cache "
-             "($VLLM_CACHE_ROOT/torch_compile_cache).",
-        no_args_is_help=True,
-        add_completion=False,
-        pretty_exceptions_enable=False,
-        rich_markup_mode=None,
-        context_settings=_HELP,
-    )
-    for verb, (mod, fn, ctx) in COMMANDS.items():
-        if only is not None and verb != only:
-            continue
-        func = getattr(importlib.import_module(f"vllm_cache_tools.cli.{mod}"), fn)
-        app.command(verb, context_settings={**_HELP, **(ctx or {})})(func)
-    app.callback()(_top)
-    return app
+    parses the same either way): :func:`vllm_cache_tools.cli.app.build_app`."""
+    from vllm_cache_tools.cli.app import build_app as build
 
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("vllm-cache-tools")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        return "unknown (not installed)"
-
-
-def _show_version(value: bool) -> None:
-    if value:
-        sys.stdout.write(f"vllm-cache {_version()}\n")
-        raise typer.Exit(0)
-
-
-def _top(
-    version: Annotated[bool, typer.Option(
-        "--version", "-V", is_eager=True, callback=_show_version,
-        help="Print the version and exit.")] = False,
-) -> None:
-    """Inspect and manage vLLM's torch.compile cache ($VLLM_CACHE_ROOT/torch_compile_cache)."""
+    return build(only)
 
 
 def __getattr__(name: str) -> Any:
@@ -97,18 +53,28 @@ def __getattr__(name: str) -> Any:
 
 
 def build_command(only: str | None = None) -> Any:
-    """The click command ``main`` runs: the app, with ``--version`` on every verb too."""
-    group = typer.main.get_command(build_app(only))
-    version = copy.copy(next(p for p in group.params if p.name == "version"))
-    version.expose_value = False  # the verb's function does not take it
-    for sub in getattr(group, "commands", {}).values():
-        sub.params.append(version)
-    return group
+    """The click command ``main`` runs (:func:`vllm_cache_tools.cli.app.build_command`)."""
+    from vllm_cache_tools.cli.app import build_command as build
+
+    return build(only)
 
 
 def main() -> None:
     verb = sys.argv[1] if len(sys.argv) > 1 else None
     try:
+        if verb == "ls":
+            # typer, click and pydantic cost ~0.2 s a run; ``ls`` with plain options runs
+            # without them (anything else, --help included, goes through typer below).
+            from vllm_cache_tools.cli.ls_run import run_argv
+
+            if run_argv(sys.argv[2:]):
+                return
+        if verb == "pull":
+            # A pod's init step (pull --if-hit): plain options run without typer too.
+            from vllm_cache_tools.cli.pull_run import run_argv as run_pull_argv
+
+            if run_pull_argv(sys.argv[2:]):
+                return
         build_command(verb if verb in COMMANDS else None)(prog_name="vllm-cache")
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")

@@ -14,9 +14,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
-from typing import IO, Any, NoReturn, TypeVar, cast
-
-from rich.console import Console
+from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 from vllm_cache_tools.redaction import dumps as redacted_dumps
 from vllm_cache_tools.redaction import (
@@ -25,6 +23,9 @@ from vllm_cache_tools.redaction import (
     redact_text,
     redact_value,
 )
+
+if TYPE_CHECKING:
+    from rich.console import Console  # imported where used: ls --json prints without rich
 
 USAGE_ERROR = 2
 
@@ -106,6 +107,8 @@ class RedactingStdout:
 
 
 def console() -> Console:
+    from rich.console import Console
+
     # Piped output keeps whole lines (no 80-column wrapping) so it can be grepped.
     tty = sys.stdout.isatty()
     return Console(file=cast(IO[str], RedactingStdout()), highlight=False, soft_wrap=not tty,
@@ -129,6 +132,7 @@ class DelayedProgress:
         if self._progress is None:
             if time.monotonic() - self.start < self.delay:
                 return
+            from rich.console import Console
             from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
             self._progress = Progress(SpinnerColumn(), TextColumn("scanning: {task.fields[n]} "

@@ -35,7 +35,7 @@ def _entry(e: object) -> Entry:
 
 def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
               wide: bool) -> None:
-    from vllm_cache_tools.cli.ls import AOT_MIN_PREFIX, LS_COLUMNS, _row
+    from vllm_cache_tools.cli.ls_run import AOT_MIN_PREFIX, _row, ls_columns
     from vllm_cache_tools.cli.render import render, unique_prefixes
     from vllm_cache_tools.fleet.remote import Store
 
@@ -74,7 +74,7 @@ def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
         cells = _row(e, keys)
         cells[6] = f"{human_age(e.last_used)} (pushed)"
         rows2.append(cells)
-    lines = render(LS_COLUMNS, rows2, width)
+    lines = render(ls_columns(), rows2, width)
     bold = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
     write(f"{store.url}\n\n")
     write((f"\x1b[1m{lines[0]}\x1b[0m" if bold else lines[0]) + "\n")

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
 from contextlib import suppress
 from dataclasses import replace
 from pathlib import Path
@@ -29,29 +28,29 @@ from vllm_cache_tools.read.graph import GraphInfo, model_file_from_head, read_gr
 from vllm_cache_tools.read.manifest import Manifest, manifest_paths, read_manifest, read_manifests
 from vllm_cache_tools.read.noatime import read_noatime
 from vllm_cache_tools.read.triton import read_triton_meta
+from vllm_cache_tools.store.folders import (
+    Progress,
+    entry_times,
+    is_dir_entry,
+    list_dir,
+)
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import (
     AotRank,
     Entry,
-    EntryTimes,
     PrefixDir,
     Problem,
     State,
     TreeStats,
 )
 
-# vLLM 0.9.0-0.9.1 suffixed a second compiled model in one process with "-<n>".
-BACKEND_KEY = re.compile(r"^[0-9a-f]{10}(-\d+)?$")
-AOT_KEY = re.compile(r"^[0-9a-f]{64}$")
 # rank_<r> before vLLM 0.8.0, rank_<r>_<dp> since.
 RANK_DIR = re.compile(r"^rank_(\d+)(?:_(\d+))?$")
 # Files that sit directly in a rank folder in layouts without a <prefix> level (< 0.9.2).
 FLAT_RANK_FILES = {"cache_key_factors.json", "computation_graph.py", "vllm_compile_cache.py",
                    "inductor_hash_cache.py", "transformed_code.py"}
 GRAPH_HEAD_BYTES = 256 * 1024
-
-Progress = Callable[[int], None]
 
 
 def _short_src(path: str | None) -> str | None:
@@ -68,41 +67,6 @@ def _read_problem(path: Path, exc: ReadError) -> Problem:
     ``unknown``), ``corrupt`` when they were read and found broken."""
     kind = "unreadable" if isinstance(exc, UnreadableError) else "corrupt"
     return Problem(display_path(path), kind, str(exc))
-
-
-def list_dir(path: Path, problems: list[Problem]) -> list[os.DirEntry[str]]:
-    """A folder's items sorted by name; an unreadable folder is a problem and reads as empty."""
-    try:
-        with os.scandir(path) as it:
-            return sorted(it, key=lambda e: e.name)
-    except OSError as exc:
-        problems.append(Problem(display_path(path), "unreadable", exc.strerror or str(exc)))
-        return []
-
-
-def is_dir_entry(e: os.DirEntry[str]) -> bool:
-    """A real folder (a symlink to one is not); ``False`` when it cannot be told."""
-    try:
-        return e.is_dir(follow_symlinks=False)
-    except OSError:
-        return False
-
-
-def entry_times(stats: TreeStats) -> EntryTimes:
-    """When an entry was created, modified and last used, from its file times.
-
-    Linux gives no birth time through ``os.stat``; every artifact is written once, so the
-    earliest file mtime is when the entry was created. Last use is the later of the newest
-    read of a file vLLM loads (atime newer than its mtime: the mount records reads, as relatime
-    and strictatime do) and the last write (a load can also write, e.g. Inductor kernels
-    unpacked from the AOT artifact)."""
-    created = stats.oldest_mtime
-    modified = stats.newest_mtime
-    read = stats.last_read
-    if read is not None and (modified is None or read > modified):
-        return EntryTimes(created, "oldest-mtime", modified, read, "atime")
-    return EntryTimes(created, "oldest-mtime", modified, modified,
-                      "mtime" if modified else None)
 
 
 def _stat_problems(stats: TreeStats) -> list[Problem]:
@@ -188,9 +152,11 @@ def _read_prefix(rank: str, e: os.DirEntry[str], deep: bool,
                      missing_artifacts=tuple(missing), files=names)
 
 
-def read_backend_entry(path: Path, deep: bool = False, progress: Progress | None = None) -> Entry:
+def read_backend_entry(path: Path, deep: bool = False, progress: Progress | None = None,
+                       stats: TreeStats | None = None) -> Entry:
+    """``stats``: the entry's :func:`tree_stats`, when already walked."""
     problems: list[Problem] = []
-    stats = tree_stats(str(path), progress)
+    stats = tree_stats(str(path), progress) if stats is None else stats
     problems += _stat_problems(stats)
     ranks: list[str] = []
     prefix_dirs: list[PrefixDir] = []
@@ -261,9 +227,11 @@ NO_COMPILED_GRAPH = (
     "this start lives in its AOT entry")
 
 
-def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = None) -> Entry:
+def read_aot_entry(path: Path, deep: bool = False, progress: Progress | None = None,
+                   stats: TreeStats | None = None) -> Entry:
+    """``stats``: the entry's :func:`tree_stats`, when already walked."""
     problems: list[Problem] = []
-    stats = tree_stats(str(path), progress)
+    stats = tree_stats(str(path), progress) if stats is None else stats
     problems += _stat_problems(stats)
     ranks: list[AotRank] = []
     has_inductor = False

@@ -6,18 +6,24 @@ had (adding, removing or renaming a file, which is how they write, changes the f
 and every key file (``model``, ``cache_key_factors.json``, ...) has the same size and mtime.
 Content-addressed kernel buckets are not compared (most of an entry's folders; see
 :func:`vllm_cache_tools.store.tree_stats.is_bucket` for why, and what that misses). Key files'
-atimes are re-read on every use, so last-use evidence stays current. The index is a JSON file
-in our own cache dir (never inside vLLM's root), one per root, written atomically; a
-mismatched format or tool version is ignored and rebuilt. ``ls --rescan`` bypasses it.
+atimes are re-read on every use, so last-use evidence stays current. So an unchanged entry
+costs one ``lstat`` per watched folder and key file (7 on the benchmark tree's entries) and
+nothing else.
+
+The index is one binary file in our own cache dir (never inside vLLM's root), one per root,
+written atomically: msgpack, one per-entry aggregate (:class:`Record`, a typed msgspec struct
+stored as an array) kept as raw bytes until the entry is looked up, so loading the index
+decodes nothing per entry and holds one bytes object (JSON records decoded to dicts held ~4 KB
+per entry). A mismatched format or tool version is ignored and rebuilt; an entry with a name
+msgpack cannot hold (not UTF-8) is not indexed, so it is read afresh each time. ``ls --rescan``
+bypasses the index and rewrites it.
 """
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import xxhash
@@ -28,12 +34,68 @@ from vllm_cache_tools.store.locate import user_cache_dir
 from vllm_cache_tools.store.tree_stats import watched_dirs
 from vllm_cache_tools.store.types import Entry, EntryTimes, Problem, TreeStats
 
-FORMAT = 5
+FORMAT = 6
+
+
+class Record(msgspec.Struct, array_like=True, frozen=True):
+    """What the index keeps of one entry: its listing summary and what tells it unchanged."""
+
+    key: str
+    layout: str
+    size_bytes: int
+    disk_bytes: int
+    files: int
+    dirs: int
+    oldest_mtime: float | None
+    newest_mtime: float | None
+    tmp_files: tuple[str, ...]
+    symlinks: tuple[str, ...]
+    unreadable: tuple[str, ...]
+    owners: tuple[int, ...]
+    dir_names: tuple[str, ...]
+    """Watched folders, relative to the entry (:func:`watched_dirs`) ..."""
+    dir_mtimes: tuple[int, ...]
+    """... and their mtimes (ns)."""
+    key_files: tuple[tuple[str, int, int], ...]
+    """(relative path, size, mtime_ns); atimes are read afresh."""
+    ranks: tuple[str, ...]
+    prefixes: tuple[str, ...]
+    state: str
+    state_detail: str
+    vllm_version: str | None
+    torch_version: str | None
+    model: str | None
+    hardware: str | None
+    checkpoint: str | None
+    checkpoint_detail: str | None
+    problems: tuple[tuple[str, str, str], ...]
+    tree: int
+    """:func:`tree_digest` of the walk that read the entry: ``--rescan`` walks every entry
+    afresh and reuses the rest of the record while it is the same (:func:`reuse`)."""
+
+
+class _IndexDoc(msgspec.Struct, array_like=True):
+    format: int
+    version: str
+    entries: dict[str, msgspec.Raw]
+
+
+_DECODE_RECORD = msgspec.msgpack.Decoder(Record).decode
+_DECODE_DOC = msgspec.msgpack.Decoder(_IndexDoc).decode
+_ENCODE = msgspec.msgpack.Encoder().encode
 
 
 def index_path(compile_cache: Path) -> Path:
     real = os.path.realpath(compile_cache)
-    return user_cache_dir() / "index" / f"{xxhash.xxh3_64_hexdigest(os.fsencode(real))}.json"
+    return user_cache_dir() / "index" / f"{xxhash.xxh3_64_hexdigest(os.fsencode(real))}.msgpack"
+
+
+def tree_digest(st: TreeStats) -> int:
+    """A digest of every folder's mtime (all of them, buckets included) and of the leftover
+    temporary files and symlinks: equal digests mean the same names everywhere in the entry."""
+    text = "\n".join([*(f"{r}\0{m}" for r, m in sorted(st.dir_mtimes)), "\0tmp",
+                       *st.tmp_files, "\0links", *st.symlinks])
+    return xxhash.xxh3_64_intdigest(text.encode("utf-8", "surrogateescape"))
 
 
 def storable(e: Entry) -> bool:
@@ -41,52 +103,58 @@ def storable(e: Entry) -> bool:
     return e.state in ("complete", "unloadable") and not e.stats.unreadable
 
 
-def to_record(e: Entry) -> dict[str, Any]:
-    """What the index keeps of an entry (built where the entry was read: a scan worker)."""
+def encode_record(e: Entry) -> msgspec.Raw | None:
+    """What the index keeps of ``e``, encoded (built where the entry was read: a scan
+    worker), or ``None`` when it is not to be indexed."""
+    if not storable(e):
+        return None
     st = e.stats
     watched = watched_dirs(st.dir_mtimes)
-    return {
-        "key": e.key, "layout": e.layout, "path": os.fsdecode(e.path),
-        "stats": {"size_bytes": st.size_bytes, "disk_bytes": st.disk_bytes,
-                  "files": st.files, "dirs": st.dirs, "oldest_mtime": st.oldest_mtime,
-                  "newest_mtime": st.newest_mtime, "tmp_files": st.tmp_files,
-                  "symlinks": st.symlinks, "unreadable": st.unreadable, "owners": st.owners,
-                  "dir_names": "\n".join(r for r, _ in watched),
-                  "dir_mtimes": [m for _, m in watched],
-                  "key_files": [list(k) for k in st.key_files]},
-        "ranks": list(e.ranks), "prefixes": list(e.prefixes), "state": e.state,
-        "state_detail": e.state_detail, "created": e.created,
-        "created_source": e.created_source, "modified": e.modified,
-        "vllm_version": e.vllm_version, "torch_version": e.torch_version, "model": e.model,
-        "hardware": e.hardware, "checkpoint": e.checkpoint,
-        "checkpoint_detail": e.checkpoint_detail,
-        "problems": [[p.path, p.kind, p.detail] for p in e.problems],
-    }
-
-
-def _stats_from(rec: dict[str, Any], key_files: tuple[tuple[str, int, int, float], ...]
-                ) -> TreeStats:
-    s = dict(rec)
-    dirs = s.pop("dir_names").split("\n")
-    mtimes = s.pop("dir_mtimes")
-    s.pop("key_files")
-    for k in ("tmp_files", "symlinks", "unreadable", "owners"):
-        s[k] = tuple(s[k])
-    return TreeStats(**s, dir_mtimes=tuple(zip(dirs, mtimes, strict=True)), key_files=key_files)
-
-
-def encode_record(rec: dict[str, Any]) -> bytes:
-    """A record as JSON (json for names that are not UTF-8, which msgspec refuses)."""
+    rec = Record(
+        e.key, e.layout, st.size_bytes, st.disk_bytes, st.files, st.dirs, st.oldest_mtime,
+        st.newest_mtime, st.tmp_files, st.symlinks, st.unreadable, st.owners,
+        tuple(r for r, _ in watched), tuple(m for _, m in watched),
+        tuple((r, s, m) for r, s, m, _ in st.key_files), e.ranks, e.prefixes, e.state,
+        e.state_detail, e.vllm_version, e.torch_version, e.model, e.hardware, e.checkpoint,
+        e.checkpoint_detail, tuple((p.path, p.kind, p.detail) for p in e.problems),
+        tree_digest(st))
     try:
-        return msgspec.json.encode(rec)
-    except (UnicodeEncodeError, ValueError):
-        return json.dumps(rec, separators=(",", ":")).encode()
+        return msgspec.Raw(_ENCODE(rec))
+    except UnicodeEncodeError:  # a name that is not UTF-8: read afresh each time
+        return None
 
 
-class _IndexDoc(msgspec.Struct):
-    format: int
-    version: str
-    entries: dict[str, msgspec.Raw]
+def _entry(rec: Record, path: Path, stats: TreeStats,
+           times: Callable[[TreeStats], EntryTimes]) -> Entry:
+    t = times(stats)
+    return Entry(
+        key=rec.key, layout=rec.layout,  # type: ignore[arg-type]
+        path=path, stats=stats, ranks=rec.ranks, prefixes=rec.prefixes,
+        state=rec.state,  # type: ignore[arg-type]
+        state_detail=rec.state_detail, created=t.created,
+        created_source=t.created_source, modified=t.modified, last_used=t.last_used,
+        last_used_source=t.last_used_source, vllm_version=rec.vllm_version,
+        torch_version=rec.torch_version, model=rec.model, hardware=rec.hardware,
+        checkpoint=rec.checkpoint, checkpoint_detail=rec.checkpoint_detail,
+        problems=tuple(Problem(*x) for x in rec.problems),
+    )
+
+
+def reuse(raw: msgspec.Raw | bytes, path: Path, stats: TreeStats,
+          times: Callable[[TreeStats], EntryTimes]) -> Entry | None:
+    """The entry at ``path`` from its earlier record and a fresh walk (``stats``), when
+    the walk found the same folders with the same mtimes (so the same names everywhere) and
+    the same key files with the same sizes and mtimes: then what the readers would find in
+    its files is what they found before, and only the walk's sizes and times are new.
+    ``None`` when anything differs (the entry is then read whole)."""
+    try:
+        rec = _DECODE_RECORD(raw)
+    except msgspec.DecodeError:
+        return None
+    if (stats.unreadable or rec.tree != tree_digest(stats)
+            or rec.key_files != tuple((r, s, m) for r, s, m, _ in stats.key_files)):
+        return None
+    return _entry(rec, path, stats, times)
 
 
 class ListingIndex:
@@ -96,27 +164,17 @@ class ListingIndex:
         """``load=False``: start empty (a rescan that rewrites every record)."""
         self.path = index_path(compile_cache)
         self.version = version
-        self.records: dict[str, Any] = {}
-        """path -> record: a dict (read from the index, or put), or msgspec.Raw (JSON bytes
-        a scan worker encoded)."""
+        self.records: dict[str, msgspec.Raw] = {}
+        """entry path -> its encoded :class:`Record`."""
         self.seen: set[str] = set()
         self.dirty = False
         if not load:
             return
         try:
-            raw = self.path.read_bytes()
-            try:
-                # Each record stays JSON bytes until an entry is looked up: decoding them all
-                # to dicts would hold ~4 KB per entry (160 MB for a 1M-file root).
-                doc = msgspec.json.decode(raw, type=_IndexDoc)
-                if doc.format == FORMAT and doc.version == version:
-                    self.records = dict(doc.entries)
-                return
-            except msgspec.DecodeError:  # names that are not UTF-8 (escaped surrogates)
-                data = json.loads(raw)
-            if data.get("format") == FORMAT and data.get("version") == version:
-                self.records = data["entries"]
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            doc = _DECODE_DOC(self.path.read_bytes())
+            if doc.format == FORMAT and doc.version == version:
+                self.records = doc.entries
+        except (OSError, msgspec.DecodeError):
             self.records = {}
 
     def lookup(self, path: Path, times: Callable[[TreeStats], EntryTimes]) -> Entry | None:
@@ -124,52 +182,43 @@ class ListingIndex:
         ``times`` turns stats into (created, source, modified, last_used, source)."""
         p = os.fsdecode(path)
         self.seen.add(p)
-        rec = self.records.get(p)
-        if rec is None:
+        raw = self.records.get(p)
+        if raw is None:
             return None
         try:
-            if isinstance(rec, msgspec.Raw):
-                rec = msgspec.json.decode(rec)
-            st = rec["stats"]
+            rec = _DECODE_RECORD(raw)
+            lstat = os.lstat
             # Relative lstat from the entry's folder: no full-path lookup per folder.
             fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             try:
-                lstat = os.lstat
-                for rel, mtime in zip(st["dir_names"].split("\n"), st["dir_mtimes"],
-                                      strict=True):
+                for rel, mtime in zip(rec.dir_names, rec.dir_mtimes, strict=True):
                     if lstat(rel, dir_fd=fd).st_mtime_ns != mtime:
                         return None
                 keys = []
-                for rel, size, mtime, _ in st["key_files"]:
+                for rel, size, mtime in rec.key_files:
                     s = lstat(rel, dir_fd=fd)
                     if s.st_size != size or s.st_mtime_ns != mtime:
                         return None
                     keys.append((rel, size, mtime, s.st_atime))
             finally:
                 os.close(fd)
-            stats = _stats_from(st, tuple(keys))
-            t = times(stats)
-            return Entry(
-                key=rec["key"], layout=rec["layout"], path=path, stats=stats,
-                ranks=tuple(rec["ranks"]), prefixes=tuple(rec["prefixes"]),
-                state=rec["state"], state_detail=rec["state_detail"], created=t.created,
-                created_source=t.created_source, modified=t.modified, last_used=t.last_used,
-                last_used_source=t.last_used_source, vllm_version=rec["vllm_version"],
-                torch_version=rec["torch_version"], model=rec["model"],
-                hardware=rec["hardware"], checkpoint=rec.get("checkpoint"),
-                checkpoint_detail=rec.get("checkpoint_detail"),
-                problems=tuple(Problem(*x) for x in rec["problems"]),
-            )
-        except (OSError, KeyError, TypeError, ValueError):
+        except (OSError, ValueError, msgspec.DecodeError):
             return None
+        # A listing needs no per-folder mtimes (prune and verify scan without the index).
+        stats = TreeStats(rec.size_bytes, rec.disk_bytes, rec.files, rec.dirs,
+                          rec.oldest_mtime, rec.newest_mtime, rec.tmp_files, rec.symlinks,
+                          rec.unreadable, rec.owners, (), tuple(keys))
+        return _entry(rec, path, stats, times)
 
-    def put(self, e: Entry, record: dict[str, Any] | msgspec.Raw | None = None) -> None:
-        """Keep ``e`` (its :func:`to_record`, when already built; as encoded JSON too) if
-        :func:`storable`."""
+    def put(self, e: Entry, record: msgspec.Raw | None = None, *,
+            encoded: bool = False) -> None:
+        """Keep ``e`` if :func:`storable` (``record``: its :func:`encode_record`, when a
+        worker already built it, ``encoded=True``)."""
         p = os.fsdecode(e.path)
         self.seen.add(p)
-        if storable(e):
-            self.records[p] = to_record(e) if record is None else record
+        rec = record if encoded else encode_record(e)
+        if rec is not None:
+            self.records[p] = rec
             self.dirty = True
         elif self.records.pop(p, None) is not None:
             self.dirty = True
@@ -182,18 +231,12 @@ class ListingIndex:
             return
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            doc = {"format": FORMAT, "version": self.version, "entries": self.records}
-            try:
-                data = msgspec.json.encode(doc)
-            except (UnicodeEncodeError, ValueError):  # a name that is not UTF-8
-                data = json.dumps({**doc, "entries": {
-                    p: json.loads(bytes(r)) if isinstance(r, msgspec.Raw) else r
-                    for p, r in self.records.items()}}, separators=(",", ":")).encode()
+            data = _ENCODE(_IndexDoc(FORMAT, self.version, self.records))
             with FileLock(str(self.path) + ".lock", timeout=5):
                 fd = safeio.open_dirs(self.path.parent)
                 try:
                     safeio.replace_at(fd, self.path.name, data, 0o600)
                 finally:
                     os.close(fd)
-        except (OSError, Timeout):
+        except (OSError, UnicodeEncodeError, Timeout):
             pass  # the index is an optimisation; a read-only home must not break ls

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
-from vllm_cache_tools.store.entries import AOT_KEY, BACKEND_KEY
+from vllm_cache_tools.store.folders import AOT_KEY, BACKEND_KEY
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
 from vllm_cache_tools.store.scan import check_root, classify
 

@@ -29,7 +29,9 @@ from pathlib import Path
 import msgspec
 
 from vllm_cache_tools.store.entries import read_aot_entry, read_backend_entry
-from vllm_cache_tools.store.listing_index import encode_record, storable, to_record
+from vllm_cache_tools.store.folders import entry_times
+from vllm_cache_tools.store.listing_index import encode_record, reuse
+from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import Entry
 
 WORKERS_ENV = "VLLM_CACHE_TOOLS_SCAN_WORKERS"
@@ -51,18 +53,28 @@ def scan_workers() -> int:
         return max(1, min(os.cpu_count() or 1, 64))
 
 
-def _summary(item: tuple[str, str, bool, bool]) -> tuple[Entry, msgspec.Raw | None]:
-    layout, path, deep, record = item
-    reader = read_aot_entry if layout == "aot" else read_backend_entry
-    e = reader(Path(path), deep=deep)
+def _summary(item: tuple[str, str, bool, bool, bytes | None]
+             ) -> tuple[Entry, msgspec.Raw | None]:
+    layout, path, deep, record, previous = item
+    stats = found = None
+    if previous is not None and not deep:
+        # A rescan walks every entry afresh, and reads its files only when the walk found
+        # something changed since the index's record (listing_index.reuse).
+        stats = tree_stats(path)
+        found = reuse(previous, Path(path), stats, entry_times)
+    if found is not None:
+        e = found
+    else:
+        reader = read_aot_entry if layout == "aot" else read_backend_entry
+        e = reader(Path(path), deep=deep, stats=stats)
     if not deep:
         # Listings keep no per-rank details (and they would cross the pipe for nothing).
         e = replace(e, prefix_dirs=(), aot_ranks=())
     if not record:
         return e, None
-    # The index record is built here too (the parent is the serial part of a scan), as JSON
-    # bytes: a dict per entry held by the parent until the index is saved would cost ~3 KB.
-    rec = msgspec.Raw(encode_record(to_record(e))) if storable(e) else None
+    # The index record is built here too (the parent is the serial part of a scan), encoded:
+    # a dict per entry held by the parent until the index is saved would cost ~3 KB.
+    rec = encode_record(e)
     # A listing needs no per-folder mtimes (prune and verify scan without the index and
     # keep them: they check a folder did not change between plan and removal).
     return replace(e, stats=replace(e.stats, dir_mtimes=())), rec
@@ -77,12 +89,16 @@ def read_entries(items: Sequence[Item], *, deep: bool = False,
 
 
 def read_entries_for_index(items: Sequence[Item], *, deep: bool = False,
-                           workers: int | None = None, records: bool = True
+                           workers: int | None = None, records: bool = True,
+                           previous: Sequence[bytes | None] | None = None
                            ) -> Iterator[tuple[Entry, msgspec.Raw | None]]:
     """:func:`read_entries`, each entry with its listing-index record (``None`` when it is
-    not to be indexed, or ``records`` is off)."""
+    not to be indexed, or ``records`` is off). ``previous``: each item's earlier record (or
+    ``None``), reused when a fresh walk finds the entry unchanged."""
     n = scan_workers() if workers is None else workers
-    args = [(layout, os.fsdecode(path), deep, records) for layout, path in items]
+    prev = previous if previous is not None else [None] * len(items)
+    args = [(layout, os.fsdecode(path), deep, records, bytes(p) if p is not None else None)
+            for (layout, path), p in zip(items, prev, strict=True)]
     if (n <= 1 or len(args) < PARALLEL_MIN_ENTRIES or threading.active_count() > 1
             or "fork" not in multiprocessing.get_all_start_methods()):
         yield from map(_summary, args)

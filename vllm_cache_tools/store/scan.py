@@ -13,13 +13,14 @@ Layout (see docs/layout.md and shared FACTS):
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from dataclasses import replace
 from pathlib import Path
 
 from vllm_cache_tools import __version__
 from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, STATE_DIRNAME, TRASH_DIRNAME
-from vllm_cache_tools.store.entries import (
+from vllm_cache_tools.store.folders import (
     AOT_KEY,
     BACKEND_KEY,
     Progress,
@@ -30,7 +31,6 @@ from vllm_cache_tools.store.entries import (
 from vllm_cache_tools.store.in_use import open_paths_under
 from vllm_cache_tools.store.listing_index import ListingIndex
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
-from vllm_cache_tools.store.parallel_read import read_entries_for_index
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import (
     CacheInfo,
@@ -50,9 +50,15 @@ class RootError(VctError, ValueError):
 def _mark_in_use(entries: list[Entry], open_paths: dict[str, set[int]]) -> list[Entry]:
     if not open_paths:
         return entries
+    # Entry folders are real folders (classify follows no link) in one or two parents: one
+    # realpath per parent, not one per entry (a realpath is an lstat per path component).
+    real_parent: dict[str, str] = {}
     out = []
     for e in entries:
-        prefix = os.path.realpath(e.path).rstrip("/") + "/"
+        parent, name = os.path.split(os.fspath(e.path))
+        if parent not in real_parent:
+            real_parent[parent] = os.path.realpath(parent)
+        prefix = os.path.join(real_parent[parent], name).rstrip("/") + "/"
         pids = sorted({pid for p, ps in open_paths.items() if p.startswith(prefix) for pid in ps})
         if pids:
             e = replace(e, state="in-use",
@@ -116,10 +122,11 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
     ``deep=False`` (``ls``) returns summaries: sizes, times, ranks, state, versions, model and
     hardware, without per-rank details, reusing the listing index for unchanged entries
     (``use_index``). ``deep=True`` reads every artifact whole (hashes, raw env factors, source
-    contents, compiled ranges). ``refresh_index`` (``ls --rescan``) reads every entry afresh
-    and stores what it read in the index for the next listing. Per-entry problems are
-    collected, never raised; only a root that cannot be scanned at all raises
-    :class:`RootError`."""
+    contents, compiled ranges). ``refresh_index`` (``ls --rescan``) walks every entry afresh
+    (reading its files again only where the walk finds a folder or key file changed since
+    the index's record) and stores what it read in the index for the next listing.
+    Per-entry problems are collected, never raised; only a root that cannot be scanned at all
+    raises :class:`RootError`."""
     croot = root if isinstance(root, CacheRoot) else resolve_root(root)
     check_root(croot)
     problems: list[Problem] = []
@@ -134,7 +141,9 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
     entries: list[Entry] = []
     if (cc.is_dir() and not cc.is_symlink()) or (croot.vllm_root / AOT_DIRNAME).is_dir():
         counted = 0
-        index = (ListingIndex(cc, __version__, load=use_index)
+        # A rescan loads the index too: it walks every entry, and reads the files only of
+        # those the walk finds changed since their record (parallel_read._summary).
+        index = (ListingIndex(cc, __version__)
                  if (use_index or refresh_index) and not deep else None)
         items = classify(cc, problems)
         found: list[Entry | None] = []
@@ -146,12 +155,19 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
                 counted += hit.stats.files
                 progress(counted)
         todo = [i for i, e in enumerate(found) if e is None]
-        # The rest is read afresh, spread over processes (store/parallel_read.py).
-        read = read_entries_for_index([items[i] for i in todo], deep=deep,
-                                      records=index is not None)
+        previous = ([index.records.get(os.fsdecode(items[i][1])) for i in todo]
+                    if index is not None else None)
+        # The rest is read afresh, spread over processes (store/parallel_read.py; imported
+        # only then: it imports every artifact reader, which an indexed listing does not need).
+        read: Iterable[tuple[Entry, object]] = ()
+        if todo:
+            from vllm_cache_tools.store.parallel_read import read_entries_for_index
+
+            read = read_entries_for_index([items[i] for i in todo], deep=deep,
+                                          records=index is not None, previous=previous)
         for i, (entry, record) in zip(todo, read, strict=True):
             if index is not None:
-                index.put(entry, record)
+                index.put(entry, record, encoded=True)  # type: ignore[arg-type]
             found[i] = entry
             if progress is not None:
                 counted += entry.stats.files

@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
-from vllm_cache_tools.read.aot_model import AotModelInfo
-from vllm_cache_tools.read.compile_cache import CompiledGraphRecord
-from vllm_cache_tools.read.factors import CacheKeyFactors
-from vllm_cache_tools.read.graph import GraphInfo
-from vllm_cache_tools.read.manifest import Manifest
+if TYPE_CHECKING:  # annotations only: a listing from the index imports none of the readers
+    from vllm_cache_tools.read.aot_model import AotModelInfo
+    from vllm_cache_tools.read.compile_cache import CompiledGraphRecord
+    from vllm_cache_tools.read.factors import CacheKeyFactors
+    from vllm_cache_tools.read.graph import GraphInfo
+    from vllm_cache_tools.read.manifest import Manifest
 
 Layout = Literal["backend", "aot"]
 State = Literal["complete", "partial", "corrupt", "unloadable", "in-use", "unknown"]

@@ -1,0 +1,237 @@
+"""What ``vllm-cache ls`` does (:func:`run_ls`), free of typer, and the reading of its plain
+command lines without typer (:func:`run_argv`).
+
+Why: an indexed re-listing of a big root is meant to cost a tenth of ``du`` (issue 17), and
+building the typer command alone costs more than that (typer converts every parameter through
+a pydantic ``TypeAdapter``: ~0.2 s of the ~0.3 s an empty listing took, measured with
+cProfile). :func:`run_argv` takes only the options it fully understands, each once, and calls
+:func:`run_ls` with the values typer would pass (tests/test_ls_fast.py compares both);
+anything else (``--help``, an unknown or repeated option, a value starting with ``-``) is
+left to typer, so help, errors and their exit codes stay typer's."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vllm_cache_tools.cli.common import DelayedProgress, fail, print_json, warn
+from vllm_cache_tools.store.locate import display_path
+from vllm_cache_tools.store.scan import RootError, scan
+from vllm_cache_tools.store.types import Entry, Problem
+from vllm_cache_tools.units import human_age, human_size
+
+_FLAGS = {"--json": "json_out", "--rescan": "rescan", "--by-owner": "by_owner",
+          "--wide": "wide", "-w": "wide", "--all-caches": "all_caches"}
+_VALUED = {"--root": "root", "--sort": "sort", "--filter": "filter_expr"}
+
+
+def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
+    """``ls``'s arguments as :func:`run_ls` keywords, or ``None`` when typer should read
+    them."""
+    out: dict[str, Any] = {}
+    refs: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        i += 1
+        if not a.startswith("-"):
+            refs.append(a)
+            continue
+        name, eq, value = a.partition("=")
+        val: bool | str
+        if not eq and name in _FLAGS:
+            key, val = _FLAGS[name], True
+        elif name in _VALUED:
+            if not eq:
+                if i >= len(args):
+                    return None
+                value = args[i]
+                i += 1
+            if value.startswith("-") or not value:
+                return None
+            key, val = _VALUED[name], value
+        else:
+            return None
+        if key in out:
+            return None
+        out[key] = val
+    if "root" in out:
+        out["root"] = Path(out["root"])
+    return {"refs": refs or None, **out}
+
+
+def run_argv(args: Sequence[str]) -> bool:
+    """Run ``ls`` from its arguments when :func:`parse_argv` reads them; ``False`` (nothing
+    done) otherwise. Exits as typer would: 0 when done, 1 on a closed pipe."""
+    kw = parse_argv(args)
+    if kw is None:
+        return False
+    try:
+        run_ls(**kw)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # As click does: no second error while the interpreter flushes the closed pipe.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        raise SystemExit(1) from None
+    return True
+
+
+def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out: bool = False,
+           sort: str = "last-used", filter_expr: str | None = None, rescan: bool = False,
+           by_owner: bool = False, wide: bool = False, all_caches: bool = False) -> None:
+    """``vllm-cache ls`` (see :func:`vllm_cache_tools.cli.ls.ls` for the options)."""
+    from vllm_cache_tools.store.filters import parse_filter, sort_entries
+
+    if all_caches:
+        if refs or filter_expr or by_owner:
+            fail("--all-caches lists every cache kind; it takes no KEY, --filter or --by-owner")
+        from vllm_cache_tools.cli.ls_caches import ls_all_caches
+
+        return ls_all_caches(root, json_out=json_out, rescan=rescan, wide=wide)
+    if refs and len(refs) == 1 and "://" in refs[0]:  # a remote store (vllm-cache push)
+        from vllm_cache_tools.cli.ls_remote import ls_remote
+
+        return ls_remote(refs[0], json_out=json_out, sort=sort, filter_expr=filter_expr,
+                         wide=wide)
+    pred = parse_filter(filter_expr) if filter_expr else None
+    sort_entries([], sort)
+    progress = DelayedProgress(enabled=not json_out)
+    try:
+        info = scan(root, progress=progress.callback(), use_index=not rescan,
+                    refresh_index=rescan)
+    except RootError as exc:
+        fail(str(exc))
+    finally:
+        progress.close()
+    entries = [e for e in info.entries if pred is None or pred(e)]
+    if refs:
+        from vllm_cache_tools.store.lookup import locate_entry
+
+        named = {os.path.realpath(locate_entry(ref, info.root)) for ref in refs}
+        entries = [e for e in entries if os.path.realpath(e.path) in named]
+    entries = sort_entries(entries, sort)
+    _warn_problems(info.problems, [p for e in entries for p in e.problems
+                                   if p.kind in ("unreadable", "symlink", "foreign")])
+    if by_owner:
+        _print_owners(info.root, entries, json_out)
+        return
+    from vllm_cache_tools.store.filesystem import filesystem_of
+    from vllm_cache_tools.views.filesystem import filesystem_json
+
+    fs = filesystem_of(info.root)
+    if json_out:
+        from vllm_cache_tools.views.payloads import ls_report
+
+        print_json({**ls_report(info, entries), "filesystem": filesystem_json(fs)})
+        return
+    from vllm_cache_tools.cli.render import render, unique_prefixes
+
+    for note in fs.notes:  # a shared filesystem, or atime not kept: stderr, like problems
+        warn(f"note: {note}")
+    out = sys.stdout.write
+    if not info.entries:
+        out(f"No compile-cache entries under {display_path(info.root)} "
+            f"(root from {info.root_source}).\n")
+        return
+    tty = sys.stdout.isatty()
+    width = None if wide or not tty else shutil.get_terminal_size((80, 24)).columns
+    keys = unique_prefixes((e.key for e in info.entries), AOT_MIN_PREFIX)
+    lines = render(ls_columns(), [_row(e, keys) for e in entries], width)
+    bold = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    out(f"{display_path(info.root)}/torch_compile_cache\n\n")
+    out((f"\x1b[1m{lines[0]}\x1b[0m" if bold else lines[0]) + "\n")
+    for line in lines[1:]:
+        out(line + "\n")
+    total = sum(e.size_bytes for e in entries)
+    shown = f"{len(entries)} of {len(info.entries)}" if pred or refs else str(len(entries))
+    out(f"\n{shown} entries, {human_size(total)} total "
+        f"({human_size(sum(e.disk_bytes for e in entries))} on disk), "
+        f"{sum(e.stats.files for e in entries)} files\n")
+
+
+def ls_columns() -> tuple[Any, ...]:
+    """The table's columns. What goes first when the terminal is narrow: what the key already
+    tells (layout), then what is there for the curious (torch, hardware, files, ranks). Key,
+    state, size, last use and the model always stay; --wide, and piped output, show every
+    column."""
+    from vllm_cache_tools.cli.render import Column
+
+    return (
+        Column("KEY"),
+        Column("LAYOUT", drop=6),
+        Column("SIZE", align="right"),
+        Column("FILES", align="right", drop=3),
+        Column("RANKS", drop=4),
+        Column("STATE"),
+        Column("LAST USED"),
+        Column("HITS", align="right", drop=5),
+        Column("TORCH", drop=1),
+        Column("HARDWARE", drop=2),
+        Column("MODEL", shrink_to=28),
+    )
+
+
+# Shortest unique prefix of an AOT key (64 hex), but never shorter than this; backend keys
+# (10 hex) are shown whole: they are the folder names vLLM logs.
+AOT_MIN_PREFIX = {64: 12}
+
+
+def _row(e: Entry, keys: dict[str, str]) -> list[str]:
+    return [keys.get(e.key, e.key), e.layout, human_size(e.size_bytes), str(e.stats.files),
+            ",".join(r.removeprefix("rank_") for r in e.ranks) or "-", e.state, _last_used(e),
+            "-" if e.hits is None else str(e.hits), e.torch_version or "-", e.hardware or "-",
+            model_label(e)]
+
+
+def model_label(e: Entry) -> str:
+    """The served model when it was recorded, else the model code it was traced from."""
+    checkpoint: str | None = getattr(e, "checkpoint", None)
+    return checkpoint or _short_model(e.model)
+
+
+def _short_model(model: str | None) -> str:
+    """``LlamaModel.forward (vllm/.../llama.py:406)`` -> ``LlamaModel.forward``; a backend's
+    model file -> its name."""
+    if not model:
+        return "-"
+    return model.split(" (", 1)[0].rsplit("/", 1)[-1]
+
+
+def _warn_problems(root_problems: Sequence[Problem], entry_problems: Sequence[Problem],
+                   limit: int = 20) -> None:
+    """Problems go to stderr (stdout stays parseable); states already show corrupt/partial."""
+    allp = [*root_problems, *entry_problems]
+    for p in allp[:limit]:
+        warn(f"{p.kind}: {p.path}: {p.detail}")
+    if len(allp) > limit:
+        warn(f"... and {len(allp) - limit} more problems (see --json)")
+
+
+def _print_owners(root: Path, entries: Sequence[Entry], json_out: bool) -> None:
+    from vllm_cache_tools.cli.render import Column, render
+    from vllm_cache_tools.maintain.evidence import owner_usage
+    from vllm_cache_tools.views.payloads import with_schema
+
+    rows = owner_usage(entries)
+    if json_out:
+        print_json(with_schema("ls-by-owner", {"root": display_path(root), "owners": [
+            {"owner": o.owner, "uids": list(o.uids), "entries": o.entries,
+             "size_bytes": o.size_bytes, "disk_bytes": o.disk_bytes, "files": o.files}
+            for o in rows]}))
+        return
+    cols = (Column("OWNER"), Column("ENTRIES", align="right"), Column("SIZE", align="right"),
+            Column("ON DISK", align="right"), Column("FILES", align="right"))
+    lines = render(cols, [[o.owner, str(o.entries), human_size(o.size_bytes),
+                           human_size(o.disk_bytes), str(o.files)] for o in rows], None)
+    sys.stdout.write(f"{display_path(root)}/torch_compile_cache by owner\n\n"
+                     + "".join(line + "\n" for line in lines))
+
+
+def _last_used(e: Entry) -> str:
+    if e.last_used is None:
+        return "-"
+    return f"{human_age(e.last_used)} ({e.last_used_source or '?'})"
