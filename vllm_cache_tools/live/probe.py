@@ -598,40 +598,76 @@ def child_main(preimport: bool) -> None:
     sys.stdout.flush()
 
 
-def _memo_module() -> Any:
-    """vllm_cache_tools/live/memo.py (standard library only), loaded by path: this probe
+def _sibling(name: str) -> Any:
+    """vllm_cache_tools/live/<name>.py (standard library only), loaded by path: this probe
     runs in the user's vLLM environment, where the package may not be installed."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "memo.py")
-    spec = importlib.util.spec_from_file_location("_vct_probememo", path)
+    key = f"_vct_probe_{name}"
+    if key in sys.modules:
+        return sys.modules[key]
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.py")
+    spec = importlib.util.spec_from_file_location(key, path)
     if spec is None or spec.loader is None:
         return None
     mod = importlib.util.module_from_spec(spec)
+    sys.modules[key] = mod
     spec.loader.exec_module(mod)
     return mod
 
 
+def _memo_module() -> Any:
+    return _sibling("memo")
+
+
+_IMPORT_ENVS: Any = None
+"""``inproc.ImportEnvs``: the environment each Inductor config module was imported in
+(installed by :func:`main` before anything imports torch); None: the Inductor factors come
+from the child."""
+_WATCHES: list[EnvWatch] = []
+"""What the imports and the config build read (``inproc.why_not`` judges them)."""
+_PREFETCH: Any = None
+_PENDING_MEMO: list[Any] = []
+"""Inductor memo saves waiting for the whole answer's dependencies (see :func:`answer`)."""
+
+
+def _prefetch() -> None:
+    """Start hashing torch's sources and triton's files in a thread (``inproc.Prefetch``)."""
+    global _PREFETCH
+    if _IMPORT_ENVS is None:
+        return
+    if _PREFETCH is None:
+        _PREFETCH = _sibling("inproc").Prefetch()
+    _PREFETCH.start()
+
+
 class _Child:
-    """The Inductor child, started at once (python starts while this process imports vLLM)
-    and given its environment as soon as the platform has set it. Its answer depends only on
-    that environment, the two patches, torch's files and the machine, so with
-    ``req["child_memo"]`` it is memoized apart from the whole probe's (an argument change
-    that leaves the worker's environment alone needs no child)."""
+    """The Inductor factors: computed in this process (``inproc``) when it can reproduce
+    what a fresh child would import, else by the Inductor child, started at once (python
+    starts while this process imports vLLM) and given its environment as soon as the
+    platform has set it. The answer depends only on that environment, the two patches,
+    torch's files and the machine, so with ``req["child_memo"]`` it is memoized apart from
+    the whole probe's (an argument change that leaves the worker's environment alone needs
+    neither)."""
 
     def __init__(self, memo: dict[str, Any] | None) -> None:
         if memo:
             _ignore(memo["dir"])
         self.memo = memo
         self.mod = _memo_module() if memo else None
-        # Started at once unless a memoized answer is likely (the memo holds answers): an
-        # unneeded child importing torch beside vLLM's own import cost ~3 s of a standby's
-        # answer on 2 cores (bench_predict, issue 16). A miss then starts it in send().
-        self.proc: subprocess.Popen[str] | None = None if self._memo_likely() else \
-            self._spawn()
+        # Started at once only when it will likely be needed: not when a memoized answer is
+        # likely (the memo holds answers), nor when this process may compute the factors
+        # itself: an unneeded child importing torch beside vLLM's own import cost ~3 s of a
+        # standby's answer on 2 cores (bench_predict, issue 16). Else started in result().
+        self.proc: subprocess.Popen[str] | None = None if (
+            self._memo_likely() or _IMPORT_ENVS is not None) else self._spawn()
         self.payload: dict[str, Any] = {}
         self.key = ""
         self.cached: dict[str, Any] | None = None
+        self.source = "child"
+        self.why_child: str | None = None
+        """Why the child computed them although this process might have (None: it did not,
+        or this process could not have tried)."""
 
     def _memo_likely(self) -> bool:
         if not self.memo or self.memo.get("fresh") or self.mod is None:
@@ -649,6 +685,8 @@ class _Child:
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def send(self, payload: dict[str, Any]) -> None:
+        """The worker's environment and the patches: looked up in the memo; on a miss, a
+        child already running is asked at once (it works while this process goes on)."""
         self.payload, self.cached = payload, None
         if self.mod is not None and self.memo is not None:
             with open(os.path.abspath(__file__), "rb") as f:
@@ -658,22 +696,63 @@ class _Child:
                                          sys.executable, source)
             if not self.memo.get("fresh"):
                 self.cached, _ = self.mod.load(self.key, Path(self.memo["dir"]))
-        if self.cached is None:
-            if self.proc is None:
-                self.proc = self._spawn()
-            assert self.proc.stdin is not None
-            self.proc.stdin.write(json.dumps(payload))
-            self.proc.stdin.close()
+        if self.cached is None and self.proc is not None:
+            self._ask()
+
+    def _ask(self) -> None:
+        if self.proc is None:
+            self.proc = self._spawn()
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(self.payload))
+        self.proc.stdin.close()
 
     def result(self) -> dict[str, Any]:
-        """The child's answer. If this process changed its environment after sending it
-        (an import did), the worker would inherit the change: ask again with it."""
+        """The factors. If this process changed its environment after sending it (an import
+        did), the worker would inherit the change: ask again with it."""
         if dict(os.environ) != self.payload["env"]:
             self.kill()
-            self.proc = self._spawn()
+            self.proc = None if _IMPORT_ENVS is not None else self._spawn()
             self.send({**self.payload, "env": dict(os.environ)})
         if self.cached is not None:
+            self.source = "memo"
             return self.cached
+        if self.proc is None and _IMPORT_ENVS is not None:
+            here = self._here()
+            if here is not None:
+                return here
+        if self.proc is None or self.proc.stdin is None or not self.proc.stdin.closed:
+            self._ask()
+        return self._from_child()
+
+    def _here(self) -> dict[str, Any] | None:
+        """The factors computed in this process, or None (``why_child`` says why not)."""
+        inproc = _sibling("inproc")
+        why = inproc.why_not(_IMPORT_ENVS, _WATCHES, self.payload["env"])
+        if why is None:
+            why = inproc.unassigned(_IMPORT_ENVS)
+        if why is not None:
+            self.why_child = why
+            return None
+        if _PREFETCH is None:
+            _prefetch()
+        f = inproc.factors(self.payload["env"], self.payload["vllm_functorch_patch"],
+                           self.payload["aot_patch"], _PREFETCH or inproc.Prefetch())
+        plain = f["plain"]
+        res = {"plain_repr": f["plain_repr"], "in_aot_repr": f["in_aot_repr"],
+               "plain": {"system": _jsonable(plain[0]), "torch_key": _jsonable(plain[1]),
+                         "inductor_config": _jsonable(plain[2]),
+                         "functorch_config": _jsonable(plain[3])},
+               "in_aot_functorch": _jsonable(f["in_aot_functorch"])}
+        self.source = "probe"
+        if self.mod is not None and self.memo is not None:
+            # Kept with what the whole answer depended on (a superset of what the factors
+            # read), once it is known: answer() calls this.
+            mod, key, folder = self.mod, self.key, Path(self.memo["dir"])
+            _PENDING_MEMO.append(lambda deps: mod.save(key, res, _factor_deps(deps), folder))
+        return res
+
+    def _from_child(self) -> dict[str, Any]:
+        self.source = "child"
         assert self.proc is not None and self.proc.stdout is not None
         out = self.proc.stdout.read()
         self.proc.wait(timeout=300)
@@ -686,8 +765,8 @@ class _Child:
                                f"{self.proc.returncode}): {out[:200]!r}") from None
         if "restart" in res:  # its early imports read a variable the platform changed
             self.proc = self._spawn(preimport=False)
-            self.send(self.payload)
-            res = self.result()
+            self._ask()
+            res = self._from_child()
             res["preimport_conflicts"] = json.loads(out)["restart"]
             return res
         if self.mod is not None and self.memo is not None:
@@ -700,12 +779,42 @@ class _Child:
             self.proc.wait()
 
 
+def _factor_deps(deps: dict[str, Any]) -> dict[str, Any]:
+    """What factors computed in this process depended on, out of the whole answer's
+    dependencies: the files and folders of the packages a child would have imported (torch,
+    triton, sympy: their sources, torch's hashed sources, the config modules) and the
+    ``sys.path`` folders; not the model's files or vLLM's, so that the memo outlives a change
+    of those, as the child's answer does."""
+    inproc = _sibling("inproc")
+    roots = tuple(os.path.dirname(os.path.abspath(f)) + os.sep for f in (
+        getattr(sys.modules.get(p), "__file__", None) for p in inproc.CHILD_PACKAGES)
+        if isinstance(f, str))
+    paths = {os.path.normpath(os.path.abspath(p or ".")) for p in sys.path}
+
+    def keep(folder: str) -> bool:
+        return (folder + os.sep).startswith(roots) or folder in paths
+
+    out: dict[str, Any] = {}
+    for kind in ("files", "dirs"):
+        rows_in = {f: [r for r in rows if keep(f) or keep(os.path.join(f, r[0]))]
+                   for f, rows in deps.get(kind, {}).items()}
+        out[kind] = {f: rows for f, rows in rows_in.items() if rows}
+    out["network"] = deps.get("network", [])
+    out["unstable"] = [p for p in deps.get("unstable", []) if keep(os.path.dirname(p))]
+    return out
+
+
 def describe(req: dict[str, Any]) -> dict[str, Any]:
     if STANDBY_IMPORTS[0] not in sys.modules:
         stage("importing vLLM and torch")
     child = _Child(req.get("child_memo"))
     try:
-        cfg = build_config(req.get("args", []), req.get("usage", "serve"))
+        with EnvWatch() as watch:  # what the imports and the platform read: see inproc
+            _WATCHES.append(watch)
+            for name in STANDBY_IMPORTS:
+                __import__(name)
+            _prefetch()  # torch's source hash, in a thread while vLLM builds its config
+            cfg = build_config(req.get("args", []), req.get("usage", "serve"))
         import torch
         import vllm
         from vllm import envs
@@ -719,15 +828,15 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
         pc = cfg.parallel_config
         pc.rank = int(req.get("rank", 0))
         stage("resolving the KV-cache layout")
-        layout = resolve_kv_layout(cfg)  # while the child computes
+        layout = resolve_kv_layout(cfg)  # while a child computes
         forwards = compiled_forwards(cfg)
         custom_ops = count_custom_ops(cfg)
-        stage("Inductor factors" + (" (memo)" if child.cached is not None
-                                    else " (child process)"))
+        env = envs.compile_factors()
+        config_hash, parts, origins = cfg.compute_hash(), config_parts(cfg), module_origins()
+        stage("Inductor factors" + (" (memo)" if child.cached is not None else ""))
         inductor = child.result()
     finally:
         child.kill()
-    env = envs.compile_factors()
     cc = cfg.compilation_config
     backend = cc.backend if isinstance(cc.backend, str) else repr(cc.backend)
     return {
@@ -735,12 +844,13 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
         "torch_version": torch.__version__,
         "env": _redaction().redact_env(_jsonable(env)),  # old releases hash S3_* / API keys
         "env_hash": hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest(),
-        "config_hash": cfg.compute_hash(),
-        "config_parts": config_parts(cfg),
+        "config_hash": config_hash,
+        "config_parts": parts,
         "kv_cache_layout": layout,
         "custom_ops": custom_ops,
         "inductor": inductor,
-        "inductor_from": "memo" if child.cached is not None else "child",
+        "inductor_from": child.source,
+        "inductor_child_why": child.why_child,
         "compilation_mode": int(cc.mode) if cc.mode is not None else None,
         "compilation_backend": backend,
         "use_aot_compile": use_aot,
@@ -753,7 +863,7 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
         "dp_index": int(getattr(pc, "data_parallel_index", 0) or 0),
         "world_size": pc.world_size,
         "forwards": forwards,
-        "module_origins": module_origins(),
+        "module_origins": origins,
     }
 
 
@@ -776,6 +886,8 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
     try:
         out = describe(req)
         _merge_deps(out)
+        while _PENDING_MEMO:
+            _PENDING_MEMO.pop()(out["deps"])
     except SystemExit as exc:  # argparse rejected the arguments
         out = {"error": f"invalid vLLM arguments (argparse exit {exc.code})",
                "error_kind": "arguments"}
@@ -1044,6 +1156,8 @@ def standby_main(path: str, idle_s: float) -> None:
         with EnvWatch() as watch:
             for name in STANDBY_IMPORTS:
                 __import__(name)
+        _WATCHES.append(watch)
+        _prefetch()  # torch's source hash, while it waits
         after_imports = dict(os.environ)
         imported = _Imported(before, after_imports, watch, cwd)
         # vLLM's argument parsers, built ahead with their own watch: their defaults read
@@ -1051,6 +1165,7 @@ def standby_main(path: str, idle_s: float) -> None:
         # of one of those differs gets parsers built afresh in its environment, not a
         # mismatch (one standby serves every root).
         with EnvWatch() as pwatch:
+            _WATCHES.append(pwatch)
             for usage in ("serve", "llm"):
                 with contextlib.suppress(Exception):  # then built in answer(), as fresh
                     _PARSERS[usage] = vllm_parser(usage)
@@ -1108,6 +1223,8 @@ def main() -> None:
     if sys.argv[1:] in (["--inductor-child"], ["--inductor-child-plain"]):
         child_main(preimport=sys.argv[1] == "--inductor-child")
         os._exit(0)
+    global _IMPORT_ENVS
+    _IMPORT_ENVS = _sibling("inproc").ImportEnvs().install()
     if sys.argv[1:2] == ["--standby"]:
         try:
             standby_main(sys.argv[2], float(sys.argv[3]))
