@@ -1,0 +1,79 @@
+"""``ls`` with plain options runs without typer (cli/ls_run.py): it must pass the values typer
+would pass, print the same bytes, and leave everything else to typer."""
+
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.realvllm.harness import ScenarioRun
+from vllm_cache_tools.cli import build_command
+from vllm_cache_tools.cli.ls_run import parse_argv, run_ls
+
+PLAIN = [
+    [],
+    ["--json"],
+    ["--json", "--root", "/some/root"],
+    ["--root=/some/root", "--rescan", "--json"],
+    ["abc123", "--wide", "def"],
+    ["-w", "--sort", "size", "--filter", "layout=aot,size>1M"],
+    ["--sort=key", "--by-owner", "--json"],
+    ["--all-caches", "--root", "rel/root"],
+    ["s3://bucket/store", "--json"],
+]
+LEFT_TO_TYPER = [
+    ["--help"], ["-h"], ["--version"], ["--bogus"], ["--json", "--json"], ["--root"],
+    ["--root", "-x"], ["--root="], ["--", "key"], ["-wh"], ["--json=1"], ["-"],
+    ["--sort", "size", "--sort", "key"],
+]
+
+
+def _typer_kwargs(args: list[str], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
+    def capture(*a: Any, **kw: Any) -> None:
+        bound = inspect.signature(run_ls).bind(*a, **kw)
+        bound.apply_defaults()
+        seen.update(bound.arguments)
+
+    monkeypatch.setattr("vllm_cache_tools.cli.ls.run_ls", capture)
+    build_command("ls").main(["ls", *args], prog_name="vllm-cache", standalone_mode=False)
+    return seen
+
+
+@pytest.mark.parametrize("args", PLAIN, ids=" ".join)
+def test_plain_arguments_read_as_typer_reads_them(args: list[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = parse_argv(args)
+    assert fast is not None
+    bound = inspect.signature(run_ls).bind(**fast)
+    bound.apply_defaults()
+    assert bound.arguments == _typer_kwargs(args, monkeypatch)
+    if "root" in fast:
+        assert isinstance(fast["root"], Path)
+
+
+@pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
+def test_anything_else_is_left_to_typer(args: list[str]) -> None:
+    assert parse_argv(args) is None
+
+
+@pytest.mark.realvllm
+def test_same_bytes_with_and_without_typer(real_compile: ScenarioRun, tmp_path: Path) -> None:
+    root = str(real_compile.vllm_root)
+    # A repeated option sends the same listing through typer (it keeps the last value).
+    for args in (["--json"], [], ["--by-owner"], ["--json", "--filter", "layout=aot"]):
+        fast = run_cli("ls", "--root", root, *args)
+        typed = run_cli("ls", "--root", root, "--sort", "last-used", "--sort", "last-used",
+                        *args)
+        assert fast.returncode == typed.returncode == 0, fast.stderr + typed.stderr
+        assert fast.stdout == typed.stdout and fast.stderr == typed.stderr
+    missing = str(tmp_path / "nope")
+    fast = run_cli("ls", "--root", missing)
+    typed = run_cli("ls", "--root", missing, "--sort", "key", "--sort", "key")
+    assert fast.returncode == typed.returncode == 2
+    assert fast.stderr == typed.stderr and "does not exist" in fast.stderr
