@@ -46,7 +46,7 @@ def bundle(real_compile: ScenarioRun, tmp_path_factory: pytest.TempPathFactory) 
 def test_pack_is_deterministic_and_carries_linked_entries(real_compile: ScenarioRun,
                                                           bundle: Path, tmp_path: Path) -> None:
     again = api.pack([_backend_key(real_compile)], tmp_path / "again.tar.zst",
-                     root=real_compile.vllm_root)
+                     root=real_compile.vllm_root, sync=True)  # fsynced: the same bytes
     assert again.path.read_bytes() == bundle.read_bytes()
     m = read_manifest(bundle)
     layouts = {e.layout for e in m.entries}

@@ -1,23 +1,33 @@
-"""Pieces the fleet verbs share (pack, unpack, push, pull, warm, ls URL, prune-remote): one
-place that turns fleet errors into one-line messages with their exit status, byte progress
-bars on a terminal's stderr, the check's rendering, and the vLLM arguments after ``--``."""
+"""Pieces the fleet verbs share (pack, unpack, push, pull, warm, ls URL, prune-remote): their
+typer options, and (re-exported from :mod:`.fleetout`, which needs no typer) one place that
+turns fleet errors into one-line messages with their exit status, byte progress bars, the
+check's rendering, and the vLLM arguments after ``--``."""
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
-from typing import Annotated, Any, NoReturn, TypeVar
+from pathlib import Path
+from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.analyze.explain import show_value
-from vllm_cache_tools.cli.common import fail, write_out
-from vllm_cache_tools.cli.stageline import wanted
-from vllm_cache_tools.units import human_size
+from vllm_cache_tools.cli.fleetout import (
+    byte_bar,
+    check_usage,
+    entries_line,
+    out,
+    passthrough,
+    refuse,
+    render_check,
+    render_placements,
+    run,
+)
 
-T = TypeVar("T")
-
+# ls's --root, word for word: importing cli.ls (its scan, index and render modules) would
+# cost pull --if-hit and unpack --check, a pod's init step, a tenth of a second.
+RootOpt = Annotated[Path | None, typer.Option(
+    "--root", help="vLLM cache root (default: $VLLM_CACHE_ROOT, else $XDG_CACHE_HOME/vllm, "
+    "else ~/.cache/vllm); its torch_compile_cache folder is accepted too.",
+    show_default=False, readable=False, resolve_path=False)]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 PythonOpt = Annotated[str | None, typer.Option(
     "--python", help="Interpreter of the environment that runs vLLM here (default: this "
@@ -31,101 +41,6 @@ StorageOpt = Annotated[list[str] | None, typer.Option(
     "-o anon=true; credentials are better left to AWS_* variables or ~/.aws.")]
 
 
-def run(fn: Callable[[], T]) -> T:
-    """Call ``fn``; a fleet error becomes its one-line message and exit status."""
-    from vllm_cache_tools.fleet.errors import FleetError
-
-    try:
-        return fn()
-    except FleetError as exc:
-        fail(str(exc), exc.exit_code)
-
-
-def passthrough(ctx_args: Sequence[str]) -> tuple[list[str], list[str]]:
-    """(positionals before ``--``, vLLM arguments after it) of a verb whose extra arguments
-    arrive in ``ctx.args`` (click drops the ``--`` itself; the real argv still has it)."""
-    args = list(ctx_args)
-    if "--" not in sys.argv:
-        return args, []
-    n = len(sys.argv) - sys.argv.index("--") - 1
-    return (args[:len(args) - n], args[len(args) - n:]) if n else (args, [])
-
-
-def check_usage(usage: str) -> None:
-    if usage not in ("serve", "llm"):
-        fail("--usage must be serve or llm")
-
-
-@contextmanager
-def byte_bar(label: str, enabled: bool) -> Iterator[Callable[[int, int], None] | None]:
-    """A transient bytes progress bar on stderr (a terminal, not CI, not --json)."""
-    if not (enabled and wanted(sys.stderr, __import__("os").environ)):
-        yield None
-        return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        DownloadColumn,
-        Progress,
-        TextColumn,
-        TimeRemainingColumn,
-        TransferSpeedColumn,
-    )
-
-    bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                   TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-    task = bar.add_task(label, total=None)
-
-    def update(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total or None)
-
-    with bar:
-        yield update
-
-
-def _short(key: str | None) -> str:
-    return "-" if not key else key if len(key) <= 16 else key[:16]
-
-
-def render_check(check: Any) -> str:
-    lines = [f"checks ({check.environment}):"] if check.environment else ["checks:"]
-    for f in check.findings:
-        lines.append(f"  {f.verdict:<7} {f.check:<10} {_short(f.key):<16}  {f.detail}")
-    if check.causes:
-        lines.append("causes")
-        for c in check.causes:
-            lines.append(f"  {c.component}: {c.item}: {show_value(c.old)} -> "
-                         f"{show_value(c.new)} ({c.evidence})"
-                         + (f" {c.detail}" if c.detail else ""))
-    verdict = {"hit": "HIT: vLLM's next start here loads these entries",
-               "miss": "MISS: vLLM's next start here would not load these entries",
-               "compatible": "COMPATIBLE with this host (give the vLLM arguments after -- to "
-                             "know whether the next start hits)",
-               "unknown": "UNKNOWN"}.get(check.verdict, check.verdict)
-    lines.append(verdict)
-    return "\n".join(lines) + "\n"
-
-
-def render_placements(placements: Sequence[Any]) -> str:
-    return "".join(f"{p.action:<9} {p.layout:<7} {_short(p.key):<16}  {p.path}"
-                   + (f"  ({p.detail})" if p.detail and p.action != "placed" else "") + "\n"
-                   for p in placements)
-
-
-def entries_line(records: Sequence[Any]) -> str:
-    size = sum(r.size_bytes for r in records)
-    files = sum(len(r.files) for r in records)
-    return f"{len(records)} entries, {files} files, {human_size(size)}"
-
-
-def out(text: str) -> None:
-    write_out(text)
-
-
-def refuse(message: str) -> NoReturn:
-    fail(message, 1)
-
-
-__all__ = ["JobsOpt", "JsonOpt", "PythonOpt", "StorageOpt", "UsageOpt", "byte_bar",
+__all__ = ["JobsOpt", "JsonOpt", "PythonOpt", "RootOpt", "StorageOpt", "UsageOpt", "byte_bar",
            "check_usage", "entries_line", "out", "passthrough", "refuse", "render_check",
            "render_placements", "run"]

@@ -27,6 +27,9 @@ def pack(
         "--filter", help="Also every entry matching this ls --filter expression.")] = None,
     level: Annotated[int, typer.Option("--level", help="zstd level (1-19).", min=1,
                                        max=19)] = 3,
+    sync: Annotated[bool, typer.Option(
+        "--sync", help="Flush the bundle to disk (fsync) before exiting; without it, as with "
+        "tar, a power loss can leave a torn bundle, which unpack refuses.")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Pack entries into one .tar.zst bundle.
@@ -50,7 +53,8 @@ def pack(
         fail("give -o FILE (or redirect stdout): a bundle is binary")
     with byte_bar("packing", not json_out and str(output) != "-") as bar:
         r = run(lambda: do_pack(refs or [], output, root=root, model=model,
-                                filter_expr=filter_expr, level=level, progress=bar))
+                                filter_expr=filter_expr, level=level, progress=bar,
+                                sync=sync))
     if json_out:
         print_json(pack_document(r))
         return

@@ -1,5 +1,6 @@
 """``vllm-cache pull URL [KEY...] [--if-hit] [-- <vllm serve args>]``: entries from a remote
-store into the cache root, checked like unpack."""
+store into the cache root, checked like unpack. The verb's options (typer); what it does, and
+the reading of plain command lines without typer: :mod:`.pull_run`."""
 
 from __future__ import annotations
 
@@ -7,24 +8,15 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.common import fail, print_json
 from vllm_cache_tools.cli.fleetcommon import (
     JobsOpt,
     JsonOpt,
     PythonOpt,
+    RootOpt,
     StorageOpt,
     UsageOpt,
-    byte_bar,
-    check_usage,
-    entries_line,
-    out,
     passthrough,
-    render_check,
-    render_placements,
-    run,
 )
-from vllm_cache_tools.cli.ls import RootOpt
-from vllm_cache_tools.units import human_size
 
 
 def pull(
@@ -56,34 +48,9 @@ def pull(
     staging folder inside the root; entries are then renamed into place under their locks.
     Exit status: 0 done (or --check: would hit), 1 refused / would not hit, 2 usage, store
     or I/O error (a listed blob missing, no credentials)."""
-    from vllm_cache_tools.fleet.api import pull as do_pull
-    from vllm_cache_tools.fleet.remote import is_url, parse_storage_options
-    from vllm_cache_tools.views.fleet import pull_document
+    from vllm_cache_tools.cli.pull_run import run_pull
 
-    check_usage(usage)
-    if not is_url(url):
-        fail(f"{url!r} is not a store URL (s3://..., gs://..., file:///...)")
     refs, vllm_args = passthrough(ctx.args)
-    opts = run(lambda: parse_storage_options(storage_option or []))
-    with byte_bar("pulling", not json_out) as bar:
-        r = run(lambda: do_pull(url, refs, root=root, vllm_args=vllm_args, if_hit=if_hit,
-                                force=force, check_only=check, python=python, usage=usage,
-                                workers=jobs, storage_options=opts, progress=bar))
-    if json_out:
-        print_json(pull_document(r))
-    else:
-        out(f"{r.url}: {entries_line(r.selected)} selected\n")
-        if r.check is not None:
-            out(render_check(r.check))
-        if r.refused:
-            out("nothing fetched (--force fetches anyway)\n")
-        elif r.checked_only:
-            out("--check: nothing fetched\n")
-        elif not r.selected:
-            out("nothing to fetch\n")
-        else:
-            out(render_placements(r.placements))
-            out(f"{human_size(r.bytes_downloaded)} downloaded in {r.seconds:.1f} s\n")
-    if r.checked_only:
-        raise typer.Exit(0 if r.check is None or r.check.would_hit else 1)
-    raise typer.Exit(0 if r.ok else 1)
+    raise typer.Exit(run_pull(url, refs, vllm_args, root=root, if_hit=if_hit, check=check,
+                              force=force, python=python, usage=usage, jobs=jobs,
+                              storage_option=storage_option, json_out=json_out))

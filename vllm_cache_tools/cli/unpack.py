@@ -11,6 +11,7 @@ from vllm_cache_tools.cli.common import print_json
 from vllm_cache_tools.cli.fleetcommon import (
     JsonOpt,
     PythonOpt,
+    RootOpt,
     UsageOpt,
     byte_bar,
     check_usage,
@@ -21,7 +22,6 @@ from vllm_cache_tools.cli.fleetcommon import (
     render_placements,
     run,
 )
-from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.units import human_size
 
 

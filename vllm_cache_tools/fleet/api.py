@@ -14,14 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from vllm_cache_tools.fleet.bundle import DEFAULT_LEVEL, extract, read_manifest, write_bundle
 from vllm_cache_tools.fleet.checks import HitCheck, hit_check, static_check
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.here import Here, look_here
-from vllm_cache_tools.fleet.place import Placement, Staging, place_entries
-from vllm_cache_tools.fleet.records import BundleManifest, EntryRecord
+from vllm_cache_tools.fleet.records import DEFAULT_LEVEL, BundleManifest, EntryRecord
 from vllm_cache_tools.fleet.remote import DEFAULT_WORKERS, Store
 from vllm_cache_tools.fleet.remote_ops import (
     PushResult,
@@ -30,8 +28,13 @@ from vllm_cache_tools.fleet.remote_ops import (
     with_linked,
 )
 from vllm_cache_tools.fleet.remote_ops import push as _push
-from vllm_cache_tools.fleet.selection import select
 from vllm_cache_tools.store.locate import CacheRoot, resolve_root
+
+# The bundle format (zstandard, tarfile), the selection (deep readers, key checks) and
+# placing are imported by the verbs that use them: a pod's `pull --if-hit --check` needs
+# none of them (a sixth of its imports).
+if TYPE_CHECKING:
+    from vllm_cache_tools.fleet.place import Placement
 
 BytesProgress = Callable[[int, int], None]
 
@@ -86,9 +89,12 @@ class PullResult:
 def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
          root: str | os.PathLike[str] | CacheRoot | None = None, model: str | None = None,
          filter_expr: str | None = None, level: int = DEFAULT_LEVEL,
-         progress: BytesProgress | None = None) -> PackResult:
+         progress: BytesProgress | None = None, sync: bool = False) -> PackResult:
     """Pack the named entries, their linked partners, manifests and snapshots into one
-    deterministic ``.tar.zst``."""
+    deterministic ``.tar.zst`` (``sync``: on disk before this returns, fsync)."""
+    from vllm_cache_tools.fleet.bundle import write_bundle
+    from vllm_cache_tools.fleet.selection import select
+
     t0 = time.perf_counter()
     sel = select(root, refs, model=model, filter_expr=filter_expr)
     total = sum(f.record.size for fs in sel.files for f in fs) + sum(
@@ -102,7 +108,7 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
 
     out = Path(os.fspath(output))
     try:
-        w = write_bundle(sel, out, level, tick)
+        w = write_bundle(sel, out, level, tick, sync=sync)
     except OSError as exc:
         raise FleetError(f"cannot write {out}: {exc.strerror or exc}") from None
     return PackResult(w.path, w.sha256, w.size_bytes, total, sel.records,
@@ -125,6 +131,9 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
            progress: BytesProgress | None = None) -> UnpackResult:
     """Check a bundle (integrity, compatibility, relocation, and with ``vllm_args`` whether
     the next start here would hit) and place its entries atomically."""
+    from vllm_cache_tools.fleet.bundle import extract, read_manifest
+    from vllm_cache_tools.fleet.place import Staging, place_entries
+
     t0 = time.perf_counter()
     path = Path(os.fspath(bundle))
     croot = resolve_root(root)
@@ -196,9 +205,11 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     looking = pool.submit(look_here, vllm_args, croot.vllm_root, python=python, usage=usage)
     try:
         store = Store(url, storage_options)
-        store.ensure_marker(create=False)
+        # Every index object names the store format and version (read_index checks them):
+        # the marker is read only to say why there is nothing (one round trip less).
         entries = store.entries(workers)
         if not entries:
+            store.ensure_marker(create=False)
             raise FleetError(f"{store.url}: the store holds no entries")
         here = looking.result()
     finally:
@@ -214,6 +225,8 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     if check_only or refused or not chosen:
         return PullResult(store.url, croot.vllm_root, check, (), records, 0, check_only,
                           refused and not check_only, time.perf_counter() - t0)
+    from vllm_cache_tools.fleet.place import Staging, place_entries
+
     try:
         with Staging(croot.vllm_root) as st:
             got = download(store, chosen, st, workers=workers, progress=progress)

@@ -39,6 +39,14 @@ class LocalFile:
 
     record: FileRecord
     source: Path
+    ident: tuple[int, ...] | None = None
+    """:func:`file_ident` when it was hashed: a pack compares it instead of hashing again."""
+
+
+def file_ident(st: os.stat_result) -> tuple[int, ...]:
+    """What changes when a file is replaced or written: device, inode, size, mtime and ctime
+    (ns). vLLM and Inductor replace files by rename (a new inode), never in place."""
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,12 @@ class Selection:
 
 def file_digest(path: Path) -> tuple[str, int]:
     """(sha256, size) of a regular file, read without following a link or leaving an atime."""
+    sha, n, _ = file_digest_ident(path)
+    return sha, n
+
+
+def file_digest_ident(path: Path) -> tuple[str, int, tuple[int, ...]]:
+    """(sha256, size, :func:`file_ident` after the read) of a regular file."""
     h = hashlib.sha256()
     n = 0
     with open_noatime(path, buffering=0) as f:
@@ -64,7 +78,8 @@ def file_digest(path: Path) -> tuple[str, int]:
                 break
             h.update(b)
             n += len(b)
-    return h.hexdigest(), n
+        ident = file_ident(os.fstat(f.fileno()))
+    return h.hexdigest(), n, ident
 
 
 def entry_files(top: Path) -> list[tuple[str, Path, bool]]:
@@ -184,8 +199,8 @@ def record_of(e: Entry, root: Path, files: Sequence[LocalFile],
 def _local_files(e: Entry) -> tuple[LocalFile, ...]:
     out = []
     for rel, path, exe in entry_files(e.path):
-        sha, size = file_digest(path)
-        out.append(LocalFile(FileRecord(rel, size, sha, exe), path))
+        sha, size, ident = file_digest_ident(path)
+        out.append(LocalFile(FileRecord(rel, size, sha, exe), path, ident))
     return tuple(out)
 
 
@@ -200,11 +215,11 @@ def _snapshots(entries: Iterable[Entry], cc: Path) -> tuple[LocalFile, ...]:
     for sha in sorted(shas):
         p = cc / STATE_DIRNAME / SOURCES_DIRNAME / sha
         try:
-            digest, size = file_digest(p)
+            digest, size, ident = file_digest_ident(p)
         except OSError:
             continue  # swept or never kept: the manifest still names its hash
         if digest == sha:
-            out.append(LocalFile(FileRecord(snapshot_path(sha), size, sha), p))
+            out.append(LocalFile(FileRecord(snapshot_path(sha), size, sha), p, ident))
     return tuple(out)
 
 
@@ -332,5 +347,5 @@ def _same_model_file(backend: Entry, aot: Entry) -> bool:
     return any(g.endswith("/" + tail) or g == loc for g in graph)
 
 
-__all__ = ["PACKABLE", "LocalFile", "Selection", "entry_files", "file_digest", "record_of",
-           "select"]
+__all__ = ["PACKABLE", "LocalFile", "Selection", "entry_files", "file_digest",
+           "file_digest_ident", "file_ident", "record_of", "select"]

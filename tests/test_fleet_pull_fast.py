@@ -1,0 +1,91 @@
+"""``pull`` with plain options runs without typer (cli/pull_run.py), a pod's init step: it must
+pass the values typer would pass and leave everything else to typer. The decision itself
+(store, checks, exit codes) is tested through the CLI in test_fleet_remote.py and
+test_fleet_realvllm.py, which now take this path."""
+
+from __future__ import annotations
+
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from vllm_cache_tools.cli import build_command
+from vllm_cache_tools.cli.pull_run import parse_argv, run_pull
+
+URL = "s3://bucket/store"
+PLAIN = [
+    [URL],
+    [URL, "--json"],
+    [URL, "--root", "/some/root", "--if-hit", "--check", "--", "/models/m",
+     "--max-model-len", "128"],
+    [URL, "abc123", "def", "--force", "-j", "4", "--usage", "llm", "--python", "/v/bin/python"],
+    ["file:///shared/x", "--storage-option", "anon=true", "-o", "k=v", "--jobs", "256"],
+    [URL, "--if-hit", "--", "--json", "--root", "x"],
+]
+LEFT_TO_TYPER = [
+    [], ["--help"], [URL, "-h"], [URL, "--version"], [URL, "--bogus"], [URL, "--json", "--json"],
+    [URL, "--root"], [URL, "--root", "-x"], [URL, "--root=/r"], [URL, "-j", "0"],
+    [URL, "-j", "x"], ["--", URL], [URL, "--jobs", "300"],
+]
+
+
+def _typer_kwargs(args: list[str], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+
+    def capture(*a: Any, **kw: Any) -> int:
+        bound = inspect.signature(run_pull).bind(*a, **kw)
+        bound.apply_defaults()
+        seen.update(bound.arguments)
+        return 0
+
+    monkeypatch.setattr("vllm_cache_tools.cli.pull_run.run_pull", capture)
+    monkeypatch.setattr(sys, "argv", ["vllm-cache", "pull", *args])  # passthrough reads --
+    with pytest.raises(SystemExit) as exc:
+        build_command("pull").main(["pull", *args], prog_name="vllm-cache")
+    assert exc.value.code == 0
+    return seen
+
+
+@pytest.mark.parametrize("args", PLAIN, ids=" ".join)
+def test_plain_arguments_read_as_typer_reads_them(args: list[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    fast = parse_argv(args)
+    assert fast is not None
+    bound = inspect.signature(run_pull).bind(**fast)
+    bound.apply_defaults()
+    typer_kw = _typer_kwargs(args, monkeypatch)
+    got = {k: list(v) if isinstance(v, (list, tuple)) else v
+           for k, v in bound.arguments.items()}
+    want = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in typer_kw.items()}
+    assert got == want
+    if "root" in fast:
+        assert isinstance(fast["root"], Path)
+
+
+@pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
+def test_anything_else_is_left_to_typer(args: list[str]) -> None:
+    assert parse_argv(args) is None
+
+
+def test_the_store_client_is_imported_beside_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
+    """run_argv starts the backend import before anything else; a second start is a no-op
+    and the Store waits for it."""
+    from vllm_cache_tools.fleet import remote
+
+    started: list[str] = []
+    monkeypatch.setattr(remote, "_prefetched", set())
+    real = remote.threading.Thread
+
+    def spy(*a: Any, **kw: Any) -> Any:
+        started.append(kw.get("name", ""))
+        return real(*a, **kw)
+
+    monkeypatch.setattr(remote.threading, "Thread", spy)
+    remote.prefetch_backend("file:///x")
+    remote.prefetch_backend("file:///y")
+    assert started == ["vllm-cache-import-backend"]
+    remote.Store("file:///tmp")  # joins it
+    assert not remote._importing

@@ -1,0 +1,140 @@
+"""What ``vllm-cache pull`` does (:func:`run_pull`), free of typer, and the reading of its
+plain command lines without typer (:func:`run_argv`).
+
+Why: ``pull --if-hit -- <serve args>`` is a pod's init step, and its decision is meant to take
+under a second. Building the typer command costs ~0.2 s (typer converts every parameter
+through a pydantic ``TypeAdapter``) and the store's client (s3fs, aiobotocore, aiohttp) ~0.4 s
+of imports. So :func:`run_argv` starts importing the store's client at once (a thread; see
+:func:`vllm_cache_tools.fleet.remote.prefetch_backend`), takes only the options it fully
+understands and calls :func:`run_pull` with the values typer would pass
+(tests/test_fleet_pull_fast.py compares both); anything else (``--help``, an unknown option,
+``--opt=value``, a value starting with ``-``, a number out of range) is left to typer, so help,
+errors and their exit codes stay typer's."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vllm_cache_tools.cli.common import fail, print_json
+from vllm_cache_tools.cli.fleetout import (
+    byte_bar,
+    check_usage,
+    entries_line,
+    out,
+    render_check,
+    render_placements,
+    run,
+)
+from vllm_cache_tools.fleet.remote import is_url, prefetch_backend
+from vllm_cache_tools.units import human_size
+
+_FLAGS = {"--if-hit": "if_hit", "--check": "check", "--force": "force", "--json": "json_out"}
+_VALUED = {"--root": "root", "--python": "python", "--usage": "usage", "--jobs": "jobs",
+           "-j": "jobs"}
+_LISTS = {"--storage-option": "storage_option", "-o": "storage_option"}
+MAX_JOBS = 256
+
+
+def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
+    """The keyword arguments of :func:`run_pull` for ``pull``'s arguments (after the verb),
+    or ``None`` when typer should read them."""
+    args = list(args)
+    vllm_args: list[str] = []
+    if "--" in args:
+        i = args.index("--")
+        args, vllm_args = args[:i], args[i + 1:]
+    kw: dict[str, Any] = {"vllm_args": vllm_args}
+    positionals: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a in _FLAGS and _FLAGS[a] not in kw:
+            kw[_FLAGS[a]] = True
+        elif a in _VALUED and _VALUED[a] not in kw:
+            if i + 1 >= len(args) or args[i + 1].startswith("-"):
+                return None
+            kw[_VALUED[a]] = args[i + 1]
+            i += 1
+        elif a in _LISTS:
+            if i + 1 >= len(args) or args[i + 1].startswith("-"):
+                return None
+            kw.setdefault(_LISTS[a], []).append(args[i + 1])
+            i += 1
+        elif a.startswith("-"):
+            return None
+        else:
+            positionals.append(a)
+        i += 1
+    if not positionals:
+        return None
+    if "jobs" in kw:
+        if not kw["jobs"].isdigit() or not 1 <= int(kw["jobs"]) <= MAX_JOBS:
+            return None
+        kw["jobs"] = int(kw["jobs"])
+    if "root" in kw:
+        kw["root"] = Path(kw["root"])
+    kw["url"], kw["refs"] = positionals[0], positionals[1:]
+    return kw
+
+
+def run_argv(args: Sequence[str]) -> bool:
+    """Run ``pull`` from its arguments when :func:`parse_argv` reads them; ``False`` (nothing
+    done) otherwise. Exits with :func:`run_pull`'s status."""
+    kw = parse_argv(args)
+    if kw is None:
+        return False
+    if is_url(kw["url"]):
+        prefetch_backend(kw["url"])
+    code = run_pull(**kw)
+    sys.stdout.flush()
+    if code:
+        raise SystemExit(code)
+    return True
+
+
+def run_pull(url: str, refs: Sequence[str] = (), vllm_args: Sequence[str] = (), *,
+             root: Path | None = None, if_hit: bool = False, check: bool = False,
+             force: bool = False, python: str | None = None, usage: str = "serve",
+             jobs: int = 8, storage_option: Sequence[str] | None = None,
+             json_out: bool = False) -> int:
+    """``vllm-cache pull`` (see :func:`vllm_cache_tools.cli.pull.pull` for the options); the
+    exit status."""
+    check_usage(usage)
+    if not is_url(url):
+        fail(f"{url!r} is not a store URL (s3://..., gs://..., file:///...)")
+    prefetch_backend(url)  # no-op when already under way; the rest imports beside it
+    from vllm_cache_tools.fleet.api import pull as do_pull
+    from vllm_cache_tools.fleet.remote import parse_storage_options
+
+    opts = run(lambda: parse_storage_options(storage_option or []))
+    with byte_bar("pulling", not json_out) as bar:
+        r = run(lambda: do_pull(url, list(refs), root=root, vllm_args=list(vllm_args),
+                                if_hit=if_hit, force=force, check_only=check, python=python,
+                                usage=usage, workers=jobs, storage_options=opts,
+                                progress=bar))
+    if json_out:
+        from vllm_cache_tools.views.fleet import pull_document
+
+        print_json(pull_document(r))
+    else:
+        out(f"{r.url}: {entries_line(r.selected)} selected\n")
+        if r.check is not None:
+            out(render_check(r.check))
+        if r.refused:
+            out("nothing fetched (--force fetches anyway)\n")
+        elif r.checked_only:
+            out("--check: nothing fetched\n")
+        elif not r.selected:
+            out("nothing to fetch\n")
+        else:
+            out(render_placements(r.placements))
+            out(f"{human_size(r.bytes_downloaded)} downloaded in {r.seconds:.1f} s\n")
+    if r.checked_only:
+        return 0 if r.check is None or r.check.would_hit else 1
+    return 0 if r.ok else 1
+
+
+__all__ = ["parse_argv", "run_argv", "run_pull"]
