@@ -126,7 +126,8 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
     if json_out:
         from vllm_cache_tools.views.payloads import ls_report
 
-        print_json({**ls_report(info, entries), "filesystem": filesystem_json(fs)})
+        _print_listing({**ls_report(info, entries, summaries=False),
+                        "filesystem": filesystem_json(fs)}, entries)
         return
     from vllm_cache_tools.cli.render import render, unique_prefixes
 
@@ -151,6 +152,24 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
     out(f"\n{shown} entries, {human_size(total)} total "
         f"({human_size(sum(e.disk_bytes for e in entries))} on disk), "
         f"{sum(e.stats.files for e in entries)} files\n")
+
+
+def _print_listing(head: dict[str, Any], entries: Sequence[Entry]) -> None:
+    """``print_json`` of ``head`` with ``entries`` summarised in its empty ``entries`` list,
+    written entry by entry: the same bytes (a JSON list is its items joined by commas, and
+    secrets are hidden value by value either way), without holding every summary and the
+    whole text at once (~40k entries on a root of 1M files)."""
+    from vllm_cache_tools.redaction import dumps
+    from vllm_cache_tools.views.payloads import entry_summary
+
+    text = dumps(head, separators=(",", ":"))
+    # Quotes inside strings are escaped, so only the key itself matches.
+    cut = text.index(',"entries":[]') + len(',"entries":[')
+    write = sys.stdout.write
+    write(text[:cut])
+    for i, e in enumerate(entries):
+        write(("," if i else "") + dumps(entry_summary(e), separators=(",", ":")))
+    write(text[cut:] + "\n")
 
 
 def ls_columns() -> tuple[Any, ...]:

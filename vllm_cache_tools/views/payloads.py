@@ -155,7 +155,10 @@ def totals(entries: Iterable[Entry]) -> dict[str, int]:
             "disk_bytes": sum(e.disk_bytes for e in es), "files": sum(e.stats.files for e in es)}
 
 
-def ls_report(info: CacheInfo, entries: list[Entry]) -> dict[str, Any]:
+def ls_report(info: CacheInfo, entries: list[Entry], *,
+              summaries: bool = True) -> dict[str, Any]:
+    """``ls --json``; ``summaries=False``: ``entries`` left empty, for a caller that writes
+    them one by one (cli/ls_run.py)."""
     listed = totals(entries)
     return with_schema("ls", {
         "root": display_path(info.root),
@@ -164,7 +167,7 @@ def ls_report(info: CacheInfo, entries: list[Entry]) -> dict[str, Any]:
         "totals": listed,
         # Every entry under the root, whatever --filter kept.
         "root_totals": listed if len(entries) == len(info.entries) else totals(info.entries),
-        "entries": [entry_summary(e) for e in entries],
+        "entries": [entry_summary(e) for e in entries] if summaries else [],
         "problems": [{"path": p.path, "kind": p.kind, "detail": p.detail}
                      for p in info.problems],
     })
