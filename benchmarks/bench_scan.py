@@ -11,8 +11,11 @@ wall and CPU (user + sys) seconds beside it and the 1-minute load average before
 - walk options, in one process each: a minimal single-threaded ``os.scandir`` + ``lstat``
   walk, ``os.fwalk``, a thread pool and a process pool over the entries (sizes only);
 - ``vllm-cache ls --rescan --json`` with 1 worker and with the default workers (every core);
-- ``vllm-cache ls --json`` with the listing index warm (nothing changed);
-and the peak RSS of each ``ls``. Goals: rescan <= 1.0x du, indexed <= 0.1x du, RSS < 200 MB
+- ``vllm-cache ls --json`` with the listing index warm (nothing changed), and with none at
+  all (``cold``: a first listing); ``walk:index-stats``, the floor of an indexed listing (load
+  the index, ``lstat`` what it watches, no CLI and no output);
+and the peak RSS of each ``ls`` (``--rss-only``: one cold, one rescan, one indexed run).
+Goals: rescan <= 1.0x du, indexed <= 0.1x du, RSS < 200 MB
 on 1M files. Results go to .bench/scan-<files>.json.
 """
 
@@ -79,9 +82,33 @@ def _entries(tree: str) -> list[str]:
             + [os.path.join(cc, n) for n in os.listdir(cc) if len(n) == 10])
 
 
+def _index_stats(tree: str) -> int:
+    """The floor of an indexed listing: load the listing index and ``lstat`` what it watches
+    (every watched folder and key file of every entry), nothing else: no CLI, no output."""
+    import msgspec
+
+    from vllm_cache_tools.store.listing_index import Record, index_path
+
+    doc = msgspec.msgpack.decode(index_path(Path(tree) / "torch_compile_cache").read_bytes(),
+                                 type=tuple[int, str, dict[str, msgspec.Raw]])
+    dec = msgspec.msgpack.Decoder(Record).decode
+    n = 0
+    for path, raw in doc[2].items():
+        rec = dec(raw)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            for rel in (*rec.dir_names, *(k[0] for k in rec.key_files)):
+                n += os.lstat(rel, dir_fd=fd).st_size > 0
+        finally:
+            os.close(fd)
+    return n
+
+
 def walk_option(name: str, tree: str) -> int:
     if name == "scandir-1":
         return _walk_one(tree)
+    if name == "index-stats":
+        return _index_stats(tree)
     if name == "fwalk-1":
         return _fwalk(tree)
     n = len(os.sched_getaffinity(0))
@@ -90,7 +117,7 @@ def walk_option(name: str, tree: str) -> int:
         return sum(pool.map(_walk_one, _entries(tree), chunksize=64 if name == "procs" else 1))
 
 
-WALKS = ("scandir-1", "fwalk-1", "threads", "procs")
+WALKS = ("scandir-1", "fwalk-1", "threads", "procs", "index-stats")
 
 
 def ensure_tree(files: int, templates: list[Path]) -> Path:
@@ -127,24 +154,29 @@ def main() -> int:
     state = Path(tempfile.mkdtemp(prefix="vct-bench-"))
     env = {**os.environ, "XDG_CACHE_HOME": str(state)}
     env1 = {**env, "VLLM_CACHE_TOOLS_SCAN_WORKERS": "1"}
+    # "cold": a first listing, no index at all (a fresh state dir each time, made in the loop).
     cmds: dict[str, tuple[list[str], dict[str, str]]] = {
         "du": (["du", "-sb", str(tree)], env),
         "rescan": ([*exe_cmd, "ls", "--json", "--rescan", "--root", str(tree)], env),
         "indexed": ([*exe_cmd, "ls", "--json", "--root", str(tree)], env),
+        "cold": ([*exe_cmd, "ls", "--json", "--root", str(tree)], env),
     }
     if a.rss_only:
-        cmds = {"rescan": cmds["rescan"]}
+        cmds = {k: cmds[k] for k in ("cold", "rescan", "indexed")}
     else:
         cmds["rescan-1worker"] = ([*exe_cmd, "ls", "--json", "--rescan", "--root", str(tree)], env1)
     if not (a.skip_options or a.rss_only):
         for w in WALKS:
+            # Each walk with the environment of the ls runs (index-stats reads their index).
             cmds[f"walk:{w}"] = ([sys.executable, __file__, "--walk", w, str(tree)], env)
     load0 = os.getloadavg()[0]
     timed(["du", "-sb", str(tree)], env)  # warm the dentry/inode caches for everyone
-    timed(cmds["indexed"][0] if "indexed" in cmds else cmds["rescan"][0], env)  # the index
+    timed(cmds["indexed"][0], env)  # the index
     rows: dict[str, list[tuple[float, float, int]]] = {k: [] for k in cmds}
     for _ in range(1 if a.rss_only else a.repeat):  # interleaved: drift hits all alike
         for k, (cmd, e) in cmds.items():
+            if k == "cold":
+                e = {**e, "XDG_CACHE_HOME": tempfile.mkdtemp(prefix="cold-", dir=state)}
             rows[k].append(timed(cmd, e))
     shutil.rmtree(state, ignore_errors=True)
     med = {k: (statistics.median(w for w, _, _ in v), statistics.median(c for _, c, _ in v),

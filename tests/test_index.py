@@ -37,6 +37,9 @@ def test_index_hits_match_a_fresh_walk_and_follow_changes(real_compile: Scenario
     idx = index_path(resolve_root(root).compile_cache)
     assert idx.exists() and len(_indexed(idx)) == 4
     assert _summary(root) == first == _summary(root, use_index=False)
+    # --rescan walks every entry and reuses the rest of its record where the walk found
+    # nothing changed (listing_index.reuse): the same entries as reading everything.
+    assert _summary(root, use_index=False, refresh_index=True) == first
 
     # A new kernel bucket (what a later start that loads the entry writes: see
     # tree_stats.is_bucket) changes inductor_cache's mtime, which is watched: re-read.

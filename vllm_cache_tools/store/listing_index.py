@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 import msgspec
@@ -124,9 +125,7 @@ def encode_record(e: Entry) -> msgspec.Raw | None:
         return None
 
 
-def _entry(rec: Record, path: Path, stats: TreeStats,
-           times: Callable[[TreeStats], EntryTimes]) -> Entry:
-    t = times(stats)
+def _entry(rec: Record, path: Path, stats: TreeStats, t: EntryTimes) -> Entry:
     return Entry(
         key=rec.key, layout=rec.layout,  # type: ignore[arg-type]
         path=path, stats=stats, ranks=rec.ranks, prefixes=rec.prefixes,
@@ -154,7 +153,7 @@ def reuse(raw: msgspec.Raw | bytes, path: Path, stats: TreeStats,
     if (stats.unreadable or rec.tree != tree_digest(stats)
             or rec.key_files != tuple((r, s, m) for r, s, m, _ in stats.key_files)):
         return None
-    return _entry(rec, path, stats, times)
+    return _entry(rec, path, stats, times(stats))
 
 
 class ListingIndex:
@@ -204,11 +203,12 @@ class ListingIndex:
                 os.close(fd)
         except (OSError, ValueError, msgspec.DecodeError):
             return None
-        # A listing needs no per-folder mtimes (prune and verify scan without the index).
+        # A listing needs no per-folder mtimes (prune and verify scan without the index), nor
+        # the key files' stats once the times are derived (as parallel_read._summary).
         stats = TreeStats(rec.size_bytes, rec.disk_bytes, rec.files, rec.dirs,
                           rec.oldest_mtime, rec.newest_mtime, rec.tmp_files, rec.symlinks,
-                          rec.unreadable, rec.owners, (), tuple(keys))
-        return _entry(rec, path, stats, times)
+                          rec.unreadable, rec.owners)
+        return _entry(rec, path, stats, times(replace(stats, key_files=tuple(keys))))
 
     def put(self, e: Entry, record: msgspec.Raw | None = None, *,
             encoded: bool = False) -> None:

@@ -172,6 +172,9 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
             if progress is not None:
                 counted += entry.stats.files
                 progress(counted)
+        # The earlier records (and with them the whole index file read) are no longer needed:
+        # free them before the index is encoded anew (~20 MB each on a root of 1M files).
+        previous = read = None  # type: ignore[assignment]
         entries = [e for e in found if e is not None]
         if index is not None:
             index.save()
