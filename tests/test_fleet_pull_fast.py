@@ -87,5 +87,6 @@ def test_the_store_client_is_imported_beside_the_rest(monkeypatch: pytest.Monkey
     remote.prefetch_backend("file:///x")
     remote.prefetch_backend("file:///y")
     assert started == ["vllm-cache-import-backend"]
+    monkeypatch.setattr(remote, "_importing", list(remote._importing))
     remote.Store("file:///tmp")  # joins it
-    assert not remote._importing
+    assert all(not t.is_alive() for t in remote._importing)

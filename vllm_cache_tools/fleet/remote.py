@@ -145,8 +145,8 @@ class Store:
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
         self.url = url.rstrip("/")
         scheme = url.split("://", 1)[0].lower()
-        while _importing:
-            _importing.pop().join()
+        for t in list(_importing):  # done at most once per scheme; joining again is free
+            t.join()
         try:
             from fsspec.core import url_to_fs  # type: ignore[import-untyped]
 
