@@ -167,9 +167,15 @@ def _print_listing(head: dict[str, Any], entries: Sequence[Entry]) -> None:
     cut = text.index(',"entries":[]') + len(',"entries":[')
     write = sys.stdout.write
     write(text[:cut])
-    for i, e in enumerate(entries):
-        write(("," if i else "") + dumps(entry_summary(e), separators=(",", ":")))
+    # In batches: the redaction check looks at each distinct string of a batch once (field
+    # names, states, models repeat), one entry at a time cost 4x the CPU.
+    for i in range(0, len(entries), _BATCH):
+        batch = [entry_summary(e) for e in entries[i:i + _BATCH]]
+        write(("," if i else "") + dumps(batch, separators=(",", ":"))[1:-1])
     write(text[cut:] + "\n")
+
+
+_BATCH = 500
 
 
 def ls_columns() -> tuple[Any, ...]:
