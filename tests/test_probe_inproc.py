@@ -147,3 +147,23 @@ def test_factors_in_the_probe_equal_the_childs(tmp_path: Path, compile_mode: boo
     assert r.returncode == 0, r.stderr[-3000:]
     res = json.loads(r.stdout.strip().splitlines()[-1])
     assert res == {"from": "probe", "why": None, "equal": [True, True]}
+
+
+def test_the_import_environment_copy_is_not_an_enumeration(
+        fake_config: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A standby judges which variables its imports depended on by who read or enumerated
+    the environment; the copy ImportEnvs takes is bookkeeping (it made every neutral
+    variable count, and a standby refused another cache root)."""
+    from vllm_cache_tools.live.probe import EnvWatch
+
+    monkeypatch.setattr(inproc, "FACTOR_MODULES", (fake_config,))
+    envs = inproc.ImportEnvs().install()
+    try:
+        with EnvWatch() as w:
+            __import__(fake_config)
+    finally:
+        sys.meta_path.remove(envs)
+    assert fake_config in envs.envs
+    assert w.enumerated_by == set()
+    assert w.readers.get("VCT_INPROC_FLAG") == {fake_config}
+    assert not any("inproc" in s for sites in w.readers.values() for s in sites)

@@ -500,11 +500,19 @@ CONFIG_MODULES = ("torch._inductor.config", "torch._functorch.config", "torch._d
 ENUMERATORS = {"tqdm.utils": "TQDM_"}
 
 
+_OWN_READERS = frozenset({"_vct_probe_inproc", "vllm_cache_tools.live.inproc"})
+"""This tool's code that reads the environment as bookkeeping (``inproc.ImportEnvs`` copies
+it when a config module is imported): not a reader or enumerator worth recording."""
+
+
 def _caller_module() -> str:
+    """The module that read the environment ("" for :data:`_OWN_READERS`)."""
     f = sys._getframe(2)
     while f is not None and f.f_globals.get("__name__") in ("os", "_collections_abc",
                                                             "collections.abc", __name__):
         f = f.f_back  # type: ignore[assignment]
+    if f is not None and f.f_globals.get("__name__") in _OWN_READERS:
+        return ""
     return str(f.f_globals.get("__name__")) if f is not None else "?"
 
 
@@ -526,6 +534,8 @@ class EnvWatch:
 
         def watched_getitem(env: Any, key: str) -> Any:
             site = _caller_module()
+            if not site:
+                return getitem(env, key)
             self.readers.setdefault(key, set()).add(site)
             prefix = ENUMERATORS.get(site)
             if prefix is None or str(key).startswith(prefix):
@@ -533,7 +543,9 @@ class EnvWatch:
             return getitem(env, key)
 
         def watched_iter(env: Any) -> Any:
-            self.enumerated_by.add(_caller_module())
+            site = _caller_module()
+            if site:
+                self.enumerated_by.add(site)
             return iterate(env)
 
         self._cls.__getitem__, self._cls.__iter__ = watched_getitem, watched_iter  # type: ignore[method-assign]
