@@ -185,6 +185,7 @@ def dependencies() -> dict[str, Any]:
     there changes the folder's mtime), with (mtime_ns, size, inode) as first seen; absent ones
     as None; ``unstable``: those that changed while this process ran (its answer may mix
     old and new: not to be kept). Byte-code caches are left out: they follow their source."""
+    _settle()
     files = {p for p in _OPENED if not p.endswith(".pyc")}
     for m in list(sys.modules.values()):
         f = getattr(m, "__file__", None)
@@ -643,6 +644,13 @@ _PENDING_MEMO: list[Any] = []
 """Inductor memo saves waiting for the whole answer's dependencies (see :func:`answer`)."""
 
 
+def _settle() -> None:
+    """Wait for the prefetch thread: what it reads is recorded in the sets that
+    :func:`dependencies` walks (a set changing size while walked stops the probe)."""
+    if _PREFETCH is not None:
+        _PREFETCH.join()
+
+
 def _prefetch() -> None:
     """Start hashing torch's sources and triton's files in a thread (``inproc.Prefetch``)."""
     global _PREFETCH
@@ -671,8 +679,9 @@ class _Child:
         # likely (the memo holds answers), nor when this process may compute the factors
         # itself: an unneeded child importing torch beside vLLM's own import cost ~3 s of a
         # standby's answer on 2 cores (bench_predict, issue 16). Else started in result().
+        self.memo_likely = self._memo_likely()
         self.proc: subprocess.Popen[str] | None = None if (
-            self._memo_likely() or _IMPORT_ENVS is not None) else self._spawn()
+            self.memo_likely or _IMPORT_ENVS is not None) else self._spawn()
         self.payload: dict[str, Any] = {}
         self.key = ""
         self.cached: dict[str, Any] | None = None
@@ -828,7 +837,8 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
             _WATCHES.append(watch)
             for name in STANDBY_IMPORTS:
                 __import__(name)
-            _prefetch()  # torch's source hash, in a thread while vLLM builds its config
+            if not child.memo_likely:  # torch's source hash, in a thread while vLLM
+                _prefetch()            # builds its config
             cfg = build_config(req.get("args", []), req.get("usage", "serve"))
         import torch
         import vllm
@@ -1023,6 +1033,7 @@ def _stale_since_import() -> list[str]:
     """Files and folders noted so far (by the imports) whose stat moved since: a fresh probe
     would import something else now. What the answer reads later is judged like a fresh
     probe's (``unstable`` when it changes while the probe runs)."""
+    _settle()
     paths = [p for p in _SEEN if not p.startswith(_NOT_FILES + _OWN)
              and p not in _OWN_DIRS and not p.endswith(".pyc")]
     return _unstable(sorted(paths))
