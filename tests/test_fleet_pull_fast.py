@@ -24,10 +24,11 @@ PLAIN = [
     [URL, "abc123", "def", "--force", "-j", "4", "--usage", "llm", "--python", "/v/bin/python"],
     ["file:///shared/x", "--storage-option", "anon=true", "-o", "k=v", "--jobs", "256"],
     [URL, "--if-hit", "--", "--json", "--root", "x"],
+    [URL, "--root=/r", "--jobs=3"],
 ]
 LEFT_TO_TYPER = [
     [], ["--help"], [URL, "-h"], [URL, "--version"], [URL, "--bogus"], [URL, "--json", "--json"],
-    [URL, "--root"], [URL, "--root", "-x"], [URL, "--root=/r"], [URL, "-j", "0"],
+    [URL, "--root"], [URL, "--root", "-x"], [URL, "--root="], [URL, "-j=3"], [URL, "-j", "0"],
     [URL, "-j", "x"], ["--", URL], [URL, "--jobs", "300"],
 ]
 

@@ -27,7 +27,7 @@ PLAIN = [
 ]
 LEFT_TO_TYPER = [
     ["--help"], ["-h"], ["--version"], ["--bogus"], ["--json", "--json"], ["--root"],
-    ["--root", "-x"], ["--root="], ["--", "key"], ["-wh"], ["--json=1"], ["-"],
+    ["--root", "-x"], ["--root="], ["--", "key"], ["-wh"], ["--json=1"], ["-"], ["-w=1"],
     ["--sort", "size", "--sort", "key"],
 ]
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_cache_tools.cli.common import DelayedProgress, fail, print_json, warn
+from vllm_cache_tools.cli.plainargs import read_plain
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Entry, Problem
@@ -32,36 +33,13 @@ _VALUED = {"--root": "root", "--sort": "sort", "--filter": "filter_expr"}
 def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
     """``ls``'s arguments as :func:`run_ls` keywords, or ``None`` when typer should read
     them."""
-    out: dict[str, Any] = {}
-    refs: list[str] = []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        i += 1
-        if not a.startswith("-"):
-            refs.append(a)
-            continue
-        name, eq, value = a.partition("=")
-        val: bool | str
-        if not eq and name in _FLAGS:
-            key, val = _FLAGS[name], True
-        elif name in _VALUED:
-            if not eq:
-                if i >= len(args):
-                    return None
-                value = args[i]
-                i += 1
-            if value.startswith("-") or not value:
-                return None
-            key, val = _VALUED[name], value
-        else:
-            return None
-        if key in out:
-            return None
-        out[key] = val
+    plain = read_plain(args, flags=_FLAGS, valued=_VALUED)
+    if plain is None:
+        return None
+    out = plain.keywords
     if "root" in out:
         out["root"] = Path(out["root"])
-    return {"refs": refs or None, **out}
+    return {"refs": plain.positionals or None, **out}
 
 
 def run_argv(args: Sequence[str]) -> bool:

@@ -8,7 +8,8 @@ of imports. So :func:`run_argv` starts importing the store's client at once (a t
 :func:`vllm_cache_tools.fleet.remote.prefetch_backend`), takes only the options it fully
 understands and calls :func:`run_pull` with the values typer would pass
 (tests/test_fleet_pull_fast.py compares both); anything else (``--help``, an unknown option,
-``--opt=value``, a value starting with ``-``, a number out of range) is left to typer, so help,
+a value starting with ``-``, a number out of range) is left to typer (the reading is
+:func:`vllm_cache_tools.cli.plainargs.read_plain`, shared with ``ls``), so help,
 errors and their exit codes stay typer's."""
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from vllm_cache_tools.cli.fleetout import (
     render_placements,
     run,
 )
+from vllm_cache_tools.cli.plainargs import read_plain
 from vllm_cache_tools.fleet.remote import is_url, prefetch_backend
 from vllm_cache_tools.units import human_size
 
@@ -41,42 +43,17 @@ MAX_JOBS = 256
 def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
     """The keyword arguments of :func:`run_pull` for ``pull``'s arguments (after the verb),
     or ``None`` when typer should read them."""
-    args = list(args)
-    vllm_args: list[str] = []
-    if "--" in args:
-        i = args.index("--")
-        args, vllm_args = args[:i], args[i + 1:]
-    kw: dict[str, Any] = {"vllm_args": vllm_args}
-    positionals: list[str] = []
-    i = 0
-    while i < len(args):
-        a = args[i]
-        if a in _FLAGS and _FLAGS[a] not in kw:
-            kw[_FLAGS[a]] = True
-        elif a in _VALUED and _VALUED[a] not in kw:
-            if i + 1 >= len(args) or args[i + 1].startswith("-"):
-                return None
-            kw[_VALUED[a]] = args[i + 1]
-            i += 1
-        elif a in _LISTS:
-            if i + 1 >= len(args) or args[i + 1].startswith("-"):
-                return None
-            kw.setdefault(_LISTS[a], []).append(args[i + 1])
-            i += 1
-        elif a.startswith("-"):
-            return None
-        else:
-            positionals.append(a)
-        i += 1
-    if not positionals:
+    plain = read_plain(args, flags=_FLAGS, valued=_VALUED, lists=_LISTS, dashdash=True)
+    if plain is None or not plain.positionals:
         return None
+    kw: dict[str, Any] = {"vllm_args": plain.after_dashdash, **plain.keywords}
     if "jobs" in kw:
         if not kw["jobs"].isdigit() or not 1 <= int(kw["jobs"]) <= MAX_JOBS:
             return None
         kw["jobs"] = int(kw["jobs"])
     if "root" in kw:
         kw["root"] = Path(kw["root"])
-    kw["url"], kw["refs"] = positionals[0], positionals[1:]
+    kw["url"], kw["refs"] = plain.positionals[0], plain.positionals[1:]
     return kw
 
 
