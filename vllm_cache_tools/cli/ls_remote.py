@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 from pathlib import Path
 
@@ -36,7 +34,7 @@ def _entry(e: object) -> Entry:
 def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
               wide: bool) -> None:
     from vllm_cache_tools.cli.ls_run import AOT_MIN_PREFIX, _row, ls_columns
-    from vllm_cache_tools.cli.render import render, unique_prefixes
+    from vllm_cache_tools.cli.render import print_table, unique_prefixes
     from vllm_cache_tools.fleet.remote import Store
 
     pred = parse_filter(filter_expr) if filter_expr else None
@@ -66,20 +64,13 @@ def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
     if not allv:
         write(f"No entries in {store.url}.\n")
         return
-    tty = sys.stdout.isatty()
-    width = None if wide or not tty else shutil.get_terminal_size((80, 24)).columns
     keys = unique_prefixes((e.key for e in allv), AOT_MIN_PREFIX)
     rows2 = []
     for e in entries:
         cells = _row(e, keys)
         cells[6] = f"{human_age(e.last_used)} (pushed)"
         rows2.append(cells)
-    lines = render(ls_columns(), rows2, width)
-    bold = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-    write(f"{store.url}\n\n")
-    write((f"\x1b[1m{lines[0]}\x1b[0m" if bold else lines[0]) + "\n")
-    for line in lines[1:]:
-        write(line + "\n")
+    print_table(store.url, ls_columns(), rows2, wide=wide)
     total = sum(e.size_bytes for e in entries)
     shown = f"{len(entries)} of {len(allv)}" if pred else str(len(entries))
     write(f"\n{shown} entries, {human_size(total)} total (LAST USED: when pushed)\n")

@@ -12,7 +12,6 @@ left to typer, so help, errors and their exit codes stay typer's."""
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -107,7 +106,7 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
         _print_listing({**ls_report(info, entries, summaries=False),
                         "filesystem": filesystem_json(fs)}, entries)
         return
-    from vllm_cache_tools.cli.render import render, unique_prefixes
+    from vllm_cache_tools.cli.render import print_table, unique_prefixes
 
     for note in fs.notes:  # a shared filesystem, or atime not kept: stderr, like problems
         warn(f"note: {note}")
@@ -116,15 +115,9 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
         out(f"No compile-cache entries under {display_path(info.root)} "
             f"(root from {info.root_source}).\n")
         return
-    tty = sys.stdout.isatty()
-    width = None if wide or not tty else shutil.get_terminal_size((80, 24)).columns
     keys = unique_prefixes((e.key for e in info.entries), AOT_MIN_PREFIX)
-    lines = render(ls_columns(), [_row(e, keys) for e in entries], width)
-    bold = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-    out(f"{display_path(info.root)}/torch_compile_cache\n\n")
-    out((f"\x1b[1m{lines[0]}\x1b[0m" if bold else lines[0]) + "\n")
-    for line in lines[1:]:
-        out(line + "\n")
+    print_table(f"{display_path(info.root)}/torch_compile_cache", ls_columns(),
+                [_row(e, keys) for e in entries], wide=wide)
     total = sum(e.size_bytes for e in entries)
     shown = f"{len(entries)} of {len(info.entries)}" if pred or refs else str(len(entries))
     out(f"\n{shown} entries, {human_size(total)} total "

@@ -107,3 +107,23 @@ def render(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int 
         return GAP.join(parts).rstrip()
 
     return [line([c.header for c in columns]), *(line(r) for r in rows)]
+
+
+def print_table(title: str, columns: Sequence[Column], rows: Sequence[Sequence[str]], *,
+                wide: bool = False) -> None:
+    """``title``, a blank line, then the table on stdout: fitted to the terminal's width
+    unless ``wide`` or stdout is no terminal, the header bold on a colour terminal
+    (``NO_COLOR`` and ``TERM=dumb`` respected)."""
+    import os
+    import shutil
+    import sys
+
+    tty = sys.stdout.isatty()
+    width = None if wide or not tty else shutil.get_terminal_size((80, 24)).columns
+    lines = render(columns, rows, width)
+    bold = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
+    write = sys.stdout.write
+    write(f"{title}\n\n")
+    write((f"\x1b[1m{lines[0]}\x1b[0m" if bold else lines[0]) + "\n")
+    for line in lines[1:]:
+        write(line + "\n")
