@@ -5,14 +5,11 @@ test_fleet_realvllm.py, which now take this path."""
 
 from __future__ import annotations
 
-import inspect
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from vllm_cache_tools.cli import build_command
+from tests.plain_args_support import assert_reads_as_typer
 from vllm_cache_tools.cli.pull_run import parse_argv, run_pull
 
 URL = "s3://bucket/store"
@@ -33,37 +30,11 @@ LEFT_TO_TYPER = [
 ]
 
 
-def _typer_kwargs(args: list[str], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-
-    def capture(*a: Any, **kw: Any) -> int:
-        bound = inspect.signature(run_pull).bind(*a, **kw)
-        bound.apply_defaults()
-        seen.update(bound.arguments)
-        return 0
-
-    monkeypatch.setattr("vllm_cache_tools.cli.pull_run.run_pull", capture)
-    monkeypatch.setattr(sys, "argv", ["vllm-cache", "pull", *args])  # passthrough reads --
-    with pytest.raises(SystemExit) as exc:
-        build_command("pull").main(["pull", *args], prog_name="vllm-cache")
-    assert exc.value.code == 0
-    return seen
-
-
 @pytest.mark.parametrize("args", PLAIN, ids=" ".join)
 def test_plain_arguments_read_as_typer_reads_them(args: list[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    fast = parse_argv(args)
-    assert fast is not None
-    bound = inspect.signature(run_pull).bind(**fast)
-    bound.apply_defaults()
-    typer_kw = _typer_kwargs(args, monkeypatch)
-    got = {k: list(v) if isinstance(v, (list, tuple)) else v
-           for k, v in bound.arguments.items()}
-    want = {k: list(v) if isinstance(v, (list, tuple)) else v for k, v in typer_kw.items()}
-    assert got == want
-    if "root" in fast:
-        assert isinstance(fast["root"], Path)
+    assert_reads_as_typer("pull", args, parse_argv, "vllm_cache_tools.cli.pull_run.run_pull",
+                          run_pull, monkeypatch)
 
 
 @pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)

@@ -3,15 +3,13 @@ would pass, print the same bytes, and leave everything else to typer."""
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.conftest import run_cli
+from tests.plain_args_support import assert_reads_as_typer
 from tests.realvllm.harness import ScenarioRun
-from vllm_cache_tools.cli import build_command
 from vllm_cache_tools.cli.ls_run import parse_argv, run_ls
 
 PLAIN = [
@@ -32,29 +30,11 @@ LEFT_TO_TYPER = [
 ]
 
 
-def _typer_kwargs(args: list[str], monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
-    seen: dict[str, Any] = {}
-
-    def capture(*a: Any, **kw: Any) -> None:
-        bound = inspect.signature(run_ls).bind(*a, **kw)
-        bound.apply_defaults()
-        seen.update(bound.arguments)
-
-    monkeypatch.setattr("vllm_cache_tools.cli.ls.run_ls", capture)
-    build_command("ls").main(["ls", *args], prog_name="vllm-cache", standalone_mode=False)
-    return seen
-
-
 @pytest.mark.parametrize("args", PLAIN, ids=" ".join)
 def test_plain_arguments_read_as_typer_reads_them(args: list[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    fast = parse_argv(args)
-    assert fast is not None
-    bound = inspect.signature(run_ls).bind(**fast)
-    bound.apply_defaults()
-    assert bound.arguments == _typer_kwargs(args, monkeypatch)
-    if "root" in fast:
-        assert isinstance(fast["root"], Path)
+    assert_reads_as_typer("ls", args, parse_argv, "vllm_cache_tools.cli.ls.run_ls", run_ls,
+                          monkeypatch)
 
 
 @pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
