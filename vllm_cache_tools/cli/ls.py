@@ -34,8 +34,10 @@ def ls(
         "size disk files (> < >= <= = !=), age mage (since last use / modification).")]
     = None,
     rescan: Annotated[bool, typer.Option(
-        "--rescan", help="Walk every entry afresh instead of reusing the listing index for "
-        "unchanged ones (and refresh the index with what was read).")] = False,
+        "--rescan", help="Walk every file of every entry afresh (sizes, counts and times "
+        "new) instead of trusting the listing index's watched folders; an entry's files are "
+        "parsed again where the walk finds a folder, key file or temporary file changed "
+        "since its record; then the index is rewritten.")] = False,
     by_owner: Annotated[bool, typer.Option(
         "--by-owner", help="Print usage per owner (user owning the entries' files) instead "
         "of entries.")] = False,
