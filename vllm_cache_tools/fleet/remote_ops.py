@@ -51,15 +51,6 @@ class PushResult:
     seconds: float
 
 
-def _snapshot_shas(entry: Any) -> set[str]:
-    out = set()
-    for m in entry.manifests:
-        for f in m.data.get("traced_files") or []:
-            if isinstance(f, dict) and f.get("snapshot") and isinstance(f.get("sha256"), str):
-                out.add(f["sha256"])
-    return out
-
-
 def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
          model: str | None = None, filter_expr: str | None = None, force: bool = False,
          workers: int = DEFAULT_WORKERS, storage_options: Mapping[str, Any] | None = None,
@@ -122,7 +113,7 @@ def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
     pushed_keys = {r.key for r in results}
     for i in todo:
         rec = sel.records[i]
-        shas = _snapshot_shas(sel.entries[i])
+        shas = set(sel.snapshot_shas[i])
         extras = [x.record for x in sel.extras if x.record.sha256 in shas]
         if rec.key not in pushed_keys:
             store.put_bytes(store.index_path(rec.layout, rec.key),

@@ -10,17 +10,18 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from vllm_cache_tools.errors import UsageError
 from vllm_cache_tools.fleet.errors import FleetError, Refused
+from vllm_cache_tools.fleet.link_proof import PACKABLE, EntryFacts, link_entries
+from vllm_cache_tools.fleet.pack_memo import PackMemo, fingerprint
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord, SourceRecord, snapshot_path
 from vllm_cache_tools.keys.key_check import key_check
-from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
+from vllm_cache_tools.keys.source_link import install_prefix
 from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME
 from vllm_cache_tools.read.noatime import open_noatime
-from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.filters import parse_filter
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
 from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
@@ -28,9 +29,6 @@ from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Entry
 
 CHUNK = 1 << 20
-PACKABLE = ("complete", "unloadable")
-"""States whose files are whole (``unloadable`` backend folders of the mega-AOT mode are part
-of the start: vLLM writes them beside the AOT entry that holds the compiled model)."""
 
 
 @dataclass(frozen=True)
@@ -51,7 +49,8 @@ def file_ident(st: os.stat_result) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Selection:
-    """Entries (deep reads) with their records and files, and the snapshots they name."""
+    """Entries with their records and files, and the snapshots they name. ``entries``: deep
+    reads, or the listing's entry where the pack memo answered for it."""
 
     root: Path
     entries: tuple[Entry, ...]
@@ -59,6 +58,8 @@ class Selection:
     files: tuple[tuple[LocalFile, ...], ...]
     """Per entry, in the order of ``records``."""
     extras: tuple[LocalFile, ...]
+    snapshot_shas: tuple[tuple[str, ...], ...] = ()
+    """Per entry, the sha256 of the source snapshots its manifests name."""
 
 
 def file_digest(path: Path) -> tuple[str, int]:
@@ -82,10 +83,12 @@ def file_digest_ident(path: Path) -> tuple[str, int, tuple[int, ...]]:
     return h.hexdigest(), n, ident
 
 
-def entry_files(top: Path) -> list[tuple[str, Path, bool]]:
-    """(relative path, path, executable) of every file under an entry folder, sorted. A
+def entry_walk(top: Path) -> tuple[list[tuple[str, Path, bool, tuple[int, ...]]], str]:
+    """Every file under an entry folder, sorted, as (relative path, path, executable,
+    :func:`file_ident`), and the :func:`.pack_memo.fingerprint` of its files and folders. A
     symlink, FIFO, socket or device inside is refused: what it points at is not the entry."""
-    out: list[tuple[str, Path, bool]] = []
+    out: list[tuple[str, Path, bool, tuple[int, ...]]] = []
+    dirs: list[tuple[str, bool, tuple[int, ...]]] = []
     stack = [""]
     while stack:
         rel = stack.pop()
@@ -97,12 +100,21 @@ def entry_files(top: Path) -> list[tuple[str, Path, bool]]:
             s = e.stat(follow_symlinks=False)
             if stat.S_ISDIR(s.st_mode):
                 stack.append(r)
+                dirs.append((r + "/", False, file_ident(s)))
             elif stat.S_ISREG(s.st_mode):
-                out.append((r, Path(e.path), bool(s.st_mode & 0o111)))
+                out.append((r, Path(e.path), bool(s.st_mode & 0o111), file_ident(s)))
             else:
                 raise Refused(f"{display_path(e.path)} is not a regular file or folder "
                               "(symlink, FIFO, device): not packed")
-    return sorted(out)
+    out.sort()
+    fp = fingerprint(sorted([*((r, x, i) for r, _, x, i in out), *dirs]))
+    return out, fp
+
+
+def entry_files(top: Path) -> list[tuple[str, Path, bool]]:
+    """(relative path, path, executable) of every file under an entry folder, sorted
+    (:func:`entry_walk`)."""
+    return [(r, p, x) for r, p, x, _ in entry_walk(top)[0]]
 
 
 def _traced_files(e: Entry) -> tuple[str, ...]:
@@ -196,23 +208,42 @@ def record_of(e: Entry, root: Path, files: Sequence[LocalFile],
         loader=info.loader if info else None, linked=tuple(sorted(linked)))
 
 
-def _local_files(e: Entry) -> tuple[LocalFile, ...]:
+Walked = list[tuple[str, Path, bool, tuple[int, ...]]]
+
+
+def _hash_files(walked: Walked) -> tuple[tuple[LocalFile, ...], bool]:
+    """The files, hashed; and whether each was the walk's file (same identity after the read:
+    the records may then be kept in the memo under the walk's fingerprint)."""
     out = []
-    for rel, path, exe in entry_files(e.path):
-        sha, size, ident = file_digest_ident(path)
-        out.append(LocalFile(FileRecord(rel, size, sha, exe), path, ident))
-    return tuple(out)
+    same = True
+    for rel, path, exe, ident in walked:
+        sha, size, after = file_digest_ident(path)
+        same &= after == ident
+        out.append(LocalFile(FileRecord(rel, size, sha, exe), path, after))
+    return tuple(out), same
 
 
-def _snapshots(entries: Iterable[Entry], cc: Path) -> tuple[LocalFile, ...]:
+def _known_files(walked: Walked, rec: EntryRecord) -> tuple[LocalFile, ...] | None:
+    """The files of a memo's record, with the walk's identities (the fingerprint matched)."""
+    if [r for r, *_ in walked] != [f.path for f in rec.files]:
+        return None
+    return tuple(LocalFile(f, path, ident)
+                 for f, (_, path, _, ident) in zip(rec.files, walked, strict=True))
+
+
+def manifest_snapshots(e: Entry) -> tuple[str, ...]:
+    """sha256 of the source snapshots the recorder's manifests of ``e`` name."""
     shas: set[str] = set()
-    for e in entries:
-        for m in e.manifests:
-            for f in m.data.get("traced_files") or []:
-                if isinstance(f, dict) and f.get("snapshot") and isinstance(f.get("sha256"), str):
-                    shas.add(f["sha256"])
+    for m in e.manifests:
+        for f in m.data.get("traced_files") or []:
+            if isinstance(f, dict) and f.get("snapshot") and isinstance(f.get("sha256"), str):
+                shas.add(f["sha256"])
+    return tuple(sorted(shas))
+
+
+def _snapshots(shas: Iterable[str], cc: Path) -> tuple[LocalFile, ...]:
     out = []
-    for sha in sorted(shas):
+    for sha in sorted(set(shas)):
         p = cc / STATE_DIRNAME / SOURCES_DIRNAME / sha
         try:
             digest, size, ident = file_digest_ident(p)
@@ -238,114 +269,73 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
     substring of the served model or traced model code) or by ``filter_expr`` (``ls
     --filter``), plus (``linked``) the other tree's entries proven to be of the same starts.
     Raises :class:`FleetError` when nothing is selected, :class:`Refused` for an entry in a
-    state whose files are not whole (partial, corrupt, unknown)."""
+    state whose files are not whole (partial, corrupt, unknown).
+
+    An entry whose files are unchanged since an earlier pack or push (:mod:`.pack_memo`) is
+    not read again: its record, digests and link proofs come from the memo."""
     croot = root if isinstance(root, CacheRoot) else resolve_root(root)
     if not refs and model is None and filter_expr is None:
         raise FleetError("name the entries: KEY..., --model or --filter")
     try:
         # The listing index (as ls uses it) answers for unchanged entries: every entry that
-        # is packed, and every candidate of a link proof, is read again in full below, so
-        # its state and files come from the disk, not from the index.
+        # is packed, and every candidate of a link proof, is walked again below (file by
+        # file), and read again unless the pack memo knows its files unchanged.
         info = scan(croot, check_in_use=False)
         pred = parse_filter(filter_expr) if filter_expr else None
     except (RootError, UsageError) as exc:
         raise FleetError(str(exc)) from None
     by_path = {os.path.realpath(e.path): e for e in info.entries}
-    chosen: dict[str, Entry] = {}
+    chosen: list[str] = []
     for ref in refs:
-        p = os.path.realpath(_locate(ref, croot))
-        chosen[p] = by_path[p]
+        chosen.append(os.path.realpath(_locate(ref, croot)))
     if model is not None or pred is not None:
         for e in info.entries:
             if model is not None and model not in f"{e.checkpoint or ''} {e.model or ''}":
                 continue
             if pred is not None and not pred(e):
                 continue
-            chosen[os.path.realpath(e.path)] = e
+            chosen.append(os.path.realpath(e.path))
     if not chosen:
         raise FleetError("no entry matches the selection")
-    deep: dict[str, Entry] = {p: read_entry(e.path, deep=True) for p, e in chosen.items()}
-    links: dict[str, set[str]] = {p: set() for p in deep}
+    facts = EntryFacts(by_path, PackMemo(croot.compile_cache), entry_walk)
+    links: dict[str, set[str]] = {p: set() for p in dict.fromkeys(chosen)}
     if linked:
-        _link(info.entries, deep, links, progress)
-    bad = [e for e in deep.values() if e.state not in allow_states]
+        if progress is not None:
+            progress("linking the two trees' entries of each start")
+        link_entries(info.entries, facts, links)
+    known: dict[str, tuple[EntryRecord, tuple[LocalFile, ...], tuple[str, ...]]] = {}
+    for p in links:
+        hit = facts.memo.record(p, facts.walk(p)[1])
+        files = _known_files(facts.walk(p)[0], hit[0]) if hit else None
+        if hit is not None and files is not None:
+            known[p] = (hit[0], files, hit[1])
+    deep = {p: facts.full(p) for p in links if p not in known}
+    states = [(by_path[p].key, known[p][0].state, known[p][0].state_detail) if p in known
+              else (by_path[p].key, deep[p].state, deep[p].state_detail) for p in links]
+    bad = [s for s in states if s[1] not in allow_states]
     if bad:
-        e = bad[0]
-        raise Refused(f"entry {e.key[:16]} is {e.state}"
-                      + (f" ({e.state_detail})" if e.state_detail else "")
+        key, state, detail = bad[0]
+        raise Refused(f"entry {key[:16]} is {state}" + (f" ({detail})" if detail else "")
                       + ": its files are not whole, not packed")
-    ordered = sorted(deep.values(), key=lambda e: (e.layout, e.key))
-    if progress is not None:
-        progress(f"hashing {sum(e.stats.files for e in ordered)} files")
-    files = [_local_files(e) for e in ordered]
-    records = tuple(record_of(e, info.root, fs, links[os.path.realpath(e.path)])
-                    for e, fs in zip(ordered, files, strict=True))
-    extras = _snapshots(ordered, croot.compile_cache)
-    return Selection(info.root, tuple(ordered), records, tuple(files), extras)
+    if progress is not None and deep:
+        progress(f"hashing {sum(e.stats.files for e in deep.values())} files")
+    for p, e in deep.items():
+        files, same = _hash_files(facts.walk(p)[0])
+        rec = record_of(e, info.root, files)
+        snaps = manifest_snapshots(e)
+        if same:
+            facts.memo.put_record(p, facts.walk(p)[1], rec, snaps)
+        known[p] = (rec, files, snaps)
+    ordered = sorted(links, key=lambda p: (known[p][0].layout, known[p][0].key))
+    records = tuple(replace(known[p][0], linked=tuple(sorted(links[p]))) for p in ordered)
+    facts.memo.forget_missing(by_path)
+    facts.memo.save()
+    return Selection(info.root, tuple(deep.get(p) or by_path[p] for p in ordered), records,
+                     tuple(known[p][1] for p in ordered),
+                     _snapshots((s for p in ordered for s in known[p][2]),
+                                croot.compile_cache),
+                     tuple(known[p][2] for p in ordered))
 
 
-def _link(all_entries: Sequence[Entry], deep: dict[str, Entry], links: dict[str, set[str]],
-          progress: Callable[[str], None] | None) -> None:
-    """Add to ``deep`` the other tree's entries of the same starts, with the proof's pairs in
-    ``links`` (both directions)."""
-    if progress is not None:
-        progress("linking the two trees' entries of each start")
-    cache: dict[str, Entry] = dict(deep)
-
-    def full(e: Entry) -> Entry:
-        p = os.path.realpath(e.path)
-        if p not in cache:
-            cache[p] = read_entry(e.path, deep=True)
-        return cache[p]
-
-    aots = [e for e in all_entries if e.layout == "aot" and e.state in PACKABLE]
-    backends = [e for e in all_entries if e.layout == "backend" and e.state in PACKABLE]
-    # The proof of link.linked_aot_entries, with each AOT entry's code hashes computed once
-    # per install prefix (hashing its traced sources is the cost; many starts share them).
-    hashes: dict[tuple[str, str], set[str]] = {}
-
-    def proven(b: Entry, a: Entry) -> bool:
-        f, info = b.factors, a.aot_info
-        if f is None or not f.code_hash or info is None:
-            return False
-        graph = [g for p in b.prefix_dirs if p.graph for g in p.graph.files]
-        prefix = install_prefix(graph, (s.module for s in info.inlined_sources))
-        if prefix is None:
-            return False
-        k = (a.key, prefix)
-        if k not in hashes:
-            hashes[k] = set(sources_code_hashes(info, prefix))
-        return f.code_hash in hashes[k]
-
-    pairs: list[tuple[Entry, Entry]] = []
-    for e in list(deep.values()):
-        if e.layout == "backend":
-            pairs += [(e, fa) for a in aots if _same_model_file(e, a)
-                      and proven(e, fa := full(a))]
-        else:
-            for b in backends:
-                fb = full(b)
-                if _same_model_file(fb, e) and proven(fb, e):
-                    pairs.append((fb, e))
-    for b, a in pairs:
-        for x, y in ((b, a), (a, b)):
-            px = os.path.realpath(x.path)
-            deep.setdefault(px, x)
-            links.setdefault(px, set()).add(y.key)
-
-
-def _same_model_file(backend: Entry, aot: Entry) -> bool:
-    """Cheap pre-check before the proof: the AOT forward's file is one the graph names."""
-    info = aot.aot_info
-    loc = info.filename if info is not None else None
-    if loc is None and aot.model:
-        loc = aot.model.split(" (", 1)[-1].rsplit(":", 1)[0]
-    if not loc:
-        return False
-    tail = loc.split("site-packages/")[-1]
-    graph = {g for p in backend.prefix_dirs if p.graph for g in p.graph.files}
-    return any(g.endswith("/" + tail) or g == loc for g in graph)
-
-
-__all__ = ["PACKABLE", "LocalFile", "Selection", "entry_files", "file_digest",
-           "file_digest_ident", "file_ident", "record_of", "select"]
+__all__ = ["PACKABLE", "LocalFile", "Selection", "entry_files", "entry_walk", "file_digest",
+           "file_digest_ident", "file_ident", "manifest_snapshots", "record_of", "select"]

@@ -1,0 +1,112 @@
+"""Which entries of the other tree come from the same start as the selected ones: the proof
+of :mod:`vllm_cache_tools.keys.link` (an AOT entry's traced sources, hashed the backend way,
+give the backend entry's code hash), its results kept in the pack memo (:mod:`.pack_memo`)
+by the two entries' fingerprints, so unchanged entries are not read again to prove it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from vllm_cache_tools.fleet.pack_memo import PackMemo
+from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
+from vllm_cache_tools.store.entries import read_entry
+from vllm_cache_tools.store.types import Entry
+
+Walk = tuple[list[tuple[str, Path, bool, tuple[int, ...]]], str]
+
+PACKABLE = ("complete", "unloadable")
+"""States whose files are whole (``unloadable`` backend folders of the mega-AOT mode are part
+of the start: vLLM writes them beside the AOT entry that holds the compiled model)."""
+
+
+class EntryFacts:
+    """The entries of one root by real path, walked and deep-read at most once each."""
+
+    def __init__(self, by_path: Mapping[str, Entry], memo: PackMemo,
+                 walker: Callable[[Path], Walk]) -> None:
+        self.by_path, self.memo, self.walker = by_path, memo, walker
+        self._walks: dict[str, Walk] = {}
+        self._deep: dict[str, Entry] = {}
+
+    def walk(self, p: str) -> Walk:
+        """(files, fingerprint) of the entry at real path ``p``."""
+        w = self._walks.get(p)
+        if w is None:
+            w = self._walks[p] = self.walker(self.by_path[p].path)
+        return w
+
+    def full(self, p: str) -> Entry:
+        e = self._deep.get(p)
+        if e is None:
+            e = self._deep[p] = read_entry(self.by_path[p].path, deep=True)
+        return e
+
+
+def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
+                 links: dict[str, set[str]]) -> None:
+    """Add to ``links`` (real path -> linked keys) the other tree's entries of the same starts
+    as the entries already there, with the proof's pairs (both directions)."""
+    hashes: dict[tuple[str, str], set[str]] = {}
+
+    def proven(b: Entry, a: Entry) -> bool:
+        # Each AOT entry's code hashes computed once per install prefix (hashing its traced
+        # sources is the cost; many starts share them).
+        f, info = b.factors, a.aot_info
+        if f is None or not f.code_hash or info is None:
+            return False
+        graph = [g for p in b.prefix_dirs if p.graph for g in p.graph.files]
+        prefix = install_prefix(graph, (s.module for s in info.inlined_sources))
+        if prefix is None:
+            return False
+        k = (a.key, prefix)
+        if k not in hashes:
+            hashes[k] = set(sources_code_hashes(info, prefix))
+        return f.code_hash in hashes[k]
+
+    def pair(bp: str, ap: str, backend_chosen: bool) -> bool:
+        bfp, afp = facts.walk(bp)[1], facts.walk(ap)[1]
+        known = facts.memo.proof(bfp, afp)
+        if known is not None:
+            return known
+        fb = facts.full(bp)
+        # From the backend side, the cheap pre-check runs on the listing's AOT entry first
+        # (no pickle read of unrelated AOT entries).
+        if backend_chosen and not same_model_file(fb, facts.by_path[ap]):
+            ok = False
+        else:
+            fa = facts.full(ap)
+            ok = same_model_file(fb, fa) and proven(fb, fa)
+        facts.memo.put_proof(bfp, afp, ok)
+        return ok
+
+    real = {id(e): os.path.realpath(e.path) for e in all_entries}
+    aots = [real[id(e)] for e in all_entries if e.layout == "aot" and e.state in PACKABLE]
+    backends = [real[id(e)] for e in all_entries
+                if e.layout == "backend" and e.state in PACKABLE]
+    pairs: list[tuple[str, str]] = []
+    for p in list(links):
+        if facts.by_path[p].layout == "backend":
+            pairs += [(p, a) for a in aots if pair(p, a, True)]
+        else:
+            pairs += [(b, p) for b in backends if pair(b, p, False)]
+    for b, a in pairs:
+        for x, y in ((b, a), (a, b)):
+            links.setdefault(x, set()).add(facts.by_path[y].key)
+
+
+def same_model_file(backend: Entry, aot: Entry) -> bool:
+    """Cheap pre-check before the proof: the AOT forward's file is one the graph names."""
+    info = aot.aot_info
+    loc = info.filename if info is not None else None
+    if loc is None and aot.model:
+        loc = aot.model.split(" (", 1)[-1].rsplit(":", 1)[0]
+    if not loc:
+        return False
+    tail = loc.split("site-packages/")[-1]
+    graph = {g for p in backend.prefix_dirs if p.graph for g in p.graph.files}
+    return any(g.endswith("/" + tail) or g == loc for g in graph)
+
+
+__all__ = ["EntryFacts", "link_entries", "same_model_file"]

@@ -1,0 +1,130 @@
+"""What a pack learned about each entry, reused while the entry's files are the same: its
+record (deep pickle reads, the key check), its files' sha256, the snapshots its manifests
+name, and the results of the proof that links an AOT entry to a backend entry. A pack or push
+of unchanged entries then reads no pickle and hashes no file before it writes.
+
+"The same files" is a fingerprint of every file and folder of the entry folder: relative
+path, executable bit and :func:`..selection.file_ident` (device, inode, size, mtime, ctime in
+ns), from the one ``lstat`` walk a pack does anyway. vLLM and Inductor replace files by rename
+(a new inode, a new ctime), and any write in place changes the ctime, so a file whose
+fingerprint is unchanged holds the bytes that were hashed. The bundle stays what it would be
+without the memo (the same records, so the same bytes), and the writer still compares each
+file's identity before and after archiving it (:func:`..bundle.write_bundle`).
+
+One msgpack file per vLLM root in our own cache dir (beside the listing index, never inside
+vLLM's root), written atomically under a lock; another format or tool version is ignored and
+rebuilt, and an unreadable one is ignored (a memo is never needed: without it, pack reads
+everything as before)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import msgspec
+import xxhash
+from filelock import FileLock, Timeout
+
+from vllm_cache_tools import __version__, safeio
+from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_json
+from vllm_cache_tools.store.locate import user_cache_dir
+
+FORMAT = 1
+MAX_PROOFS = 100_000
+"""Proof results kept at most (two xxh3 digests each); past it the memo starts afresh."""
+
+
+class _Memo(msgspec.Struct, array_like=True):
+    format: int
+    version: str
+    entries: dict[str, tuple[str, bytes, tuple[str, ...]]]
+    """entry path -> (fingerprint, the record's JSON without ``linked``, snapshot sha256s)."""
+    proofs: dict[str, bool]
+    """"<backend fingerprint> <AOT fingerprint>" -> linked (same start) or not."""
+
+
+_DECODE = msgspec.msgpack.Decoder(_Memo).decode
+_ENCODE = msgspec.msgpack.Encoder().encode
+
+
+def memo_path(compile_cache: Path) -> Path:
+    real = os.path.realpath(compile_cache)
+    name = xxhash.xxh3_64_hexdigest(os.fsencode(real))
+    return user_cache_dir() / "fleet" / f"pack-{name}.msgpack"
+
+
+def fingerprint(walk: Iterable[tuple[str, bool, tuple[int, ...]]]) -> str:
+    """A digest of (relative path, executable, identity) of every file and folder."""
+    h = xxhash.xxh3_128()
+    for rel, exe, ident in walk:
+        h.update(f"{rel}\0{int(exe)}\0{ident}\n".encode("utf-8", "surrogateescape"))
+    return h.hexdigest()
+
+
+class PackMemo:
+    """The memo of one vLLM root; :meth:`save` writes it when something was learned."""
+
+    def __init__(self, compile_cache: Path) -> None:
+        self.path = memo_path(compile_cache)
+        self.doc = _Memo(FORMAT, __version__, {}, {})
+        self.dirty = False
+        with contextlib.suppress(OSError, msgspec.DecodeError, ValueError):
+            doc = _DECODE(self.path.read_bytes())
+            if doc.format == FORMAT and doc.version == __version__:
+                self.doc = doc
+
+    def record(self, path: str, fp: str) -> tuple[EntryRecord, tuple[str, ...]] | None:
+        """The record (``linked`` empty) and snapshot sha256s of the entry at ``path`` when
+        its fingerprint is still ``fp``."""
+        hit = self.doc.entries.get(path)
+        if hit is None or hit[0] != fp:
+            return None
+        try:
+            return entry_from_json(json.loads(hit[1])), hit[2]
+        except ValueError:  # BundleError included: our own memo, but never trusted blindly
+            return None
+
+    def put_record(self, path: str, fp: str, rec: EntryRecord, snaps: Sequence[str]) -> None:
+        d = entry_json(rec)
+        d["linked"] = []
+        self.doc.entries[path] = (fp, json.dumps(d, sort_keys=True).encode(),
+                                  tuple(sorted(snaps)))
+        self.dirty = True
+
+    def proof(self, backend_fp: str, aot_fp: str) -> bool | None:
+        return self.doc.proofs.get(f"{backend_fp} {aot_fp}")
+
+    def put_proof(self, backend_fp: str, aot_fp: str, linked: bool) -> None:
+        if len(self.doc.proofs) >= MAX_PROOFS:
+            self.doc.proofs.clear()
+        self.doc.proofs[f"{backend_fp} {aot_fp}"] = linked
+        self.dirty = True
+
+    def forget_missing(self, present: Iterable[str]) -> None:
+        """Drop the records of entries no longer in the root."""
+        keep = set(present)
+        gone = [p for p in self.doc.entries if p not in keep]
+        for p in gone:
+            del self.doc.entries[p]
+        self.dirty |= bool(gone)
+
+    def save(self) -> None:
+        """Write the memo if it changed; a failure (read-only home, a busy lock) is ignored:
+        the next pack reads the entries again."""
+        if not self.dirty:
+            return
+        with contextlib.suppress(OSError, Timeout):
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with FileLock(str(self.path) + ".lock", timeout=5):
+                fd = safeio.open_dirs(self.path.parent)
+                try:
+                    safeio.replace_at(fd, self.path.name, _ENCODE(self.doc), 0o600)
+                finally:
+                    os.close(fd)
+            self.dirty = False
+
+
+__all__ = ["PackMemo", "fingerprint", "memo_path"]
