@@ -23,19 +23,17 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 import msgspec
 import xxhash
-from filelock import FileLock, Timeout
 
-from vllm_cache_tools import safeio
 from vllm_cache_tools.store.locate import user_cache_dir
 from vllm_cache_tools.store.tree_stats import watched_dirs
 from vllm_cache_tools.store.types import Entry, EntryTimes, Problem, TreeStats
 
 FORMAT = 6
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 class Record(msgspec.Struct, array_like=True, frozen=True):
@@ -139,13 +137,21 @@ def _entry(rec: Record, path: Path, stats: TreeStats, t: EntryTimes) -> Entry:
     )
 
 
+def _summary_stats(st: TreeStats) -> tuple[object, ...]:
+    return (st.size_bytes, st.disk_bytes, st.files, st.dirs, st.oldest_mtime, st.newest_mtime,
+            st.tmp_files, st.symlinks, st.unreadable, st.owners)
+
+
 def reuse(raw: msgspec.Raw | bytes, path: Path, stats: TreeStats,
-          times: Callable[[TreeStats], EntryTimes]) -> Entry | None:
+          times: Callable[[TreeStats], EntryTimes]) -> tuple[Entry, msgspec.Raw] | None:
     """The entry at ``path`` from its earlier record and a fresh walk (``stats``), when
     the walk found the same folders with the same mtimes (so the same names everywhere) and
     the same key files with the same sizes and mtimes: then what the readers would find in
     its files is what they found before, and only the walk's sizes and times are new.
-    ``None`` when anything differs (the entry is then read whole)."""
+    Returned as a listing keeps it (no per-folder mtimes nor key-file stats, no per-rank
+    details) with its record: the earlier bytes themselves when the walk's sizes, counts and
+    times are the ones recorded (nothing to encode; the usual case), else the record with the
+    walk's. ``None`` when anything differs (the entry is then read whole)."""
     try:
         rec = _DECODE_RECORD(raw)
     except msgspec.DecodeError:
@@ -153,7 +159,19 @@ def reuse(raw: msgspec.Raw | bytes, path: Path, stats: TreeStats,
     if (stats.unreadable or rec.tree != tree_digest(stats)
             or rec.key_files != tuple((r, s, m) for r, s, m, _ in stats.key_files)):
         return None
-    return _entry(rec, path, stats, times(stats))
+    listed = TreeStats(*_summary_stats(stats))  # type: ignore[arg-type]
+    if _summary_stats(stats) != (rec.size_bytes, rec.disk_bytes, rec.files, rec.dirs,
+                                 rec.oldest_mtime, rec.newest_mtime, rec.tmp_files,
+                                 rec.symlinks, rec.unreadable, rec.owners):
+        # The same names with other sizes or times (a file rewritten in place): the same
+        # readers' findings, the walk's figures.
+        rec = msgspec.structs.replace(
+            rec, size_bytes=stats.size_bytes, disk_bytes=stats.disk_bytes, files=stats.files,
+            dirs=stats.dirs, oldest_mtime=stats.oldest_mtime, newest_mtime=stats.newest_mtime,
+            tmp_files=stats.tmp_files, symlinks=stats.symlinks, owners=stats.owners)
+        raw = _ENCODE(rec)
+    return (_entry(rec, path, listed, times(stats)),
+            raw if isinstance(raw, msgspec.Raw) else msgspec.Raw(raw))
 
 
 class ListingIndex:
@@ -188,7 +206,7 @@ class ListingIndex:
             rec = _DECODE_RECORD(raw)
             lstat = os.lstat
             # Relative lstat from the entry's folder: no full-path lookup per folder.
-            fd = os.open(p, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            fd = os.open(p, _DIR_FLAGS)
             try:
                 for rel, mtime in zip(rec.dir_names, rec.dir_mtimes, strict=True):
                     if lstat(rel, dir_fd=fd).st_mtime_ns != mtime:
@@ -205,10 +223,10 @@ class ListingIndex:
             return None
         # A listing needs no per-folder mtimes (prune and verify scan without the index), nor
         # the key files' stats once the times are derived (as parallel_read._summary).
-        stats = TreeStats(rec.size_bytes, rec.disk_bytes, rec.files, rec.dirs,
-                          rec.oldest_mtime, rec.newest_mtime, rec.tmp_files, rec.symlinks,
-                          rec.unreadable, rec.owners)
-        return _entry(rec, path, stats, times(replace(stats, key_files=tuple(keys))))
+        summary = (rec.size_bytes, rec.disk_bytes, rec.files, rec.dirs, rec.oldest_mtime,
+                   rec.newest_mtime, rec.tmp_files, rec.symlinks, rec.unreadable, rec.owners)
+        t = times(TreeStats(*summary, (), tuple(keys)))  # type: ignore[arg-type]
+        return _entry(rec, path, TreeStats(*summary), t)  # type: ignore[arg-type]
 
     def put(self, e: Entry, record: msgspec.Raw | None = None, *,
             encoded: bool = False) -> None:
@@ -218,8 +236,11 @@ class ListingIndex:
         self.seen.add(p)
         rec = record if encoded else encode_record(e)
         if rec is not None:
-            self.records[p] = rec
-            self.dirty = True
+            # A rescan that found the entry unchanged hands back the same bytes: nothing to
+            # write then.
+            if self.records.get(p) != rec:
+                self.records[p] = rec
+                self.dirty = True
         elif self.records.pop(p, None) is not None:
             self.dirty = True
 
@@ -229,6 +250,12 @@ class ListingIndex:
             del self.records[p]
         if not (self.dirty or gone):
             return
+        # Imported only to write (~20 ms, most of them filelock's): an unchanged listing
+        # writes nothing.
+        from filelock import FileLock, Timeout
+
+        from vllm_cache_tools import safeio
+
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             data = _ENCODE(_IndexDoc(FORMAT, self.version, self.records))

@@ -56,17 +56,17 @@ def scan_workers() -> int:
 def _summary(item: tuple[str, str, bool, bool, msgspec.Raw | bytes | None]
              ) -> tuple[Entry, msgspec.Raw | None]:
     layout, path, deep, record, previous = item
-    stats = found = None
+    stats = None
     if previous is not None and not deep:
         # A rescan walks every entry afresh, and reads its files only when the walk found
-        # something changed since the index's record (listing_index.reuse).
+        # something changed since the index's record (listing_index.reuse): then the entry
+        # comes as a listing keeps it, with its record (the earlier bytes, mostly).
         stats = tree_stats(path)
         found = reuse(previous, Path(path), stats, entry_times)
-    if found is not None:
-        e = found
-    else:
-        reader = read_aot_entry if layout == "aot" else read_backend_entry
-        e = reader(Path(path), deep=deep, stats=stats)
+        if found is not None:
+            return found if record else (found[0], None)
+    reader = read_aot_entry if layout == "aot" else read_backend_entry
+    e = reader(Path(path), deep=deep, stats=stats)
     if not deep:
         # Listings keep no per-rank details (and they would cross the pipe for nothing).
         e = replace(e, prefix_dirs=(), aot_ranks=())
