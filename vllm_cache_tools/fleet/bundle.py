@@ -48,6 +48,7 @@ from vllm_cache_tools.read.noatime import open_noatime
 
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _BUF = 1 << 20
+_TAR_BUF = 1 << 16
 
 
 def manifest_bytes(m: BundleManifest) -> bytes:
@@ -245,7 +246,10 @@ def _open_tar(path: Path) -> Iterator[tarfile.TarFile]:
     try:
         reader = _Prefetch(zstandard.ZstdDecompressor().stream_reader(f, read_size=_BUF))
         try:
-            with tarfile.open(fileobj=reader, mode="r|", bufsize=_BUF) as tar:
+            # tarfile's stream keeps the unread rest of its buffer and slices it after
+            # every read (a 512-byte header included): a 1 MiB buffer copied ~1 GB on
+            # 450 files; 64 KiB took a tenth of unpack's CPU time less here.
+            with tarfile.open(fileobj=reader, mode="r|", bufsize=_TAR_BUF) as tar:
                 yield tar
         finally:
             reader.close()
