@@ -97,3 +97,28 @@ def test_unwritable_index_dir_does_not_break_ls(real_compile: ScenarioRun, tmp_p
     r = run_cli("ls", "--root", str(real_compile.vllm_root), "--json",
                 env={"XDG_CACHE_HOME": str(blocker)})
     assert r.returncode == 0 and len(json.loads(r.stdout)["entries"]) == 4
+
+
+def test_forked_checkers_answer_as_one_process(real_compile: ScenarioRun, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The indexed lookups spread over forked processes (listing_index._check_all) give the
+    entries one process gives, changed ones included."""
+    from vllm_cache_tools import __version__
+    from vllm_cache_tools.store import listing_index
+    from vllm_cache_tools.store.folders import entry_times
+
+    root = copy_root(real_compile.vllm_root, tmp_path / "root")
+    scan(root, check_in_use=False)  # writes the index
+    cc = resolve_root(root).compile_cache
+    paths = sorted(p for d in (cc, cc / "torch_aot_compile") for p in d.iterdir()
+                   if p.is_dir() and p.name != "torch_aot_compile")
+    (paths[0] / "new-file").write_bytes(b"x")  # one entry changed: not answered
+    monkeypatch.setattr(listing_index, "PARALLEL_MIN_LOOKUPS", 2)
+    idx = listing_index.ListingIndex(cc, __version__)
+    serial = listing_index._check_span_of
+    with monkeypatch.context() as m:  # the forked path, not the serial one
+        m.setattr(listing_index, "_check_span_of", None)
+        forked = idx.lookup_all(paths, entry_times, workers=2)
+    assert listing_index._check_span_of is serial
+    one = idx.lookup_all(paths, entry_times, workers=1)
+    assert forked == one and forked[0] is None and all(e is not None for e in forked[1:])

@@ -16,6 +16,7 @@ BACKEND_KEY = re.compile(r"^[0-9a-f]{10}(-\d+)?$")
 AOT_KEY = re.compile(r"^[0-9a-f]{64}$")
 
 Progress = Callable[[int], None]
+WORKERS_ENV = "VLLM_CACHE_TOOLS_SCAN_WORKERS"
 
 
 def list_dir(path: Path, problems: list[Problem]) -> list[os.DirEntry[str]]:
@@ -51,3 +52,15 @@ def entry_times(stats: TreeStats) -> EntryTimes:
         return EntryTimes(created, "oldest-mtime", modified, read, "atime")
     return EntryTimes(created, "oldest-mtime", modified, modified,
                       "mtime" if modified else None)
+
+
+def scan_workers() -> int:
+    """Processes to read with: ``$VLLM_CACHE_TOOLS_SCAN_WORKERS``, else the cores this process
+    may run on (``sched_getaffinity``: a container's or taskset's limit, not the host's)."""
+    env = os.environ.get(WORKERS_ENV, "").strip()
+    if env.isdigit() and int(env) > 0:
+        return min(int(env), 64)
+    try:
+        return max(1, min(len(os.sched_getaffinity(0)), 64))
+    except (AttributeError, OSError):
+        return max(1, min(os.cpu_count() or 1, 64))

@@ -22,7 +22,8 @@ bypasses the index and rewrites it.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import msgspec
@@ -174,6 +175,78 @@ def reuse(raw: msgspec.Raw | bytes, path: Path, stats: TreeStats,
             raw if isinstance(raw, msgspec.Raw) else msgspec.Raw(raw))
 
 
+def _decode(raw: msgspec.Raw | None) -> Record | None:
+    try:
+        return None if raw is None else _DECODE_RECORD(raw)
+    except msgspec.DecodeError:
+        return None
+
+
+def unchanged(path: str, rec: Record) -> tuple[float, ...] | None:
+    """The atimes of ``rec``'s key files when every folder it watches and every key file are
+    as recorded (folder mtimes; key files' sizes and mtimes), else ``None``. One ``lstat``
+    each, relative to the entry's folder (no full-path lookup per item)."""
+    lstat = os.lstat
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+        try:
+            for rel, mtime in zip(rec.dir_names, rec.dir_mtimes, strict=True):
+                if lstat(rel, dir_fd=fd).st_mtime_ns != mtime:
+                    return None
+            atimes = []
+            for rel, size, mtime in rec.key_files:
+                s = lstat(rel, dir_fd=fd)
+                if s.st_size != size or s.st_mtime_ns != mtime:
+                    return None
+                atimes.append(s.st_atime)
+            return tuple(atimes)
+        finally:
+            os.close(fd)
+    except (OSError, ValueError):
+        return None
+
+
+PARALLEL_MIN_LOOKUPS = 2000
+"""Below this many indexed entries, forking checkers costs more than their ``lstat``s."""
+
+_FORKED: tuple[list[str], list[Record | None]] = ([], [])
+"""What forked checkers inherit (no copy through a pipe): the paths and decoded records."""
+
+
+def _check_span(span: tuple[int, int]) -> list[tuple[float, ...] | None]:
+    ps, recs = _FORKED
+    return [None if recs[i] is None else unchanged(ps[i], recs[i])  # type: ignore[arg-type]
+            for i in range(*span)]
+
+
+def _check_all(ps: list[str], recs: list[Record | None],
+               workers: int) -> list[tuple[float, ...] | None]:
+    """:func:`unchanged` for each entry. An indexed listing is mostly these ``lstat``s
+    (~7 per entry), and they spread over processes like the walk of a rescan: forked (they
+    inherit the records), only from a single-threaded process, only for many entries."""
+    n = min(workers, len(ps) // (PARALLEL_MIN_LOOKUPS // 2))
+    if n <= 1 or threading.active_count() > 1:
+        return _check_span_of(ps, recs)
+    import multiprocessing
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        return _check_span_of(ps, recs)
+    global _FORKED
+    _FORKED = (ps, recs)
+    try:
+        step = -(-len(ps) // (n * 4))  # a few spans per worker: none waits on a slow one
+        spans = [(i, min(i + step, len(ps))) for i in range(0, len(ps), step)]
+        with multiprocessing.get_context("fork").Pool(n) as pool:
+            return [r for part in pool.map(_check_span, spans) for r in part]
+    finally:
+        _FORKED = ([], [])
+
+
+def _check_span_of(ps: list[str], recs: list[Record | None]
+                   ) -> list[tuple[float, ...] | None]:
+    return [None if r is None else unchanged(p, r) for p, r in zip(ps, recs, strict=True)]
+
+
 class ListingIndex:
     """Per-root index of entry summaries, validated by folder and key-file stats."""
 
@@ -197,36 +270,30 @@ class ListingIndex:
     def lookup(self, path: Path, times: Callable[[TreeStats], EntryTimes]) -> Entry | None:
         """The indexed entry if nothing under it changed, with fresh key-file atimes.
         ``times`` turns stats into (created, source, modified, last_used, source)."""
-        p = os.fsdecode(path)
-        self.seen.add(p)
-        raw = self.records.get(p)
-        if raw is None:
-            return None
-        try:
-            rec = _DECODE_RECORD(raw)
-            lstat = os.lstat
-            # Relative lstat from the entry's folder: no full-path lookup per folder.
-            fd = os.open(p, _DIR_FLAGS)
-            try:
-                for rel, mtime in zip(rec.dir_names, rec.dir_mtimes, strict=True):
-                    if lstat(rel, dir_fd=fd).st_mtime_ns != mtime:
-                        return None
-                keys = []
-                for rel, size, mtime in rec.key_files:
-                    s = lstat(rel, dir_fd=fd)
-                    if s.st_size != size or s.st_mtime_ns != mtime:
-                        return None
-                    keys.append((rel, size, mtime, s.st_atime))
-            finally:
-                os.close(fd)
-        except (OSError, ValueError, msgspec.DecodeError):
-            return None
-        # A listing needs no per-folder mtimes (prune and verify scan without the index), nor
-        # the key files' stats once the times are derived (as parallel_read._summary).
-        summary = (rec.size_bytes, rec.disk_bytes, rec.files, rec.dirs, rec.oldest_mtime,
-                   rec.newest_mtime, rec.tmp_files, rec.symlinks, rec.unreadable, rec.owners)
-        t = times(TreeStats(*summary, (), tuple(keys)))  # type: ignore[arg-type]
-        return _entry(rec, path, TreeStats(*summary), t)  # type: ignore[arg-type]
+        return self.lookup_all([path], times)[0]
+
+    def lookup_all(self, paths: Sequence[Path], times: Callable[[TreeStats], EntryTimes],
+                   workers: int = 1) -> list[Entry | None]:
+        """:meth:`lookup` of each path, in order; the ``lstat``s spread over ``workers``
+        forked processes when there are many (:func:`_check_all`)."""
+        ps = [os.fsdecode(p) for p in paths]
+        self.seen.update(ps)
+        recs = [_decode(self.records.get(p)) for p in ps]
+        out: list[Entry | None] = []
+        for path, rec, atimes in zip(paths, recs, _check_all(ps, recs, workers), strict=True):
+            if rec is None or atimes is None:
+                out.append(None)
+                continue
+            keys = tuple((r, s, m, a) for (r, s, m), a in zip(rec.key_files, atimes,
+                                                                 strict=True))
+            # A listing needs no per-folder mtimes (prune and verify scan without the index),
+            # nor the key files' stats once the times are derived (as parallel_read._summary).
+            summary = (rec.size_bytes, rec.disk_bytes, rec.files, rec.dirs, rec.oldest_mtime,
+                       rec.newest_mtime, rec.tmp_files, rec.symlinks, rec.unreadable,
+                       rec.owners)
+            t = times(TreeStats(*summary, (), keys))
+            out.append(_entry(rec, path, TreeStats(*summary), t))
+        return out
 
     def put(self, e: Entry, record: msgspec.Raw | None = None, *,
             encoded: bool = False) -> None:

@@ -29,28 +29,15 @@ from pathlib import Path
 import msgspec
 
 from vllm_cache_tools.store.entries import read_aot_entry, read_backend_entry
-from vllm_cache_tools.store.folders import entry_times
+from vllm_cache_tools.store.folders import entry_times, scan_workers
 from vllm_cache_tools.store.listing_index import encode_record, reuse
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import Entry
 
-WORKERS_ENV = "VLLM_CACHE_TOOLS_SCAN_WORKERS"
 PARALLEL_MIN_ENTRIES = 48
 """Below this many entries to read, starting workers costs more than it saves."""
 
 Item = tuple[str, Path]
-
-
-def scan_workers() -> int:
-    """Processes to read with: ``$VLLM_CACHE_TOOLS_SCAN_WORKERS``, else the cores this process
-    may run on (``sched_getaffinity``: a container's or taskset's limit, not the host's)."""
-    env = os.environ.get(WORKERS_ENV, "").strip()
-    if env.isdigit() and int(env) > 0:
-        return min(int(env), 64)
-    try:
-        return max(1, min(len(os.sched_getaffinity(0)), 64))
-    except (AttributeError, OSError):
-        return max(1, min(os.cpu_count() or 1, 64))
 
 
 def _summary(item: tuple[str, str, bool, bool, msgspec.Raw | bytes | None]

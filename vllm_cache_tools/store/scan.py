@@ -27,6 +27,7 @@ from vllm_cache_tools.store.folders import (
     entry_times,
     is_dir_entry,
     list_dir,
+    scan_workers,
 )
 from vllm_cache_tools.store.in_use import open_paths_under
 from vllm_cache_tools.store.listing_index import ListingIndex
@@ -146,14 +147,14 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
         index = (ListingIndex(cc, __version__)
                  if (use_index or refresh_index) and not deep else None)
         items = classify(cc, problems)
-        found: list[Entry | None] = []
-        for _, path in items:
-            hit = (index.lookup(path, entry_times) if index is not None and use_index
-                   else None)
-            found.append(hit)
-            if hit is not None and progress is not None:
-                counted += hit.stats.files
-                progress(counted)
+        found: list[Entry | None] = (
+            index.lookup_all([p for _, p in items], entry_times, scan_workers())
+            if index is not None and use_index else [None] * len(items))
+        if progress is not None:
+            for hit in found:
+                if hit is not None:
+                    counted += hit.stats.files
+                    progress(counted)
         todo = [i for i, e in enumerate(found) if e is None]
         previous = ([index.records.get(os.fsdecode(items[i][1])) for i in todo]
                     if index is not None else None)
