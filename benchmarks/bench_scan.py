@@ -1,7 +1,7 @@
 """Benchmark: how fast a root is scanned, against ``du -sb`` on the same tree (issue 17 item 5).
 
     python benchmarks/bench_scan.py [--files 200000] [--repeat 3] [--templates DIR ...]
-                                    [--skip-options] [--rss-only]
+                                    [--skip-options] [--rss-only] [--baseline DIR]
 
 The tree is benchmarks/synth.py's (clones of real entries made by real vLLM: the harness's
 ``compile``, ``compile-nomega`` and ``compile-tp2`` roots, or ``--templates`` roots copied from
@@ -15,6 +15,9 @@ wall and CPU (user + sys) seconds beside it and the 1-minute load average before
   all (``cold``: a first listing); ``walk:index-stats``, the floor of an indexed listing (load
   the index, ``lstat`` what it watches, no CLI and no output);
 and the peak RSS of each ``ls`` (``--rss-only``: one cold, one rescan, one indexed run).
+``--baseline DIR`` (a source tree of an earlier commit, e.g. ``git archive REV vllm_cache_tools
+| tar -x -C DIR``) adds its rescan and indexed rows (``base:rescan``, ``base:indexed``, with its
+own index), interleaved with the rest: a before/after under the same load.
 Goals: rescan <= 1.0x du, indexed <= 0.1x du, RSS < 200 MB
 on 1M files. Results go to .bench/scan-<files>.json.
 """
@@ -140,6 +143,7 @@ def main() -> int:
     ap.add_argument("--templates", type=Path, nargs="*", default=[])
     ap.add_argument("--skip-options", action="store_true", help="only du and ls")
     ap.add_argument("--rss-only", action="store_true", help="one rescan, peak RSS only")
+    ap.add_argument("--baseline", type=Path, help="an earlier commit's source tree: its rows too")
     ap.add_argument("--walk", nargs=2, metavar=("NAME", "TREE"), help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.walk:
@@ -165,6 +169,13 @@ def main() -> int:
         cmds = {k: cmds[k] for k in ("cold", "rescan", "indexed")}
     else:
         cmds["rescan-1worker"] = ([*exe_cmd, "ls", "--json", "--rescan", "--root", str(tree)], env1)
+    if a.baseline:
+        base_cmd = [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+                    "from vllm_cache_tools.cli import main; main()", str(a.baseline.resolve())]
+        base_env = {**env, "XDG_CACHE_HOME": str(state / "baseline")}
+        cmds["base:rescan"] = ([*base_cmd, "ls", "--json", "--rescan", "--root", str(tree)],
+                               base_env)
+        cmds["base:indexed"] = ([*base_cmd, "ls", "--json", "--root", str(tree)], base_env)
     if not (a.skip_options or a.rss_only):
         for w in WALKS:
             # Each walk with the environment of the ls runs (index-stats reads their index).
@@ -172,6 +183,8 @@ def main() -> int:
     load0 = os.getloadavg()[0]
     timed(["du", "-sb", str(tree)], env)  # warm the dentry/inode caches for everyone
     timed(cmds["indexed"][0], env)  # the index
+    if "base:indexed" in cmds:
+        timed(*cmds["base:indexed"])
     rows: dict[str, list[tuple[float, float, int]]] = {k: [] for k in cmds}
     for _ in range(1 if a.rss_only else a.repeat):  # interleaved: drift hits all alike
         for k, (cmd, e) in cmds.items():

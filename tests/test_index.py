@@ -114,6 +114,7 @@ def test_forked_checkers_answer_as_one_process(real_compile: ScenarioRun, tmp_pa
                    if p.is_dir() and p.name != "torch_aot_compile")
     (paths[0] / "new-file").write_bytes(b"x")  # one entry changed: not answered
     monkeypatch.setattr(listing_index, "PARALLEL_MIN_LOOKUPS", 2)
+    monkeypatch.setattr(listing_index, "PARALLEL_MIN_WORKERS", 2)
     idx = listing_index.ListingIndex(cc, __version__)
     serial = listing_index._check_span_of
     with monkeypatch.context() as m:  # the forked path, not the serial one

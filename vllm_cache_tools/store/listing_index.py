@@ -208,6 +208,9 @@ def unchanged(path: str, rec: Record) -> tuple[float, ...] | None:
 
 PARALLEL_MIN_LOOKUPS = 2000
 """Below this many indexed entries, forking checkers costs more than their ``lstat``s."""
+PARALLEL_MIN_WORKERS = 4
+"""Nor with fewer cores: on 2 shared cores (benchmarks/bench_scan.py, 7.9k entries) two
+forked checkers cost more CPU than the ~57k ``lstat``s they split (0.95 s against 0.79 s)."""
 
 _FORKED: tuple[list[str], list[Record | None]] = ([], [])
 """What forked checkers inherit (no copy through a pipe): the paths and decoded records."""
@@ -225,7 +228,7 @@ def _check_all(ps: list[str], recs: list[Record | None],
     (~7 per entry), and they spread over processes like the walk of a rescan: forked (they
     inherit the records), only from a single-threaded process, only for many entries."""
     n = min(workers, len(ps) // (PARALLEL_MIN_LOOKUPS // 2))
-    if n <= 1 or threading.active_count() > 1:
+    if workers < PARALLEL_MIN_WORKERS or n <= 1 or threading.active_count() > 1:
         return _check_span_of(ps, recs)
     import multiprocessing
 
