@@ -96,6 +96,47 @@ class _Checked(io.RawIOBase):
                              "run pack again")
 
 
+_TEMPLATES: dict[int, bytes] = {}
+_MAX_USTAR_SIZE = 8 ** 11 - 1
+
+
+def _split_name(name: str) -> tuple[str, str] | None:
+    """ustar's (prefix, name) split of a long name, as :mod:`tarfile` makes it."""
+    parts = name.split("/")
+    for i in range(1, len(parts)):
+        prefix, rest = "/".join(parts[:i]), "/".join(parts[i:])
+        if len(prefix) <= 155 and len(rest) <= 100:
+            return prefix, rest
+    return None
+
+
+def ustar_header(name: str, size: int, executable: bool = False) -> bytes | None:
+    """The header :meth:`tarfile.TarInfo.tobuf` writes in ustar format for one of our
+    members (:func:`_info`), or ``None`` where it would not fit ustar (a non-ASCII or too
+    long name, 8 GiB or more). Made from tarfile's own header of an empty member, with the
+    name, size and checksum put in: tobuf is a tenth of pack's time on 450 small files."""
+    if not name.isascii() or size > _MAX_USTAR_SIZE:
+        return None
+    prefix = ""
+    if len(name) > 100:
+        split = _split_name(name)
+        if split is None:
+            return None
+        prefix, name = split
+    mode = 0o755 if executable else 0o644
+    t = _TEMPLATES.get(mode)
+    if t is None:
+        t = _TEMPLATES[mode] = _info("", 0, executable).tobuf(tarfile.USTAR_FORMAT, "ascii",
+                                                               "strict")
+    h = bytearray(t)
+    h[0:len(name)] = name.encode("ascii")
+    h[124:136] = b"%011o\0" % size
+    h[345:345 + len(prefix)] = prefix.encode("ascii")
+    h[148:156] = b"        "
+    h[148:155] = b"%06o\0" % sum(h)
+    return bytes(h)
+
+
 def _header(info: tarfile.TarInfo) -> bytes:
     """A ustar header when the name fits its 100 + 155 byte prefix split (ASCII), else a
     pax one: Inductor's paths are 100-160 bytes, and a pax header per member was a third of
@@ -121,8 +162,8 @@ class _TarWriter:
         self.out.write(b)
         self.offset += len(b)
 
-    def add(self, info: tarfile.TarInfo, src: Any) -> None:
-        self._write(_header(info))
+    def add(self, info: tarfile.TarInfo, src: Any, header: bytes | None = None) -> None:
+        self._write(header or _header(info))
         left = info.size
         while left > 0:
             b = src.read(min(_BUF, left))
@@ -210,13 +251,14 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
             for name, lf in members(sel):
                 with open_noatime(lf.source, buffering=0) as f:
                     info = _info(name, lf.record.size, lf.record.executable)
+                    header = ustar_header(name, lf.record.size, lf.record.executable)
                     if lf.ident is None:
                         src = _Checked(f, lf.record, name)
-                        tar.add(info, src)
+                        tar.add(info, src, header)
                         src.check()
                     else:  # hashed by the selection: the same file, unchanged since?
                         _same(f, lf, name)
-                        tar.add(info, f)
+                        tar.add(info, f, header)
                         _same(f, lf, name)
                 if on_bytes is not None:
                     on_bytes(lf.record.size)
