@@ -38,6 +38,10 @@ PARALLEL_MIN_ENTRIES = 48
 """Below this many entries to read, starting workers costs more than it saves."""
 
 Item = tuple[str, Path]
+_HERE = Path(".")
+"""The path a summary crosses the pipe with (one object for a whole chunk, pickled once): the
+parent puts back the one it holds (~0.5 KB an entry, ~10 MB on a root of 1M files, and a
+``Path`` unpickled and turned back into text per entry)."""
 
 
 def _summary(item: tuple[str, str, bool, bool, msgspec.Raw | bytes | None]
@@ -49,14 +53,14 @@ def _summary(item: tuple[str, str, bool, bool, msgspec.Raw | bytes | None]
         # something changed since the index's record (listing_index.reuse): then the entry
         # comes as a listing keeps it, with its record (the earlier bytes, mostly).
         stats = tree_stats(path)
-        found = reuse(previous, Path(path), stats, entry_times)
+        found = reuse(previous, _HERE, stats, entry_times)
         if found is not None:
             return found if record else (found[0], None)
     reader = read_aot_entry if layout == "aot" else read_backend_entry
     e = reader(Path(path), deep=deep, stats=stats)
     if not deep:
         # Listings keep no per-rank details (and they would cross the pipe for nothing).
-        e = replace(e, prefix_dirs=(), aot_ranks=())
+        e = replace(e, prefix_dirs=(), aot_ranks=(), path=_HERE)
     if not record:
         return e, None
     # The index record is built here too (the parent is the serial part of a scan), encoded:
@@ -90,12 +94,22 @@ def read_entries_for_index(items: Sequence[Item], *, deep: bool = False,
             for (layout, path), p in zip(items, prev, strict=True)]
     if (n <= 1 or len(args) < PARALLEL_MIN_ENTRIES or threading.active_count() > 1
             or "fork" not in multiprocessing.get_all_start_methods()):
-        yield from map(_summary, args)
+        yield from _with_paths(items, map(_summary, args), deep)
         return
     n = min(n, len(args) // (PARALLEL_MIN_ENTRIES // 4) or 1)
     # Small chunks keep every worker busy to the end (entries differ a lot in size); a few
     # per worker keep the pipe traffic low.
     chunk = max(1, min(64, len(args) // (n * 16)))
     with multiprocessing.get_context("fork").Pool(n) as pool:
-        yield from pool.imap(_summary, args, chunksize=chunk)
+        yield from _with_paths(items, pool.imap(_summary, args, chunksize=chunk), deep)
+
+
+def _with_paths(items: Sequence[Item], read: Iterator[tuple[Entry, msgspec.Raw | None]],
+                deep: bool) -> Iterator[tuple[Entry, msgspec.Raw | None]]:
+    """Summaries with the paths this process holds (they came as :data:`_HERE`)."""
+    if deep:
+        yield from read
+        return
+    for (_, path), (e, rec) in zip(items, read, strict=True):
+        yield replace(e, path=path), rec
 

@@ -169,9 +169,7 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
         for i, (entry, record) in zip(todo, read, strict=True):
             if index is not None:
                 index.put(entry, record, encoded=True)  # type: ignore[arg-type]
-            # With the path this process holds (items), not a worker's copy of it: ~0.5 KB an
-            # entry, ~10 MB on a root of 1M files.
-            found[i] = replace(entry, path=items[i][1])
+            found[i] = entry  # with the path this process holds (parallel_read._with_paths)
             if progress is not None:
                 counted += entry.stats.files
                 progress(counted)
