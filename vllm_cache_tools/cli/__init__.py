@@ -53,7 +53,8 @@ def __getattr__(name: str) -> Any:
 
 
 FAST_PATHS = {"ls": "vllm_cache_tools.cli.ls_run",  # an indexed listing: a tenth of du
-              "pull": "vllm_cache_tools.cli.pull_run"}  # a pod's init step (pull --if-hit)
+              "pull": "vllm_cache_tools.cli.pull_run",  # a pod's init step (pull --if-hit)
+              "predict": "vllm_cache_tools.cli.predict_run"}  # the probe starts at once
 """Verbs whose plain command lines run without typer: module -> ``run_argv(args) -> bool``."""
 
 

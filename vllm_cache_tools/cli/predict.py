@@ -2,20 +2,13 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.analyze.explain import show_value
-from vllm_cache_tools.analyze.predict import PredictError, predict
-from vllm_cache_tools.cli.common import console, fail, print_json
 from vllm_cache_tools.cli.ls import RootOpt
-from vllm_cache_tools.cli.stageline import StageLine
-from vllm_cache_tools.keys.versions import recipe_verified_on
-from vllm_cache_tools.views.payloads import predict_document
-from vllm_cache_tools.views.predict import prediction_json
+from vllm_cache_tools.cli.predict_run import run_predict
 
 
 def predict_cmd(
@@ -58,62 +51,6 @@ def predict_cmd(
     With --for-host FILE, the keys another host's vLLM would name (exit 0 when both named
     folders are in the root here, 1 otherwise).
     Exit status: 0 predicted hit, 1 predicted miss, 2 usage error."""
-    args = list(ctx.args)
-    if not args:
-        fail("give the vLLM arguments after --, e.g. vllm-cache predict -- MODEL "
-             "--max-model-len 128")
-    if usage not in ("serve", "llm"):
-        fail("--usage must be serve or llm")
-    if for_host is not None:
-        from vllm_cache_tools.cli.predict_for_host import predict_for_host_cmd
-
-        raise typer.Exit(predict_for_host_cmd(for_host, args, root, json_out, dict(os.environ)))
-    error: PredictError | None = None
-    # The stage line is erased before anything is printed (an error included).
-    with StageLine("predict: ", enabled=None if not json_out else False) as show:
-        try:
-            p = predict(args, root=root, python=python, usage=usage, rank=rank, fresh=fresh,
-                        standby=not no_standby, progress=show,
-                        trace=not no_trace)
-        except PredictError as exc:
-            error = exc
-    if error is not None:
-        fail(str(error))
-    if json_out:
-        print_json(predict_document(prediction_json(p)))
-    else:
-        con = console()
-        con.print(f"[bold]{'HIT' if p.hit else 'MISS'}[/bold]: vLLM "
-                  f"{p.parts['vllm_version']}, torch {p.parts['torch_version']}")
-        unverified = (None if recipe_verified_on(p.parts["vllm_version"]) else
-                      f"recipe not verified on vLLM {p.parts['vllm_version']}: this key is "
-                      "computed from its source, never compared with folders it created")
-        for name, t in (("AOT tree", p.aot), ("backend tree", p.backend)):
-            verdict = {True: "hit", False: "miss", None: "-"}[t.hit]
-            con.print(f"  {name:<13} {verdict:<5} {t.key or '-'}")
-            if t.key and unverified:
-                con.print(f"  {'':<13} {unverified}")
-            if t.path:
-                con.print(f"  {'':<13} {t.path}")
-            con.print(f"  {'':<13} {t.detail}" + (f" [{t.evidence}]" if t.evidence else ""))
-        con.print(f"  hashes        env {p.parts['env_hash'][:16]}  config "
-                  f"{p.parts['config_hash']}  compiler {p.parts['compiler_hash']}  code "
-                  f"{(p.parts['code_hash'] or 'unknown')[:16]}")
-        if p.probe_run is not None:
-            pr = p.probe_run
-            con.print(f"  probe         {pr.seconds:.2f} s, memo: {pr.memo}"
-                      + ("" if pr.memo == "hit" else
-                         f"; served by {pr.served_by}, answer {pr.kept}; standby: "
-                         f"{pr.standby}"))
-        if p.trace_run is not None:  # a cold root: the traced files, found without compiling
-            tr = p.trace_run
-            con.print(f"  trace         {tr.seconds:.2f} s, memo: {tr.memo}"
-                      + ("" if tr.memo == "hit" else f"; answer {tr.kept}")
-                      + (f"; failed: {tr.error}" if tr.error else ""), markup=False)
-        if p.reasons:
-            con.print("[bold]causes[/bold]")  # the word explain uses
-            for c in p.reasons:
-                con.print(f"  {c.component}: {c.item}: {show_value(c.old)} -> "
-                          f"{show_value(c.new)} ({c.evidence})"
-                          + (f" {c.detail}" if c.detail else ""), markup=False)
-    raise typer.Exit(0 if p.hit else 1)
+    raise typer.Exit(run_predict(list(ctx.args), root=root, json_out=json_out, python=python,
+                                 usage=usage, rank=rank, fresh=fresh, for_host=for_host,
+                                 no_standby=no_standby, no_trace=no_trace))

