@@ -101,7 +101,7 @@ def test_unwritable_index_dir_does_not_break_ls(real_compile: ScenarioRun, tmp_p
 
 def test_forked_checkers_answer_as_one_process(real_compile: ScenarioRun, tmp_path: Path,
                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """The indexed lookups spread over forked processes (listing_index._check_all) give the
+    """The indexed lookups spread over forked processes (listing_index._check_forked) give the
     entries one process gives, changed ones included."""
     from vllm_cache_tools import __version__
     from vllm_cache_tools.store import listing_index
@@ -116,10 +116,15 @@ def test_forked_checkers_answer_as_one_process(real_compile: ScenarioRun, tmp_pa
     monkeypatch.setattr(listing_index, "PARALLEL_MIN_LOOKUPS", 2)
     monkeypatch.setattr(listing_index, "PARALLEL_MIN_WORKERS", 2)
     idx = listing_index.ListingIndex(cc, __version__)
-    serial = listing_index._check_span_of
-    with monkeypatch.context() as m:  # the forked path, not the serial one
-        m.setattr(listing_index, "_check_span_of", None)
-        forked = idx.lookup_all(paths, entry_times, workers=2)
-    assert listing_index._check_span_of is serial
+    answers = []
+    real = listing_index._check_forked
+
+    def spy(*a: object) -> object:
+        answers.append(real(*a))  # type: ignore[arg-type]
+        return answers[-1]
+
+    monkeypatch.setattr(listing_index, "_check_forked", spy)
+    forked = idx.lookup_all(paths, entry_times, workers=2)
+    assert answers and answers[0] is not None  # forked, not checked in this process
     one = idx.lookup_all(paths, entry_times, workers=1)
     assert forked == one and forked[0] is None and all(e is not None for e in forked[1:])

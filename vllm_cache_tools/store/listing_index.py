@@ -212,30 +212,37 @@ PARALLEL_MIN_WORKERS = 4
 """Nor with fewer cores: on 2 shared cores (benchmarks/bench_scan.py, 7.9k entries) two
 forked checkers cost more CPU than the ~57k ``lstat``s they split (0.95 s against 0.79 s)."""
 
-_FORKED: tuple[list[str], list[Record | None]] = ([], [])
-"""What forked checkers inherit (no copy through a pipe): the paths and decoded records."""
+_FORKED: tuple[list[str], list[msgspec.Raw | None]] = ([], [])
+"""What forked checkers inherit (no copy through a pipe): the paths and their records."""
+
+
+def _check(path: str, raw: msgspec.Raw | None) -> tuple[float, ...] | None:
+    rec = _decode(raw)
+    return None if rec is None else unchanged(path, rec)
 
 
 def _check_span(span: tuple[int, int]) -> list[tuple[float, ...] | None]:
-    ps, recs = _FORKED
-    return [None if recs[i] is None else unchanged(ps[i], recs[i])  # type: ignore[arg-type]
-            for i in range(*span)]
+    ps, raws = _FORKED
+    return [_check(ps[i], raws[i]) for i in range(*span)]
 
 
-def _check_all(ps: list[str], recs: list[Record | None],
-               workers: int) -> list[tuple[float, ...] | None]:
-    """:func:`unchanged` for each entry. An indexed listing is mostly these ``lstat``s
+def _check_forked(ps: list[str], raws: list[msgspec.Raw | None],
+                  workers: int) -> list[tuple[float, ...] | None] | None:
+    """:func:`unchanged` for each entry, in forked processes, or ``None`` when not worth it
+    (the caller then checks each entry itself). An indexed listing is mostly these ``lstat``s
     (~7 per entry), and they spread over processes like the walk of a rescan: forked (they
-    inherit the records), only from a single-threaded process, only for many entries."""
+    inherit the records), only from a single-threaded process, only for many entries. Each
+    checker decodes its records itself: the parent holds one decoded record at a time (all of
+    them decoded at once were ~1.4 KB an entry, ~55 MB on a root of 1M files)."""
     n = min(workers, len(ps) // (PARALLEL_MIN_LOOKUPS // 2))
     if workers < PARALLEL_MIN_WORKERS or n <= 1 or threading.active_count() > 1:
-        return _check_span_of(ps, recs)
+        return None
     import multiprocessing
 
     if "fork" not in multiprocessing.get_all_start_methods():
-        return _check_span_of(ps, recs)
+        return None
     global _FORKED
-    _FORKED = (ps, recs)
+    _FORKED = (ps, raws)
     try:
         step = -(-len(ps) // (n * 4))  # a few spans per worker: none waits on a slow one
         spans = [(i, min(i + step, len(ps))) for i in range(0, len(ps), step)]
@@ -243,11 +250,6 @@ def _check_all(ps: list[str], recs: list[Record | None],
             return [r for part in pool.map(_check_span, spans) for r in part]
     finally:
         _FORKED = ([], [])
-
-
-def _check_span_of(ps: list[str], recs: list[Record | None]
-                   ) -> list[tuple[float, ...] | None]:
-    return [None if r is None else unchanged(p, r) for p, r in zip(ps, recs, strict=True)]
 
 
 class ListingIndex:
@@ -278,12 +280,16 @@ class ListingIndex:
     def lookup_all(self, paths: Sequence[Path], times: Callable[[TreeStats], EntryTimes],
                    workers: int = 1) -> list[Entry | None]:
         """:meth:`lookup` of each path, in order; the ``lstat``s spread over ``workers``
-        forked processes when there are many (:func:`_check_all`)."""
+        forked processes when there are many (:func:`_check_forked`)."""
         ps = [os.fsdecode(p) for p in paths]
         self.seen.update(ps)
-        recs = [_decode(self.records.get(p)) for p in ps]
+        raws = [self.records.get(p) for p in ps]
+        forked = _check_forked(ps, raws, workers)
         out: list[Entry | None] = []
-        for path, rec, atimes in zip(paths, recs, _check_all(ps, recs, workers), strict=True):
+        for i, (path, p, raw) in enumerate(zip(paths, ps, raws, strict=True)):
+            rec = _decode(raw)
+            atimes = (None if rec is None else
+                      forked[i] if forked is not None else unchanged(p, rec))
             if rec is None or atimes is None:
                 out.append(None)
                 continue
