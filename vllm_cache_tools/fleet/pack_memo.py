@@ -40,13 +40,17 @@ MAX_PROOFS = 100_000
 class _Memo(msgspec.Struct, array_like=True):
     format: int
     version: str
-    entries: dict[str, tuple[str, bytes, tuple[str, ...]]]
-    """entry path -> (fingerprint, the record's JSON without ``linked``, snapshot sha256s)."""
+    entries: dict[str, msgspec.Raw]
+    """entry path -> :data:`_Entry` (fingerprint, the record's JSON without ``linked``,
+    snapshot sha256s), kept encoded until looked up: loading the memo decodes nothing per
+    entry (as the listing index)."""
     proofs: dict[str, bool]
     """"<backend fingerprint> <AOT fingerprint>" -> linked (same start) or not."""
 
 
+_Entry = tuple[str, bytes, tuple[str, ...]]
 _DECODE = msgspec.msgpack.Decoder(_Memo).decode
+_DECODE_ENTRY = msgspec.msgpack.Decoder(_Entry).decode
 _ENCODE = msgspec.msgpack.Encoder().encode
 
 
@@ -79,19 +83,22 @@ class PackMemo:
     def record(self, path: str, fp: str) -> tuple[EntryRecord, tuple[str, ...]] | None:
         """The record (``linked`` empty) and snapshot sha256s of the entry at ``path`` when
         its fingerprint is still ``fp``."""
-        hit = self.doc.entries.get(path)
-        if hit is None or hit[0] != fp:
+        raw = self.doc.entries.get(path)
+        if raw is None:
             return None
         try:
+            hit = _DECODE_ENTRY(raw)
+            if hit[0] != fp:
+                return None
             return entry_from_json(json.loads(hit[1])), hit[2]
-        except ValueError:  # BundleError included: our own memo, but never trusted blindly
+        except (ValueError, msgspec.DecodeError):  # BundleError too: never trusted blindly
             return None
 
     def put_record(self, path: str, fp: str, rec: EntryRecord, snaps: Sequence[str]) -> None:
         d = entry_json(rec)
         d["linked"] = []
-        self.doc.entries[path] = (fp, json.dumps(d, sort_keys=True).encode(),
-                                  tuple(sorted(snaps)))
+        self.doc.entries[path] = msgspec.Raw(_ENCODE(
+            (fp, json.dumps(d, sort_keys=True).encode(), tuple(sorted(snaps)))))
         self.dirty = True
 
     def proof(self, backend_fp: str, aot_fp: str) -> bool | None:
