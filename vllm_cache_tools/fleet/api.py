@@ -131,7 +131,7 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
            progress: BytesProgress | None = None) -> UnpackResult:
     """Check a bundle (integrity, compatibility, relocation, and with ``vllm_args`` whether
     the next start here would hit) and place its entries atomically."""
-    from vllm_cache_tools.fleet.bundle import extract, read_manifest
+    from vllm_cache_tools.fleet.bundle_read import extract, read_manifest
     from vllm_cache_tools.fleet.place import Staging, place_entries
 
     t0 = time.perf_counter()

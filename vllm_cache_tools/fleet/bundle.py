@@ -8,15 +8,14 @@ not fit); zstd frames carry their checksum. So the same entries give the same by
 layers and content-addressed stores dedupe them), a truncated file fails the zstd checksum,
 and a changed byte fails the manifest's sha256.
 
-Reading never trusts the archive: the manifest is checked field by field (paths that stay
-below their entry, keys that are keys, a known format version) before anything is written,
-and every member must be a regular file the manifest lists, of the listed size and digest.
-Files go to a staging folder inside the target root (:mod:`.place`); nothing reaches an entry
-folder until all of them are checked."""
+Reading (:mod:`.bundle_read`, re-exported here) never trusts the archive: the manifest is
+checked field by field (paths that stay below their entry, keys that are keys, a known format
+version) before anything is written, and every member must be a regular file the manifest
+lists, of the listed size and digest. Files go to a staging folder inside the target root
+(:mod:`.place`); nothing reaches an entry folder until all of them are checked."""
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import io
 import json
@@ -24,7 +23,6 @@ import os
 import secrets
 import tarfile
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO, cast
@@ -32,21 +30,19 @@ from typing import IO, Any, BinaryIO, cast
 import zstandard
 
 from vllm_cache_tools import __version__
-from vllm_cache_tools.fleet.errors import BundleError, FleetError
+from vllm_cache_tools.fleet.bundle_read import extract, read_manifest
+from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.host import host_facts
-from vllm_cache_tools.fleet.place import Staging
 from vllm_cache_tools.fleet.records import (
     DEFAULT_LEVEL,
     MANIFEST_NAME,
     BundleManifest,
     FileRecord,
-    manifest_from_json,
     manifest_json,
 )
 from vllm_cache_tools.fleet.selection import LocalFile, Selection, file_ident
 from vllm_cache_tools.read.noatime import open_noatime
 
-MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _BUF = 1 << 20
 
 
@@ -274,300 +270,6 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
     if not to_stdout:
         os.replace(tmp, out)
     return Written(out, digest.hexdigest(), size)
-
-
-# ---- reading --------------------------------------------------------------------------------
-
-@contextmanager
-def _open_tar(path: Path) -> Iterator[tarfile.TarFile]:
-    try:
-        f: BinaryIO = open(path, "rb")  # noqa: SIM115
-    except OSError as exc:
-        raise BundleError(f"cannot read {path}: {exc.strerror or exc}") from None
-    try:
-        reader = _Prefetch(zstandard.ZstdDecompressor().stream_reader(f, read_size=_BUF))
-        try:
-            # tarfile's own stream mode ("r|") keeps the unread rest of its buffer and joins
-            # and slices it at every read, 512-byte headers included (two thirds of the time
-            # of reading a bundle through it); its plain mode over a reader that can only
-            # seek forward reads each header and member straight from the decompressor's
-            # chunks. The members are the same: tarfile parses every header either way.
-            with tarfile.open(fileobj=_Forward(reader), mode="r:") as tar:
-                yield tar
-        finally:
-            reader.close()
-    except (zstandard.ZstdError, tarfile.TarError, EOFError) as exc:
-        raise BundleError(f"{path}: truncated or corrupt bundle ({_why(exc)})") from None
-    finally:
-        f.close()
-
-
-class _Forward(io.RawIOBase):
-    """A decompressed stream that can seek forward only (by reading), which is all tarfile's
-    plain mode does when members are read in order; a backward seek is a corrupt bundle."""
-
-    def __init__(self, src: _Prefetch) -> None:
-        self.src = src
-        self.pos = 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        if whence == io.SEEK_CUR:
-            offset += self.pos
-        elif whence != io.SEEK_SET:
-            raise tarfile.ReadError("seek from the end of a stream")
-        if offset < self.pos:
-            raise tarfile.ReadError("a member before the one read (corrupt bundle)")
-        while self.pos < offset:
-            if not self.read(min(offset - self.pos, _BUF)):
-                break
-        return self.pos
-
-    def read(self, n: int | None = -1) -> bytes:
-        if n is None or n < 0:
-            n = MAX_MANIFEST_BYTES + 1  # tarfile never asks for everything
-        b = self.src.take(n)
-        self.pos += len(b)
-        return b
-
-    def readinto(self, out: Any) -> int:
-        b = self.read(len(out))
-        out[:len(b)] = b
-        return len(b)
-
-
-class _Prefetch(io.RawIOBase):
-    """Decompress in a second thread (zstd releases the GIL) while this one parses and
-    writes, as ``tar -I zstd -x`` decompresses in a second process. Errors of the
-    decompressor are raised here, in order."""
-
-    def __init__(self, src: Any, depth: int = 8) -> None:
-        import queue
-        import threading
-
-        self.q: queue.Queue[bytes | BaseException] = queue.Queue(depth)
-        self.buf = b""
-        self.pos = 0
-        self.done = False
-        self.stop = threading.Event()
-        self.src = src
-        self.t = threading.Thread(target=self._run, daemon=True)
-        self.t.start()
-
-    def _run(self) -> None:
-        import queue
-
-        try:
-            while not self.stop.is_set():
-                b = self.src.read(_BUF)
-                self._put(b)
-                if not b:
-                    return
-        except BaseException as exc:  # handed to the reader
-            with contextlib.suppress(queue.Full):
-                self._put(exc)
-
-    def _put(self, item: bytes | BaseException) -> None:
-        import queue
-
-        while not self.stop.is_set():
-            try:
-                self.q.put(item, timeout=0.1)
-                return
-            except queue.Full:
-                continue
-
-    def readable(self) -> bool:
-        return True
-
-    def take(self, n: int) -> bytes:
-        """Up to ``n`` bytes (fewer only at the end), sliced from the decompressed chunks:
-        a read within one chunk is one copy, a whole chunk none."""
-        parts = []
-        while n > 0:
-            while self.pos >= len(self.buf) and not self.done:
-                item = self.q.get()
-                if isinstance(item, BaseException):
-                    self.done = True
-                    raise item
-                if not item:
-                    self.done = True
-                self.buf, self.pos = item, 0
-            if self.pos >= len(self.buf):
-                break
-            k = min(n, len(self.buf) - self.pos)
-            parts.append(self.buf[self.pos:self.pos + k])
-            self.pos += k
-            n -= k
-        return parts[0] if len(parts) == 1 else b"".join(parts)
-
-    def readinto(self, out: Any) -> int:
-        while self.pos >= len(self.buf) and not self.done:
-            item = self.q.get()
-            if isinstance(item, BaseException):
-                self.done = True
-                raise item
-            if not item:
-                self.done = True
-            self.buf, self.pos = item, 0
-        n = min(len(out), len(self.buf) - self.pos)
-        out[:n] = self.buf[self.pos:self.pos + n]
-        self.pos += n
-        return n
-
-    def close(self) -> None:
-        self.stop.set()
-        self.t.join(5)
-        with contextlib.suppress(Exception):
-            self.src.close()
-        super().close()
-
-
-def _why(exc: BaseException) -> str:
-    text = str(exc).strip() or type(exc).__name__
-    return text.splitlines()[0][:200]
-
-
-def _read_manifest(tar: tarfile.TarFile, path: Path) -> BundleManifest:
-    first = tar.next()
-    if first is None or first.name != MANIFEST_NAME or not first.isreg():
-        raise BundleError(f"{path}: not a vllm-cache bundle (its first member is not "
-                          f"{MANIFEST_NAME})")
-    if first.size > MAX_MANIFEST_BYTES:
-        raise BundleError(f"{path}: bundle manifest over {MAX_MANIFEST_BYTES} bytes")
-    f = tar.extractfile(first)
-    assert f is not None
-    try:
-        data = json.loads(f.read())
-    except ValueError as exc:
-        raise BundleError(f"{path}: bundle manifest is not JSON ({_why(exc)})") from None
-    return manifest_from_json(data)
-
-
-def read_manifest(path: Path) -> BundleManifest:
-    """The bundle's manifest, checked (reads only the archive's first member)."""
-    with _open_tar(path) as tar:
-        return _read_manifest(tar, path)
-
-
-def _kind(m: tarfile.TarInfo) -> str:
-    return ("a symlink" if m.issym() else "a hard link" if m.islnk() else "a folder"
-            if m.isdir() else "a device" if m.ischr() or m.isblk() else "a FIFO"
-            if m.isfifo() else "not a regular file")
-
-
-_SMALL = 4 << 20
-"""Members up to this size are read whole and written by a worker thread."""
-_IN_FLIGHT = 64 << 20
-WRITERS = 4
-"""Threads creating files: creating a file is most of unpack's time (the inode, the
-folder entry, the journal), the kernel does it without the GIL, and ext4 creates several
-files at once; ``tar -x`` creates them one after the other."""
-
-
-def _write(staging: Staging, path: Path, name: str, src: IO[bytes], rec: FileRecord,
-           on_bytes: Callable[[int], None] | None) -> None:
-    try:
-        staging.write(name, src, rec, on_bytes=on_bytes)
-    except FleetError as exc:
-        raise BundleError(f"{path}: {exc} : nothing placed") from None
-
-
-class _Writers:
-    """Members written (size and sha256 checked) by :data:`WRITERS` threads, in order of
-    submission, with at most :data:`_IN_FLIGHT` bytes read ahead; the first failure is
-    raised in the reading thread (at a later submit, or at :meth:`finish`)."""
-
-    def __init__(self, staging: Staging, path: Path,
-                 on_bytes: Callable[[int], None] | None) -> None:
-        from collections import deque
-        from concurrent.futures import Future, ThreadPoolExecutor
-
-        self.staging, self.path, self.on_bytes = staging, path, on_bytes
-        self.pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="vllm-cache-unpack")
-        self.pending: deque[tuple[Future[None], int]] = deque()
-        self.bytes = 0
-
-    def submit(self, name: str, data: bytes, rec: FileRecord) -> None:
-        self.pending.append((self.pool.submit(_write, self.staging, self.path, name,
-                                              io.BytesIO(data), rec, self.on_bytes),
-                             len(data)))
-        self.bytes += len(data)
-        while self.pending and (self.bytes > _IN_FLIGHT or len(self.pending) > 1024
-                                or self.pending[0][0].done()):
-            self._next()
-
-    def _next(self) -> None:
-        fut, n = self.pending.popleft()
-        self.bytes -= n
-        fut.result()
-
-    def finish(self) -> None:
-        while self.pending:
-            self._next()
-
-    def __enter__(self) -> _Writers:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.pool.shutdown(wait=True, cancel_futures=True)
-
-
-def extract(path: Path, staging: Staging,
-            on_bytes: Callable[[int], None] | None = None,
-            on_manifest: Callable[[BundleManifest], None] | None = None) -> BundleManifest:
-    """Check the bundle and write every file it lists into ``staging``; raises
-    :class:`BundleError` (nothing placed) at the first member that is not a listed regular
-    file of the listed size and digest, or when a listed file is missing. ``on_manifest``
-    gets the checked manifest before the first file is written (one pass over the bundle:
-    the caller's checks run while the files are extracted)."""
-    with _open_tar(path) as tar, _Writers(staging, path, on_bytes) as writers:
-        m = _read_manifest(tar, path)
-        if on_manifest is not None:
-            on_manifest(m)
-        expect: dict[str, FileRecord] = {}
-        for e in m.entries:
-            for f in e.files:
-                expect[f"{e.path}/{f.path}"] = f
-        for x in m.extras:
-            expect[x.path] = x
-        seen: set[str] = set()
-        while (member := tar.next()) is not None:
-            name = member.name
-            if name.startswith("/") or ".." in name.split("/"):
-                raise BundleError(f"{path}: refused member {name!r}: absolute or '..' path "
-                                  "(nothing placed)")
-            if not member.isreg():
-                raise BundleError(f"{path}: refused member {name!r}: {_kind(member)} "
-                                  "(bundles hold regular files only; nothing placed)")
-            rec = expect.get(name)
-            if rec is None or name in seen:
-                raise BundleError(f"{path}: member {name!r} is not in the bundle manifest "
-                                  "(or listed twice): nothing placed")
-            if member.size != rec.size:
-                raise BundleError(f"{path}: {name}: {member.size} bytes, manifest says "
-                                  f"{rec.size} (tampered): nothing placed")
-            src = tar.extractfile(member)
-            assert src is not None
-            if rec.size <= _SMALL:
-                writers.submit(name, src.read(rec.size), rec)
-            else:
-                _write(staging, path, name, src, rec, on_bytes)
-            seen.add(name)
-        writers.finish()
-        missing = sorted(set(expect) - seen)
-        if missing:
-            raise BundleError(f"{path}: truncated: {len(missing)} listed files missing "
-                              f"(first: {missing[0]}): nothing placed")
-    return m
 
 
 __all__ = ["DEFAULT_LEVEL", "Written", "extract", "manifest_bytes", "members",
