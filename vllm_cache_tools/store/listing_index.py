@@ -16,7 +16,8 @@ stored as an array) kept as raw bytes until the entry is looked up, so loading t
 decodes nothing per entry and holds one bytes object (JSON records decoded to dicts held ~4 KB
 per entry). A mismatched format or tool version is ignored and rebuilt; an entry with a name
 msgpack cannot hold (not UTF-8) is not indexed, so it is read afresh each time. ``ls --rescan``
-bypasses the index and rewrites it.
+walks every entry, reuses a record where the walk finds the entry unchanged (:func:`reuse`), and
+rewrites the index only when a record changed.
 """
 
 from __future__ import annotations
