@@ -26,6 +26,7 @@ import os
 import threading
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import xxhash
@@ -144,16 +145,19 @@ def _summary_stats(st: TreeStats) -> tuple[object, ...]:
             st.tmp_files, st.symlinks, st.unreadable, st.owners)
 
 
-def reuse(raw: msgspec.Raw | bytes, path: Path, stats: TreeStats,
-          times: Callable[[TreeStats], EntryTimes]) -> tuple[Entry, msgspec.Raw] | None:
-    """The entry at ``path`` from its earlier record and a fresh walk (``stats``), when
-    the walk found the same folders with the same mtimes (so the same names everywhere) and
-    the same key files with the same sizes and mtimes: then what the readers would find in
-    its files is what they found before, and only the walk's sizes and times are new.
-    Returned as a listing keeps it (no per-folder mtimes nor key-file stats, no per-rank
-    details) with its record: the earlier bytes themselves when the walk's sizes, counts and
-    times are the ones recorded (nothing to encode; the usual case), else the record with the
-    walk's. ``None`` when anything differs (the entry is then read whole)."""
+Unchanged = tuple[msgspec.Raw | None, tuple[float, ...]]
+"""What a rescan's worker sends for an entry its walk found unchanged (:func:`reuse`): the
+record re-encoded with the walk's sizes and times (``None``: the earlier bytes hold them), and
+the key files' atimes; the parent builds the entry from these (:func:`rebuild`). A whole entry
+pickled, sent and unpickled cost more of the parent's time than decoding its record again."""
+
+
+def reuse(raw: msgspec.Raw | bytes, stats: TreeStats) -> Unchanged | None:
+    """What the earlier record ``raw`` and a fresh walk (``stats``) tell when the walk found the
+    same folders with the same mtimes (so the same names everywhere) and the same key files
+    with the same sizes and mtimes: then what the readers would find in its files is what they
+    found before, and only the walk's sizes and times are new (:data:`Unchanged`). ``None``
+    when anything differs (the entry is then read whole)."""
     try:
         rec = _DECODE_RECORD(raw)
     except msgspec.DecodeError:
@@ -161,19 +165,42 @@ def reuse(raw: msgspec.Raw | bytes, path: Path, stats: TreeStats,
     if (stats.unreadable or rec.tree != tree_digest(stats)
             or rec.key_files != tuple((r, s, m) for r, s, m, _ in stats.key_files)):
         return None
-    listed = TreeStats(*_summary_stats(stats))  # type: ignore[arg-type]
-    if _summary_stats(stats) != (rec.size_bytes, rec.disk_bytes, rec.files, rec.dirs,
-                                 rec.oldest_mtime, rec.newest_mtime, rec.tmp_files,
-                                 rec.symlinks, rec.unreadable, rec.owners):
-        # The same names with other sizes or times (a file rewritten in place): the same
-        # readers' findings, the walk's figures.
-        rec = msgspec.structs.replace(
-            rec, size_bytes=stats.size_bytes, disk_bytes=stats.disk_bytes, files=stats.files,
-            dirs=stats.dirs, oldest_mtime=stats.oldest_mtime, newest_mtime=stats.newest_mtime,
-            tmp_files=stats.tmp_files, symlinks=stats.symlinks, owners=stats.owners)
-        raw = _ENCODE(rec)
-    return (_entry(rec, path, listed, times(stats)),
-            raw if isinstance(raw, msgspec.Raw) else msgspec.Raw(raw))
+    atimes = tuple(a for _, _, _, a in stats.key_files)
+    if _summary_stats(stats) == _record_stats(rec):
+        return None, atimes  # the usual case: nothing to encode
+    # The same names with other sizes or times (a file rewritten in place): the same readers'
+    # findings, the walk's figures.
+    rec = msgspec.structs.replace(
+        rec, size_bytes=stats.size_bytes, disk_bytes=stats.disk_bytes, files=stats.files,
+        dirs=stats.dirs, oldest_mtime=stats.oldest_mtime, newest_mtime=stats.newest_mtime,
+        tmp_files=stats.tmp_files, symlinks=stats.symlinks, owners=stats.owners)
+    return msgspec.Raw(_ENCODE(rec)), atimes
+
+
+def rebuild(raw: msgspec.Raw, path: Path, atimes: tuple[float, ...],
+            times: Callable[[TreeStats], EntryTimes]) -> Entry:
+    """The entry at ``path`` as a listing keeps it, from its record and its key files' fresh
+    atimes (:func:`reuse`, :meth:`ListingIndex.lookup_all`)."""
+    return _listed(_DECODE_RECORD(raw), path, atimes, times)
+
+
+def _record_stats(rec: Record) -> tuple[Any, ...]:
+    return (rec.size_bytes, rec.disk_bytes, rec.files, rec.dirs, rec.oldest_mtime,
+            rec.newest_mtime, rec.tmp_files, rec.symlinks, rec.unreadable, rec.owners)
+
+
+def _listed(rec: Record, path: Path, atimes: tuple[float, ...],
+            times: Callable[[TreeStats], EntryTimes]) -> Entry:
+    keys = tuple((r, s, m, a) for (r, s, m), a in zip(rec.key_files, atimes, strict=True))
+    # A listing needs no per-folder mtimes (prune and verify scan without the index), nor the
+    # key files' stats once the times are derived (as parallel_read._summary).
+    return _entry(rec, path, _stats(rec), times(_stats(rec, keys)))
+
+
+def _stats(rec: Record, keys: tuple[tuple[str, int, int, float], ...] = ()) -> TreeStats:
+    return TreeStats(rec.size_bytes, rec.disk_bytes, rec.files, rec.dirs, rec.oldest_mtime,
+                     rec.newest_mtime, rec.tmp_files, rec.symlinks, rec.unreadable, rec.owners,
+                     (), keys)
 
 
 def _decode(raw: msgspec.Raw | None) -> Record | None:
@@ -291,18 +318,8 @@ class ListingIndex:
             rec = _decode(raw)
             atimes = (None if rec is None else
                       forked[i] if forked is not None else unchanged(p, rec))
-            if rec is None or atimes is None:
-                out.append(None)
-                continue
-            keys = tuple((r, s, m, a) for (r, s, m), a in zip(rec.key_files, atimes,
-                                                                 strict=True))
-            # A listing needs no per-folder mtimes (prune and verify scan without the index),
-            # nor the key files' stats once the times are derived (as parallel_read._summary).
-            summary = (rec.size_bytes, rec.disk_bytes, rec.files, rec.dirs, rec.oldest_mtime,
-                       rec.newest_mtime, rec.tmp_files, rec.symlinks, rec.unreadable,
-                       rec.owners)
-            t = times(TreeStats(*summary, (), keys))
-            out.append(_entry(rec, path, TreeStats(*summary), t))
+            out.append(None if rec is None or atimes is None
+                       else _listed(rec, path, atimes, times))
         return out
 
     def put(self, e: Entry, record: msgspec.Raw | None = None, *,

@@ -25,12 +25,13 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import cast
 
 import msgspec
 
 from vllm_cache_tools.store.entries import read_aot_entry, read_backend_entry
 from vllm_cache_tools.store.folders import entry_times, scan_workers
-from vllm_cache_tools.store.listing_index import encode_record, reuse
+from vllm_cache_tools.store.listing_index import Unchanged, encode_record, rebuild, reuse
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import Entry
 
@@ -44,18 +45,21 @@ parent puts back the one it holds (~0.5 KB an entry, ~10 MB on a root of 1M file
 ``Path`` unpickled and turned back into text per entry)."""
 
 
-def _summary(item: tuple[str, str, bool, bool, msgspec.Raw | bytes | None]
-             ) -> tuple[Entry, msgspec.Raw | None]:
+Read = tuple[Entry, msgspec.Raw | None] | tuple[None, Unchanged]
+"""What a worker sends: an entry read and its record, or what tells an unchanged one."""
+
+
+def _summary(item: tuple[str, str, bool, bool, msgspec.Raw | bytes | None]) -> Read:
     layout, path, deep, record, previous = item
     stats = None
     if previous is not None and not deep:
         # A rescan walks every entry afresh, and reads its files only when the walk found
-        # something changed since the index's record (listing_index.reuse): then the entry
-        # comes as a listing keeps it, with its record (the earlier bytes, mostly).
+        # something changed since the index's record (listing_index.reuse): then only the
+        # walk's news cross the pipe, and the parent builds the entry (_with_paths).
         stats = tree_stats(path)
-        found = reuse(previous, _HERE, stats, entry_times)
+        found = reuse(previous, stats)
         if found is not None:
-            return found if record else (found[0], None)
+            return None, found
     reader = read_aot_entry if layout == "aot" else read_backend_entry
     e = reader(Path(path), deep=deep, stats=stats)
     if not deep:
@@ -94,22 +98,27 @@ def read_entries_for_index(items: Sequence[Item], *, deep: bool = False,
             for (layout, path), p in zip(items, prev, strict=True)]
     if (n <= 1 or len(args) < PARALLEL_MIN_ENTRIES or threading.active_count() > 1
             or "fork" not in multiprocessing.get_all_start_methods()):
-        yield from _with_paths(items, map(_summary, args), deep)
+        yield from _with_paths(items, prev, map(_summary, args), deep, records)
         return
     n = min(n, len(args) // (PARALLEL_MIN_ENTRIES // 4) or 1)
     # Small chunks keep every worker busy to the end (entries differ a lot in size); a few
     # per worker keep the pipe traffic low.
     chunk = max(1, min(64, len(args) // (n * 16)))
     with multiprocessing.get_context("fork").Pool(n) as pool:
-        yield from _with_paths(items, pool.imap(_summary, args, chunksize=chunk), deep)
+        yield from _with_paths(items, prev, pool.imap(_summary, args, chunksize=chunk), deep,
+                               records)
 
 
-def _with_paths(items: Sequence[Item], read: Iterator[tuple[Entry, msgspec.Raw | None]],
-                deep: bool) -> Iterator[tuple[Entry, msgspec.Raw | None]]:
-    """Summaries with the paths this process holds (they came as :data:`_HERE`)."""
-    if deep:
-        yield from read
-        return
-    for (_, path), (e, rec) in zip(items, read, strict=True):
-        yield replace(e, path=path), rec
-
+def _with_paths(items: Sequence[Item], prev: Sequence[msgspec.Raw | None],
+                read: Iterator[Read], deep: bool, records: bool
+                ) -> Iterator[tuple[Entry, msgspec.Raw | None]]:
+    """Entries with the paths this process holds (summaries came as :data:`_HERE`), those
+    found unchanged built from their records (listing_index.rebuild)."""
+    for (_, path), before, (e, got) in zip(items, prev, read, strict=True):
+        if e is None:
+            news = cast(Unchanged, got)
+            raw = news[0] if news[0] is not None else cast(msgspec.Raw, before)
+            yield rebuild(raw, path, news[1], entry_times), raw if records else None
+            continue
+        rec = cast("msgspec.Raw | None", got)
+        yield (e if deep else replace(e, path=path)), rec
