@@ -144,14 +144,7 @@ class _Prefetch(io.RawIOBase):
         a read within one chunk is one copy, a whole chunk none."""
         parts = []
         while n > 0:
-            while self.pos >= len(self.buf) and not self.done:
-                item = self.q.get()
-                if isinstance(item, BaseException):
-                    self.done = True
-                    raise item
-                if not item:
-                    self.done = True
-                self.buf, self.pos = item, 0
+            self._refill()
             if self.pos >= len(self.buf):
                 break
             k = min(n, len(self.buf) - self.pos)
@@ -160,7 +153,9 @@ class _Prefetch(io.RawIOBase):
             n -= k
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
-    def readinto(self, out: Any) -> int:
+    def _refill(self) -> None:
+        """Take the next decompressed chunk once the current one is used up (an empty chunk
+        is the end; an exception from the decompressing thread is raised here)."""
         while self.pos >= len(self.buf) and not self.done:
             item = self.q.get()
             if isinstance(item, BaseException):
@@ -169,6 +164,9 @@ class _Prefetch(io.RawIOBase):
             if not item:
                 self.done = True
             self.buf, self.pos = item, 0
+
+    def readinto(self, out: Any) -> int:
+        self._refill()
         n = min(len(out), len(self.buf) - self.pos)
         out[:n] = self.buf[self.pos:self.pos + n]
         self.pos += n
