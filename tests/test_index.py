@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -99,32 +101,45 @@ def test_unwritable_index_dir_does_not_break_ls(real_compile: ScenarioRun, tmp_p
     assert r.returncode == 0 and len(json.loads(r.stdout)["entries"]) == 4
 
 
-def test_forked_checkers_answer_as_one_process(real_compile: ScenarioRun, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    """The indexed lookups spread over forked processes (listing_index._check_forked) give the
-    entries one process gives, changed ones included."""
-    from vllm_cache_tools import __version__
-    from vllm_cache_tools.store import listing_index
-    from vllm_cache_tools.store.folders import entry_times
+_FORKED_CHECK = """
+import json, sys
+from pathlib import Path
+from vllm_cache_tools import __version__
+from vllm_cache_tools.store import listing_index
+from vllm_cache_tools.store.folders import entry_times
 
+cc, paths = Path(sys.argv[1]), [Path(p) for p in sys.argv[2:]]
+listing_index.PARALLEL_MIN_LOOKUPS = listing_index.PARALLEL_MIN_WORKERS = 2
+idx = listing_index.ListingIndex(cc, __version__)
+answers = []
+real = listing_index._check_forked
+
+def spy(*a):
+    answers.append(real(*a))
+    return answers[-1]
+
+listing_index._check_forked = spy
+forked = idx.lookup_all(paths, entry_times, workers=2)
+one = idx.lookup_all(paths, entry_times, workers=1)
+print(json.dumps({"forked_ran": bool(answers) and answers[0] is not None,
+                  "same": forked == one, "found": [e is not None for e in forked]}))
+"""
+
+
+def test_forked_checkers_answer_as_one_process(real_compile: ScenarioRun,
+                                               tmp_path: Path) -> None:
+    """The indexed lookups spread over forked processes (listing_index._check_forked) give the
+    entries one process gives, changed ones included. In a fresh process: forking is refused
+    where other threads run, as they may in the test process (servers of other tests)."""
     root = copy_root(real_compile.vllm_root, tmp_path / "root")
     scan(root, check_in_use=False)  # writes the index
     cc = resolve_root(root).compile_cache
     paths = sorted(p for d in (cc, cc / "torch_aot_compile") for p in d.iterdir()
                    if p.is_dir() and p.name != "torch_aot_compile")
     (paths[0] / "new-file").write_bytes(b"x")  # one entry changed: not answered
-    monkeypatch.setattr(listing_index, "PARALLEL_MIN_LOOKUPS", 2)
-    monkeypatch.setattr(listing_index, "PARALLEL_MIN_WORKERS", 2)
-    idx = listing_index.ListingIndex(cc, __version__)
-    answers = []
-    real = listing_index._check_forked
-
-    def spy(*a: object) -> object:
-        answers.append(real(*a))  # type: ignore[arg-type]
-        return answers[-1]
-
-    monkeypatch.setattr(listing_index, "_check_forked", spy)
-    forked = idx.lookup_all(paths, entry_times, workers=2)
-    assert answers and answers[0] is not None  # forked, not checked in this process
-    one = idx.lookup_all(paths, entry_times, workers=1)
-    assert forked == one and forked[0] is None and all(e is not None for e in forked[1:])
+    out = subprocess.run([sys.executable, "-c", _FORKED_CHECK, str(cc), *map(str, paths)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["forked_ran"] and got["same"]  # forked, not checked in this process
+    assert got["found"] == [False] + [True] * (len(paths) - 1)
