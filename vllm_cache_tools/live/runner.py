@@ -172,7 +172,7 @@ def _next_standby(path: Path, exe: str, env: Mapping[str, str], idle: float) -> 
     return "; next one started" if standbys.start(path, exe, PROBE, env, idle) else ""
 
 
-_EARLY: dict[str, Future[ProbeRun]] = {}
+_EARLY: dict[str, tuple[Future[ProbeRun], _StageRelay]] = {}
 """Probe runs started ahead by :func:`prestart`, by the call they answer."""
 
 
@@ -180,6 +180,28 @@ def _call_key(vllm_args: Sequence[str], env: Mapping[str, str], python: str | No
               usage: str, rank: int, memo: bool, fresh: bool, standby: bool) -> str:
     return json.dumps([list(vllm_args), sorted(env.items()), python, usage, rank, memo, fresh,
                        standby])
+
+
+class _StageRelay:
+    """The stages of a run :func:`prestart` started, told to whoever listens now: the caller
+    that takes the run hears the latest stage at once and every later one."""
+
+    def __init__(self, target: Progress | None) -> None:
+        self._lock = threading.Lock()
+        self._target = target
+        self._last: str | None = None
+
+    def __call__(self, text: str) -> None:
+        with self._lock:
+            self._last = text
+            if self._target is not None:
+                self._target(text)
+
+    def retarget(self, target: Progress) -> None:
+        with self._lock:
+            self._target = target
+            if self._last is not None:
+                target(self._last)
 
 
 def prestart(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
@@ -192,15 +214,16 @@ def prestart(vllm_args: Sequence[str], env: Mapping[str, str], python: str | Non
     if key in _EARLY:
         return
     future: Future[ProbeRun] = Future()
+    relay = _StageRelay(progress)
 
     def work() -> None:
         try:
             future.set_result(_run_probe(vllm_args, env, python, usage, rank, memo=memo,
-                                         fresh=fresh, standby=standby, progress=progress))
+                                         fresh=fresh, standby=standby, progress=relay))
         except BaseException as exc:  # handed to the caller that takes this run
             future.set_exception(exc)
 
-    _EARLY[key] = future
+    _EARLY[key] = (future, relay)
     threading.Thread(target=work, name="vct-probe-early", daemon=True).start()
 
 
@@ -212,7 +235,10 @@ def run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | No
     early = _EARLY.pop(_call_key(vllm_args, env, python, usage, rank, memo, fresh, standby),
                        None)
     if early is not None:
-        return early.result()
+        future, relay = early
+        if progress is not None:
+            relay.retarget(progress)
+        return future.result()
     return _run_probe(vllm_args, env, python, usage, rank, memo=memo, fresh=fresh,
                       standby=standby, progress=progress)
 
