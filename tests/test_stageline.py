@@ -133,3 +133,23 @@ def test_probe_stages_reach_progress_and_odd_bytes_do_not_stall(tmp_path: Path) 
                   progress=stages.append)
     assert r.data == {"vllm_version": "0"} and r.served_by == "probe"
     assert stages == ["starting the vLLM probe", "importing vLLM and torch"]
+
+
+def test_stage_relay_overlay_and_retarget() -> None:
+    """A probe stage said under the store read's overlay, or before the listener took the
+    run, is shown once the overlay ends / at the handover (CI once saw it hidden)."""
+    from vllm_cache_tools.live.runner import StageRelay
+
+    seen: list[str] = []
+    relay = StageRelay(seen.append)
+    relay.overlay("reading the cache")
+    relay("importing vLLM and torch")
+    assert seen == ["reading the cache"]
+    relay.overlay(None)
+    assert seen[-1] == "importing vLLM and torch"
+    early = StageRelay(None)
+    early("vLLM building its config")
+    later: list[str] = []
+    early.retarget(later.append)
+    early("done")
+    assert later == ["vLLM building its config", "done"]

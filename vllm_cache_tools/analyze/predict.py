@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -27,7 +26,14 @@ from vllm_cache_tools.keys import (
 )
 from vllm_cache_tools.keys.versions import recipe_verified_on
 from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
-from vllm_cache_tools.live.runner import PredictError, ProbeRun, Progress, module_files, run_probe
+from vllm_cache_tools.live.runner import (
+    PredictError,
+    ProbeRun,
+    Progress,
+    StageRelay,
+    module_files,
+    run_probe,
+)
 from vllm_cache_tools.live.trace_run import TraceRun, run_trace, trace_evidence
 from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
@@ -298,31 +304,6 @@ def _predict_backend(probe: Mapping[str, Any], parts: dict[str, Any], entries: S
     return TreePrediction(bkey, str(bdir), exists and not disabled, detail, how), files
 
 
-class _ProbeStages:
-    """One stage line for two threads: the store read shows its own stage while it runs, then
-    the line goes back to the probe's latest stage (else a probe stage said during the read
-    would be hidden behind "reading the cache" until the next one)."""
-
-    def __init__(self, progress: Progress | None) -> None:
-        self._progress = progress
-        self._lock = threading.Lock()
-        self._probe: str | None = None
-        self._ours: str | None = None
-
-    def probe(self, text: str) -> None:
-        with self._lock:
-            self._probe = text
-            if self._ours is None and self._progress is not None:
-                self._progress(text)
-
-    def ours(self, text: str | None) -> None:
-        with self._lock:
-            self._ours = text
-            shown = text if text is not None else self._probe
-            if shown is not None and self._progress is not None:
-                self._progress(shown)
-
-
 def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
             root: str | os.PathLike[str] | None = None, *, python: str | None = None,
             usage: str = "serve", rank: int = 0, memo: bool = True,
@@ -339,16 +320,16 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
     env = dict(os.environ if env is None else env)
     croot = resolve_root(root, env)
     env["VLLM_CACHE_ROOT"] = str(croot.vllm_root)
-    stages = _ProbeStages(progress)
+    stages = StageRelay(progress)
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(run_probe, vllm_args, env, python, usage, rank, memo=memo,
                               fresh=fresh, standby=standby,
-                              progress=stages.probe if progress is not None else None)
-        stages.ours("reading the cache")
+                              progress=stages)
+        stages.overlay("reading the cache")
         info = scan(croot, check_in_use=False) if croot.vllm_root.is_dir() else None
         entries = list(info.entries) if info else []
         aot_infos = _aot_infos([e for e in entries if e.layout == "aot"])
-        stages.ours(None)
+        stages.overlay(None)
         probe_run = running.result()
     if progress is not None:
         progress("comparing with the cache")

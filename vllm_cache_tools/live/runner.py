@@ -172,7 +172,7 @@ def _next_standby(path: Path, exe: str, env: Mapping[str, str], idle: float) -> 
     return "; next one started" if standbys.start(path, exe, PROBE, env, idle) else ""
 
 
-_EARLY: dict[str, tuple[Future[ProbeRun], _StageRelay]] = {}
+_EARLY: dict[str, tuple[Future[ProbeRun], StageRelay]] = {}
 """Probe runs started ahead by :func:`prestart`, by the call they answer."""
 
 
@@ -182,26 +182,37 @@ def _call_key(vllm_args: Sequence[str], env: Mapping[str, str], python: str | No
                        standby])
 
 
-class _StageRelay:
-    """The stages of a run :func:`prestart` started, told to whoever listens now: the caller
-    that takes the run hears the latest stage at once and every later one."""
+class StageRelay:
+    """Stages told to whoever listens now, from any thread: :meth:`retarget` hands the
+    listener over (it hears the latest stage at once); while :meth:`overlay` shows the
+    caller's own stage, the stages told meanwhile are kept and the latest one comes back
+    when the overlay ends."""
 
     def __init__(self, target: Progress | None) -> None:
         self._lock = threading.Lock()
         self._target = target
         self._last: str | None = None
+        self._overlay: str | None = None
 
     def __call__(self, text: str) -> None:
         with self._lock:
             self._last = text
-            if self._target is not None:
+            if self._overlay is None and self._target is not None:
                 self._target(text)
 
     def retarget(self, target: Progress) -> None:
         with self._lock:
             self._target = target
-            if self._last is not None:
-                target(self._last)
+            shown = self._overlay or self._last
+            if shown is not None:
+                target(shown)
+
+    def overlay(self, text: str | None) -> None:
+        with self._lock:
+            self._overlay = text
+            shown = text or self._last
+            if shown is not None and self._target is not None:
+                self._target(shown)
 
 
 def prestart(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
@@ -214,7 +225,7 @@ def prestart(vllm_args: Sequence[str], env: Mapping[str, str], python: str | Non
     if key in _EARLY:
         return
     future: Future[ProbeRun] = Future()
-    relay = _StageRelay(progress)
+    relay = StageRelay(progress)
 
     def work() -> None:
         try:
