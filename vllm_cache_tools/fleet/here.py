@@ -36,17 +36,26 @@ _FIND = ("\nimport importlib.util as _u\n"
 
 
 def target(python: str | None = None) -> Target:
+    """This host's target environment: from the memo while nothing it read changed
+    (:mod:`.target_memo`), else from a child process in that interpreter."""
+    from vllm_cache_tools.fleet import target_memo
     from vllm_cache_tools.keys.compat import _gpu_names, probe_source
 
     exe = python or sys.executable
-    try:
-        r = subprocess.run([exe, "-I", "-c", probe_source() + _FIND], capture_output=True,
-                           text=True, timeout=60)
-        lines = r.stdout.splitlines() if r.returncode == 0 else []
-        data = json.loads(lines[0]) if len(lines) == 2 else None
-        origin = json.loads(lines[1]) if len(lines) == 2 else None
-    except (OSError, subprocess.SubprocessError, ValueError):
-        data = origin = None
+    script = target_memo.DEPS_BEFORE + probe_source() + _FIND + target_memo.DEPS_AFTER
+    lines = target_memo.load(exe, script)
+    if lines is None:
+        try:
+            r = subprocess.run([exe, "-I", "-c", script], capture_output=True, text=True,
+                               timeout=60)
+            out = r.stdout.splitlines() if r.returncode == 0 else []
+            parsed = [json.loads(x) for x in out] if len(out) == 3 else []
+        except (OSError, subprocess.SubprocessError, ValueError):
+            parsed = []
+        if len(parsed) == 3 and isinstance(parsed[0], dict) and isinstance(parsed[2], dict):
+            lines = parsed[:2]
+            target_memo.save(exe, script, lines, parsed[2])
+    data, origin = lines if lines is not None else (None, None)
     if not isinstance(data, dict):
         return Target(detect_environment(exe), None)  # says why, in its own words
     env = Environment(data["python"], data["torch"], data["cuda"] or data["xpu"],
