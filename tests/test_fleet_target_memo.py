@@ -11,7 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from vllm_cache_tools.fleet import here as here_mod
 from vllm_cache_tools.fleet.here import target
 
 
@@ -40,7 +39,7 @@ def _count_children(monkeypatch: pytest.MonkeyPatch) -> list[object]:
         calls.append(a)
         return real(*a, **k)  # type: ignore[call-overload]
 
-    monkeypatch.setattr(here_mod.subprocess, "run", run)
+    monkeypatch.setattr(subprocess, "run", run)
     return calls
 
 
