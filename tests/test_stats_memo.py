@@ -53,7 +53,7 @@ def test_appended_lines_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, me
     b = start_lines("pod-b", None, T, "load-failure", compile_s=40.0)
     root = root_with(tmp_path, {"pod-a": a[:-1], "pod-b": b})  # a4's second worker later
     first = runs(root, monkeypatch, by)
-    assert len(list(memo_here.iterdir())) == 2
+    assert len(list(memo_here.glob("*.msgpack"))) == len(list(memo_here.glob("*.sum"))) == 2
     seen: list[Any] = []
     real_load = stats_memo.load
     monkeypatch.setattr(stats_memo, "load", lambda *a: seen.append(r := real_load(*a)) or r)
@@ -64,8 +64,36 @@ def test_appended_lines_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, me
     assert later["totals"]["starts"] == first["totals"]["starts"] + 1
     (problem,) = later["problems"]
     assert problem.startswith("ledger pod-a.jsonl line 17: not a ledger event")
-    again = runs(root, monkeypatch, by)  # nothing appended: the memo alone
-    assert again == later
+    seen.clear()
+    again = runs(root, monkeypatch, by)  # nothing appended: the kept sums alone
+    assert again == later and not seen
+
+
+def test_kept_sums_hold_only_for_the_same_file_and_models(tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch,
+                                                          memo_here: Path) -> None:
+    lines = [x for i in range(4) for x in start_lines("h", f"s{i}", T + i * 100,
+                                                         ("miss", "hit")[i % 2])]
+    root = root_with(tmp_path, {"h": lines})
+    first = runs(root, monkeypatch)
+    p = ledger(root, "h")
+    digest = stats_memo.models_digest("model", {})
+    got = stats_memo.load_summary(p, "model", digest)
+    assert got is not None and got.groups and got.bad == 0
+    assert stats_memo.load_summary(p, "model", "another table") is None
+    assert stats_memo.load_summary(p, "host", "") is None  # never summed up by host
+    assert stats_memo.models_digest("model", {"k": "m"}) != digest
+    assert stats_memo.models_digest("host", {"k": "m"}) == ""
+    (m,) = memo_here.glob("*.sum")
+    good = m.read_bytes()
+    for junk in (b"", good[:-5], b"\xc1" * 50):
+        m.write_bytes(junk)
+        assert stats_memo.load_summary(p, "model", digest) is None
+        assert runs(root, monkeypatch) == first
+    with open(p, "a") as f:
+        f.write(lines[0][:30])  # a line being written: its sums are not kept
+    r = runs(root, monkeypatch)
+    assert len(r["problems"]) == 1 and stats_memo.load_summary(p, "model", digest) is None
 
 
 def test_a_line_being_written_is_read_again_when_whole(tmp_path: Path,
@@ -111,7 +139,9 @@ def test_a_damaged_memo_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     lines = [x for i in range(3) for x in start_lines("h", f"s{i}", T + i * 100, "hit")]
     root = root_with(tmp_path, {"h": lines})
     runs(root, monkeypatch)
-    (m,) = memo_here.iterdir()
+    for s in memo_here.glob("*.sum"):
+        s.unlink()  # the tally itself, not the sums kept beside it
+    (m,) = memo_here.glob("*.msgpack")
     good = m.read_bytes()
     kept = stats_memo._DECODER.decode(good)
     bad_index = msgspec.structs.replace(kept, names=[])
@@ -120,6 +150,8 @@ def test_a_damaged_memo_is_ignored(tmp_path: Path, monkeypatch: pytest.MonkeyPat
                  msgspec.msgpack.encode(bad_index), msgspec.msgpack.encode(bad_flags)):
         m.write_bytes(junk)
         assert runs(root, monkeypatch)["totals"]["starts"] == 3
+        for s in memo_here.glob("*.sum"):
+            s.unlink()
 
 
 def test_not_with_since_nor_small_ledgers(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

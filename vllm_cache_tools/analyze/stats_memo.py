@@ -17,12 +17,20 @@ table), decoded into typed records (never unpickled: anyone who can write there 
 the counts wrong). Only ledgers of :data:`MIN_BYTES` or more are memoized (smaller ones read
 faster than a memo would help); not with ``--since`` (the tally kept is of every event);
 not for a host whose ledger comes in several copies (they are merged by event).
-``VLLM_CACHE_TOOLS_STATS_MEMO=0`` turns it off."""
+``VLLM_CACHE_TOOLS_STATS_MEMO=0`` turns it off.
+
+Beside it, per ledger and ``--by``, the host's sums as the report uses them
+(:class:`~.stats_tally._Partial`, :class:`Summary`: a few numbers per group and per entry),
+kept only for a file that ended in a whole line, with the same fingerprints plus a digest of
+the entry -> model table for ``--by model``. A later run with nothing appended and the same
+models takes those sums as they are, without restoring the tally or summing up its starts
+(the common case: ``stats`` run again before the fleet wrote more)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections import Counter
 from collections.abc import Mapping
 from operator import itemgetter
 from pathlib import Path
@@ -32,6 +40,7 @@ import msgspec
 import xxhash
 
 from vllm_cache_tools import safeio
+from vllm_cache_tools.analyze.stats_tally import MAX_PROBLEMS, _Partial
 from vllm_cache_tools.read.noatime import open_noatime
 from vllm_cache_tools.store.locate import user_cache_dir
 
@@ -186,11 +195,15 @@ def save(path: Path, by_entry: bool, tally: Any, offset: int, lines: int, bad: i
         [(pos[k], t) for k, t in tally.written.items()],
         [(pos[k], sid, f) for (k, sid), f in (tally.decisions or {}).items()],
         [(tree, ev, n) for (tree, ev), n in tally.events.items()])
+    _write(_name(path, by_entry), _ENCODER.encode(kept))
+
+
+def _write(name: str, data: bytes) -> None:
     with contextlib.suppress(OSError):
         os.makedirs(user_cache_dir(), mode=0o700, exist_ok=True)
         fd = safeio.open_dirs(user_cache_dir(), "stats", create=True, mode=0o700)
         try:
-            safeio.replace_at(fd, _name(path, by_entry), _ENCODER.encode(kept))
+            safeio.replace_at(fd, name, data)
         finally:
             os.close(fd)
 
@@ -204,3 +217,96 @@ def memoizable(paths: list[tuple[Path, str]], since: float | None) -> Path | Non
         return p if p.stat().st_size >= MIN_BYTES else None
     except OSError:
         return None
+
+
+# ---- the sums of a host, as the report uses them ----
+
+SUM_FORMAT = 1
+"""Bump when :class:`~.stats_tally._Partial` or how it is summed up changes."""
+Acc = Annotated[list[int | float], msgspec.Meta(min_length=10, max_length=10)]
+Count = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class Summary(msgspec.Struct, array_like=True, frozen=True):
+    """One ledger's :class:`~.stats_tally._Partial` for one ``--by``, as it stood when the
+    file ended at ``offset`` in a whole line."""
+
+    format: int
+    by: str
+    models: str
+    """:func:`models_digest` of the table it was summed up with."""
+    dev: int
+    ino: int
+    offset: int
+    head: str
+    before: str
+    bad: Count
+    problems: list[str]
+    events: list[tuple[str, str, Count]]
+    groups: list[tuple[str, Acc]]
+    hits: list[tuple[str, str, Count]]
+    entry_groups: list[tuple[str, Acc]]
+    entry_hits: list[tuple[str, Count]]
+    entry_time: list[tuple[str, float, float]]
+    written: list[tuple[str, float]]
+    last_hit: list[tuple[str, float]]
+    hosts: list[str]
+    first: float | None
+
+
+_SUM_DECODER = msgspec.msgpack.Decoder(Summary)
+
+
+def models_digest(by: str, models: Mapping[str, str]) -> str:
+    """What of the entry -> model table a host's sums depend on (only ``--by model`` names
+    groups by it)."""
+    if by != "model":
+        return ""
+    return xxhash.xxh3_64_hexdigest(_ENCODER.encode(sorted(models.items())))
+
+
+def _sum_name(path: Path, by: str) -> str:
+    real = os.fsencode(os.path.realpath(path))
+    return f"{xxhash.xxh3_64_hexdigest(real)}-{by}.sum"
+
+
+def load_summary(path: Path, by: str, models: str) -> _Partial | None:
+    """The kept sums of ``path`` (with its damaged lines) when the file is still exactly what
+    they were summed from, else ``None``."""
+    try:
+        raw = safeio.read_regular(memo_dir() / _sum_name(path, by), MAX_BYTES)
+        s = _SUM_DECODER.decode(raw)
+    except (OSError, msgspec.MsgspecError, RecursionError, MemoryError):
+        return None
+    if s.format != SUM_FORMAT or s.by != by or s.models != models:
+        return None
+    now = _fingerprints(path, s.offset)
+    if now is None or now != (s.dev, s.ino, s.offset, s.head, s.before):
+        return None
+    part = _Partial(
+        events=Counter({(tree, ev): n for tree, ev, n in s.events}),
+        groups={name: list(a) for name, a in s.groups},
+        hits=Counter({(g, k): n for g, k, n in s.hits}),
+        entry_groups={name: list(a) for name, a in s.entry_groups},
+        entry_hits=Counter(dict(s.entry_hits)),
+        entry_time={k: (t, c) for k, t, c in s.entry_time},
+        written=dict(s.written), last_hit=dict(s.last_hit), hosts=set(s.hosts),
+        first=s.first, bad=s.bad, problems=s.problems[:MAX_PROBLEMS])
+    return part
+
+
+def save_summary(path: Path, by: str, models: str, part: _Partial, offset: int) -> None:
+    """Keep ``part`` as the sums of ``path`` while it ends at ``offset`` (best effort)."""
+    now = _fingerprints(path, offset)
+    if now is None or now[2] != offset:
+        return
+    dev, ino, _size, head, before = now
+    s = Summary(
+        SUM_FORMAT, by, models, dev, ino, offset, head, before, part.bad, part.problems,
+        [(tree, ev, n) for (tree, ev), n in part.events.items()],
+        list(part.groups.items()), [(g, k, n) for (g, k), n in part.hits.items()],
+        list(part.entry_groups.items()), list(part.entry_hits.items()),
+        [(k, t, c) for k, (t, c) in part.entry_time.items()],
+        list(part.written.items()), list(part.last_hit.items()), sorted(part.hosts),
+        part.first)
+    _write(_sum_name(path, by), _ENCODER.encode(s))

@@ -30,53 +30,91 @@ def _first_host(path: Path) -> str | None:
     return row.host if row is not None else None
 
 
-def _partial(work: Sequence[tuple[str | None, Sequence[tuple[Path, str]]]],
-             since: float | None, by: str, models: Mapping[str, str]) -> _Partial:
-    """Read the ledgers of some hosts (``(host, [(path, label)])``: one host's copies are
-    merged by event) and sum them up, one host at a time: a start's processes all log on one
-    host, so a host's starts are complete when its files are read and only their sums are
-    kept (memory follows the largest host, not the fleet). Runs in a worker process for
-    large fleets."""
-    out = _Partial()
-    for host, paths in work:
-        tally = _Tally(since, by == "entry")
-        seen: set[StatsEvent] | None = set() if len(paths) > 1 and host is not None else None
+Work = Sequence[tuple[int, str | None, Sequence[tuple[Path, str]]]]
+"""Hosts to read: (its place among all hosts, host, [(ledger, its label)]); one host's copies
+are merged by event."""
+
+
+def _partial(work: Work, since: float | None, by: str, models: Mapping[str, str]
+             ) -> list[tuple[int, _Partial]]:
+    """Read the ledgers of some hosts and sum them up, one host at a time: a start's processes
+    all log on one host, so a host's starts are complete when its files are read and only
+    their sums are kept (memory follows the largest host, not the fleet). Runs in a worker
+    process for large fleets. Each host's sums come back on their own, to be added up in the
+    hosts' order: the same seconds to the last digit however hosts were spread over workers
+    or taken from the memo."""
+    digest = stats_memo.models_digest(by, models)
+    return [(i, _host(host, paths, since, by, models, digest)) for i, host, paths in work]
+
+
+def _host(host: str | None, paths: Sequence[tuple[Path, str]], since: float | None, by: str,
+          models: Mapping[str, str], digest: str) -> _Partial:
+    """One host's ledgers summed up: its memo's tally continued with the lines appended since
+    (:mod:`.stats_memo`), the file read whole without one; the sums are kept for the next run
+    when the file ended in a whole line."""
+    tally = _Tally(since, by == "entry")
+    seen: set[StatsEvent] | None = set() if len(paths) > 1 and host is not None else None
+    memo = stats_memo.memoizable(list(paths), since)
+    kept = stats_memo.load(memo, by == "entry") if memo is not None else None
+    problems: list[str] = []
+    bad = duplicates = 0
+    if kept is not None and not stats_memo.restore(kept, tally):
+        kept, tally = None, _Tally(since, by == "entry")
+    if kept is not None:
+        problems, bad = kept.problems[:MAX_PROBLEMS], kept.bad
+    end: int | None = None
+    tail = False
+    for p, label in paths:
+        batches = read_from(p, label, kept.offset, kept.lines) if kept is not None else \
+            read_from(p, label)
+        for b in batches:
+            if isinstance(b, Complete):
+                end = b.offset
+                if memo is not None and (kept is None or b.offset != kept.offset):
+                    stats_memo.save(memo, by == "entry", tally, b.offset, b.lines, bad,
+                                    problems)
+                continue
+            tail = end is not None  # a last line without its newline: not in the memo
+            if isinstance(b, LedgerProblem):
+                bad += 1
+                if len(problems) < MAX_PROBLEMS:
+                    problems.append(str(b))
+                continue
+            if seen is not None:
+                fresh = [r for r in b if r not in seen]
+                duplicates += len(b) - len(fresh)
+                seen.update(fresh)
+                b = fresh
+            tally.add(b)
+    part = _summary(tally, by, models)
+    part.bad, part.problems, part.duplicates = bad, problems, duplicates
+    if memo is not None and end is not None and not tail:
+        stats_memo.save_summary(memo, by, digest, part, end)
+    return part
+
+
+def _kept_sums(work: Work, since: float | None, by: str, models: Mapping[str, str],
+               parts: list[_Partial | None]) -> list[tuple[int, str | None,
+                                                            Sequence[tuple[Path, str]]]]:
+    """Fill in ``parts`` for the hosts whose kept sums still hold
+    (:func:`.stats_memo.load_summary`: nothing appended since); returns the other hosts,
+    which are to be read."""
+    if since is not None or not stats_memo.enabled():
+        return list(work)
+    digest = stats_memo.models_digest(by, models)
+    rest = []
+    for i, host, paths in work:
         memo = stats_memo.memoizable(list(paths), since)
-        kept = stats_memo.load(memo, by == "entry") if memo is not None else None
-        problems: list[str] = []
-        bad = 0
-        if kept is not None and not stats_memo.restore(kept, tally):
-            kept, tally = None, _Tally(since, by == "entry")
-        if kept is not None:
-            problems, bad = kept.problems[:MAX_PROBLEMS], kept.bad
-        for p, label in paths:
-            batches = read_from(p, label, kept.offset, kept.lines) if kept is not None else \
-                read_from(p, label)
-            for b in batches:
-                if isinstance(b, Complete):
-                    if memo is not None and (kept is None or b.offset != kept.offset):
-                        stats_memo.save(memo, by == "entry", tally, b.offset, b.lines, bad,
-                                        problems)
-                    continue
-                if isinstance(b, LedgerProblem):
-                    bad += 1
-                    if len(problems) < MAX_PROBLEMS:
-                        problems.append(str(b))
-                    continue
-                if seen is not None:
-                    fresh = [r for r in b if r not in seen]
-                    out.duplicates += len(b) - len(fresh)
-                    seen.update(fresh)
-                    b = fresh
-                tally.add(b)
-        out.bad += bad
-        out.problems += problems[:max(0, MAX_PROBLEMS - len(out.problems))]
-        out.merge(_summary(tally, by, models))
-    return out
+        got = stats_memo.load_summary(memo, by, digest) if memo is not None else None
+        if got is None:
+            rest.append((i, host, paths))
+        else:
+            parts[i] = got
+    return rest
 
 
-def _partial_nogc(work: Sequence[tuple[str | None, Sequence[tuple[Path, str]]]],
-                  since: float | None, by: str, models: Mapping[str, str]) -> _Partial:
+def _partial_nogc(work: Work, since: float | None, by: str, models: Mapping[str, str]
+                  ) -> list[tuple[int, _Partial]]:
     """:func:`_partial` with the cyclic garbage collector paused: the tally makes a few
     hundred thousand small lists and tuples and no cycle, and each collection would walk them
     all again (~10% of the time for 1M events)."""
@@ -113,24 +151,33 @@ def read_all(ledgers: Sequence[Path], since: float | None, by: str,
         by_host.setdefault(_first_host(p), []).append((p, _label(p, names)))
         with contextlib.suppress(OSError):
             size += p.stat().st_size
-    work = list(by_host.items())
+    hosts = [(i, host, paths) for i, (host, paths) in enumerate(by_host.items())]
+    parts: list[_Partial | None] = [None] * len(hosts)
+    work = _kept_sums(hosts, since, by, models, parts)
+    if len(work) < len(hosts):
+        size = sum(_size(p) for _, _, paths in work for p, _ in paths)
     n = min(jobs, len(work)) if size >= PARALLEL_BYTES else 1
     if n <= 1 or "fork" not in multiprocessing.get_all_start_methods():
-        out = _partial_nogc(work, since, by, models)
+        done = _partial_nogc(work, since, by, models)
     else:
         # Largest hosts first, each to the least loaded worker.
-        bins: list[list[tuple[str | None, Sequence[tuple[Path, str]]]]] = [[] for _ in range(n)]
+        bins: list[list[tuple[int, str | None, Sequence[tuple[Path, str]]]]] = [
+            [] for _ in range(n)]
         load = [0] * n
-        for host, paths in sorted(work, key=lambda w: -sum(_size(p) for p, _ in w[1])):
+        for w in sorted(work, key=lambda w: -sum(_size(p) for p, _ in w[2])):
             i = load.index(min(load))
-            bins[i].append((host, paths))
-            load[i] += sum(_size(p) for p, _ in paths)
+            bins[i].append(w)
+            load[i] += sum(_size(p) for p, _ in w[2])
         ctx = multiprocessing.get_context("fork")
         with concurrent.futures.ProcessPoolExecutor(n, mp_context=ctx) as pool:
-            parts = list(pool.map(_partial_nogc, bins, [since] * n, [by] * n, [models] * n))
-        out = parts[0]
-        for part in parts[1:]:
-            out.merge(part)
+            done = [x for got in pool.map(_partial_nogc, bins, [since] * n, [by] * n,
+                                          [models] * n) for x in got]
+    for i, got in done:
+        parts[i] = got
+    out = _Partial()
+    for p in parts:
+        if p is not None:
+            out.merge(p)
     out.saved()
     if out.bad > MAX_PROBLEMS:
         out.problems.append(f"... and {out.bad - MAX_PROBLEMS} more damaged ledger lines")
