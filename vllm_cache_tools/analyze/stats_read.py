@@ -175,9 +175,9 @@ def read_all(ledgers: Sequence[Path], since: float | None, by: str,
     for i, got in done:
         parts[i] = got
     out = _Partial()
-    for p in parts:
-        if p is not None:
-            out.merge(p)
+    for host_sums in parts:
+        if host_sums is not None:
+            out.merge(host_sums)
     out.saved()
     if out.bad > MAX_PROBLEMS:
         out.problems.append(f"... and {out.bad - MAX_PROBLEMS} more damaged ledger lines")
