@@ -54,7 +54,8 @@ def __getattr__(name: str) -> Any:
 
 FAST_PATHS = {"ls": "vllm_cache_tools.cli.ls_run",  # an indexed listing: a tenth of du
               "pull": "vllm_cache_tools.cli.pull_run",  # a pod's init step (pull --if-hit)
-              "predict": "vllm_cache_tools.cli.predict_run"}  # the probe starts at once
+              "predict": "vllm_cache_tools.cli.predict_run",  # the probe starts at once
+              "stats": "vllm_cache_tools.cli.stats_run"}  # a memo's sums: ~0.1 s of counting
 """Verbs whose plain command lines run without typer: module -> ``run_argv(args) -> bool``."""
 
 

@@ -1,0 +1,55 @@
+"""``stats`` with plain options runs without typer (cli/stats_run.py): it must pass the values
+typer would pass, print the same bytes, and leave everything else to typer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.plain_args_support import assert_reads_as_typer
+from tests.test_stats import AOT, root_with, start_lines
+from vllm_cache_tools.cli.stats_run import parse_argv, run_stats
+
+PLAIN = [
+    [],
+    ["--json"],
+    ["--json", "--root", "/some/root"],
+    ["--root=/some/root", "--by", "entry", "--json"],
+    ["some/folder", "--wide", "--since", "7d"],
+    ["-j", "2", "--by=host"],
+    ["--jobs=64", "s3://bucket/store", "--json"],
+]
+LEFT_TO_TYPER = [
+    ["--help"], ["-h"], ["--bogus"], ["--json", "--json"], ["--root"], ["--root", "-x"],
+    ["--root="], ["--", "x"], ["a", "b"], ["-j", "0"], ["-j", "65"], ["--jobs", "two"],
+    ["-o", "anon=true", "s3://b/s"], ["--storage-option", "anon=true"], ["--by", "model",
+                                                                          "--by", "host"],
+]
+
+
+@pytest.mark.parametrize("args", PLAIN, ids=" ".join)
+def test_plain_arguments_read_as_typer_reads_them(args: list[str],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    assert_reads_as_typer("stats", args, parse_argv, "vllm_cache_tools.cli.stats.run_stats",
+                          run_stats, monkeypatch)
+
+
+@pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
+def test_anything_else_is_left_to_typer(args: list[str]) -> None:
+    assert parse_argv(args) is None
+
+
+def test_same_bytes_with_and_without_typer(tmp_path: Path) -> None:
+    lines = [x for i in range(4) for x in start_lines("h", f"s{i}", 1.8e9 + i * 100,
+                                                         ("miss", "hit")[i % 2], tp=2)]
+    root = str(root_with(tmp_path, {"h": [*lines, "not json"]}))
+    # A repeated option sends the same report through typer (it keeps the last value).
+    for args in (["--json"], [], ["--by", "entry", "--wide"], ["--by", "bogus"]):
+        fast = run_cli("stats", "--root", root, *args)
+        typed = run_cli("stats", "--root", root, "--jobs", "1", "--jobs", "1", *args)
+        assert fast.returncode == typed.returncode, fast.stderr + typed.stderr
+        assert fast.stdout == typed.stdout and fast.stderr == typed.stderr
+        assert fast.returncode == (2 if "bogus" in args else 0), fast.stderr
+    assert AOT[:16] in run_cli("stats", "--root", root, "--by", "entry").stdout

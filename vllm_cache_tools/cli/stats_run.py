@@ -1,0 +1,190 @@
+"""What ``vllm-cache stats`` does (:func:`run_stats`), free of typer, and the reading of its
+plain command lines without typer (:func:`run_argv`).
+
+Why: ``stats --json`` over a fleet's ledgers that a memo already summed up
+(analyze/stats_memo.py) takes ~0.1 s of counting; building the typer command would add ~0.2 s
+(typer converts every parameter through a pydantic ``TypeAdapter``) and rich's tables another
+few tens of ms. So plain command lines (the options below, each at most once, values as
+``--opt value`` or ``--opt=value``) are read by
+:func:`vllm_cache_tools.cli.plainargs.read_plain`; anything else (``--help``, ``-o``, an
+unknown option, a ``--jobs`` that is not 1..64) is left to typer, so help, errors and their
+exit codes stay typer's (tests/test_stats_fast.py compares the
+keywords with typer's)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from vllm_cache_tools.analyze.stats import GROUPINGS, Counters, StatsReport, stats
+from vllm_cache_tools.cli.common import fail, print_json, warn, write_out
+from vllm_cache_tools.cli.plainargs import read_plain
+from vllm_cache_tools.units import fmt_duration, human_size, iso, parse_age
+
+_FLAGS = {"--json": "json_out", "--wide": "wide"}
+_VALUED = {"--root": "root", "--since": "since", "--by": "by", "--jobs": "jobs", "-j": "jobs"}
+MAX_JOBS = 64
+
+
+def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
+    """``stats``' arguments as :func:`run_stats` keywords, or ``None`` when typer should read
+    them."""
+    plain = read_plain(args, flags=_FLAGS, valued=_VALUED)
+    if plain is None or len(plain.positionals) > 1:
+        return None
+    kw = plain.keywords
+    if "jobs" in kw:
+        if not kw["jobs"].isdigit() or not 1 <= int(kw["jobs"]) <= MAX_JOBS:
+            return None
+        kw["jobs"] = int(kw["jobs"])
+    if "root" in kw:
+        kw["root"] = Path(kw["root"])
+    return {"source": plain.positionals[0] if plain.positionals else None, **kw}
+
+
+def run_argv(args: Sequence[str]) -> bool:
+    """Run ``stats`` from its arguments when :func:`parse_argv` reads them; ``False``
+    (nothing done) otherwise. Exits as typer would: 0 when done, 1 on a closed pipe."""
+    kw = parse_argv(args)
+    if kw is None:
+        return False
+    try:
+        run_stats(**kw)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # As click does: no second error while the interpreter flushes the closed pipe.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        raise SystemExit(1) from None
+    return True
+
+
+def run_stats(source: str | None = None, root: Path | None = None, *, since: str | None = None,
+              by: str = "model", json_out: bool = False, wide: bool = False,
+              jobs: int | None = None, storage_option: Sequence[str] | None = None) -> None:
+    """``vllm-cache stats`` (see :func:`vllm_cache_tools.cli.stats.stats_cmd` for the
+    options)."""
+    if by not in GROUPINGS:
+        fail(f"--by must be one of {', '.join(GROUPINGS)}")
+    if source is not None and root is not None:
+        fail("give the source either as SOURCE or as --root, not both")
+    cutoff = None
+    if since is not None:
+        import time
+
+        cutoff = time.time() - parse_age(since)
+    options = None
+    if storage_option:
+        from vllm_cache_tools.cli.fleetout import run
+        from vllm_cache_tools.fleet.remote import parse_storage_options
+
+        options = run(lambda: parse_storage_options(storage_option))
+    where: str | Path | None = source if source is not None else root
+    try:
+        report = stats(where, by=by, since=cutoff, storage_options=options, jobs=jobs)
+    except ValueError as exc:  # also what the readers raise that is not one of ours
+        fail(str(exc))
+    for p in report.problems:
+        warn(p)
+    if json_out:
+        from vllm_cache_tools.views.insight import stats_document
+
+        print_json(stats_document(report))
+        return
+    import shutil
+
+    width = None if wide or not sys.stdout.isatty() else shutil.get_terminal_size((80, 24)).columns
+    write_out("\n".join([*_summary(report), *_groups(report, width), *_never(report, width)])
+              + "\n")
+
+
+NEVER_HIT_SHOWN = 10
+
+
+def _secs(s: float | None) -> str:
+    return "-" if s is None else fmt_duration(s)
+
+
+def _pct(c: Counters) -> str:
+    return "-" if c.hit_ratio is None else f"{100 * c.hit_ratio:.1f}%"
+
+
+def _num(n: int | None) -> str:
+    return "-" if n is None else f"{n:,}"
+
+
+def _day(t: float | None) -> str:
+    return (iso(t) or "?")[:10]
+
+
+def _summary(r: StatsReport) -> list[str]:
+    t = r.totals
+    out = []
+    if r.basis == "ledger":
+        out.append(f"stats of {r.source} ({r.kind}): {r.ledgers} ledger(s), {r.hosts} host(s),"
+                   f" events {_day(r.first)} .. {_day(r.last)}"
+                   + (f", since {iso(r.since)}" if r.since is not None else ""))
+        out.append(f"  starts          {_num(t.starts):>9}")
+        out.append(f"  hits            {_num(t.hits):>9}  ({_pct(t)} of starts that decided)")
+        out.append(f"  misses          {_num(t.misses):>9}")
+        out.append(f"  load failures   {_num(t.load_failures):>9}")
+        if t.disabled:
+            out.append(f"  cache disabled  {_num(t.disabled):>9}")
+        timed = (f" ({t.compile_unknown} start(s) compiled untimed: vLLM's AOT-only mode)"
+                 if t.compile_unknown else "")
+        out.append(f"  compiling       {_secs(t.compile_seconds):>9}  on misses{timed}")
+        unknown = (f" (+{t.saved_unknown} hit(s) on entries never timed)"
+                   if t.saved_unknown else "")
+        out.append(f"  saved           {_secs(t.saved_seconds):>9}  by hits, each credited "
+                   f"with its entry's compile time{unknown}")
+        out.append(f"  loading         {_secs(t.load_seconds):>9}  spent by hits")
+    else:
+        out.append(f"stats of {r.source} ({r.kind}): no recorder ledger, so only what the cache "
+                   "files prove")
+        out.append(f"  entries written {_num(t.misses):>9}  (each compiled at least once)")
+    never = sum(u.size_bytes or 0 for u in r.never_hit)
+    out.append(f"  cache           {r.entries:,} entries, {human_size(r.size_bytes)}"
+               + (f"; {len(r.never_hit)} never hit since written ({human_size(never)})"
+                  if r.never_hit else "")
+               + (f"; {r.untracked} written with the recorder off" if r.untracked and
+                  r.basis == "ledger" else ""))
+    if r.duplicates:
+        out.append(f"  merged          {r.duplicates:,} events seen in more than one copy of a "
+                   "host's ledger, counted once")
+    out += [f"  unknown: {u}" for u in r.unknown]
+    return out
+
+
+def _groups(r: StatsReport, width: int | None) -> list[str]:
+    if not r.groups:
+        return []
+    from vllm_cache_tools.cli.render import Column, render
+
+    label = r.by.upper()
+    cols = [Column(label, shrink_to=40), Column("STARTS", "right", drop=None),
+            Column("HITS", "right"), Column("MISSES", "right"),
+            Column("LOADFAIL", "right", drop=3), Column("HIT%", "right"),
+            Column("COMPILING", "right", drop=4), Column("SAVED", "right", drop=2),
+            Column("ENTRIES", "right", drop=5), Column("SIZE", "right", drop=1)]
+    rows = [[g.name, _num(g.counters.starts), _num(g.counters.hits), _num(g.counters.misses),
+             _num(g.counters.load_failures), _pct(g.counters),
+             _secs(g.counters.compile_seconds), _secs(g.counters.saved_seconds),
+             _num(g.entries), human_size(g.size_bytes)] for g in r.groups]
+    return ["", f"by {r.by}:", *render(cols, rows, width)]
+
+
+def _never(r: StatsReport, width: int | None) -> list[str]:
+    if not r.never_hit:
+        return []
+    from vllm_cache_tools.cli.render import Column, render
+
+    cols = [Column("KEY"), Column("LAYOUT"), Column("SIZE", "right"),
+            Column("WRITTEN", drop=2), Column("MODEL", shrink_to=30, drop=1)]
+    shown = r.never_hit[:NEVER_HIT_SHOWN]
+    rows = [[u.key[:16] if u.layout == "aot" else u.key, u.layout, human_size(u.size_bytes),
+             (iso(u.written) or "?")[:16].replace("T", " "), u.model or "?"] for u in shown]
+    more = len(r.never_hit) - len(shown)
+    return ["", "never hit since written (largest first):", *render(cols, rows, width),
+            *([f"... and {more} more (--json lists all)"] if more > 0 else [])]
