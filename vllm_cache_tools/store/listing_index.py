@@ -36,7 +36,9 @@ from vllm_cache_tools.store.tree_stats import watched_dirs
 from vllm_cache_tools.store.types import Entry, EntryTimes, Problem, TreeStats
 
 FORMAT = 6
-_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+# O_PATH (Linux): the folder is only a base for the lookups below, never read, so nothing is
+# opened for reading; O_NOFOLLOW then still refuses a symlink (O_DIRECTORY: ENOTDIR).
+_DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW
 
 
 class Record(msgspec.Struct, array_like=True, frozen=True):
@@ -219,7 +221,10 @@ def unchanged(path: str, rec: Record) -> tuple[float, ...] | None:
         fd = os.open(path, _DIR_FLAGS)
         try:
             for rel, mtime in zip(rec.dir_names, rec.dir_mtimes, strict=True):
-                if lstat(rel, dir_fd=fd).st_mtime_ns != mtime:
+                # The entry folder itself (always first: tree_stats) from the descriptor,
+                # without a second lookup of its name.
+                s = os.fstat(fd) if rel == "." else lstat(rel, dir_fd=fd)
+                if s.st_mtime_ns != mtime:
                     return None
             atimes = []
             for rel, size, mtime in rec.key_files:
