@@ -179,6 +179,25 @@ def test_damaged_lines_are_reported_not_counted(tmp_path: Path, bad: str) -> Non
     assert "\n" not in r.problems[0] and len(r.problems[0]) < 300
 
 
+def test_an_event_cut_in_two_lines_is_two_damaged_lines(tmp_path: Path) -> None:
+    """A newline inside a value makes a comma that can still parse (``["a"`` + ``"b"]``, or
+    between two fields): the block then holds fewer values than lines and is read line by
+    line, so both halves are reported and the line numbers stay right."""
+    good = start_lines("h", "s1", 1.8e9, "hit")
+    whole = line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=1.0, time=1.8e9,
+                 start="s9")
+    for cut in ('"serve", ', '"event": "hit", '):
+        i = whole.index(cut) + len(cut) - 2
+        halves = [whole[:i], whole[i + 1:].lstrip()]
+        assert L._BLOCK.decode(f"[{halves[0]},{halves[1]}]".encode())  # it would parse
+        root = root_with(tmp_path / cut[1:4], {"h": [good[0], *halves, good[0].replace(
+            "s1", "s2"), "oops"]})
+        r = stats(root)
+        assert r.totals.starts == 2 and r.totals.hits == 2
+        assert [p.split(":")[0] for p in r.problems] == [
+            "ledger h.jsonl line 2", "ledger h.jsonl line 3", "ledger h.jsonl line 5"]
+
+
 def test_chunks_and_an_endless_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(L, "CHUNK_BYTES", 700)
     lines = [x for i in range(30) for x in start_lines("h", f"s{i}", 1.8e9 + i * 100, "hit")]
