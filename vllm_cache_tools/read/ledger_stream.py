@@ -5,13 +5,14 @@ Every ledger line is judged by :class:`LedgerEvent` alone: a typed msgspec recor
 types and bounds *are* the rules (a plausible POSIX time, durations that are finite and not
 negative, a process id, strings where strings belong; unknown fields such as ``argv`` are
 skipped). :func:`parse_ledger_line` applies them to one line (``ls``'s
-:func:`vllm_cache_tools.read.manifest.read_ledger`); :func:`read_batches` to a 1 MB block of
+:func:`vllm_cache_tools.read.manifest.read_ledger`); :func:`read_batches` to a 64 KB block of
 lines at once: the block is decoded as one JSON array (its newlines turned into commas) in C,
 and stands only when it holds as many values as lines (a newline inside a value, e.g. one
 event's halves on two lines, makes fewer); any other block is read again line by line, each
 line by :func:`parse_ledger_line`. The block path is only a speed-up: a block decodes only
-when every one of its lines decodes by the same decoder, to the same record (tested). Statistics use :class:`StatsEvent`, the same record narrowed to the event kinds and
-trees it counts (any other kind is a damaged line to it).
+when every one of its lines decodes by the same decoder, to the same record (tested).
+Statistics use :class:`StatsEvent`, the same record narrowed to the event kinds and trees it
+counts (any other kind is a damaged line to it).
 
 A line msgspec's strict parser refuses but Python's ``json`` reads (a lone surrogate escape,
 which a non-UTF-8 byte in a command line becomes) is read by ``json`` within bounded depth and
