@@ -1,19 +1,20 @@
 """A memo of the target environment's facts (:func:`.here.target`): Python, torch, CUDA and
 Triton versions and where ``vllm`` is, which a child process in that interpreter reads
-without importing torch (0.1-0.2 s of every unpack and pull decision on this machine, most
-of it the interpreter's start).
+without importing torch (0.05-0.17 s of every unpack and pull decision on this machine, most
+of it the interpreter's start and ``importlib.metadata``).
 
 The child runs isolated (``-I``: no ``PYTHON*`` variables, no user site, no current folder),
 so its answer is a function of the interpreter and of files only: the interpreter binary
-(its real path is in the memo key), ``pyvenv.cfg``, every ``sys.path`` folder (installing or
-removing a package or a ``.pth`` file there changes the folder's mtime), every ``.pth`` file
-in them (edited in place), and the files the answer names (``torch/version.py``, the folders
-of ``torch`` and ``vllm``, the Triton distribution's metadata folder). The child records
-their ``stat`` (mtime, size, inode; a missing one as missing) before it reads them and again
-after, and its answer is kept only when the two agree (nothing was being installed). A use
-re-checks every recorded ``stat``; any difference, or a new file where one was missing, runs
-the child again. ``VLLM_CACHE_TOOLS_PROBE_MEMO=0`` turns it off with the probe's memo. GPU
-names are read on every use (the driver's list, no process started)."""
+(its path and real path are in the memo key, its ``stat`` is checked), ``pyvenv.cfg``,
+every ``sys.path`` folder (installing or removing a package or a ``.pth`` file there
+changes the folder's mtime), every ``.pth`` file in them (edited in place), and the files
+the answer names (``torch/version.py``, the folders of ``torch`` and ``vllm``, the Triton
+distribution's metadata folder). The child records their ``stat`` (mtime, size, inode; a
+missing one as missing) before it reads them and again after, and its answer is kept only
+when the two agree (nothing was being installed). A use re-checks every recorded ``stat``;
+any difference, or a new file where one was missing, runs the child again.
+``VLLM_CACHE_TOOLS_PROBE_MEMO=0`` turns it off with the probe's memo. GPU names are read on
+every use (the driver's list, no process started)."""
 
 from __future__ import annotations
 
@@ -44,7 +45,8 @@ def _st(p):
 def _base_deps():
     dirs = [p for p in _y.path if p]
     pth = [f for d in dirs for f in sorted(_g.glob(_o.path.join(_g.escape(d), "*.pth")))]
-    return [_st(p) for p in [_o.path.join(_y.prefix, "pyvenv.cfg"), *dirs, *pth]]
+    exe = [_y.executable, _o.path.realpath(_y.executable)]
+    return [_st(p) for p in [*exe, _o.path.join(_y.prefix, "pyvenv.cfg"), *dirs, *pth]]
 _deps0 = _base_deps()
 """
 
