@@ -99,19 +99,6 @@ class _Tally:
             else:
                 self.aot_written.append((sid, key))
 
-    def last_hits(self) -> dict[str, float]:
-        """entry -> when a start last loaded it (that start's first event)."""
-        out: dict[str, float] = {}
-        for st in self.starts.values():
-            hk = st[4]
-            if hk is None:
-                continue
-            t = st[0]
-            for k in (hk,) if isinstance(hk, str) else hk:
-                if t > out.get(k, 0.0):
-                    out[k] = t
-        return out
-
     # ---- after the last row ----
     def compile_times(self) -> Times:
         """(start -> compile seconds, entry -> (start time, compile seconds) of its latest
@@ -226,34 +213,51 @@ class _Partial:
 
 def _start_groups(tally: _Tally, by: str, models: Mapping[str, str], per_start: dict[str, float],
                   out: _Partial) -> None:
-    days: dict[int, str] = {}
-    groups, hits = out.groups, out.hits
+    """Each start added to its group's counters, its hits counted per (group, entry), and
+    when each entry was last hit. One pass over the starts (the most numerous thing a tally
+    holds): a group's counters and hit counts are found once per model key, host or day,
+    not per start."""
+    groups = out.groups
+    slots: dict[Any, tuple[list[Any], dict[str, int]]] = {}
+    hit_counts: dict[str, dict[str, int]] = {}
+    last: dict[str, float] = {}
+    miss = _MISS | _LOAD_FAILURE
+    by_model, by_host = by == "model", by == "host"
     for sid, (t, flags, host, key0, hit_keys, load) in tally.starts.items():
-        if by == "model":
-            name = models.get(key0, UNKNOWN_MODEL)
-        elif by == "host":
-            name = host or "?"
-        else:
-            d = int(t // 86400)
-            name = days.get(d) or days.setdefault(d, day_of(t))
-        a = groups.get(name)
-        if a is None:
-            a = groups[name] = new_acc()
+        slot_key = key0 if by_model else host if by_host else int(t // 86400)
+        slot = slots.get(slot_key)
+        if slot is None:
+            name = models.get(key0, UNKNOWN_MODEL) if by_model else (host or "?") if by_host \
+                else day_of(t)
+            acc = groups.get(name)
+            if acc is None:
+                acc = groups[name] = new_acc()
+            slot = slots[slot_key] = (acc, hit_counts.setdefault(name, {}))
+        a, hc = slot
         a[0] += 1
         a[_OUTCOME[flags]] += 1
-        if flags & (_MISS | _LOAD_FAILURE):
+        if flags & miss:
             c = per_start.get(sid)
             if c is None:
                 a[6] += 1
             else:
                 a[5] += c
         if hit_keys is not None:
-            if isinstance(hit_keys, str):
-                hits[name, hit_keys] += 1
+            if hit_keys.__class__ is str:
+                hc[hit_keys] = hc.get(hit_keys, 0) + 1
+                if t > last.get(hit_keys, 0.0):
+                    last[hit_keys] = t
             else:
                 for k in hit_keys:
-                    hits[name, k] += 1
+                    hc[k] = hc.get(k, 0) + 1
+                    if t > last.get(k, 0.0):
+                        last[k] = t
             a[9] += load
+    hits = out.hits
+    for name, hc in hit_counts.items():
+        for k, n in hc.items():
+            hits[name, k] += n
+    out.last_hit = last
 
 
 def _entry_groups(tally: _Tally, per_decision: dict[tuple[str, str], float],
@@ -288,7 +292,6 @@ def _summary(tally: _Tally, by: str, models: Mapping[str, str]) -> _Partial:
         _entry_groups(tally, per_decision, out)
     out.entry_time = entry_time
     out.written = tally.written
-    out.last_hit = tally.last_hits()
     out.hosts = {st[2] for st in tally.starts.values()}
     out.first = min(st[0] for st in tally.starts.values())
     return out
