@@ -16,14 +16,16 @@ process (page cache warm), with stats' memo (analyze/stats_memo.py) in a private
 * ``full read``: the memo off (``VLLM_CACHE_TOOLS_STATS_MEMO=0``): every line decoded and
   counted, what a first look at a fleet's ledgers costs (median of ``--repeat``);
 * ``first run``: the memo on and empty: the full read plus writing the memos;
-* ``later run``: nothing appended since: the memos read and summed up (median);
+* ``later run``: nothing appended since: each host's kept sums taken as they are (median);
 * ``N appended``: ``--append`` events appended to the ledgers since (then cut off again).
 
 Each: wall time, CPU time (the process and its workers), the peak RSS of the process and of it
 with its worker processes (PSS sampled; ledgers over 64 MB are read by up to 8 workers,
 ``--jobs 1`` for one process). Goals (issue 15): < 2 s and < 200 MB (workers included). Exit
 status 1 when a count is wrong, a run needs 200 MB or more, or a later run misses 2 s. Results
-also go to .bench/stats.json.
+also go to .bench/stats.json, with the 1-minute load average before each mode's runs
+(``load``) and ``quiet_s``: the CPU time over min(CPUs, workers), what the run would take on
+this machine with nothing else running (the load here comes from other work sharing it).
 """
 
 from __future__ import annotations
@@ -265,20 +267,27 @@ def main() -> int:
         jobs = ["--jobs", str(a.jobs)] if a.jobs else []
         cmd = [*exe_cmd, "stats", "--root", str(root), "--by", by, "--json", *jobs]
         shutil.rmtree(memo_home, ignore_errors=True)
+        loads: dict[str, float] = {}
+
+        def mode(name: str, n: int, e: dict[str, str], cmd: list[str] = cmd,
+                 loads: dict[str, float] = loads) -> list[Any]:
+            loads[name] = round(os.getloadavg()[0], 2)
+            return [timed(cmd, e) for _ in range(n)]
+
         modes = {
             # Every line read (no memo): what any first look at a fleet's ledgers costs.
-            "full read": [timed(cmd, off) for _ in range(a.repeat)],
+            "full read": mode("full read", a.repeat, off),
             # The first run with the memo: the full read and the memos written.
-            "first run": [timed(cmd, env)],
-            # Later runs, nothing appended: the memos read and summed up.
-            "later run": [timed(cmd, env) for _ in range(a.repeat)],
+            "first run": mode("first run", 1, env),
+            # Later runs, nothing appended: the hosts' kept sums.
+            "later run": mode("later run", a.repeat, env),
         }
         for runs in modes.values():
             ok = _check(json.loads(runs[-1][4]), meta["events"], meta["starts"]) and ok
         if a.append:
             added, new_starts = _write_events(root, a.append, a.hosts, 1, 1_800_000_000.0)
             try:
-                modes[f"{added:,} appended"] = runs = [timed(cmd, env)]
+                modes[f"{added:,} appended"] = runs = mode(f"{added:,} appended", 1, env)
             finally:
                 for f, n in sizes.items():
                     os.truncate(f, n)
@@ -293,12 +302,17 @@ def main() -> int:
             good = wall < GOAL_S and tree_mb < GOAL_MB
             if mode in ("later run",) or tree_mb >= GOAL_MB:
                 ok = ok and good
+            # Worker processes: none when every host's sums were kept (a later run).
+            workers = 1 if mode == "later run" else min(a.jobs or 8, os.cpu_count() or 1)
+            quiet = cpu / max(1, min(os.cpu_count() or 1, workers))
             out[mode] = {"wall_s": round(wall, 3), "cpu_s": round(cpu, 3),
+                         "quiet_s": round(quiet, 3), "load": loads[mode],
                          "peak_rss_mb": round(rss_mb, 1),
                          "peak_rss_with_workers_mb": round(tree_mb, 1),
                          "runs_s": [round(r[0], 3) for r in runs]}
             print(f"stats --by {by:<6} -j {a.jobs or 'auto'} {mode:>16}: {wall:6.2f} s wall "
-                  f"(CPU {cpu:5.2f} s), peak RSS {rss_mb:4.0f} MB, with its workers "
+                  f"(CPU {cpu:5.2f} s, quiet ~{quiet:4.2f} s, load {loads[mode]:.1f}), peak RSS "
+                  f"{rss_mb:4.0f} MB, with its workers "
                   f"{tree_mb:4.0f} MB  {'ok' if good else 'over the goal'}", flush=True)
     shutil.rmtree(memo_home, ignore_errors=True)
     print(f"{meta['events']:,} events, {meta['starts']:,} starts, {meta['hosts']} host ledgers "
