@@ -15,7 +15,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.realvllm.harness import ScenarioRun, copy_root
 from vllm_cache_tools import scan
-from vllm_cache_tools.store.listing_index import index_path
+from vllm_cache_tools.store.listing_index import Record, index_path, unchanged
 from vllm_cache_tools.store.locate import resolve_root
 
 pytestmark = pytest.mark.realvllm
@@ -75,6 +75,22 @@ def test_index_hits_match_a_fresh_walk_and_follow_changes(real_compile: Scenario
     shutil.rmtree(aot)
     assert aot.name not in _summary(root)
     assert len(_indexed(idx)) == 3
+
+
+def test_the_check_never_follows_an_entry_swapped_for_a_symlink(real_compile: ScenarioRun,
+                                                               tmp_path: Path) -> None:
+    """The unchanged-entry check opens the entry folder ``O_PATH`` and never through a symlink:
+    a folder swapped for a symlink to the same files after the root was listed is not answered
+    from the index (the files behind the link still match the record)."""
+    root = copy_root(real_compile.vllm_root, tmp_path / "root")
+    scan(root, check_in_use=False)
+    path, raw = next(iter(_indexed(index_path(resolve_root(root).compile_cache)).items()))
+    rec = msgspec.msgpack.decode(msgspec.msgpack.encode(raw), type=Record)
+    assert unchanged(path, rec) is not None
+    os.rename(path, path + ".moved")
+    os.symlink(os.path.basename(path) + ".moved", path)
+    assert unchanged(path + ".moved", rec) is not None  # the same files, and folder mtimes
+    assert unchanged(path, rec) is None
 
 
 def test_last_use_stays_current_through_the_index(real_compile: ScenarioRun,
