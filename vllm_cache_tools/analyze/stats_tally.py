@@ -9,7 +9,6 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from operator import attrgetter
 from typing import Any
 
 from vllm_cache_tools.read.ledger_stream import StatsEvent
@@ -48,11 +47,13 @@ class _Tally:
         since = self.since
         if since is not None:
             rows = [r for r in rows if r.time >= since]
-        self.events.update(map(_TREE_EVENT, rows))
         starts, work, key_work, decisions = self.starts, self.work, self.key_work, self.decisions
         written = self.written
         # One string object per host and entry, not one per start (300k starts hold few).
         same = self.strings.setdefault
+        # Events per tree and kind: hits (most rows) in two plain counters, the rest in a dict.
+        aot_hits = backend_hits = 0
+        other: dict[tuple[str, str], int] = {}
         for r in rows:
             ev = r.event
             sid = r.start or f"{r.host}:{r.pid}"
@@ -61,6 +62,10 @@ class _Tally:
                 d = (r.key, sid)
                 decisions[d] = decisions.get(d, 0) | _FLAG[ev]
             if ev == "hit":
+                if r.tree == "aot":
+                    aot_hits += 1
+                else:
+                    backend_hits += 1
                 key = r.key
                 sec = r.seconds
                 if st is None:
@@ -80,6 +85,8 @@ class _Tally:
                 if sec is not None and sec > st[5]:
                     st[5] = sec
                 continue
+            te = (r.tree, ev)
+            other[te] = other.get(te, 0) + 1
             key = r.key
             if st is None:
                 host = r.host
@@ -98,6 +105,12 @@ class _Tally:
                 key_work[kw] = key_work.get(kw, 0.0) + s
             else:
                 self.aot_written.append((sid, key))
+        events = self.events
+        if aot_hits:
+            events["aot", "hit"] += aot_hits
+        if backend_hits:
+            events["backend", "hit"] += backend_hits
+        events.update(other)
 
     # ---- after the last row ----
     def compile_times(self) -> Times:
@@ -124,9 +137,6 @@ class _Tally:
             if key not in latest or t0 >= latest[key][0]:
                 latest[key] = (t0, s)
         return per_start, latest, per_decision
-
-
-_TREE_EVENT = attrgetter("tree", "event")
 
 
 # Per group: [starts, hits, misses, load failures, disabled, compile s, compile unknown,
