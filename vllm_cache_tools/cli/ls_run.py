@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_cache_tools.cli.common import DelayedProgress, fail, print_json, warn
-from vllm_cache_tools.cli.plainargs import read_plain
+from vllm_cache_tools.cli.plainargs import read_plain, run_printing, typed
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Entry, Problem
@@ -35,10 +35,8 @@ def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
     plain = read_plain(args, flags=_FLAGS, valued=_VALUED)
     if plain is None:
         return None
-    out = plain.keywords
-    if "root" in out:
-        out["root"] = Path(out["root"])
-    return {"refs": plain.positionals or None, **out}
+    out = typed(plain.keywords)
+    return None if out is None else {"refs": plain.positionals or None, **out}
 
 
 def run_argv(args: Sequence[str]) -> bool:
@@ -47,13 +45,7 @@ def run_argv(args: Sequence[str]) -> bool:
     kw = parse_argv(args)
     if kw is None:
         return False
-    try:
-        run_ls(**kw)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # As click does: no second error while the interpreter flushes the closed pipe.
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-        raise SystemExit(1) from None
+    run_printing(lambda: run_ls(**kw))
     return True
 
 

@@ -1,5 +1,5 @@
-"""Reading a verb's plain command line without typer: the one reader behind ``ls``'s and
-``pull``'s fast paths (cli/ls_run.py, cli/pull_run.py).
+"""Reading a verb's plain command line without typer: the one reader behind the fast paths
+of ``ls``, ``pull``, ``stats`` and ``predict`` (cli/*_run.py, listed in ``FAST_PATHS``).
 
 Building a typer command costs ~0.2 s (typer converts every parameter through a pydantic
 ``TypeAdapter``), more than an indexed listing or a pod's pull decision may take. A verb that
@@ -13,8 +13,11 @@ typer passes."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 
@@ -75,3 +78,29 @@ def read_plain(args: Sequence[str], *, flags: Mapping[str, str], valued: Mapping
         else:
             kw[valued[name]] = value
     return PlainArgs(kw, positionals, rest)
+
+
+def typed(kw: dict[str, Any], *, bounded: Mapping[str, int] | None = None
+          ) -> dict[str, Any] | None:
+    """``kw`` with ``root`` as a :class:`~pathlib.Path` and each ``bounded`` option as an
+    int in ``1..max``; ``None`` (typer should read them) when such a value is not one."""
+    for name, most in (bounded or {}).items():
+        if name in kw:
+            if not kw[name].isdigit() or not 1 <= int(kw[name]) <= most:
+                return None
+            kw[name] = int(kw[name])
+    if "root" in kw:
+        kw["root"] = Path(kw["root"])
+    return kw
+
+
+def run_printing(verb: Callable[[], object]) -> None:
+    """Run a verb that prints, exiting as typer would on a closed pipe: status 1, with no
+    second error while the interpreter flushes it."""
+    try:
+        verb()
+        sys.stdout.flush()
+    except BrokenPipeError:
+        # As click does: no second error while the interpreter flushes the closed pipe.
+        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
+        raise SystemExit(1) from None

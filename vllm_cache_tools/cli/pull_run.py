@@ -29,7 +29,7 @@ from vllm_cache_tools.cli.fleetout import (
     render_placements,
     run,
 )
-from vllm_cache_tools.cli.plainargs import read_plain
+from vllm_cache_tools.cli.plainargs import read_plain, typed
 from vllm_cache_tools.fleet.remote import is_url, prefetch_backend
 from vllm_cache_tools.units import human_size
 
@@ -46,15 +46,11 @@ def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
     plain = read_plain(args, flags=_FLAGS, valued=_VALUED, lists=_LISTS, dashdash=True)
     if plain is None or not plain.positionals:
         return None
-    kw: dict[str, Any] = {"vllm_args": plain.after_dashdash, **plain.keywords}
-    if "jobs" in kw:
-        if not kw["jobs"].isdigit() or not 1 <= int(kw["jobs"]) <= MAX_JOBS:
-            return None
-        kw["jobs"] = int(kw["jobs"])
-    if "root" in kw:
-        kw["root"] = Path(kw["root"])
-    kw["url"], kw["refs"] = plain.positionals[0], plain.positionals[1:]
-    return kw
+    kw = typed(plain.keywords, bounded={"jobs": MAX_JOBS})
+    if kw is None:
+        return None
+    return {"vllm_args": plain.after_dashdash, **kw, "url": plain.positionals[0],
+            "refs": plain.positionals[1:]}
 
 
 def run_argv(args: Sequence[str]) -> bool:

@@ -13,7 +13,6 @@ keywords with typer's)."""
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,7 +20,7 @@ from typing import Any
 
 from vllm_cache_tools.analyze.stats import GROUPINGS, Counters, StatsReport, stats
 from vllm_cache_tools.cli.common import fail, print_json, warn, write_out
-from vllm_cache_tools.cli.plainargs import read_plain
+from vllm_cache_tools.cli.plainargs import read_plain, run_printing, typed
 from vllm_cache_tools.units import fmt_duration, human_size, iso, parse_age
 
 _FLAGS = {"--json": "json_out", "--wide": "wide"}
@@ -35,13 +34,9 @@ def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
     plain = read_plain(args, flags=_FLAGS, valued=_VALUED)
     if plain is None or len(plain.positionals) > 1:
         return None
-    kw = plain.keywords
-    if "jobs" in kw:
-        if not kw["jobs"].isdigit() or not 1 <= int(kw["jobs"]) <= MAX_JOBS:
-            return None
-        kw["jobs"] = int(kw["jobs"])
-    if "root" in kw:
-        kw["root"] = Path(kw["root"])
+    kw = typed(plain.keywords, bounded={"jobs": MAX_JOBS})
+    if kw is None:
+        return None
     return {"source": plain.positionals[0] if plain.positionals else None, **kw}
 
 
@@ -51,13 +46,7 @@ def run_argv(args: Sequence[str]) -> bool:
     kw = parse_argv(args)
     if kw is None:
         return False
-    try:
-        run_stats(**kw)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        # As click does: no second error while the interpreter flushes the closed pipe.
-        sys.stdout = open(os.devnull, "w")  # noqa: SIM115
-        raise SystemExit(1) from None
+    run_printing(lambda: run_stats(**kw))
     return True
 
 
