@@ -310,3 +310,23 @@ def test_cli_json_shape(tmp_path: Path) -> None:
         res = run_cli("stats", "--root", str(SAMPLE), *args) if args[0].startswith("-") \
             else run_cli("stats", *args)
         assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+
+
+def test_since_with_no_event_in_that_time_counts_from_the_ledgers(tmp_path: Path) -> None:
+    """The ledgers say no start happened in that time: zero starts, not "no recorder
+    ledger"."""
+    root = tmp_path / "root"
+    shutil.copytree(SAMPLE, root)
+    r = stats(root, since=4.0e9)
+    assert r.basis == "ledger" and r.totals.starts == 0 and r.totals.hits == 0
+    assert r.ledgers == 1 and not r.unknown and r.entries == 4
+    res = run_cli("stats", str(root), "--since", "1m")
+    assert res.returncode == 0, res.stderr
+    assert "no recorder ledger" not in res.stdout and "no event, since" in res.stdout
+    assert "hold no event in that time" in res.stderr
+
+
+def test_since_older_than_1970_is_every_event(tmp_path: Path) -> None:
+    res = run_cli("stats", str(SAMPLE), "--since", "99999999999d", "--json")
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["totals"]["starts"] == 3

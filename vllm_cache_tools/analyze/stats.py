@@ -195,6 +195,15 @@ def _from_files(inputs: Inputs, by: str, since: float | None, problems: list[str
                        unknown, tuple(problems))
 
 
+def _no_start(inputs: Inputs, by: str, since: float, files: int, problems: list[str]
+              ) -> StatsReport:
+    """Ledgers without an event since ``since``: no start, no hit, no miss in that time."""
+    return StatsReport(inputs.source, inputs.kind, "ledger", since, by, _counters(new_acc()),
+                       _groups(by, {}, inputs), {}, files, 0, None, None, 0,
+                       len(inputs.entries), sum(e.size_bytes for e in inputs.entries),
+                       len(inputs.entries), (), (), tuple(problems))
+
+
 def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None,
              jobs: int | None = None) -> StatsReport:
     """Statistics over gathered inputs (see :func:`stats`)."""
@@ -210,6 +219,8 @@ def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None,
             raise ValueError(f"{inputs.source}: no recorder ledger and no cache entry to count")
         if files:
             problems.append("the ledgers hold no event" + (" in that time" if since else ""))
+            if since is not None:  # the ledgers count: no start in that time
+                return _no_start(inputs, by, since, files, problems)
         return _from_files(inputs, by, since, problems)
     total = sum_accs(part.groups.values())
     accs = part.entry_groups if by == "entry" else part.groups

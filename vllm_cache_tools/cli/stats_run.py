@@ -63,7 +63,7 @@ def run_stats(source: str | None = None, root: Path | None = None, *, since: str
     if since is not None:
         import time
 
-        cutoff = time.time() - parse_age(since)
+        cutoff = max(0.0, time.time() - parse_age(since))  # older than 1970: every event
     options = None
     if storage_option:
         from vllm_cache_tools.cli.fleetout import run
@@ -113,7 +113,8 @@ def _summary(r: StatsReport) -> list[str]:
     out = []
     if r.basis == "ledger":
         out.append(f"stats of {r.source} ({r.kind}): {r.ledgers} ledger(s), {r.hosts} host(s),"
-                   f" events {_day(r.first)} .. {_day(r.last)}"
+                   + (f" events {_day(r.first)} .. {_day(r.last)}" if r.first is not None
+                      else " no event")
                    + (f", since {iso(r.since)}" if r.since is not None else ""))
         out.append(f"  starts          {_num(t.starts):>9}")
         out.append(f"  hits            {_num(t.hits):>9}  ({_pct(t)} of starts that decided)")
