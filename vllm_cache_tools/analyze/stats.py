@@ -201,7 +201,7 @@ def _no_start(inputs: Inputs, by: str, since: float, files: int, problems: list[
     return StatsReport(inputs.source, inputs.kind, "ledger", since, by, _counters(new_acc()),
                        _groups(by, {}, inputs), {}, files, 0, None, None, 0,
                        len(inputs.entries), sum(e.size_bytes for e in inputs.entries),
-                       len(inputs.entries), (), (), tuple(problems))
+                       0, (), (), tuple(problems))
 
 
 def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None,
