@@ -195,3 +195,22 @@ def test_host_profile_errors_are_one_line(tmp_path: Path) -> None:
     r = run_cli("host-profile", "--python", str(tmp_path / "no-python"))
     assert r.returncode == 2 and "host-profile: cannot run" in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("profile, where", [
+    ({"device": {"gpus": [1]}}, "$.device.gpus[0]"),
+    ({"vllm": {"vllm_version": "banana"}}, "$.vllm.vllm_version"),
+    ({"vllm": {"inductor": {"plain_repr": "x"}}}, "$.vllm.inductor.plain_repr"),
+    ({"vllm": [1]}, "$.vllm"),
+    ({"vllm": {"forwards": [{"qualname": 1, "firstlineno": 3}]}}, "$.vllm.forwards[0].qualname"),
+])
+def test_malformed_host_profile_is_one_line(tmp_path: Path, profile: dict[str, object],
+                                            where: str) -> None:
+    """A host profile of the right kind but a wrong shape: one line naming the field, exit 2."""
+    p = tmp_path / "profile.json"
+    p.write_text(json.dumps({"kind": "host-profile", **profile}))
+    with pytest.raises(HostRecordError, match="not a valid host profile"):
+        load_host_record(p)
+    r = run_cli("predict", "--for-host", str(p), "--", *ARGS)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert where in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr

@@ -14,8 +14,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.keys.recipes import compiler_hash
+from vllm_cache_tools.keys.versions import parse_version
 from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.read.errors import ReadError
@@ -146,7 +149,7 @@ def _from_profile(data: dict[str, Any], path: Path) -> HostRecord:
     gpus = dev.get("gpus") or []
     return HostRecord(
         source="host-profile", path=str(path), host=data.get("host"), versions=versions,
-        platform={"device": gpus[0]["name"] if gpus else None,
+        platform={"device": gpus[0].get("name") if gpus else None,
                   "capability": gpus[0].get("capability") if gpus else None,
                   "cuda": dev.get("torch_cuda"), "driver": dev.get("driver"),
                   "device_type": (v.get("platform") or {}).get("device_type"),
@@ -157,7 +160,8 @@ def _from_profile(data: dict[str, Any], path: Path) -> HostRecord:
         platform_env=dict(v.get("platform_env") or {}),
         config_hash=v.get("config_hash"),
         config_fields={k: dict(p.get("fields") or {}) for k, p in
-                       (v.get("config_parts") or {}).items() if isinstance(p, dict)},
+                       (v.get("config_parts") or {}).items()
+                       if isinstance(p, dict) and isinstance(p.get("fields") or {}, dict)},
         args=tuple(v["args"]) if isinstance(v.get("args"), list) else None,
         compilation_mode=v.get("compilation_mode"),
         compiler_hash=compiler_hash(repr_) if isinstance(repr_, str) else None,
@@ -181,6 +185,94 @@ def host_module_path(rec: HostRecord, module: str) -> str | None:
     stem = "/".join([str(packages[top]), *rest.split(".")]) if rest else str(packages[top])
     return stem + ("/__init__.py" if module in set(mp.get("package_modules") or ())
                    else ".py")
+
+
+class _Cpu(msgspec.Struct):
+    model: str | None = None
+    isa: list[str] | None = None
+
+
+class _Install(msgspec.Struct):
+    python: str | None = None
+    prefix: str | None = None
+    versions: dict[str, str | None] | None = None
+
+
+class _Gpu(msgspec.Struct):
+    name: str | None = None
+
+
+class _Device(msgspec.Struct):
+    torch_cuda: str | None = None
+    driver: str | None = None
+    gpus: list[_Gpu] | None = None
+
+
+class _Inductor(msgspec.Struct):
+    plain_repr: str | None = None
+    in_aot_repr: str | None = None
+
+
+class _Forward(msgspec.Struct):
+    qualname: str
+    firstlineno: int
+
+
+class _Platform(msgspec.Struct):
+    device_type: str | None = None
+
+
+class _Modules(msgspec.Struct):
+    packages: dict[str, str] | None = None
+    other: dict[str, str] | None = None
+
+
+class _Vllm(msgspec.Struct):
+    vllm_version: str | None = None
+    env: dict[str, Any] | None = None
+    config_hash: str | None = None
+    inductor: _Inductor | None = None
+    compilation_mode: int | None = None
+    use_aot_compile: bool | None = None
+    use_mega_aot_artifact: bool | None = None
+    forwards: list[_Forward] | None = None
+    platform_env: dict[str, str] | None = None
+    process_env: dict[str, str] | None = None
+    platform: _Platform | None = None
+    args: list[str] | None = None
+    config_parts: dict[str, Any] | None = None
+    module_origins: _Modules | None = None
+    package_modules: list[str] | None = None
+
+
+class _Profile(msgspec.Struct):
+    """The parts of a host profile that are read, with their types (other fields pass)."""
+
+    host: str | None = None
+    cpu: _Cpu | None = None
+    install: _Install | None = None
+    device: _Device | None = None
+    vllm: _Vllm | None = None
+
+
+def _check_profile(data: dict[str, Any]) -> str | None:
+    """What is wrong with a host profile's shape, or ``None``."""
+    try:
+        prof = msgspec.convert(data, _Profile)
+    except msgspec.ValidationError as exc:
+        return str(exc)
+    v = prof.vllm
+    version = v.vllm_version if v else None
+    if version is not None:
+        try:
+            parse_version(version)
+        except ValueError as exc:
+            return f"{exc} - at `$.vllm.vllm_version`"
+    for name in ("plain_repr", "in_aot_repr"):
+        r = getattr(v.inductor, name) if v and v.inductor else None
+        if r is not None and not (r.strip().startswith("[") and r.strip().endswith("]")):
+            return f"not str(list) - at `$.vllm.inductor.{name}`"
+    return None
 
 
 def load_host_record(path: str | Path) -> HostRecord:
@@ -208,6 +300,9 @@ def load_host_record(path: str | Path) -> HostRecord:
                               f"manifest ({manifest_error})")
     if "error" in data:
         raise HostRecordError(f"--for-host {p}: the profile says {data['error']}")
+    wrong = _check_profile(data)
+    if wrong is not None:
+        raise HostRecordError(f"--for-host {p}: not a valid host profile: {wrong}")
     return _from_profile(data, p)
 
 
