@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.synth import generate
+from benchmarks.synth import generate, templates
 from tests.realvllm.harness import ScenarioRun
 from vllm_cache_tools.store.parallel_read import read_entries
 from vllm_cache_tools.store.scan import classify, scan
@@ -72,7 +72,11 @@ def test_forked_workers_read_what_one_process_reads(real_compile: ScenarioRun,
                                                     real_tp2: ScenarioRun,
                                                     tmp_path: Path) -> None:
     roots = [real_compile.vllm_root, real_tp2.vllm_root]
-    meta = generate(tmp_path / "tree", roots, 3000)
+    # As many files as 100 entries made from these roots hold (a fixed count made 83 entries
+    # once the scenarios' entries grew).
+    tpls = templates(roots)
+    meta = generate(tmp_path / "tree", roots,
+                    sum(len(tpls[i % len(tpls)][2]) for i in range(100)))
     cc = tmp_path / "tree" / "torch_compile_cache"
     items = classify(cc, [])
     assert len(items) == meta["entries"] >= 100
