@@ -182,3 +182,25 @@ def test_push_counts_snapshots_in_what_it_covers(tmp_path: Path) -> None:
     res = run_cli("push", "--root", str(run.vllm_root), key, f"file://{tmp_path}/store2")
     assert res.returncode == 0, res.stderr
     assert " -" not in res.stdout.splitlines()[-1], res.stdout
+
+
+def test_push_again_through_another_entry_of_the_same_start(tmp_path: Path) -> None:
+    """An AOT entry pushed along with one backend entry of its start, then named itself: the
+    same files, only more entries proven linked, so it is there already (was: refused as
+    "another version of this entry", exit 1), and the store's index lists every link."""
+    import shutil
+
+    root = tmp_path / "root"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", root)
+    url = f"file://{tmp_path}/store"
+    first = run_cli("push", "--root", str(root), "28fd", url, "--json")
+    assert first.returncode == 0, first.stderr
+    at = {e.record.key: e.pushed_at for e in Store(url).entries()}
+    again = run_cli("push", "--root", str(root), "b6a1", url, "--json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    actions = {e["key"][:10]: e["action"] for e in json.loads(again.stdout)["entries"]}
+    assert set(actions.values()) <= {"present", "pushed"}, actions
+    assert actions["28fd362d4e"] == "present"
+    aot = [e for e in Store(url).entries() if e.record.key.startswith("b6a1")]
+    assert aot[0].record.linked == ("28fd362d4e", "39ecaca4bf")
+    assert aot[0].pushed_at == at[aot[0].record.key]  # there already: not pushed again
