@@ -291,3 +291,16 @@ def test_ustar_headers_are_tarfiles_own() -> None:
                 except (ValueError, UnicodeEncodeError):
                     ref = None
                 assert ustar_header(name, size, exe) == ref, (name, size, exe)
+
+
+def test_pack_to_stdout_with_json_is_a_usage_error(tmp_path: Path) -> None:
+    """The bundle goes to stdout by default, and so does --json: together they made a bundle
+    with a JSON document after it. Now one line, exit 2, nothing written."""
+    root = tmp_path / "root"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", root)
+    res = run_cli("pack", "--root", str(root), "28fd", "--json")
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == "" and res.stderr.startswith("vllm-cache: error: ")
+    assert res.stderr.count("\n") == 1
+    ok = run_cli("pack", "--root", str(root), "28fd", "--json", "-o", str(tmp_path / "b.tzst"))
+    assert ok.returncode == 0 and json.loads(ok.stdout)["schema"].startswith("vllm-cache-tools/")
