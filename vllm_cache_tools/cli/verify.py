@@ -87,19 +87,7 @@ def verify_cmd(
         for note in fs.notes:
             _p(f"  note: {note}")
     tmps = report.orphan_tmps() if fix else []
-    tmp_gone: set[str] = set()
-    if tmps:
-        removals = remove_orphan_tmps(croot.vllm_root, tmps, grace_s=prot.grace_s,
-                                      uid=None if all_users else prot.uid)
-        tmp_gone = {r.path for r in removals if r.removed}
-        out["tmp_removed"] = [{"path": r.path, "removed": r.removed, "why": r.why}
-                              for r in removals]
-        remaining -= len(tmp_gone)
-        if not json_out:
-            _p("")
-            for r in removals:
-                _p(f"  {'removed' if r.removed else 'kept':<8} {r.path}"
-                   + ("" if r.removed else f" ({r.why})"))
+    plan = None
     if fix and fixable:
         reasons: dict[tuple[str, str], str] = {}
         for p in report.problems:
@@ -112,7 +100,26 @@ def verify_cmd(
         if not json_out:
             _p("")
             render_plan(plan, dry_run=False)
-        if confirm(plan, yes, json_out):
+    # One question before anything is removed, leftover files included.
+    go = fix and confirm(plan, yes, json_out, tmp_files=len(tmps))
+    tmp_gone: set[str] = set()
+    if tmps and go:
+        removals = remove_orphan_tmps(croot.vllm_root, tmps, grace_s=prot.grace_s,
+                                      uid=None if all_users else prot.uid)
+        tmp_gone = {r.path for r in removals if r.removed}
+        out["tmp_removed"] = [{"path": r.path, "removed": r.removed, "why": r.why}
+                              for r in removals]
+        remaining -= len(tmp_gone)
+        if not json_out:
+            _p("")
+            for r in removals:
+                _p(f"  {'removed' if r.removed else 'kept':<8} {r.path}"
+                   + ("" if r.removed else f" ({r.why})"))
+    elif tmps:  # not confirmed
+        out["tmp_removed"] = [{"path": t.path, "removed": False, "why": "not confirmed"}
+                              for t in tmps]
+    if plan is not None:
+        if go:
             try:
                 res = execute_plan(plan)
             except OSError as exc:  # e.g. a planted link as the trash or its lock
