@@ -204,3 +204,18 @@ def test_push_again_through_another_entry_of_the_same_start(tmp_path: Path) -> N
     aot = [e for e in Store(url).entries() if e.record.key.startswith("b6a1")]
     assert aot[0].record.linked == ("28fd362d4e", "39ecaca4bf")
     assert aot[0].pushed_at == at[aot[0].record.key]  # there already: not pushed again
+
+
+def test_a_file_store_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    """file:// as s3:// does: no folder there is no store, one line, exit 2 (was: ls 'No
+    entries', prune-remote 'would remove 0 entries', drift 'no start', all exit 0)."""
+    url = f"file://{tmp_path}/typo"
+    for args in (["ls", url], ["prune-remote", url, "--older-than", "1d"], ["drift", url],
+                 ["stats", url], ["pull", url, "--root", str(tmp_path / "root")]):
+        r = run_cli(*args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert r.stderr.startswith("vllm-cache: error: ") and r.stderr.count("\n") == 1, args
+    assert not (tmp_path / "typo").exists()
+    (tmp_path / "empty").mkdir()  # an empty folder is an empty store
+    r = run_cli("ls", f"file://{tmp_path}/empty")
+    assert r.returncode == 0 and "No entries" in r.stdout, r.stderr
