@@ -304,3 +304,27 @@ def test_pack_to_stdout_with_json_is_a_usage_error(tmp_path: Path) -> None:
     assert res.stderr.count("\n") == 1
     ok = run_cli("pack", "--root", str(root), "28fd", "--json", "-o", str(tmp_path / "b.tzst"))
     assert ok.returncode == 0 and json.loads(ok.stdout)["schema"].startswith("vllm-cache-tools/")
+
+
+def test_bad_bundle_into_a_new_root_leaves_no_folders(tmp_path: Path) -> None:
+    """unpack of something that is no bundle (or a truncated one) into a root that does not
+    exist: one line, exit 2, and the root is still not there (was: the root, its
+    torch_compile_cache and an empty staging folder made before the bundle was read)."""
+    junk = tmp_path / "junk.tar.zst"
+    junk.write_bytes(b"not zstd at all")
+    good = tmp_path / "good.tar.zst"
+    root = tmp_path / "root"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", root)
+    assert run_cli("pack", "--root", str(root), "28fd", "-o", str(good)).returncode == 0
+    cut = tmp_path / "cut.tar.zst"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    for bad in (junk, cut):
+        new = tmp_path / f"new-{bad.stem}"
+        res = run_cli("unpack", str(bad), "--root", str(new))
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+        assert not new.exists(), sorted(str(p) for p in new.rglob("*"))
+    # An existing root keeps what it had, and only the state folders unpack itself made go.
+    res = run_cli("unpack", str(junk), "--root", str(root))
+    assert res.returncode == 2 and not (root / "torch_compile_cache" / ".vllm-cache-tools" /
+                                        "staging").exists()
+    assert (root / "torch_compile_cache" / "28fd362d4e").is_dir()
