@@ -40,8 +40,9 @@ def sources_code_hashes(info: AotModelInfo, prefix: str, limit: int = 256) -> li
     """Backend code hashes of the AOT entry's compile-time sources laid out under ``prefix``.
 
     A module is ``<name>.py`` or, for a package, ``<name>/__init__.py``; where the prefix
-    exists on this machine the file system says which, otherwise every layout is tried (up to
-    ``limit``)."""
+    exists on this machine and holds the module the file system says which, otherwise every
+    layout is tried (up to ``limit``): a prefix here may lack modules the compiling host had
+    (a venv being installed, another vLLM version at the same path)."""
     contents: dict[str, str] = {}
     for s in info.inlined_sources:
         if s.content is None:
@@ -52,9 +53,10 @@ def sources_code_hashes(info: AotModelInfo, prefix: str, limit: int = 256) -> li
     local = os.path.isdir(prefix)
     for m in sorted(contents):
         py, init = _module_rel(m)
-        if local and os.path.exists(prefix + init) and not os.path.exists(prefix + py):
+        has_py = local and os.path.exists(prefix + py)
+        if local and os.path.exists(prefix + init) and not has_py:
             fixed[m] = init
-        elif local:
+        elif has_py:
             fixed[m] = py
         else:
             ambiguous.append(m)
