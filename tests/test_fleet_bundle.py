@@ -328,3 +328,18 @@ def test_bad_bundle_into_a_new_root_leaves_no_folders(tmp_path: Path) -> None:
     assert res.returncode == 2 and not (root / "torch_compile_cache" / ".vllm-cache-tools" /
                                         "staging").exists()
     assert (root / "torch_compile_cache" / "28fd362d4e").is_dir()
+
+
+def test_pack_of_a_path_in_another_root_is_one_line(tmp_path: Path) -> None:
+    """An entry path of another root than --root: one line naming both, exit 2, as rm says
+    it (was: "internal error: KeyError", exit 3); push the same."""
+    sample = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
+    for name in ("a", "b"):
+        shutil.copytree(sample, tmp_path / name)
+    other = tmp_path / "a" / "torch_compile_cache" / "28fd362d4e"
+    for args in (["pack", str(other), "-o", str(tmp_path / "x.tzst")],
+                 ["push", str(other), f"file://{tmp_path}/store"]):
+        res = run_cli(*args, "--root", str(tmp_path / "b"))
+        assert res.returncode == 2, (args, res.stderr)
+        assert res.stderr.count("\n") == 1 and "is not an entry of" in res.stderr, res.stderr
+    assert not (tmp_path / "x.tzst").exists()
