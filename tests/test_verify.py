@@ -201,3 +201,24 @@ def test_fix_asks_before_removing_leftover_tmp_files(tmp_path: Path) -> None:
     rc, data = verify_json(root, "--fix", "--yes")
     assert rc == 0 and [t["removed"] for t in data["tmp_removed"]] == [True], data
     assert not leftover.exists() and leftover.parent.is_dir()
+
+
+def test_a_symlinked_compile_cache_is_a_problem_not_a_clean_root(tmp_path: Path) -> None:
+    """torch_compile_cache a symlink (not followed, as ls warns): verify checked nothing, so
+    it says so, exit 1 (was: "checked 0 entries: no problems", exit 0); an entry folder
+    swapped for a symlink in the root is reported the same way."""
+    big = tmp_path / "big"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", big)
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "torch_compile_cache").symlink_to(big / "torch_compile_cache")
+    r = run_cli("verify", "--root", str(root))
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "torch_compile_cache is a symlink" in r.stdout and "no problems" not in r.stdout
+    rc, data = verify_json(root)
+    assert rc == 1 and [(p["kind"], p["layout"]) for p in data["problems"]] == [
+        ("symlink", "root")]
+    (big / "torch_compile_cache" / "aaaaaaaaaa").symlink_to(tmp_path)
+    rc, data = verify_json(big)
+    assert rc == 1 and [p["path"] for p in data["problems"] if p["kind"] == "symlink"] == [
+        str(big / "torch_compile_cache" / "aaaaaaaaaa")]

@@ -43,10 +43,12 @@ def _p(line: str = "") -> None:
 
 def _render(report: VerifyReport) -> None:
     n = len(report.failures)
-    entries = len({(p.layout, p.key) for p in report.failures})
+    entries = len({(p.layout, p.key) for p in report.failures if p.layout != "root"})
+    where = [f"{entries} entries" if entries else "",
+             "the root" if any(p.layout == "root" for p in report.failures) else ""]
     notes = len(report.problems) - n
     _p(f"checked {report.checked} entries under {report.root}: "
-       + ("no problems" if not n else f"{n} problem(s) in {entries} entries")
+       + ("no problems" if not n else f"{n} problem(s) in {' and '.join(w for w in where if w)}")
        + (f", {notes} note(s)" if notes else ""))
     for p in report.problems:
         key = p.key[:12] if p.layout == "aot" else p.key
