@@ -20,7 +20,7 @@ from vllm_cache_tools.maintain.plan import (
     plan_prune,
 )
 from vllm_cache_tools.maintain.policies import Policies
-from vllm_cache_tools.store.locate import resolve_root
+from vllm_cache_tools.store.locate import display_path, resolve_root
 from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.store.types import CacheInfo
 from vllm_cache_tools.units import fmt_duration, format_size, parse_age, parse_size
@@ -84,7 +84,7 @@ def _p(line: str = "") -> None:
 def render_plan(plan: PrunePlan, dry_run: bool) -> None:
     _p(f"{'Dry run: would remove' if dry_run else 'Plan: remove'} {len(plan.entries)} of "
        f"{plan.entry_count} entries, {format_size(plan.bytes)} of {format_size(plan.total_bytes)}, "
-       f"{plan.files} of {plan.total_files} files under {plan.root}")
+       f"{plan.files} of {plan.total_files} files under {display_path(plan.root)}")
     grace = fmt_duration(plan.protections.grace_s) if plan.protections.grace_s else "off"
     _p(f"  policies: {', '.join(plan.policies)}; grace {grace}; "
        f"{'all users' if plan.protections.all_users else 'your entries only'}")

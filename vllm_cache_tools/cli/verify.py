@@ -29,7 +29,7 @@ from vllm_cache_tools.maintain.plan import (
 from vllm_cache_tools.maintain.policies import Policies
 from vllm_cache_tools.maintain.verify import VerifyReport, remove_orphan_tmps, verify
 from vllm_cache_tools.store.filesystem import filesystem_of
-from vllm_cache_tools.store.locate import resolve_root
+from vllm_cache_tools.store.locate import display_path, resolve_root
 from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.views.filesystem import filesystem_json
 from vllm_cache_tools.views.payloads import with_schema
@@ -47,7 +47,7 @@ def _render(report: VerifyReport) -> None:
     where = [f"{entries} entries" if entries else "",
              "the root" if any(p.layout == "root" for p in report.failures) else ""]
     notes = len(report.problems) - n
-    _p(f"checked {report.checked} entries under {report.root}: "
+    _p(f"checked {report.checked} entries under {display_path(report.root)}: "
        + ("no problems" if not n else f"{n} problem(s) in {' and '.join(w for w in where if w)}")
        + (f", {notes} note(s)" if notes else ""))
     for p in report.problems:
