@@ -254,8 +254,8 @@ def test_full_disk_mid_unpack_leaves_nothing_half_placed(bundle: Path, tmp_path:
         assert "No space left on device" in res.stderr and "nothing placed" in res.stderr
         assert res.stderr.count("\n") == 1
         assert _entries(root) == set()
-        staging = root / "torch_compile_cache" / ".vllm-cache-tools" / "staging"
-        assert list(staging.iterdir()) == []
+        # The root did not exist: the folders made for the staging folder go again.
+        assert not root.exists()
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
 
