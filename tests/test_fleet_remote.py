@@ -217,3 +217,38 @@ def test_a_file_store_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()  # an empty folder is an empty store
     r = run_cli("ls", f"file://{tmp_path}/empty")
     assert r.returncode == 0 and "No entries" in r.stdout, r.stderr
+
+
+def test_pull_of_entries_already_here_downloads_nothing(tmp_path: Path) -> None:
+    """A pod with a persistent cache volume pulls on every start: entries already there with
+    the same files are not downloaded again (was: the whole entry downloaded, then found
+    identical); one changed file makes it a different entry (fetched, then refused)."""
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", src)
+    url = f"file://{tmp_path}/store"
+    assert run_cli("push", "--root", str(src), "28fd", url).returncode == 0
+    pod = tmp_path / "pod"
+    first = json.loads(run_cli("pull", url, "--root", str(pod), "--json").stdout)
+    assert {p["action"] for p in first["placements"]} == {"placed"}
+    assert first["bytes_downloaded"] > 0
+    res = run_cli("pull", url, "--root", str(pod), "--json")
+    assert res.returncode == 0, res.stderr
+    again = json.loads(res.stdout)
+    assert again["bytes_downloaded"] == 0
+    assert [p["key"] for p in again["placements"]] == [p["key"] for p in first["placements"]]
+    assert {p["action"] for p in again["placements"]} == {"identical"}
+    assert not list((pod / "torch_compile_cache" / ".vllm-cache-tools" / "staging").iterdir())
+    text = run_cli("pull", url, "--root", str(pod))
+    assert text.returncode == 0 and "0B downloaded" in text.stdout, text.stdout
+    # The same size, other bytes: not the same entry, so it is fetched and never overwritten.
+    f = next(p for p in (pod / "torch_compile_cache").rglob("cache_key_factors.json"))
+    data = f.read_bytes()
+    f.write_bytes(data[:-2] + (b"x" if data[-2:-1] != b"x" else b"y") + data[-1:])
+    res = run_cli("pull", url, "--root", str(pod), "--json")
+    assert res.returncode == 1, res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["bytes_downloaded"] > 0
+    assert "refused" in {p["action"] for p in doc["placements"]}
+    assert f.read_bytes() != data  # the user's file is left as it was

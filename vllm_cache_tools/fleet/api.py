@@ -30,7 +30,7 @@ from vllm_cache_tools.fleet.remote_ops import (
 )
 from vllm_cache_tools.fleet.remote_ops import push as _push
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, STATE_DIRNAME
-from vllm_cache_tools.store.locate import CacheRoot, resolve_root
+from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
 
 # The bundle format (zstandard, tarfile), the selection (deep readers, key checks) and
 # placing are imported by the verbs that use them: a pod's `pull --if-hit --check` needs
@@ -251,18 +251,35 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     if check_only or refused or not chosen:
         return PullResult(store.url, croot.vllm_root, check, (), records, 0, check_only,
                           refused and not check_only, time.perf_counter() - t0)
-    from vllm_cache_tools.fleet.place import Staging, place_entries
+    from vllm_cache_tools.fleet.place import (
+        Placement,
+        Staging,
+        identical_in_place,
+        place_entries,
+    )
 
+    # Entries already here with the same files (a pod's persistent cache volume) are not
+    # downloaded again: checked by sizes, then digests, before any byte moves.
+    same = identical_in_place(croot.vllm_root, records)
+    kept_same = tuple(Placement(r.key, r.layout, display_path(croot.vllm_root / r.path),
+                                "identical", "already there with the same files (not downloaded)")
+                      for r in records if r.key in same)
+    todo = [e for e in chosen if e.record.key not in same]
+    if not todo:
+        return PullResult(store.url, croot.vllm_root, check, kept_same, records, 0, False,
+                          False, time.perf_counter() - t0)
     try:
         with _new_folders_undone(croot.vllm_root) as kept, Staging(croot.vllm_root) as st:
-            got = download(store, chosen, st, workers=workers, progress=progress)
-            extras = {x.path: x for e in chosen for x in e.extras}
-            placed = place_entries(st, records, extras.values())
+            got = download(store, todo, st, workers=workers, progress=progress)
+            extras = {x.path: x for e in todo for x in e.extras}
+            placed = place_entries(st, tuple(e.record for e in todo), extras.values())
             kept[0] = True
     except OSError as exc:
         raise FleetError(f"pulling into {croot.vllm_root} failed: {exc.strerror or exc}: "
                          "nothing placed") from None
-    return PullResult(store.url, croot.vllm_root, check, placed, records, got, False, False,
+    order = {r.key: i for i, r in enumerate(records)}
+    placements = tuple(sorted(kept_same + placed, key=lambda p: order.get(p.key, 0)))
+    return PullResult(store.url, croot.vllm_root, check, placements, records, got, False, False,
                       time.perf_counter() - t0)
 
 
