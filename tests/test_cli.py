@@ -168,3 +168,18 @@ def test_sample_cache_shipped_in_examples() -> None:
     assert sorted(r["hits"] for r in rows) == [0, 0, 0, 1]
     r = run_cli("audit", "--root", str(root), "--json")
     assert r.returncode == 0 and json.loads(r.stdout)["with_manifests"] == 4
+
+
+def test_ls_of_an_entry_path_in_another_root(tmp_path: Path) -> None:
+    """ls PATH where PATH is an entry of another root than --root: one line, exit 2, as rm
+    says it (was: an empty table, "0 of 4 entries", exit 0)."""
+
+    for name in ("a", "b"):
+        shutil.copytree(REPO / "examples" / "sample_cache", tmp_path / name)
+    other = tmp_path / "a" / "torch_compile_cache" / "28fd362d4e"
+    for extra in ([], ["--json"], ["--sort", "key", "--sort", "key"]):  # fast path and typer
+        r = run_cli("ls", str(other), "--root", str(tmp_path / "b"), *extra)
+        assert r.returncode == 2 and r.stdout == "", (extra, r.stdout, r.stderr)
+        assert r.stderr.count("\n") == 1 and "is not an entry of" in r.stderr, r.stderr
+    r = run_cli("ls", str(other), "--root", str(tmp_path / "a"), "--json")
+    assert r.returncode == 0 and len(json.loads(r.stdout)["entries"]) == 1

@@ -254,8 +254,8 @@ def test_full_disk_mid_unpack_leaves_nothing_half_placed(bundle: Path, tmp_path:
         assert "No space left on device" in res.stderr and "nothing placed" in res.stderr
         assert res.stderr.count("\n") == 1
         assert _entries(root) == set()
-        staging = root / "torch_compile_cache" / ".vllm-cache-tools" / "staging"
-        assert list(staging.iterdir()) == []
+        # The root did not exist: the folders made for the staging folder go again.
+        assert not root.exists()
     finally:
         subprocess.run(["umount", str(mnt)], check=False)
 
@@ -291,3 +291,55 @@ def test_ustar_headers_are_tarfiles_own() -> None:
                 except (ValueError, UnicodeEncodeError):
                     ref = None
                 assert ustar_header(name, size, exe) == ref, (name, size, exe)
+
+
+def test_pack_to_stdout_with_json_is_a_usage_error(tmp_path: Path) -> None:
+    """The bundle goes to stdout by default, and so does --json: together they made a bundle
+    with a JSON document after it. Now one line, exit 2, nothing written."""
+    root = tmp_path / "root"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", root)
+    res = run_cli("pack", "--root", str(root), "28fd", "--json")
+    assert res.returncode == 2, res.stderr
+    assert res.stdout == "" and res.stderr.startswith("vllm-cache: error: ")
+    assert res.stderr.count("\n") == 1
+    ok = run_cli("pack", "--root", str(root), "28fd", "--json", "-o", str(tmp_path / "b.tzst"))
+    assert ok.returncode == 0 and json.loads(ok.stdout)["schema"].startswith("vllm-cache-tools/")
+
+
+def test_bad_bundle_into_a_new_root_leaves_no_folders(tmp_path: Path) -> None:
+    """unpack of something that is no bundle (or a truncated one) into a root that does not
+    exist: one line, exit 2, and the root is still not there (was: the root, its
+    torch_compile_cache and an empty staging folder made before the bundle was read)."""
+    junk = tmp_path / "junk.tar.zst"
+    junk.write_bytes(b"not zstd at all")
+    good = tmp_path / "good.tar.zst"
+    root = tmp_path / "root"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", root)
+    assert run_cli("pack", "--root", str(root), "28fd", "-o", str(good)).returncode == 0
+    cut = tmp_path / "cut.tar.zst"
+    cut.write_bytes(good.read_bytes()[: good.stat().st_size // 2])
+    for bad in (junk, cut):
+        new = tmp_path / f"new-{bad.stem}"
+        res = run_cli("unpack", str(bad), "--root", str(new))
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+        assert not new.exists(), sorted(str(p) for p in new.rglob("*"))
+    # An existing root keeps what it had, and only the state folders unpack itself made go.
+    res = run_cli("unpack", str(junk), "--root", str(root))
+    assert res.returncode == 2 and not (root / "torch_compile_cache" / ".vllm-cache-tools" /
+                                        "staging").exists()
+    assert (root / "torch_compile_cache" / "28fd362d4e").is_dir()
+
+
+def test_pack_of_a_path_in_another_root_is_one_line(tmp_path: Path) -> None:
+    """An entry path of another root than --root: one line naming both, exit 2, as rm says
+    it (was: "internal error: KeyError", exit 3); push the same."""
+    sample = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
+    for name in ("a", "b"):
+        shutil.copytree(sample, tmp_path / name)
+    other = tmp_path / "a" / "torch_compile_cache" / "28fd362d4e"
+    for args in (["pack", str(other), "-o", str(tmp_path / "x.tzst")],
+                 ["push", str(other), f"file://{tmp_path}/store"]):
+        res = run_cli(*args, "--root", str(tmp_path / "b"))
+        assert res.returncode == 2, (args, res.stderr)
+        assert res.stderr.count("\n") == 1 and "is not an entry of" in res.stderr, res.stderr
+    assert not (tmp_path / "x.tzst").exists()

@@ -113,9 +113,7 @@ def test_missing_blob_is_one_line_and_nothing_placed(real_compile: ScenarioRun,
     assert res.returncode == 2, res.stdout
     assert "which the store does not have" in res.stderr and "nothing placed" in res.stderr
     assert res.stderr.count("\n") == 1
-    cc = root / "torch_compile_cache"
-    assert not any(p.name != ".vllm-cache-tools" and not p.name.startswith(".vllm-cache")
-                   for p in cc.iterdir())
+    assert not root.exists()  # it did not exist: the folders made for staging go again
 
 
 def test_corrupt_blob_is_refused(real_compile: ScenarioRun, tmp_path: Path) -> None:
@@ -182,3 +180,75 @@ def test_push_counts_snapshots_in_what_it_covers(tmp_path: Path) -> None:
     res = run_cli("push", "--root", str(run.vllm_root), key, f"file://{tmp_path}/store2")
     assert res.returncode == 0, res.stderr
     assert " -" not in res.stdout.splitlines()[-1], res.stdout
+
+
+def test_push_again_through_another_entry_of_the_same_start(tmp_path: Path) -> None:
+    """An AOT entry pushed along with one backend entry of its start, then named itself: the
+    same files, only more entries proven linked, so it is there already (was: refused as
+    "another version of this entry", exit 1), and the store's index lists every link."""
+    import shutil
+
+    root = tmp_path / "root"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", root)
+    url = f"file://{tmp_path}/store"
+    first = run_cli("push", "--root", str(root), "28fd", url, "--json")
+    assert first.returncode == 0, first.stderr
+    at = {e.record.key: e.pushed_at for e in Store(url).entries()}
+    again = run_cli("push", "--root", str(root), "b6a1", url, "--json")
+    assert again.returncode == 0, again.stdout + again.stderr
+    actions = {e["key"][:10]: e["action"] for e in json.loads(again.stdout)["entries"]}
+    assert set(actions.values()) <= {"present", "pushed"}, actions
+    assert actions["28fd362d4e"] == "present"
+    aot = [e for e in Store(url).entries() if e.record.key.startswith("b6a1")]
+    assert aot[0].record.linked == ("28fd362d4e", "39ecaca4bf")
+    assert aot[0].pushed_at == at[aot[0].record.key]  # there already: not pushed again
+
+
+def test_a_file_store_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
+    """file:// as s3:// does: no folder there is no store, one line, exit 2 (was: ls 'No
+    entries', prune-remote 'would remove 0 entries', drift 'no start', all exit 0)."""
+    url = f"file://{tmp_path}/typo"
+    for args in (["ls", url], ["prune-remote", url, "--older-than", "1d"], ["drift", url],
+                 ["stats", url], ["pull", url, "--root", str(tmp_path / "root")]):
+        r = run_cli(*args)
+        assert r.returncode == 2, (args, r.stdout, r.stderr)
+        assert r.stderr.startswith("vllm-cache: error: ") and r.stderr.count("\n") == 1, args
+    assert not (tmp_path / "typo").exists()
+    (tmp_path / "empty").mkdir()  # an empty folder is an empty store
+    r = run_cli("ls", f"file://{tmp_path}/empty")
+    assert r.returncode == 0 and "No entries" in r.stdout, r.stderr
+
+
+def test_pull_of_entries_already_here_downloads_nothing(tmp_path: Path) -> None:
+    """A pod with a persistent cache volume pulls on every start: entries already there with
+    the same files are not downloaded again (was: the whole entry downloaded, then found
+    identical); one changed file makes it a different entry (fetched, then refused)."""
+    import shutil
+
+    src = tmp_path / "src"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", src)
+    url = f"file://{tmp_path}/store"
+    assert run_cli("push", "--root", str(src), "28fd", url).returncode == 0
+    pod = tmp_path / "pod"
+    first = json.loads(run_cli("pull", url, "--root", str(pod), "--json").stdout)
+    assert {p["action"] for p in first["placements"]} == {"placed"}
+    assert first["bytes_downloaded"] > 0
+    res = run_cli("pull", url, "--root", str(pod), "--json")
+    assert res.returncode == 0, res.stderr
+    again = json.loads(res.stdout)
+    assert again["bytes_downloaded"] == 0
+    assert [p["key"] for p in again["placements"]] == [p["key"] for p in first["placements"]]
+    assert {p["action"] for p in again["placements"]} == {"identical"}
+    assert not list((pod / "torch_compile_cache" / ".vllm-cache-tools" / "staging").iterdir())
+    text = run_cli("pull", url, "--root", str(pod))
+    assert text.returncode == 0 and "0B downloaded" in text.stdout, text.stdout
+    # The same size, other bytes: not the same entry, so it is fetched and never overwritten.
+    f = next(p for p in (pod / "torch_compile_cache").rglob("cache_key_factors.json"))
+    data = f.read_bytes()
+    f.write_bytes(data[:-2] + (b"x" if data[-2:-1] != b"x" else b"y") + data[-1:])
+    res = run_cli("pull", url, "--root", str(pod), "--json")
+    assert res.returncode == 1, res.stdout + res.stderr
+    doc = json.loads(res.stdout)
+    assert doc["bytes_downloaded"] > 0
+    assert "refused" in {p["action"] for p in doc["placements"]}
+    assert f.read_bytes() != data  # the user's file is left as it was

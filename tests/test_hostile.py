@@ -220,3 +220,21 @@ def test_entry_open_by_running_process_is_in_use(copied_root: Path) -> None:
     time.sleep(0.1)
     e = next(e for e in scan(copied_root).entries if e.key == m.parent.parent.name)
     assert e.state == "complete"
+
+
+def test_a_root_whose_path_is_not_utf8(tmp_path: Path) -> None:
+    """The cache root's own path has a byte that is not UTF-8 (names in the tree already
+    worked): every reading verb answers, paths shown with \\xNN (was: "internal error:
+    UnicodeEncodeError", exit 3, from the in-use check's /proc/<pid>/maps search; then
+    verify, prune, rm and dedup printed the raw byte, which is not UTF-8)."""
+    sample = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
+    root = Path(os.fsdecode(os.fsencode(tmp_path) + b"/r\xffoot"))
+    shutil.copytree(sample, root)
+    for args, ok in ((["ls"], 0), (["ls", "--json"], 0), (["show", "28fd"], 0),
+                     (["verify"], 0), (["audit"], 0), (["explain"], 0), (["stats"], 0),
+                     (["drift"], 0), (["dedup"], 0), (["rm", "28fd", "--dry-run"], 0),
+                     (["prune", "--older-than", "1s", "--grace", "0s", "--dry-run"], 0)):
+        r = run_cli(*args, "--root", str(root))
+        assert r.returncode == ok and "internal error" not in r.stderr, (args, r.stderr)
+    r = run_cli("ls", "--root", str(root), "--json")
+    assert json.loads(r.stdout)["root"].endswith("r\\xffoot")

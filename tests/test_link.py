@@ -4,6 +4,7 @@ code-hash recipe), on real caches."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -42,3 +43,30 @@ def test_edited_source_links_to_the_overwritten_aot_entry() -> None:
     assert links[b4] == {a4}
     r = run_cli("show", b3, "--root", str(run.vllm_root), "--json")
     assert json.loads(r.stdout)["same_sources_aot"] == [a3]
+
+
+def test_a_module_missing_from_the_local_prefix_is_tried_both_ways(tmp_path: Path) -> None:
+    """The install prefix exists here but lacks a traced module (a venv being installed,
+    another vLLM version at the same path): that module's layout is tried both ways (was:
+    taken for ``<name>.py``, so a package's ``__init__.py`` never reproduced the code hash and
+    ``show`` said "none in this root" while the JSON of a later run listed the AOT entries)."""
+    from vllm_cache_tools.keys import backend_code_hash
+    from vllm_cache_tools.keys.source_link import sources_code_hashes
+    from vllm_cache_tools.read.aot_model import AotModelInfo, InlinedSource
+
+    prefix = f"{tmp_path}/"
+    (tmp_path / "present.py").write_text("x = 1\n")
+    (tmp_path / "here").mkdir()
+    (tmp_path / "here" / "__init__.py").write_text("z = 3\n")
+    srcs = {"present": "x = 1\n", "here": "z = 3\n", "pkg.sub": "y = 2\n"}
+    info = AotModelInfo(None, None, None, None, None, None, None, None, None, None,
+                        tuple(InlinedSource(m, None, None, None, c) for m, c in srcs.items()),
+                        None)
+    package = backend_code_hash({prefix + "present.py": "x = 1\n",
+                                 prefix + "here/__init__.py": "z = 3\n",
+                                 prefix + "pkg/sub/__init__.py": "y = 2\n"})
+    plain = backend_code_hash({prefix + "present.py": "x = 1\n",
+                               prefix + "here/__init__.py": "z = 3\n",
+                               prefix + "pkg/sub.py": "y = 2\n"})
+    hashes = sources_code_hashes(info, prefix)
+    assert package in hashes and plain in hashes and len(hashes) == 2  # the rest as found

@@ -175,6 +175,14 @@ CASES = [
          "max_num_batched_tokens=8192 tokenizer=tok-keep3 torch_key: abc123 key=3f9c0a1b2c",
          (), ("max_num_batched_tokens=8192 tokenizer=tok-keep3 torch_key: abc123 "
               "key=3f9c0a1b2c",)),
+    # A path's last part named like a secret, in an error message: the words after it are
+    # the message (were hidden: "/etc/passwd: <redacted:...> or corrupt bundle").
+    Case("path-named-like-a-secret", "log",
+         "vllm-cache: error: /etc/passwd: truncated or corrupt bundle (x); "
+         "/srv/credentials: permission denied",
+         (), ("/etc/passwd: truncated or corrupt", "/srv/credentials: permission denied")),
+    Case("secret-after-a-path", "log", "read /srv/app.env HF_TOKEN: s3cr3t-after-path",
+         ("s3cr3t-after-path",), ("read /srv/app.env HF_TOKEN",)),
 ]
 ARGV = [c for c in CASES if c.kind == "argv"]
 ENV = [c for c in CASES if c.kind == "env"]

@@ -178,3 +178,47 @@ def test_usage_errors(tmp_path: Path) -> None:
     assert r.returncode == 2 and "does not exist" in r.stderr
     r = run_cli("verify", "--root", str(tmp_path), "--grace", "soon")
     assert r.returncode == 2 and "--grace" in r.stderr
+
+
+def test_fix_asks_before_removing_leftover_tmp_files(tmp_path: Path) -> None:
+    """A leftover *.tmp is removed only once confirmed, as broken entries are: with stdin not a
+    terminal and no --yes nothing is removed, one line, exit 2 (was: the *.tmp files removed
+    before the question, then the refusal)."""
+    import sys
+
+    root = tmp_path / "root"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", root)
+    leftover = root / "torch_compile_cache" / "28fd362d4e" / "rank_0_0" / "backbone" / "x.tmp"
+    leftover.write_bytes(b"\x80")
+    _old(root)
+    exe = Path(sys.executable).parent / "vllm-cache"
+    for args in ([], ["--json"]):
+        r = subprocess.run([str(exe), "verify", "--root", str(root), "--fix", *args],
+                           capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+        assert r.returncode == 2, (r.stdout, r.stderr)
+        assert r.stderr.startswith("vllm-cache: error: not deleting without confirmation")
+        assert r.stderr.count("\n") == 1 and leftover.exists()
+    rc, data = verify_json(root, "--fix", "--yes")
+    assert rc == 0 and [t["removed"] for t in data["tmp_removed"]] == [True], data
+    assert not leftover.exists() and leftover.parent.is_dir()
+
+
+def test_a_symlinked_compile_cache_is_a_problem_not_a_clean_root(tmp_path: Path) -> None:
+    """torch_compile_cache a symlink (not followed, as ls warns): verify checked nothing, so
+    it says so, exit 1 (was: "checked 0 entries: no problems", exit 0); an entry folder
+    swapped for a symlink in the root is reported the same way."""
+    big = tmp_path / "big"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", big)
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "torch_compile_cache").symlink_to(big / "torch_compile_cache")
+    r = run_cli("verify", "--root", str(root))
+    assert r.returncode == 1, (r.stdout, r.stderr)
+    assert "torch_compile_cache is a symlink" in r.stdout and "no problems" not in r.stdout
+    rc, data = verify_json(root)
+    assert rc == 1 and [(p["kind"], p["layout"]) for p in data["problems"]] == [
+        ("symlink", "root")]
+    (big / "torch_compile_cache" / "aaaaaaaaaa").symlink_to(tmp_path)
+    rc, data = verify_json(big)
+    assert rc == 1 and [p["path"] for p in data["problems"] if p["kind"] == "symlink"] == [
+        str(big / "torch_compile_cache" / "aaaaaaaaaa")]

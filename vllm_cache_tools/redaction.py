@@ -547,7 +547,8 @@ GitHub, GitLab, AWS key ids, Slack, Google, JWTs)."""
 _AUTH_SCHEME = re.compile(r"\b(?P<scheme>[Bb]earer)\s+"
                           r"(?P<cred>(?!<redacted)[A-Za-z0-9._~+/=:-]{8,})")
 _ASSIGN = re.compile(
-    r"(?<![A-Za-z0-9_.-])(?P<q>['\"]?)(?P<name>(?:--?)?[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)"
+    # Not after "/": a path's last part named like a secret ("/etc/passwd: ...") is no name.
+    r"(?<![A-Za-z0-9_./-])(?P<q>['\"]?)(?P<name>(?:--?)?[A-Za-z_][A-Za-z0-9_.-]*)(?P=q)"
     r"(?P<sep>[ \t]*[:=][ \t]*|[ \t]+(?=['\"{\[])|['\"]?,[ \t]*(?=['\"{\[])"
     r"|[ \t]+(?:changed[ \t]+from|changed|from)[ \t]+"
     r"(?=(?:'[^'\n]{0,512}'|\"[^\"\n]{0,512}\"|[{\[(][^\n]{0,512}?[}\])]|\S{1,512})"

@@ -14,7 +14,7 @@ from vllm_cache_tools.cli.prune import DryRunOpt, ForceOpt, JsonOpt, parse_grace
 from vllm_cache_tools.maintain.dedup import DedupPlan, DedupResult, execute_dedup, plan_dedup
 from vllm_cache_tools.maintain.dedup_undo import SplitPlan, SplitResult, execute_split, plan_split
 from vllm_cache_tools.maintain.plan import check_prunable_root
-from vllm_cache_tools.store.locate import resolve_root
+from vllm_cache_tools.store.locate import display_path, resolve_root
 from vllm_cache_tools.units import format_size
 from vllm_cache_tools.views.dedup import dedup_report, undo_report
 from vllm_cache_tools.views.payloads import with_schema
@@ -34,7 +34,7 @@ def _render_plan(plan: DedupPlan, apply: bool) -> None:
     head = "Plan: link" if apply else "Dry run: would link"
     _p(f"{head} {plan.files_to_link} files in {len(plan.groups)} groups of identical files, "
        f"saving {format_size(plan.saved_bytes)} ({plan.saved_bytes} B) of "
-       f"{format_size(plan.bytes_seen)} in {plan.files_seen} files under {plan.root}")
+       f"{format_size(plan.bytes_seen)} in {plan.files_seen} files under {display_path(plan.root)}")
     for g in plan.groups[:SHOW]:
         _p(f"  {g.kind:<12} {format_size(g.size):>8} x{len(g.link) + 1 + len(g.already)}"
            f"  keep {g.keep.rel}")
@@ -61,7 +61,7 @@ def _render_result(res: DedupResult) -> None:
 def _render_split(plan: SplitPlan, res: SplitResult | None) -> None:
     if res is None:
         _p(f"Dry run: would give {len(plan.files)} linked files their own copy (at most "
-           f"{format_size(plan.added_bytes)} more) under {plan.root}")
+           f"{format_size(plan.added_bytes)} more) under {display_path(plan.root)}")
         for f in plan.files[:SHOW]:
             _p(f"  {f.rel} ({f.nlink} names)")
         if plan.files:

@@ -81,6 +81,11 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
         from vllm_cache_tools.store.lookup import locate_entry
 
         named = {os.path.realpath(locate_entry(ref, info.root)) for ref in refs}
+        known = {os.path.realpath(e.path) for e in info.entries}
+        for path in named:
+            if path not in known:  # a path into another root: nothing of this one
+                fail(f"{display_path(path)} is not an entry of {display_path(info.root)} "
+                     "(pass that root with --root)")
         entries = [e for e in entries if os.path.realpath(e.path) in named]
     entries = sort_entries(entries, sort)
     _warn_problems(info.problems, [p for e in entries for p in e.problems

@@ -18,7 +18,8 @@ def pack(
         metavar="[KEY...]", help="Entries: keys, unique key prefixes (as ls prints them) or "
         "paths inside entries.", show_default=False)] = None,
     output: Annotated[Path, typer.Option("--output", "-o", help="Bundle to write (.tar.zst; "
-                                         "- for stdout).", show_default=False)] = Path("-"),
+                                         "- for stdout, the default: not with --json).",
+                                         show_default=False)] = Path("-"),
     root: RootOpt = None,
     model: Annotated[str | None, typer.Option(
         "--model", help="Also every entry whose served model or traced model code contains "
@@ -47,10 +48,11 @@ def pack(
     from vllm_cache_tools.fleet.api import pack as do_pack
     from vllm_cache_tools.views.fleet import pack_document
 
-    if str(output) == "-" and sys.stdout.isatty():
+    if str(output) == "-" and (json_out or sys.stdout.isatty()):
         from vllm_cache_tools.cli.common import fail
 
-        fail("give -o FILE (or redirect stdout): a bundle is binary")
+        fail("--json prints to stdout, where the bundle would go: give -o FILE" if json_out
+             else "give -o FILE (or redirect stdout): a bundle is binary")
     with byte_bar("packing", not json_out and str(output) != "-") as bar:
         r = run(lambda: do_pack(refs or [], output, root=root, model=model,
                                 filter_expr=filter_expr, level=level, progress=bar,

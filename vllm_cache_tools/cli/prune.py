@@ -20,7 +20,7 @@ from vllm_cache_tools.maintain.plan import (
     plan_prune,
 )
 from vllm_cache_tools.maintain.policies import Policies
-from vllm_cache_tools.store.locate import resolve_root
+from vllm_cache_tools.store.locate import display_path, resolve_root
 from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.store.types import CacheInfo
 from vllm_cache_tools.units import fmt_duration, format_size, parse_age, parse_size
@@ -60,14 +60,18 @@ def load_root(root: Path | None, force: bool) -> CacheInfo:
     return scan(croot, check_in_use=False, use_index=False)
 
 
-def confirm(plan: PrunePlan, yes: bool, json_out: bool) -> bool:
-    """Ask on the terminal (stderr, so --json stays clean); refuse when nobody can answer."""
-    if yes or not plan.entries:
+def confirm(plan: PrunePlan | None, yes: bool, json_out: bool, *, tmp_files: int = 0) -> bool:
+    """Ask on the terminal (stderr, so --json stays clean); refuse when nobody can answer.
+    ``tmp_files``: leftover files (verify --fix) asked about with the entries."""
+    n = len(plan.entries) if plan is not None else 0
+    if yes or not (n or tmp_files):
         return True
     if not sys.stdin.isatty():
         fail("not deleting without confirmation: stdin is not a terminal; pass --yes, or "
              "--dry-run to only see the plan")
-    sys.stderr.write(f"Delete {len(plan.entries)} entries ({format_size(plan.bytes)})? [y/N] ")
+    what = [f"{n} entries ({format_size(plan.bytes)})" if plan is not None and n else "",
+            f"{tmp_files} leftover *.tmp file(s)" if tmp_files else ""]
+    sys.stderr.write(f"Delete {' and '.join(w for w in what if w)}? [y/N] ")
     sys.stderr.flush()
     answer = sys.stdin.readline().strip().lower()
     return answer in ("y", "yes")
@@ -80,7 +84,7 @@ def _p(line: str = "") -> None:
 def render_plan(plan: PrunePlan, dry_run: bool) -> None:
     _p(f"{'Dry run: would remove' if dry_run else 'Plan: remove'} {len(plan.entries)} of "
        f"{plan.entry_count} entries, {format_size(plan.bytes)} of {format_size(plan.total_bytes)}, "
-       f"{plan.files} of {plan.total_files} files under {plan.root}")
+       f"{plan.files} of {plan.total_files} files under {display_path(plan.root)}")
     grace = fmt_duration(plan.protections.grace_s) if plan.protections.grace_s else "off"
     _p(f"  policies: {', '.join(plan.policies)}; grace {grace}; "
        f"{'all users' if plan.protections.all_users else 'your entries only'}")

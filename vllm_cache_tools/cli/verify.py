@@ -29,7 +29,7 @@ from vllm_cache_tools.maintain.plan import (
 from vllm_cache_tools.maintain.policies import Policies
 from vllm_cache_tools.maintain.verify import VerifyReport, remove_orphan_tmps, verify
 from vllm_cache_tools.store.filesystem import filesystem_of
-from vllm_cache_tools.store.locate import resolve_root
+from vllm_cache_tools.store.locate import display_path, resolve_root
 from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.views.filesystem import filesystem_json
 from vllm_cache_tools.views.payloads import with_schema
@@ -43,10 +43,12 @@ def _p(line: str = "") -> None:
 
 def _render(report: VerifyReport) -> None:
     n = len(report.failures)
-    entries = len({(p.layout, p.key) for p in report.failures})
+    entries = len({(p.layout, p.key) for p in report.failures if p.layout != "root"})
+    where = [f"{entries} entries" if entries else "",
+             "the root" if any(p.layout == "root" for p in report.failures) else ""]
     notes = len(report.problems) - n
-    _p(f"checked {report.checked} entries under {report.root}: "
-       + ("no problems" if not n else f"{n} problem(s) in {entries} entries")
+    _p(f"checked {report.checked} entries under {display_path(report.root)}: "
+       + ("no problems" if not n else f"{n} problem(s) in {' and '.join(w for w in where if w)}")
        + (f", {notes} note(s)" if notes else ""))
     for p in report.problems:
         key = p.key[:12] if p.layout == "aot" else p.key
@@ -87,19 +89,7 @@ def verify_cmd(
         for note in fs.notes:
             _p(f"  note: {note}")
     tmps = report.orphan_tmps() if fix else []
-    tmp_gone: set[str] = set()
-    if tmps:
-        removals = remove_orphan_tmps(croot.vllm_root, tmps, grace_s=prot.grace_s,
-                                      uid=None if all_users else prot.uid)
-        tmp_gone = {r.path for r in removals if r.removed}
-        out["tmp_removed"] = [{"path": r.path, "removed": r.removed, "why": r.why}
-                              for r in removals]
-        remaining -= len(tmp_gone)
-        if not json_out:
-            _p("")
-            for r in removals:
-                _p(f"  {'removed' if r.removed else 'kept':<8} {r.path}"
-                   + ("" if r.removed else f" ({r.why})"))
+    plan = None
     if fix and fixable:
         reasons: dict[tuple[str, str], str] = {}
         for p in report.problems:
@@ -112,7 +102,26 @@ def verify_cmd(
         if not json_out:
             _p("")
             render_plan(plan, dry_run=False)
-        if confirm(plan, yes, json_out):
+    # One question before anything is removed, leftover files included.
+    go = fix and confirm(plan, yes, json_out, tmp_files=len(tmps))
+    tmp_gone: set[str] = set()
+    if tmps and go:
+        removals = remove_orphan_tmps(croot.vllm_root, tmps, grace_s=prot.grace_s,
+                                      uid=None if all_users else prot.uid)
+        tmp_gone = {r.path for r in removals if r.removed}
+        out["tmp_removed"] = [{"path": r.path, "removed": r.removed, "why": r.why}
+                              for r in removals]
+        remaining -= len(tmp_gone)
+        if not json_out:
+            _p("")
+            for r in removals:
+                _p(f"  {'removed' if r.removed else 'kept':<8} {r.path}"
+                   + ("" if r.removed else f" ({r.why})"))
+    elif tmps:  # not confirmed
+        out["tmp_removed"] = [{"path": t.path, "removed": False, "why": "not confirmed"}
+                              for t in tmps]
+    if plan is not None:
+        if go:
             try:
                 res = execute_plan(plan)
             except OSError as exc:  # e.g. a planted link as the trash or its lock

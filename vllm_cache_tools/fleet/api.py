@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,7 +29,8 @@ from vllm_cache_tools.fleet.remote_ops import (
     with_linked,
 )
 from vllm_cache_tools.fleet.remote_ops import push as _push
-from vllm_cache_tools.store.locate import CacheRoot, resolve_root
+from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, STATE_DIRNAME
+from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
 
 # The bundle format (zstandard, tarfile), the selection (deep readers, key checks) and
 # placing are imported by the verbs that use them: a pod's `pull --if-hit --check` needs
@@ -125,6 +127,29 @@ def _check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
     return static_check(records, packed_on, python, here=here)
 
 
+@contextmanager
+def _new_folders_undone(vllm_root: Path) -> Iterator[list[bool]]:
+    """The folders a staging folder is made in (the root the user named may be new): those
+    not there before are removed again, deepest first and only while empty, unless the body
+    sets ``placed[0]`` (a bad bundle, a refusal or a failed download left a new root's
+    skeleton, so a typo'd ``--root`` became a cache root)."""
+    from vllm_cache_tools.fleet.place import STAGING_DIRNAME
+
+    state = vllm_root / COMPILE_CACHE_DIRNAME / STATE_DIRNAME
+    chain = [vllm_root, state.parent, state, state / STAGING_DIRNAME]
+    new = [p for p in chain if not os.path.lexists(p)]
+    placed = [False]
+    try:
+        yield placed
+    finally:
+        if not placed[0]:
+            for p in reversed(new):
+                try:
+                    os.rmdir(p)
+                except OSError:  # not empty (someone else's files), or gone: leave the rest
+                    break
+
+
 def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None,
            vllm_args: Sequence[str] | None = None, force: bool = False,
            check_only: bool = False, python: str | None = None, usage: str = "serve",
@@ -162,13 +187,14 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
                                         croot.vllm_root, python, usage))
 
         try:
-            with Staging(croot.vllm_root) as st:
+            with _new_folders_undone(croot.vllm_root) as kept, Staging(croot.vllm_root) as st:
                 m = extract(path, st, tick, on_manifest=start_checks)
                 check = checking[0].result()
                 if not check.would_hit and not force:
                     return UnpackResult(path, croot.vllm_root, m, check, (), False, True,
                                         time.perf_counter() - t0)
                 placed = place_entries(st, m.entries, m.extras)
+                kept[0] = True
         except OSError as exc:
             for c in checking:
                 c.cancel()
@@ -225,17 +251,35 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     if check_only or refused or not chosen:
         return PullResult(store.url, croot.vllm_root, check, (), records, 0, check_only,
                           refused and not check_only, time.perf_counter() - t0)
-    from vllm_cache_tools.fleet.place import Staging, place_entries
+    from vllm_cache_tools.fleet.place import (
+        Placement,
+        Staging,
+        identical_in_place,
+        place_entries,
+    )
 
+    # Entries already here with the same files (a pod's persistent cache volume) are not
+    # downloaded again: checked by sizes, then digests, before any byte moves.
+    same = identical_in_place(croot.vllm_root, records)
+    kept_same = tuple(Placement(r.key, r.layout, display_path(croot.vllm_root / r.path),
+                                "identical", "already there with the same files (not downloaded)")
+                      for r in records if r.key in same)
+    todo = [e for e in chosen if e.record.key not in same]
+    if not todo:
+        return PullResult(store.url, croot.vllm_root, check, kept_same, records, 0, False,
+                          False, time.perf_counter() - t0)
     try:
-        with Staging(croot.vllm_root) as st:
-            got = download(store, chosen, st, workers=workers, progress=progress)
-            extras = {x.path: x for e in chosen for x in e.extras}
-            placed = place_entries(st, records, extras.values())
+        with _new_folders_undone(croot.vllm_root) as kept, Staging(croot.vllm_root) as st:
+            got = download(store, todo, st, workers=workers, progress=progress)
+            extras = {x.path: x for e in todo for x in e.extras}
+            placed = place_entries(st, tuple(e.record for e in todo), extras.values())
+            kept[0] = True
     except OSError as exc:
         raise FleetError(f"pulling into {croot.vllm_root} failed: {exc.strerror or exc}: "
                          "nothing placed") from None
-    return PullResult(store.url, croot.vllm_root, check, placed, records, got, False, False,
+    order = {r.key: i for i, r in enumerate(records)}
+    placements = tuple(sorted(kept_same + placed, key=lambda p: order.get(p.key, 0)))
+    return PullResult(store.url, croot.vllm_root, check, placements, records, got, False, False,
                       time.perf_counter() - t0)
 
 

@@ -209,6 +209,62 @@ def same_files(fd: int, rec: EntryRecord) -> bool:
     return _tree_digests(fd) == {f.path: f.sha256 for f in rec.files}
 
 
+def _tree_sizes(fd: int) -> dict[str, int] | None:
+    """Size of every file under an open folder (``lstat``, nothing read), by relative path;
+    ``None`` when something in it is not a regular file or folder."""
+    out: dict[str, int] = {}
+    stack: list[tuple[str, int]] = [("", os.dup(fd))]
+    try:
+        while stack:
+            rel, dfd = stack.pop()
+            try:
+                with os.scandir(dfd) as it:
+                    items = [(e.name, e.stat(follow_symlinks=False)) for e in it]
+                for name, s in items:
+                    r = f"{rel}/{name}" if rel else name
+                    if stat.S_ISDIR(s.st_mode):
+                        stack.append((r, safeio.open_dir(name, dfd)))
+                    elif stat.S_ISREG(s.st_mode):
+                        out[r] = s.st_size
+                    else:
+                        return None
+            finally:
+                os.close(dfd)
+    finally:
+        for _, d in stack:
+            os.close(d)
+    return out
+
+
+def identical_in_place(vllm_root: Path, records: Sequence[EntryRecord]) -> frozenset[str]:
+    """Keys of the records whose entry is already in the root with the same files (the same
+    paths and sizes, then the same sha256 of every file; read without following links and
+    without moving atimes): a pull need not download those. Anything that cannot be opened
+    or read is not the same entry (it is fetched, and placing then decides)."""
+    try:
+        root_fd = os.open(vllm_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        return frozenset()
+    same: set[str] = set()
+    try:
+        for rec in records:
+            try:
+                efd = safeio.open_dirs(root_fd, rec.path)
+            except OSError:
+                continue
+            try:
+                if (_tree_sizes(efd) == {f.path: f.size for f in rec.files}
+                        and same_files(efd, rec)):
+                    same.add(rec.key)
+            except OSError:
+                pass
+            finally:
+                os.close(efd)
+    finally:
+        os.close(root_fd)
+    return frozenset(same)
+
+
 _RENAME_NOREPLACE = 1
 _libc: ctypes.CDLL | None = None
 
@@ -344,5 +400,5 @@ def _place_extra(staging: Staging, x: FileRecord) -> None:
         os.close(dst)
 
 
-__all__ = ["STAGING_DIRNAME", "Placement", "Staging", "place_entries", "rename_noreplace",
-           "same_files"]
+__all__ = ["STAGING_DIRNAME", "Placement", "Staging", "identical_in_place", "place_entries",
+           "rename_noreplace", "same_files"]

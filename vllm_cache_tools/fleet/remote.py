@@ -273,7 +273,9 @@ class Store:
                                  f"vllm-cache reads {STORE_VERSION})")
             return
         if not create:
-            if not self.exists(self.base) and not self.local:
+            # A store's folder that is not there is no store, on a local disk too (a typo
+            # listed "No entries", exit 0); an empty folder is an empty store.
+            if not self.exists(self.base):
                 raise StoreError(f"{self.url}: no vllm-cache store here")
             return
         self.put_bytes(path, json.dumps({"format": STORE_FORMAT,

@@ -9,7 +9,7 @@ import os
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -66,14 +66,25 @@ def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
     store.ensure_marker(create=True)
     results: list[PushedEntry] = []
     todo: list[int] = []
+    records = list(sel.records)
+    relink: dict[int, float | None] = {}
+    """Entries there with fewer links, and when they were pushed (kept)."""
     for i, rec in enumerate(sel.records):
         path = store.index_path(rec.layout, rec.key)
         if store.exists(path):
             old = store.read_index(path)
-            if entry_json(old.record) == entry_json(rec):
+            # Which entries of the other tree are proven linked depends on what was named
+            # (a push of one backend entry links its AOT entries to it alone): the same
+            # files with other links is this entry, its links the union of both.
+            union = tuple(sorted({*old.record.linked, *rec.linked}))
+            if entry_json(replace(old.record, linked=union)) == entry_json(
+                    replace(rec, linked=union)):
                 results.append(PushedEntry(rec.key, rec.layout, "present",
                                            "the store has this entry with the same files"))
-                todo.append(i)  # its blobs are re-checked: the index is kept either way
+                todo.append(i)  # its blobs are re-checked
+                if union != old.record.linked:
+                    records[i] = replace(rec, linked=union)
+                    relink[i] = old.pushed_at
                 continue
             if not force:
                 results.append(PushedEntry(rec.key, rec.layout, "refused",
@@ -112,10 +123,13 @@ def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
     now = time.time()
     pushed_keys = {r.key for r in results}
     for i in todo:
-        rec = sel.records[i]
+        rec = records[i]
         shas = set(sel.snapshot_shas[i])
         extras = [x.record for x in sel.extras if x.record.sha256 in shas]
-        if rec.key not in pushed_keys:
+        if i in relink:
+            store.put_bytes(store.index_path(rec.layout, rec.key),
+                            index_bytes(rec, extras, facts, relink[i] or now))
+        elif rec.key not in pushed_keys:
             store.put_bytes(store.index_path(rec.layout, rec.key),
                             index_bytes(rec, extras, facts, now))
             results.append(PushedEntry(rec.key, rec.layout, "pushed"))

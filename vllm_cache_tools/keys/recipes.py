@@ -75,15 +75,18 @@ def backend_code_hash(files: Mapping[str, str | None]) -> str:
     skip ``<string>``; append the path, then the content (a file that cannot be read adds its
     path only); ``sha256("\\n".join(items))``. (0.12-0.19 kept ``<string>``'s path: see
     docs/recipes.md.)"""
-    items: list[str] = []
-    for path in sorted(files):
-        if path == "<string>":
-            continue
-        items.append(path)
-        content = files[path]
-        if content is not None:
-            items.append(content)
-    return hashlib.sha256("\n".join(items).encode()).hexdigest()
+    h = hashlib.sha256()
+    for n, path in enumerate(p for p in sorted(files) if p != "<string>"):
+        h.update(backend_code_piece(path, files[path], first=n == 0))
+    return h.hexdigest()
+
+
+def backend_code_piece(path: str, content: str | None, *, first: bool) -> bytes:
+    """One file's part of :func:`backend_code_hash`'s input, in path order: hashing the
+    pieces in turn is the recipe (so many layouts of the same files can share the state of
+    their common beginning)."""
+    text = path if content is None else f"{path}\n{content}"
+    return text.encode() if first else b"\n" + text.encode()
 
 
 def aot_source_hash(files: Mapping[str, str | None]) -> str:

@@ -10,12 +10,13 @@ tests/test_link.py checks it on real caches). Pure apart from reading entries.
 
 from __future__ import annotations
 
-import itertools
+import hashlib
 import os
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
-from vllm_cache_tools.keys import backend_code_hash
+from vllm_cache_tools.keys.recipes import backend_code_piece
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.store.types import Entry
 
@@ -39,32 +40,66 @@ def install_prefix(graph_files: Iterable[str], modules: Iterable[str]) -> str | 
 def sources_code_hashes(info: AotModelInfo, prefix: str, limit: int = 256) -> list[str]:
     """Backend code hashes of the AOT entry's compile-time sources laid out under ``prefix``.
 
-    A module is ``<name>.py`` or, for a package, ``<name>/__init__.py``; where the prefix
-    exists on this machine the file system says which, otherwise every layout is tried (up to
-    ``limit``)."""
+    A module is ``<name>.py`` or, for a package, ``<name>/__init__.py``. Where the prefix
+    exists on this machine and holds the module, the file system says which; a module with
+    traced submodules is a package; otherwise both layouts are tried, ``<name>.py`` first (up
+    to ``limit`` hashes): a prefix here may lack modules the compiling host had (a venv being
+    installed, another vLLM version at the same path, a cache copied from another host)."""
     contents: dict[str, str] = {}
     for s in info.inlined_sources:
         if s.content is None:
             return []
         contents[s.module] = s.content
-    fixed: dict[str, str] = {}
-    ambiguous: list[str] = []
     local = os.path.isdir(prefix)
+    choices: list[tuple[str, tuple[str, ...]]] = []
     for m in sorted(contents):
         py, init = _module_rel(m)
-        if local and os.path.exists(prefix + init) and not os.path.exists(prefix + py):
-            fixed[m] = init
-        elif local:
-            fixed[m] = py
+        has_py = local and os.path.exists(prefix + py)
+        if local and os.path.exists(prefix + init) and not has_py:
+            choices.append((m, (init,)))
+        elif has_py:
+            choices.append((m, (py,)))
+        elif any(o.startswith(m + ".") for o in contents):
+            choices.append((m, (init,)))
         else:
-            ambiguous.append(m)
-    out = []
-    for combo in itertools.islice(itertools.product((0, 1), repeat=len(ambiguous)), limit):
-        layout = dict(fixed)
-        layout.update({m: _module_rel(m)[pick] for m, pick in zip(ambiguous, combo,
-                                                                 strict=True)})
-        out.append(backend_code_hash({prefix + rel: contents[m] for m, rel in layout.items()}))
-    return out
+            choices.append((m, (py, init)))
+    return _layout_hashes(prefix, contents, choices, limit)
+
+
+def _layout_hashes(prefix: str, contents: dict[str, str],
+                   choices: list[tuple[str, tuple[str, ...]]], limit: int) -> list[str]:
+    """:func:`backend_code_hash` of every layout (one path per module), without joining and
+    encoding all sources again per layout: the hash state of the part before a choice is
+    copied for each of its options. The modules' order does not depend on the choice: only
+    a path that starts with ``<name>/`` and sorts before ``__init__.py`` could fall between
+    ``<name>.py`` and ``<name>/__init__.py``, and that is a submodule, which makes
+    ``<name>`` a package (one option)."""
+    ranked = sorted((prefix + rel, i) for i, (_, opts) in enumerate(choices) for rel in opts)
+    seen: dict[int, int] = {}
+    for k, (_, i) in enumerate(ranked):
+        seen.setdefault(i, k)
+    order = sorted(seen, key=seen.__getitem__)
+    pieces = [tuple(backend_code_piece(prefix + rel, contents[choices[i][0]], first=n == 0)
+                    for rel in choices[i][1]) for n, i in enumerate(order)]
+    hashes: list[str] = []
+
+    def walk(k: int, h: Any) -> bool:
+        while k < len(pieces) and len(pieces[k]) == 1:
+            h.update(pieces[k][0])
+            k += 1
+        if k == len(pieces):
+            hashes.append(h.hexdigest())
+            return len(hashes) >= limit
+        for piece in pieces[k]:
+            branch = h.copy()
+            branch.update(piece)
+            if walk(k + 1, branch):
+                return True
+        return False
+
+    if limit > 0:
+        walk(0, hashlib.sha256())
+    return hashes
 
 
 def linked_aot_entries(backend: Entry, aot_entries: Iterable[Entry]) -> list[str]:

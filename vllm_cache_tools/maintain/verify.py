@@ -53,6 +53,9 @@ from vllm_cache_tools.units import fmt_duration
 FIXABLE = frozenset({"empty-model", "truncated-model", "corrupt-model", "not-aot-model",
                      "missing-model", "missing-artifact", "no-artifacts", "corrupt"})
 """Kinds that make ``--fix`` remove the whole entry."""
+ROOT_KINDS = frozenset({"symlink", "unreadable"})
+"""Problems of the root itself (not of an entry) that verify reports: places it could not
+check (layout ``root``, no key)."""
 NOTES = frozenset({"graph-only"})
 """Kinds reported for information: not a failure (exit 0)."""
 _SUFFIX = re.compile(r"-\d+$")  # vLLM 0.9.0-0.9.1 "<key>-<n>"
@@ -194,6 +197,11 @@ def verify(root: str | Path | CacheRoot | None = None, *, now: float | None = No
             found = [VerifyProblem(p.key, p.layout, p.path, p.kind, f"{p.detail} ({note})")
                      for p in found]
         problems += found
+    # What the scan could not look into is unchecked, not clean: a symlinked
+    # torch_compile_cache (nothing checked at all), an entry folder swapped for a symlink,
+    # an unreadable folder of the root.
+    problems += [VerifyProblem("", "root", p.path, p.kind, p.detail) for p in info.problems
+                 if p.kind in ROOT_KINDS]
     return VerifyReport(info.root, info.root_source, len(info.entries), tuple(problems),
                         info.entries)
 

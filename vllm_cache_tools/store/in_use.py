@@ -14,6 +14,7 @@ from pathlib import Path
 def open_paths_under(root: Path, proc: Path = Path("/proc")) -> dict[str, set[int]]:
     """Map each path under ``root`` that some process has open or mmapped to the pids."""
     prefix = os.path.realpath(root).rstrip("/") + "/"
+    bprefix = os.fsencode(prefix)
     found: dict[str, set[int]] = {}
     try:
         pids = [p for p in os.listdir(proc) if p.isdigit()]
@@ -41,11 +42,13 @@ def open_paths_under(root: Path, proc: Path = Path("/proc")) -> dict[str, set[in
                 maps = f.read()
         except OSError:
             continue
-        if prefix.encode() not in maps:
+        # Bytes, decoded as the file system's names are (a root whose path is not UTF-8:
+        # str.encode() raised, and a lossy decode never matched the entry's path).
+        if bprefix not in maps:
             continue
-        for line in maps.decode(errors="replace").splitlines():
-            idx = line.find(prefix)
+        for line in maps.splitlines():
+            idx = line.find(bprefix)
             if idx >= 0:
-                path = line[idx:].removesuffix(" (deleted)")
+                path = os.fsdecode(line[idx:].removesuffix(b" (deleted)"))
                 found.setdefault(path, set()).add(pid)
     return found
