@@ -359,6 +359,12 @@ def dumps(data: Any, **kwargs: Any) -> str:
     return json.dumps(data, **kwargs)
 
 
+def is_clean(data: Any) -> bool:
+    """Whether :func:`redact_value` would leave ``data`` (a JSON-like value) as it is: no
+    string of it names a secret or holds one (the test :func:`dumps` makes)."""
+    return _clean(data)
+
+
 def _clean(data: Any) -> bool:
     """Whether no string of ``data`` (a JSON-like value) names a secret or has one that
     :func:`redact_string` would hide."""
