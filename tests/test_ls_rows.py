@@ -20,7 +20,7 @@ from vllm_cache_tools.store.locate import resolve_root
 from vllm_cache_tools.store.summary import (
     DYNAMIC,
     entry_summary,
-    static_pieces,
+    static_row,
     summary_text,
 )
 from vllm_cache_tools.store.types import Entry
@@ -42,14 +42,14 @@ def _rows(entries: list[Entry]) -> str:
 
 
 def _kept(entries: list[Entry]) -> list[Entry]:
-    return [replace(e, listing=static_pieces(e)) for e in entries]
+    return [replace(e, listing=static_row(e)) for e in entries]
 
 
 def test_spliced_rows_are_the_rows_built_afresh(root: Path) -> None:
     entries = list(scan(root, use_index=False, check_in_use=False).entries)
     assert len(entries) == 4
     e = entries[0]
-    assert len(static_pieces(e)) == len(DYNAMIC) + 1
+    assert static_row(e).count("\0") == len(DYNAMIC)
     url = "https://bob:hunter2hunter2@example.com/m"
     variants = [
         entries,
@@ -75,7 +75,7 @@ def test_spliced_rows_are_the_rows_built_afresh(root: Path) -> None:
 def test_a_row_holding_a_placeholder_is_not_kept(root: Path) -> None:
     e = scan(root, use_index=False, check_in_use=False).entries[0]
     odd = replace(e, model="\x00vct-dynamic-0\x00")
-    assert static_pieces(odd) == ()
+    assert static_row(odd) == ""
     assert summary_text([odd]) == _rows([odd])
 
 
@@ -98,7 +98,7 @@ def test_indexed_listing_writes_the_bytes_of_a_first_listing(root: Path,
     doc = msgspec.msgpack.decode(idx.read_bytes())
     records = [msgspec.msgpack.decode(msgspec.msgpack.encode(r), type=Record)
                for r in doc[2].values()]
-    assert records and all(len(r.listing) == len(DYNAMIC) + 1 for r in records)
+    assert records and all(r.listing.count("\0") == len(DYNAMIC) for r in records)
     assert _ls(root) == first == _fresh(root, tmp_path)
     assert _ls(root, "--rescan") == first
     assert _ls(root) == first

@@ -33,7 +33,7 @@ import xxhash
 
 from vllm_cache_tools.store.folders import entry_times
 from vllm_cache_tools.store.locate import user_cache_dir
-from vllm_cache_tools.store.summary import static_pieces
+from vllm_cache_tools.store.summary import static_row
 from vllm_cache_tools.store.tree_stats import watched_dirs
 from vllm_cache_tools.store.types import Entry, EntryTimes, Problem, TreeStats
 
@@ -78,10 +78,10 @@ class Record(msgspec.Struct, array_like=True, frozen=True):
     tree: int
     """:func:`tree_digest` of the walk that read the entry: ``--rescan`` walks every entry
     afresh and reuses the rest of the record while it is the same (:func:`reuse`)."""
-    listing: tuple[str, ...] = ()
-    """The entry's ``ls --json`` row around its fields that are not in the record
-    (:func:`vllm_cache_tools.store.summary.static_pieces`), made from the record's own
-    fields, so it is rebuilt whenever they change."""
+    listing: str = ""
+    """The entry's ``ls --json`` row without its fields that are not in the record
+    (:func:`vllm_cache_tools.store.summary.static_row`), made from the record's own fields,
+    so it is rebuilt whenever they change."""
 
 
 class _IndexDoc(msgspec.Struct, array_like=True):
@@ -139,7 +139,7 @@ def _with_listing(rec: Record) -> Record:
     with any atimes: those are among the fields left out of the row)."""
     keys = tuple((r, s, m, 0.0) for r, s, m in rec.key_files)
     e = _entry(rec, Path("."), _stats(rec), entry_times(_stats(rec, keys)))
-    return msgspec.structs.replace(rec, listing=static_pieces(e))
+    return msgspec.structs.replace(rec, listing=static_row(e))
 
 
 def _entry(rec: Record, path: Path, stats: TreeStats, t: EntryTimes) -> Entry:

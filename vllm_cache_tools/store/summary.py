@@ -1,5 +1,5 @@
 """One entry as a row of ``ls --json`` (:func:`entry_summary`), and that row kept as text in
-the listing index (:func:`static_pieces`) so an indexed re-listing writes it without building
+the listing index (:func:`static_row`) so an indexed re-listing writes it without building
 the row again (:func:`summary_text`).
 
 Why: on the benchmark tree (200k files, 7.9k entries) an indexed ``ls --json`` spent about a
@@ -9,8 +9,9 @@ layout, sizes, ranks, created, modified, versions, model, hardware); only :data:
 fields change without the record changing (the path as the root was spelt, the state when the
 entry is in use, the last use from the key files' atimes or the ledger, the ledger's hits).
 The row is written once with a placeholder in each of those, secrets hidden as ``ls --json``
-hides them, and split at the placeholders: the pieces between them are stored with the record
-and are valid exactly as long as the record is.
+hides them, and the placeholders are cut out (a NUL marks each place: JSON text never holds
+one); the rest is stored with the record and is valid exactly as long as the record is. One
+string per entry, not one per piece: a root of 1M files holds ~40k of them.
 """
 
 from __future__ import annotations
@@ -67,10 +68,9 @@ def _dynamic(e: Entry) -> tuple[Any, ...]:
             e.last_used_source, e.hits, e.misses)
 
 
-def static_pieces(e: Entry) -> tuple[str, ...]:
-    """``e``'s row as ``ls --json`` writes it, split around its :data:`DYNAMIC` fields
-    (``len(DYNAMIC) + 1`` pieces), or ``()`` when the row cannot be split (a value holding a
-    placeholder's text)."""
+def static_row(e: Entry) -> str:
+    """``e``'s row as ``ls --json`` writes it with a NUL in place of each :data:`DYNAMIC`
+    value, or ``""`` when the row cannot be cut (a value holding a placeholder's text)."""
     row = entry_summary(e)
     for i, name in enumerate(DYNAMIC):
         row[name] = _MARK.format(i)
@@ -80,11 +80,11 @@ def static_pieces(e: Entry) -> tuple[str, ...]:
     for mark in _MARKS:
         at = text.find(mark, start)
         if at < 0 or text.count(mark) != 1:
-            return ()
+            return ""
         pieces.append(text[start:at])
         start = at + len(mark)
     pieces.append(text[start:])
-    return tuple(pieces)
+    return "\x00".join(pieces)
 
 
 _ESCAPE = encode_basestring_ascii  # what json.dumps writes a str as
@@ -113,7 +113,7 @@ def summary_text(entries: Sequence[Entry]) -> str:
     enc = _enc
     out = []
     for e, v in zip(entries, values, strict=True):
-        p = e.listing
+        p = e.listing.split("\x00")
         out.append("".join((p[0], enc(v[0]), p[1], enc(v[1]), p[2], enc(v[2]), p[3],
                             enc(v[3]), p[4], enc(v[4]), p[5], enc(v[5]), p[6], enc(v[6]),
                             p[7])))
