@@ -33,7 +33,6 @@ import xxhash
 
 from vllm_cache_tools.store.folders import entry_times
 from vllm_cache_tools.store.locate import user_cache_dir
-from vllm_cache_tools.store.summary import static_row
 from vllm_cache_tools.store.tree_stats import watched_dirs
 from vllm_cache_tools.store.types import Entry, EntryTimes, Problem, TreeStats
 
@@ -137,6 +136,9 @@ def encode_record(e: Entry) -> msgspec.Raw | None:
 def _with_listing(rec: Record) -> Record:
     """``rec`` with the ``ls --json`` row of the entry it lists (:func:`_listed` at any path
     with any atimes: those are among the fields left out of the row)."""
+    # Imported here: only a record being written needs it (and with it the secrets rules).
+    from vllm_cache_tools.store.summary import static_row
+
     keys = tuple((r, s, m, 0.0) for r, s, m in rec.key_files)
     e = _entry(rec, Path("."), _stats(rec), entry_times(_stats(rec, keys)))
     return msgspec.structs.replace(rec, listing=static_row(e))
