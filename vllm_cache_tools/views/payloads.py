@@ -13,7 +13,6 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from vllm_cache_tools.keys.key_check import key_check
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.summary import entry_summary as entry_summary
 from vllm_cache_tools.store.types import CacheInfo, Entry
@@ -157,6 +156,9 @@ def entry_detail(e: Entry) -> dict[str, Any]:
                          "timings": m.data.get("timings")} for m in e.manifests]
     if e.layout == "backend":
         f = e.factors
+        # Imported here: only show needs it (its recipes import hashlib, ~3-4 ms of ls).
+        from vllm_cache_tools.keys.key_check import key_check
+
         check = key_check(e)
         out["hashes"] = None if f is None else {
             "env": check["env_hash"] if check else f.env_hash,
