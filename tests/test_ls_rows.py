@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
-from dataclasses import fields, replace
+from dataclasses import replace
 from pathlib import Path
 
 import msgspec
@@ -150,16 +150,3 @@ def test_a_rescan_that_finds_new_sizes_keeps_a_row_with_them(root: Path,
     assert row["size_bytes"] == next(
         e for e in json.loads(_fresh(root, tmp_path))["entries"]
         if e["key"] == row["key"])["size_bytes"]
-
-
-def test_indexed_entries_are_the_entries_the_constructor_builds(root: Path) -> None:
-    """listing_index._entry builds entries without the dataclass's __init__: every field
-    set, the same values as ``Entry(**fields)``."""
-    scan(root, check_in_use=False)
-    entries = scan(root, check_in_use=False).entries
-    assert entries and all(e.listing for e in entries)  # from the index
-    names = {f.name for f in fields(Entry)}
-    for e in entries:
-        again = Entry(**{n: getattr(e, n) for n in names})
-        assert vars(e) == vars(again) and set(vars(e)) == names
-        assert e == again and hash(e) == hash(again)

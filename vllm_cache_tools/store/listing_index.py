@@ -22,7 +22,6 @@ rewrites the index only when a record changed.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -145,28 +144,18 @@ def _with_listing(rec: Record) -> Record:
     return msgspec.structs.replace(rec, listing=static_row(e))
 
 
-_ENTRY_DEFAULTS = {f.name: f.default for f in dataclasses.fields(Entry)
-                   if f.default is not dataclasses.MISSING}
-
-
 def _entry(rec: Record, path: Path, stats: TreeStats, t: EntryTimes) -> Entry:
-    """The entry ``rec`` lists. Built as ``Entry(**fields)`` would be, without the frozen
-    dataclass's ``__init__`` (one ``object.__setattr__`` per field: 8.5 us of the ~14 us an
-    indexed entry cost in all; Entry has no ``__post_init__``). tests/test_ls_rows.py checks
-    both give the same entry."""
-    d = _ENTRY_DEFAULTS.copy()
-    d.update(
-        key=rec.key, layout=rec.layout, path=path, stats=stats, ranks=rec.ranks,
-        prefixes=rec.prefixes, state=rec.state, state_detail=rec.state_detail,
-        created=t.created, created_source=t.created_source, modified=t.modified,
-        last_used=t.last_used, last_used_source=t.last_used_source,
-        vllm_version=rec.vllm_version, torch_version=rec.torch_version, model=rec.model,
-        hardware=rec.hardware, checkpoint=rec.checkpoint,
-        checkpoint_detail=rec.checkpoint_detail,
-        problems=tuple(Problem(*x) for x in rec.problems), listing=rec.listing)
-    e = object.__new__(Entry)
-    object.__setattr__(e, "__dict__", d)
-    return e
+    return Entry(
+        key=rec.key, layout=rec.layout,  # type: ignore[arg-type]
+        path=path, stats=stats, ranks=rec.ranks, prefixes=rec.prefixes,
+        state=rec.state,  # type: ignore[arg-type]
+        state_detail=rec.state_detail, created=t.created,
+        created_source=t.created_source, modified=t.modified, last_used=t.last_used,
+        last_used_source=t.last_used_source, vllm_version=rec.vllm_version,
+        torch_version=rec.torch_version, model=rec.model, hardware=rec.hardware,
+        checkpoint=rec.checkpoint, checkpoint_detail=rec.checkpoint_detail,
+        problems=tuple(Problem(*x) for x in rec.problems), listing=rec.listing,
+    )
 
 
 def _summary_stats(st: TreeStats) -> tuple[object, ...]:
