@@ -2,16 +2,17 @@
 the listing index (:func:`static_row`) so an indexed re-listing writes it without building
 the row again (:func:`summary_text`).
 
-Why: on the benchmark tree (200k files, 7.9k entries) an indexed ``ls --json`` spent about a
-third of its CPU on the rows (the dicts, three ISO times each, the secrets check, ``json``),
-more than on its ``lstat``s. Most of a row is what the index record already holds (key,
-layout, sizes, ranks, created, modified, versions, model, hardware); only :data:`DYNAMIC`
-fields change without the record changing (the path as the root was spelt, the state when the
-entry is in use, the last use from the key files' atimes or the ledger, the ledger's hits).
-The row is written once with a placeholder in each of those, secrets hidden as ``ls --json``
-hides them, and the placeholders are cut out (a NUL marks each place: JSON text never holds
-one); the rest is stored with the record and is valid exactly as long as the record is. One
-string per entry, not one per piece: a root of 1M files holds ~40k of them.
+Why: on the benchmark tree (200k files, 5.7k entries, docs/store.md) an indexed ``ls --json``
+spent about a quarter of its CPU on the rows (the dicts, three ISO times each, the secrets
+check, ``json``: 0.128 s), more than on its ``lstat``s (0.085 s). Most of a row is what the
+index record already holds (key, layout, sizes, ranks, created, modified, versions, model,
+hardware); only :data:`DYNAMIC` fields change without the record changing (the path as the
+root was spelt, the state when the entry is in use, the last use from the key files' atimes or
+the ledger, the ledger's hits). The row is written once with a placeholder in each of those
+(a row with anything the secrets rules would hide is not kept: it is built afresh each time),
+and the placeholders are cut out (a NUL marks each place: JSON text never holds one); the rest
+is stored with the record and is valid exactly as long as the record is. One string per
+entry, not one per piece: a root of 1M files holds ~30-40k of them.
 """
 
 from __future__ import annotations
@@ -70,11 +71,16 @@ def _dynamic(e: Entry) -> tuple[Any, ...]:
 
 def static_row(e: Entry) -> str:
     """``e``'s row as ``ls --json`` writes it with a NUL in place of each :data:`DYNAMIC`
-    value, or ``""`` when the row cannot be cut (a value holding a placeholder's text)."""
+    value, or ``""`` when it is not to be kept: a value holding a placeholder's text, or one
+    the secrets rules would hide (a hidden value shows a digest keyed by this user's
+    redaction key, which can change while the record does not: such rows are built afresh
+    each time)."""
     row = entry_summary(e)
     for i, name in enumerate(DYNAMIC):
         row[name] = _MARK.format(i)
-    text = dumps([row], separators=(",", ":"))[1:-1]
+    if not is_clean([row]):
+        return ""
+    text = json.dumps([row], separators=(",", ":"))[1:-1]
     pieces = []
     start = 0
     for mark in _MARKS:
