@@ -128,7 +128,7 @@ def _print_listing(head: dict[str, Any], entries: Sequence[Entry]) -> None:
     secrets are hidden value by value either way), without holding every summary and the
     whole text at once (~40k entries on a root of 1M files)."""
     from vllm_cache_tools.redaction import dumps
-    from vllm_cache_tools.views.payloads import entry_summary
+    from vllm_cache_tools.store.summary import summary_text
 
     text = dumps(head, separators=(",", ":"))
     # Quotes inside strings are escaped, so only the key itself matches.
@@ -136,10 +136,10 @@ def _print_listing(head: dict[str, Any], entries: Sequence[Entry]) -> None:
     write = sys.stdout.write
     write(text[:cut])
     # In batches: the redaction check looks at each distinct string of a batch once (field
-    # names, states, models repeat), one entry at a time cost 4x the CPU.
+    # names, states, models repeat), one entry at a time cost 4x the CPU. Rows kept in the
+    # listing index are spliced, not built again (store/summary.py).
     for i in range(0, len(entries), _BATCH):
-        batch = [entry_summary(e) for e in entries[i:i + _BATCH]]
-        write(("," if i else "") + dumps(batch, separators=(",", ":"))[1:-1])
+        write(("," if i else "") + summary_text(entries[i:i + _BATCH]))
     write(text[cut:] + "\n")
 
 

@@ -31,11 +31,12 @@ from typing import Any
 import msgspec
 import xxhash
 
+from vllm_cache_tools.store.folders import entry_times
 from vllm_cache_tools.store.locate import user_cache_dir
 from vllm_cache_tools.store.tree_stats import watched_dirs
 from vllm_cache_tools.store.types import Entry, EntryTimes, Problem, TreeStats
 
-FORMAT = 6
+FORMAT = 7
 # O_PATH (Linux): the folder is only a base for the lookups below, never read, so nothing is
 # opened for reading; O_NOFOLLOW then still refuses a symlink (O_DIRECTORY: ENOTDIR).
 _DIR_FLAGS = getattr(os, "O_PATH", os.O_RDONLY) | os.O_DIRECTORY | os.O_NOFOLLOW
@@ -76,6 +77,10 @@ class Record(msgspec.Struct, array_like=True, frozen=True):
     tree: int
     """:func:`tree_digest` of the walk that read the entry: ``--rescan`` walks every entry
     afresh and reuses the rest of the record while it is the same (:func:`reuse`)."""
+    listing: str = ""
+    """The entry's ``ls --json`` row without its fields that are not in the record
+    (:func:`vllm_cache_tools.store.summary.static_row`), made from the record's own fields,
+    so it is rebuilt whenever they change."""
 
 
 class _IndexDoc(msgspec.Struct, array_like=True):
@@ -123,9 +128,20 @@ def encode_record(e: Entry) -> msgspec.Raw | None:
         e.checkpoint_detail, tuple((p.path, p.kind, p.detail) for p in e.problems),
         tree_digest(st))
     try:
-        return msgspec.Raw(_ENCODE(rec))
+        return msgspec.Raw(_ENCODE(_with_listing(rec)))
     except UnicodeEncodeError:  # a name that is not UTF-8: read afresh each time
         return None
+
+
+def _with_listing(rec: Record) -> Record:
+    """``rec`` with the ``ls --json`` row of the entry it lists (:func:`_listed` at any path
+    with any atimes: those are among the fields left out of the row)."""
+    # Imported here: only a record being written needs it (and with it the secrets rules).
+    from vllm_cache_tools.store.summary import static_row
+
+    keys = tuple((r, s, m, 0.0) for r, s, m in rec.key_files)
+    e = _entry(rec, Path("."), _stats(rec), entry_times(_stats(rec, keys)))
+    return msgspec.structs.replace(rec, listing=static_row(e))
 
 
 def _entry(rec: Record, path: Path, stats: TreeStats, t: EntryTimes) -> Entry:
@@ -138,7 +154,7 @@ def _entry(rec: Record, path: Path, stats: TreeStats, t: EntryTimes) -> Entry:
         last_used_source=t.last_used_source, vllm_version=rec.vllm_version,
         torch_version=rec.torch_version, model=rec.model, hardware=rec.hardware,
         checkpoint=rec.checkpoint, checkpoint_detail=rec.checkpoint_detail,
-        problems=tuple(Problem(*x) for x in rec.problems),
+        problems=tuple(Problem(*x) for x in rec.problems), listing=rec.listing,
     )
 
 
@@ -176,7 +192,7 @@ def reuse(raw: msgspec.Raw | bytes, stats: TreeStats) -> Unchanged | None:
         rec, size_bytes=stats.size_bytes, disk_bytes=stats.disk_bytes, files=stats.files,
         dirs=stats.dirs, oldest_mtime=stats.oldest_mtime, newest_mtime=stats.newest_mtime,
         tmp_files=stats.tmp_files, symlinks=stats.symlinks, owners=stats.owners)
-    return msgspec.Raw(_ENCODE(rec)), atimes
+    return msgspec.Raw(_ENCODE(_with_listing(rec))), atimes
 
 
 def rebuild(raw: msgspec.Raw, path: Path, atimes: tuple[float, ...],

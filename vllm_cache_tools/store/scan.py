@@ -39,7 +39,6 @@ from vllm_cache_tools.store.types import (
     OtherItem,
     Problem,
 )
-from vllm_cache_tools.store.usage import apply_usage, usage
 
 KNOWN_ROOT_ITEMS = {"modelinfos": "modelinfos", "dummy_cache": "dummy_cache"}
 
@@ -185,6 +184,10 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
     if check_in_use and entries:
         entries = _mark_in_use(entries, open_paths_under(croot.vllm_root))
     if entries and (cc / STATE_DIRNAME).is_dir():
+        # Imported only here (its ledger and manifest readers are ~15 ms of imports): a root
+        # without the recorder's state folder has no usage to apply.
+        from vllm_cache_tools.store.usage import apply_usage, usage
+
         entries = apply_usage(entries, usage(cc))
     return CacheInfo(croot.vllm_root, croot.source, tuple(entries), tuple(others),
                      tuple(problems))

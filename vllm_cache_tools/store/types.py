@@ -142,6 +142,10 @@ class Entry:
     which model code it was traced from)."""
     checkpoint_detail: str | None = None
     """Revision, dtype and parallel sizes of that start, e.g. ``bfloat16, TP=2``."""
+    listing: str = field(default="", compare=False, repr=False)
+    """This entry's ``ls --json`` row as the listing index keeps it, without the fields the
+    index does not hold (:mod:`vllm_cache_tools.store.summary`); ``""`` when the entry was not
+    built from an index record."""
 
     @property
     def size_bytes(self) -> int:

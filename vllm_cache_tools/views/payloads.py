@@ -13,8 +13,8 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
-from vllm_cache_tools.keys.key_check import key_check
 from vllm_cache_tools.store.locate import display_path
+from vllm_cache_tools.store.summary import entry_summary as entry_summary
 from vllm_cache_tools.store.types import CacheInfo, Entry
 from vllm_cache_tools.units import iso
 
@@ -119,35 +119,6 @@ def log_json(data: Any, names: Iterable[str]) -> str:
     return _TIME_FIELD.sub(add_iso, text)
 
 
-def entry_summary(e: Entry) -> dict[str, Any]:
-    """One row of ``ls --json``."""
-    return {
-        "key": e.key,
-        "layout": e.layout,
-        "path": display_path(e.path),
-        "size_bytes": e.size_bytes,
-        "disk_bytes": e.disk_bytes,
-        "files": e.stats.files,
-        "ranks": list(e.ranks),
-        "prefixes": list(e.prefixes),
-        "state": e.state,
-        "state_detail": e.state_detail or None,
-        "created": iso(e.created),
-        "modified": iso(e.modified),
-        "last_used": iso(e.last_used),
-        "last_used_source": e.last_used_source,
-        "hits": e.hits,
-        "misses": e.misses,
-        "vllm_version": e.vllm_version,
-        "torch_version": e.torch_version,
-        "model": e.model,
-        # The served model (name or path) from manifests or logs; ``model`` is the traced code.
-        "checkpoint": getattr(e, "checkpoint", None),
-        "checkpoint_detail": getattr(e, "checkpoint_detail", None),
-        "hardware": e.hardware,
-    }
-
-
 def totals(entries: Iterable[Entry]) -> dict[str, int]:
     """What the listed entries hold on disk."""
     es = list(entries)
@@ -185,6 +156,9 @@ def entry_detail(e: Entry) -> dict[str, Any]:
                          "timings": m.data.get("timings")} for m in e.manifests]
     if e.layout == "backend":
         f = e.factors
+        # Imported here: only show needs it (its recipes import hashlib, ~3-4 ms of ls).
+        from vllm_cache_tools.keys.key_check import key_check
+
         check = key_check(e)
         out["hashes"] = None if f is None else {
             "env": check["env_hash"] if check else f.env_hash,
