@@ -12,7 +12,7 @@ import pytest
 
 from tests.realvllm.harness import ScenarioRun
 from vllm_cache_tools.fleet import api, link_proof, selection
-from vllm_cache_tools.fleet.bundle import read_manifest, write_bundle
+from vllm_cache_tools.fleet.bundle import read_manifest
 from vllm_cache_tools.fleet.pack_memo import memo_path
 
 BACKEND_KEY_LEN = 10
@@ -77,57 +77,3 @@ def test_an_unreadable_memo_is_ignored(root: Path, tmp_path: Path) -> None:
     memo_path(root / "torch_compile_cache").write_bytes(b"\x93not a memo")
     second = api.pack([key], tmp_path / "b.tar.zst", root=root)
     assert second.path.read_bytes() == first.path.read_bytes()
-
-
-def _rewrite(p: Path, data: bytes) -> None:
-    tmp = p.with_name(p.name + ".new")  # replaced by rename, as Inductor does
-    tmp.write_bytes(data)
-    os.replace(tmp, p)
-
-
-def test_a_first_pack_writes_the_bytes_it_hashed(root: Path, tmp_path: Path,
-                                                 monkeypatch: pytest.MonkeyPatch) -> None:
-    """The first pack keeps what it read to hash each small file and writes the bundle from
-    it: a file replaced between the selection and the writing does not reach the bundle,
-    which stays what its manifest says (without the kept bytes the same case is refused as
-    changed while packed). Past the budget, files are read again, with the same bytes."""
-    from vllm_cache_tools.fleet.errors import FleetError
-
-    key = _backend_keys(root)[0]
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "a"))
-    sel = selection.select(root, [key])
-    files = [lf for fs in sel.files for lf in fs]
-    assert files and all(lf.data is not None for lf in files)
-    assert all(len(lf.data or b"") == lf.record.size for lf in files)
-    whole = write_bundle(sel, tmp_path / "whole.tar.zst")
-    victim = next(lf.source for lf in files if lf.record.size)
-    before = victim.read_bytes()
-    _rewrite(victim, before + b"# changed after the selection\n")
-    same = write_bundle(sel, tmp_path / "same.tar.zst")
-    assert same.path.read_bytes() == whole.path.read_bytes()
-    assert api.unpack(same.path, root=tmp_path / "pod").ok  # every digest checked
-    _rewrite(victim, before)
-    # Nothing kept: the files are read again at writing, and a change there is refused.
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "b"))
-    monkeypatch.setattr(selection, "KEEP_TOTAL", 0)
-    sel = selection.select(root, [key])
-    assert all(not lf.data for fs in sel.files for lf in fs)  # (empty files are b"")
-    again = write_bundle(sel, tmp_path / "again.tar.zst")
-    assert again.path.read_bytes() == whole.path.read_bytes()
-    _rewrite(victim, before + b"# changed after the selection\n")
-    with pytest.raises(FleetError, match="changed while it was packed"):
-        write_bundle(sel, tmp_path / "refused.tar.zst")
-
-
-def test_the_kept_bytes_stay_within_the_budget(root: Path, tmp_path: Path,
-                                              monkeypatch: pytest.MonkeyPatch) -> None:
-    key = _backend_keys(root)[0]
-    monkeypatch.setattr(selection, "KEEP_TOTAL", 200_000)
-    sel = selection.select(root, [key])
-    files = [lf for fs in sel.files for lf in fs]
-    kept = [lf for lf in files if lf.data]
-    assert kept and len(kept) < len(files)
-    assert sum(lf.record.size for lf in kept) <= 200_000
-    assert all(lf.record.size <= selection.KEEP_FILE for lf in kept)
-    out = api.pack([key], tmp_path / "b.tar.zst", root=root)  # from the memo: nothing kept
-    assert out.path.read_bytes() == write_bundle(sel, tmp_path / "c.tar.zst").path.read_bytes()
