@@ -172,15 +172,6 @@ class _TarWriter:
         if pad:
             self._write(tarfile.NUL * pad)
 
-    def add_bytes(self, info: tarfile.TarInfo, data: bytes, header: bytes | None) -> None:
-        """A member whose bytes are in memory (``info.size`` of them): one write."""
-        self._write(header or _header(info))
-        if data:
-            self._write(data)
-        pad = -len(data) % tarfile.BLOCKSIZE
-        if pad:
-            self._write(tarfile.NUL * pad)
-
     def close(self) -> None:
         self._write(tarfile.NUL * (2 * tarfile.BLOCKSIZE))
         pad = -self.offset % tarfile.RECORDSIZE
@@ -254,14 +245,9 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
             tar = _TarWriter(z)
             tar.add(_info(MANIFEST_NAME, len(head)), io.BytesIO(head))
             for name, lf in members(sel):
-                info = _info(name, lf.record.size, lf.record.executable)
-                header = ustar_header(name, lf.record.size, lf.record.executable)
-                if lf.data is not None:  # the bytes the selection hashed, kept
-                    tar.add_bytes(info, lf.data, header)
-                    if on_bytes is not None:
-                        on_bytes(lf.record.size)
-                    continue
                 with open_noatime(lf.source, buffering=0) as f:
+                    info = _info(name, lf.record.size, lf.record.executable)
+                    header = ustar_header(name, lf.record.size, lf.record.executable)
                     if lf.ident is None:
                         src = _Checked(f, lf.record, name)
                         tar.add(info, src, header)

@@ -9,10 +9,8 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-import threading
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from vllm_cache_tools.errors import UsageError
@@ -31,15 +29,6 @@ from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Entry
 
 CHUNK = 1 << 20
-KEEP_FILE = 4 << 20
-KEEP_TOTAL = 64 << 20
-"""A first pack keeps the bytes it read to hash a file (files up to :data:`KEEP_FILE`, at
-most :data:`KEEP_TOTAL` in all) and writes the bundle from them: one read per file instead
-of two, and the bundle holds exactly the bytes its manifest's digests were made of."""
-HASHERS = 4
-"""Threads reading and hashing the files of entries that the pack memo does not know, while
-the selection's own thread reads the AOT pickles for the link proofs and the records
-(hashlib and file reads release the GIL; the pickle reader is Python)."""
 
 
 @dataclass(frozen=True)
@@ -50,8 +39,6 @@ class LocalFile:
     source: Path
     ident: tuple[int, ...] | None = None
     """:func:`file_ident` when it was hashed: a pack compares it instead of hashing again."""
-    data: bytes | None = field(default=None, repr=False, compare=False)
-    """The bytes that were hashed, when kept (:data:`KEEP_FILE`): a pack writes these."""
 
 
 def file_ident(st: os.stat_result) -> tuple[int, ...]:
@@ -83,39 +70,9 @@ def file_digest(path: Path) -> tuple[str, int]:
 
 def file_digest_ident(path: Path) -> tuple[str, int, tuple[int, ...]]:
     """(sha256, size, :func:`file_ident` after the read) of a regular file."""
-    sha, n, ident, _ = _digest(path, None)
-    return sha, n, ident
-
-
-class _Budget:
-    """Bytes still to be kept in memory (:data:`KEEP_TOTAL`), shared by the hashing threads."""
-
-    def __init__(self, total: int) -> None:
-        self.left = total
-        self.lock = threading.Lock()
-
-    def take(self, n: int) -> bool:
-        with self.lock:
-            if n > self.left:
-                return False
-            self.left -= n
-            return True
-
-
-def _digest(path: Path, keep: _Budget | None,
-            size: int = -1) -> tuple[str, int, tuple[int, ...], bytes | None]:
-    """(sha256, size, :func:`file_ident` after the read, the bytes when ``keep`` takes
-    them) of a regular file; ``size``: the walk's, to choose whether to keep it."""
     h = hashlib.sha256()
     n = 0
     with open_noatime(path, buffering=0) as f:
-        if keep is not None and 0 <= size <= KEEP_FILE and keep.take(size):
-            data = f.read(size + 1)  # one more: a file grown since the walk is read whole
-            if len(data) <= size:
-                ident = file_ident(os.fstat(f.fileno()))
-                return hashlib.sha256(data).hexdigest(), len(data), ident, data
-            h.update(data)
-            n = len(data)
         while True:
             b = f.read(CHUNK)
             if not b:
@@ -123,7 +80,7 @@ def _digest(path: Path, keep: _Budget | None,
             h.update(b)
             n += len(b)
         ident = file_ident(os.fstat(f.fileno()))
-    return h.hexdigest(), n, ident, None
+    return h.hexdigest(), n, ident
 
 
 def entry_walk(top: Path) -> tuple[list[tuple[str, Path, bool, tuple[int, ...]]], str]:
@@ -254,17 +211,15 @@ def record_of(e: Entry, root: Path, files: Sequence[LocalFile],
 Walked = list[tuple[str, Path, bool, tuple[int, ...]]]
 
 
-def _hash_files(walked: Walked, keep: _Budget | None = None
-                ) -> tuple[tuple[LocalFile, ...], bool]:
-    """The files, hashed (their bytes kept within ``keep``); and whether each was the walk's
-    file (same identity after the read: the records may then be kept in the memo under the
-    walk's fingerprint)."""
+def _hash_files(walked: Walked) -> tuple[tuple[LocalFile, ...], bool]:
+    """The files, hashed; and whether each was the walk's file (same identity after the read:
+    the records may then be kept in the memo under the walk's fingerprint)."""
     out = []
     same = True
     for rel, path, exe, ident in walked:
-        sha, size, after, data = _digest(path, keep, ident[2])
+        sha, size, after = file_digest_ident(path)
         same &= after == ident
-        out.append(LocalFile(FileRecord(rel, size, sha, exe), path, after, data))
+        out.append(LocalFile(FileRecord(rel, size, sha, exe), path, after))
     return tuple(out), same
 
 
@@ -344,49 +299,17 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
         raise FleetError("no entry matches the selection")
     facts = EntryFacts(by_path, PackMemo(croot.compile_cache), entry_walk)
     links: dict[str, set[str]] = {p: set() for p in dict.fromkeys(chosen)}
+    if linked:
+        if progress is not None:
+            progress("linking the two trees' entries of each start")
+        link_entries(info.entries, facts, links)
     known: dict[str, tuple[EntryRecord, tuple[LocalFile, ...], tuple[str, ...]]] = {}
-    looked: set[str] = set()
-    budget = _Budget(KEEP_TOTAL)
-    hashing: dict[str, Future[tuple[tuple[LocalFile, ...], bool]]] = {}
-    with ThreadPoolExecutor(HASHERS, thread_name_prefix="vllm-cache-hash") as pool:
-
-        def lookup(p: str) -> None:
-            """The memo's record of ``p``, or its files hashed in the pool from now on."""
-            if p in looked:
-                return
-            looked.add(p)
-            hit = facts.memo.record(p, facts.walk(p)[1])
-            files = _known_files(facts.walk(p)[0], hit[0]) if hit else None
-            if hit is not None and files is not None:
-                known[p] = (hit[0], files, hit[1])
-            else:
-                hashing[p] = pool.submit(_hash_files, facts.walk(p)[0], budget)
-
-        try:
-            for p in list(links):
-                lookup(p)
-            if linked:
-                if progress is not None:
-                    progress("linking the two trees' entries of each start")
-                link_entries(info.entries, facts, links)
-            for p in list(links):
-                lookup(p)
-            deep = {p: facts.full(p) for p in links if p not in known}
-            hashed = _checked_states(links, known, deep, by_path, allow_states, progress,
-                                     hashing)
-        finally:
-            for fut in hashing.values():
-                fut.cancel()
-    return _selected(info.root, croot, facts, by_path, links, known, deep, hashed)
-
-
-def _checked_states(links: dict[str, set[str]],
-                    known: dict[str, tuple[EntryRecord, tuple[LocalFile, ...], tuple[str, ...]]],
-                    deep: dict[str, Entry], by_path: dict[str, Entry],
-                    allow_states: Sequence[str], progress: Callable[[str], None] | None,
-                    hashing: dict[str, Future[tuple[tuple[LocalFile, ...], bool]]]
-                    ) -> dict[str, tuple[tuple[LocalFile, ...], bool]]:
-    """Refuse an entry whose state is not packable, then wait for the files' digests."""
+    for p in links:
+        hit = facts.memo.record(p, facts.walk(p)[1])
+        files = _known_files(facts.walk(p)[0], hit[0]) if hit else None
+        if hit is not None and files is not None:
+            known[p] = (hit[0], files, hit[1])
+    deep = {p: facts.full(p) for p in links if p not in known}
     states = [(by_path[p].key, known[p][0].state, known[p][0].state_detail) if p in known
               else (by_path[p].key, deep[p].state, deep[p].state_detail) for p in links]
     bad = [s for s in states if s[1] not in allow_states]
@@ -396,17 +319,9 @@ def _checked_states(links: dict[str, set[str]],
                       + ": its files are not whole, not packed")
     if progress is not None and deep:
         progress(f"hashing {sum(e.stats.files for e in deep.values())} files")
-    return {p: hashing[p].result() for p in deep}
-
-
-def _selected(root: Path, croot: CacheRoot, facts: EntryFacts, by_path: dict[str, Entry],
-              links: dict[str, set[str]],
-              known: dict[str, tuple[EntryRecord, tuple[LocalFile, ...], tuple[str, ...]]],
-              deep: dict[str, Entry], hashed: dict[str, tuple[tuple[LocalFile, ...], bool]]
-              ) -> Selection:
     for p, e in deep.items():
-        files, same = hashed[p]
-        rec = record_of(e, root, files)
+        files, same = _hash_files(facts.walk(p)[0])
+        rec = record_of(e, info.root, files)
         snaps = manifest_snapshots(e)
         if same:
             facts.memo.put_record(p, facts.walk(p)[1], rec, snaps)
@@ -415,7 +330,7 @@ def _selected(root: Path, croot: CacheRoot, facts: EntryFacts, by_path: dict[str
     records = tuple(replace(known[p][0], linked=tuple(sorted(links[p]))) for p in ordered)
     facts.memo.forget_missing(by_path)
     facts.memo.save()
-    return Selection(root, tuple(deep.get(p) or by_path[p] for p in ordered), records,
+    return Selection(info.root, tuple(deep.get(p) or by_path[p] for p in ordered), records,
                      tuple(known[p][1] for p in ordered),
                      _snapshots((s for p in ordered for s in known[p][2]),
                                 croot.compile_cache),
