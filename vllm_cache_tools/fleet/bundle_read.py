@@ -216,6 +216,10 @@ def _kind(m: tarfile.TarInfo) -> str:
 _SMALL = 4 << 20
 """Members up to this size are read whole and written by a worker thread."""
 _IN_FLIGHT = 64 << 20
+_BATCH_FILES = 32
+_BATCH_BYTES = 1 << 20
+"""Small members go to the writers in batches of up to this many files or bytes: one
+future per batch instead of one per file (a bundle's files are mostly a few KiB)."""
 WRITERS = 4
 """Threads creating files: creating a file is most of unpack's time (the inode, the
 folder entry, the journal), the kernel does it without the GIL, and ext4 creates several
@@ -228,6 +232,15 @@ def _write(staging: Staging, path: Path, name: str, src: IO[bytes], rec: FileRec
         staging.write(name, src, rec, on_bytes=on_bytes)
     except FleetError as exc:
         raise BundleError(f"{path}: {exc} : nothing placed") from None
+
+
+def _write_batch(staging: Staging, path: Path, batch: list[tuple[str, bytes, FileRecord]],
+                 on_bytes: Callable[[int], None] | None) -> None:
+    for name, data, rec in batch:
+        try:
+            staging.write_bytes(name, data, rec, on_bytes=on_bytes)
+        except FleetError as exc:
+            raise BundleError(f"{path}: {exc} : nothing placed") from None
 
 
 class _Writers:
@@ -244,12 +257,22 @@ class _Writers:
         self.pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="vllm-cache-unpack")
         self.pending: deque[tuple[Future[None], int]] = deque()
         self.bytes = 0
+        self.batch: list[tuple[str, bytes, FileRecord]] = []
+        self.batch_bytes = 0
 
     def submit(self, name: str, data: bytes, rec: FileRecord) -> None:
-        self.pending.append((self.pool.submit(_write, self.staging, self.path, name,
-                                              io.BytesIO(data), rec, self.on_bytes),
-                             len(data)))
-        self.bytes += len(data)
+        self.batch.append((name, data, rec))
+        self.batch_bytes += len(data)
+        if len(self.batch) >= _BATCH_FILES or self.batch_bytes >= _BATCH_BYTES:
+            self._send()
+
+    def _send(self) -> None:
+        if not self.batch:
+            return
+        self.pending.append((self.pool.submit(_write_batch, self.staging, self.path,
+                                              self.batch, self.on_bytes), self.batch_bytes))
+        self.bytes += self.batch_bytes
+        self.batch, self.batch_bytes = [], 0
         while self.pending and (self.bytes > _IN_FLIGHT or len(self.pending) > 1024
                                 or self.pending[0][0].done()):
             self._next()
@@ -260,6 +283,7 @@ class _Writers:
         fut.result()
 
     def finish(self) -> None:
+        self._send()
         while self.pending:
             self._next()
 
@@ -304,11 +328,14 @@ def extract(path: Path, staging: Staging,
             if member.size != rec.size:
                 raise BundleError(f"{path}: {name}: {member.size} bytes, manifest says "
                                   f"{rec.size} (tampered): nothing placed")
-            src = tar.extractfile(member)
-            assert src is not None
             if rec.size <= _SMALL:
-                writers.submit(name, src.read(rec.size), rec)
+                # Read straight from the archive (a regular member's bytes follow its
+                # header): no file object per member. Length and digest: write_bytes.
+                tar.fileobj.seek(member.offset_data)
+                writers.submit(name, tar.fileobj.read(rec.size), rec)
             else:
+                src = tar.extractfile(member)
+                assert src is not None
                 _write(staging, path, name, src, rec, on_bytes)
             seen.add(name)
         writers.finish()

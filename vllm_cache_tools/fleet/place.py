@@ -128,6 +128,28 @@ class Staging:
             raise FleetError(f"{rel}: sha256 differs from the manifest (tampered or "
                              "corrupt)")
 
+    def write_bytes(self, rel: str, data: bytes, rec: FileRecord,
+                    on_bytes: Callable[[int], None] | None = None) -> None:
+        """:meth:`write` of a member read whole: its size and sha256 checked before the file
+        is created, then one write."""
+        if len(data) != rec.size:
+            raise FleetError(f"{rel}: {len(data)} bytes of {rec.size} (truncated)")
+        if hashlib.sha256(data).hexdigest() != rec.sha256:
+            raise FleetError(f"{rel}: sha256 differs from the manifest (tampered or "
+                             "corrupt)")
+        parent, _, name = rel.rpartition("/")
+        dfd = self._dir(parent)
+        fd = os.open(name, _NEW, 0o755 if rec.executable else 0o644, dir_fd=dfd)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        finally:
+            os.close(fd)
+        self.written += len(data)
+        if on_bytes is not None:
+            on_bytes(len(data))
+
     def close_dirs(self) -> None:
         """Close the kept folder fds (before entries are moved out of the staging folder)."""
         with self._lock:
