@@ -77,3 +77,18 @@ def test_an_unreadable_memo_is_ignored(root: Path, tmp_path: Path) -> None:
     memo_path(root / "torch_compile_cache").write_bytes(b"\x93not a memo")
     second = api.pack([key], tmp_path / "b.tar.zst", root=root)
     assert second.path.read_bytes() == first.path.read_bytes()
+
+
+def test_a_root_path_that_is_not_utf8_packs_without_a_memo(tmp_path: Path) -> None:
+    """msgpack holds no undecodable path: the memo is not written and pack works (was:
+    'internal error: UnicodeEncodeError', exit 3)."""
+    from tests.conftest import run_cli
+
+    sample = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
+    root = Path(os.fsdecode(bytes(tmp_path) + b"/r\xffoot"))
+    shutil.copytree(sample, root, symlinks=True)
+    out = tmp_path / "b.tar.zst"
+    for _ in range(2):
+        r = run_cli("pack", "28fd", "--root", os.fsdecode(root), "-o", str(out))
+        assert r.returncode == 0, r.stderr
+        assert out.stat().st_size > 0

@@ -119,11 +119,12 @@ class PackMemo:
         self.dirty |= bool(gone)
 
     def save(self) -> None:
-        """Write the memo if it changed; a failure (read-only home, a busy lock) is ignored:
-        the next pack reads the entries again."""
+        """Write the memo if it changed; a failure (read-only home, a busy lock, a root path
+        that is not UTF-8, which msgpack cannot hold) is ignored: the next pack reads the
+        entries again."""
         if not self.dirty:
             return
-        with contextlib.suppress(OSError, Timeout):
+        with contextlib.suppress(OSError, Timeout, UnicodeEncodeError):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with FileLock(str(self.path) + ".lock", timeout=5):
                 fd = safeio.open_dirs(self.path.parent)
