@@ -345,3 +345,27 @@ def test_pack_of_a_path_in_another_root_is_one_line(tmp_path: Path) -> None:
         assert res.returncode == 2, (args, res.stderr)
         assert res.stderr.count("\n") == 1 and "is not an entry of" in res.stderr, res.stderr
     assert not (tmp_path / "x.tzst").exists()
+
+
+def test_data_after_the_bundle_is_refused(tmp_path: Path) -> None:
+    """Bytes appended to a bundle, or a second zstd frame after it, are refused with nothing
+    placed (was: 'placed', exit 0: the decompressor stopped at the end of the first frame).
+    The bundle alone still unpacks."""
+    import zstandard
+
+    src = tmp_path / "src"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", src)
+    good = tmp_path / "good.tar.zst"
+    assert run_cli("pack", "--root", str(src), "28fd", "-o", str(good)).returncode == 0
+    data = good.read_bytes()
+    for name, tail in (("junk", b"junk\n"), ("frame", zstandard.ZstdCompressor().compress(b"x")),
+                       ("zeros", b"\0" * 700)):
+        bad = tmp_path / f"{name}.tar.zst"
+        bad.write_bytes(data + tail)
+        root = tmp_path / f"root-{name}"
+        res = run_cli("unpack", str(bad), "--root", str(root))
+        assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
+        assert "after the end of the bundle" in res.stderr or "corrupt" in res.stderr
+        assert _entries(root) == set()
+    res = run_cli("unpack", str(good), "--root", str(tmp_path / "ok"))
+    assert res.returncode == 0, res.stdout + res.stderr

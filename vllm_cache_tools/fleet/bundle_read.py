@@ -36,7 +36,8 @@ def _open_tar(path: Path) -> Iterator[tarfile.TarFile]:
     except OSError as exc:
         raise BundleError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
-        reader = _Prefetch(zstandard.ZstdDecompressor().stream_reader(f, read_size=_BUF))
+        reader = _Prefetch(zstandard.ZstdDecompressor().stream_reader(
+            f, read_size=_BUF, read_across_frames=True))
         try:
             # tarfile's own stream mode ("r|") keeps the unread rest of its buffer and joins
             # and slices it at every read, 512-byte headers included (two thirds of the time
@@ -338,6 +339,12 @@ def extract(path: Path, staging: Staging,
                 assert src is not None
                 _write(staging, path, name, src, rec, on_bytes)
             seen.add(name)
+        # Nothing may follow the archive's end but tar's zero padding: bytes appended to the
+        # file are no zstd frame (the decompressor raises), another frame's data is not zeros.
+        while rest := tar.fileobj.read(_BUF):
+            if rest.count(0) != len(rest):
+                raise BundleError(f"{path}: data after the end of the bundle (appended or "
+                                  "concatenated): nothing placed")
         writers.finish()
         missing = sorted(set(expect) - seen)
         if missing:
