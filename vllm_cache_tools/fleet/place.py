@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, TypeVar
 
 from vllm_cache_tools import safeio
 from vllm_cache_tools.fleet.errors import FleetError
@@ -183,12 +183,17 @@ def _sweep_stale(base_fd: int) -> None:
             safeio.remove_tree_at(base_fd, name, expect=safeio.ident(s))
 
 
+T = TypeVar("T")
+
+
 # ---- comparing and placing ----------------------------------------------------------------------
 
-def _tree_digests(fd: int) -> dict[str, str] | None:
-    """sha256 of every file under an open folder, by relative path; ``None`` when something
-    in it is not a regular file or folder (then it is not the same entry)."""
-    out: dict[str, str] = {}
+def _tree_files(fd: int, of_file: Callable[[str, int, os.stat_result], T]
+                ) -> dict[str, T] | None:
+    """``of_file(name, dir_fd, lstat)`` of every file under an open folder, by relative path;
+    ``None`` when something in it is not a regular file or folder (then it is not the same
+    entry)."""
+    out: dict[str, T] = {}
     stack: list[tuple[str, int]] = [("", os.dup(fd))]
     try:
         while stack:
@@ -201,7 +206,7 @@ def _tree_digests(fd: int) -> dict[str, str] | None:
                     if stat.S_ISDIR(s.st_mode):
                         stack.append((r, safeio.open_dir(name, dfd)))
                     elif stat.S_ISREG(s.st_mode):
-                        out[r] = _fd_digest(name, dfd)
+                        out[r] = of_file(name, dfd, s)
                     else:
                         return None
             finally:
@@ -210,6 +215,16 @@ def _tree_digests(fd: int) -> dict[str, str] | None:
         for _, d in stack:
             os.close(d)
     return out
+
+
+def _tree_digests(fd: int) -> dict[str, str] | None:
+    """sha256 of every file under an open folder (see :func:`_tree_files`)."""
+    return _tree_files(fd, lambda name, dfd, _s: _fd_digest(name, dfd))
+
+
+def _tree_sizes(fd: int) -> dict[str, int] | None:
+    """Size of every file under an open folder (``lstat``, nothing read)."""
+    return _tree_files(fd, lambda _name, _dfd, s: s.st_size)
 
 
 def _fd_digest(name: str, dir_fd: int) -> str:
@@ -229,33 +244,6 @@ def _fd_digest(name: str, dir_fd: int) -> str:
 
 def same_files(fd: int, rec: EntryRecord) -> bool:
     return _tree_digests(fd) == {f.path: f.sha256 for f in rec.files}
-
-
-def _tree_sizes(fd: int) -> dict[str, int] | None:
-    """Size of every file under an open folder (``lstat``, nothing read), by relative path;
-    ``None`` when something in it is not a regular file or folder."""
-    out: dict[str, int] = {}
-    stack: list[tuple[str, int]] = [("", os.dup(fd))]
-    try:
-        while stack:
-            rel, dfd = stack.pop()
-            try:
-                with os.scandir(dfd) as it:
-                    items = [(e.name, e.stat(follow_symlinks=False)) for e in it]
-                for name, s in items:
-                    r = f"{rel}/{name}" if rel else name
-                    if stat.S_ISDIR(s.st_mode):
-                        stack.append((r, safeio.open_dir(name, dfd)))
-                    elif stat.S_ISREG(s.st_mode):
-                        out[r] = s.st_size
-                    else:
-                        return None
-            finally:
-                os.close(dfd)
-    finally:
-        for _, d in stack:
-            os.close(d)
-    return out
 
 
 def identical_in_place(vllm_root: Path, records: Sequence[EntryRecord]) -> frozenset[str]:
