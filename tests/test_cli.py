@@ -183,3 +183,27 @@ def test_ls_of_an_entry_path_in_another_root(tmp_path: Path) -> None:
         assert r.stderr.count("\n") == 1 and "is not an entry of" in r.stderr, r.stderr
     r = run_cli("ls", str(other), "--root", str(tmp_path / "a"), "--json")
     assert r.returncode == 0 and len(json.loads(r.stdout)["entries"]) == 1
+
+
+def test_key_prefixes_in_upper_case(tmp_path: Path) -> None:
+    """Keys are hex: a prefix typed in upper case names the same entry, in every verb that
+    takes a KEY and in a store's pull (was: "'28FD' is neither an entry key (hex) nor a path",
+    exit 2)."""
+    root = tmp_path / "root"
+    shutil.copytree(REPO / "examples" / "sample_cache", root)
+    r = run_cli("show", "28FD", "--root", str(root))
+    assert r.returncode == 0 and "backend entry 28fd362d4e" in r.stdout, r.stderr
+    for extra in ([], ["--json"]):  # ls's fast path and its full one
+        r = run_cli("ls", "28Fd362D4E", "--root", str(root), *extra)
+        assert r.returncode == 0 and "28fd362d4e" in r.stdout, (extra, r.stderr)
+    r = run_cli("rm", "28FD", "--root", str(root), "--dry-run", "--grace", "0")
+    assert r.returncode == 0 and "28fd362d4e" in r.stdout, r.stdout + r.stderr
+    url = f"file://{tmp_path}/store"
+    r = run_cli("push", "--root", str(root), "28FD", url, "--json")
+    assert r.returncode == 0, r.stderr
+    assert "28fd362d4e" in {e["key"] for e in json.loads(r.stdout)["entries"]}
+    r = run_cli("pull", url, "28FD", "--root", str(tmp_path / "pod"), "--json")
+    assert r.returncode == 0, r.stderr
+    assert "28fd362d4e" in {p["key"] for p in json.loads(r.stdout)["placements"]}
+    r = run_cli("show", "28FG", "--root", str(root))
+    assert r.returncode == 2 and "neither an entry key" in r.stderr

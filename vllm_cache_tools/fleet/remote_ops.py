@@ -23,6 +23,7 @@ from vllm_cache_tools.fleet.remote import (
     index_bytes,
     store_error,
 )
+from vllm_cache_tools.store.lookup import key_prefix
 
 if TYPE_CHECKING:
     from vllm_cache_tools.fleet.selection import Selection
@@ -152,11 +153,12 @@ def _logical_bytes(sel: Selection, todo: Sequence[int]) -> int:
 # ---- pull ------------------------------------------------------------------------------------
 
 def match_refs(entries: Sequence[StoreEntry], refs: Sequence[str]) -> list[StoreEntry]:
-    """Store entries named by keys or unique key prefixes."""
+    """Store entries named by keys or unique key prefixes (in either case, as locally)."""
     out: list[StoreEntry] = []
     for ref in refs:
-        found = [e for e in entries if e.record.key.startswith(ref)]
-        exact = [e for e in found if e.record.key == ref]
+        key = key_prefix(ref) or ref
+        found = [e for e in entries if e.record.key.startswith(key)]
+        exact = [e for e in found if e.record.key == key]
         if not found:
             raise FleetError(f"no entry of the store matches {ref!r}")
         if len(found) > 1 and len(exact) != 1:

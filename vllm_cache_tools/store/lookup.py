@@ -31,6 +31,13 @@ class AmbiguousKey(VctError, LookupError):
         return f"key prefix {self.ref!r} is ambiguous; candidates:\n{lines}"
 
 
+def key_prefix(ref: str) -> str | None:
+    """``ref`` as the key prefix it names (keys are hex, written in lower case in folder and
+    store names, so ``28FD`` names ``28fd362d4e``), or ``None`` when it is not one. The one
+    reading of a typed key, for local entries and store entries alike."""
+    return ref.lower() if re.fullmatch(r"[0-9a-fA-F]{1,64}", ref) else None
+
+
 def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = None) -> Path:
     """Find an entry folder from a key, a unique key prefix (like git's short hashes) or a
     path (the entry folder or anything inside it)."""
@@ -43,15 +50,16 @@ def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = Non
             if BACKEND_KEY.match(cand.name) and cand.parent.name == COMPILE_CACHE_DIRNAME:
                 return cand
         raise EntryNotFound(f"{display_path(p)} is not inside a compile-cache entry")
-    if not re.fullmatch(r"[0-9a-f]{1,64}", ref):
+    key = key_prefix(ref)
+    if key is None:
         raise EntryNotFound(f"{ref!r} is neither an entry key (hex) nor a path")
     croot = root if isinstance(root, CacheRoot) else resolve_root(root)
     check_root(croot)
     cc = croot.compile_cache
-    found = [(layout, path) for layout, path in classify(cc, []) if path.name.startswith(ref)]
+    found = [(layout, path) for layout, path in classify(cc, []) if path.name.startswith(key)]
     if not found:
         raise EntryNotFound(f"no entry matches {ref!r} under {display_path(cc)}")
-    exact = [f for f in found if f[1].name == ref]
+    exact = [f for f in found if f[1].name == key]
     if len(found) > 1 and len(exact) != 1:
         raise AmbiguousKey(ref, found)
     return (exact or found)[0][1]
