@@ -214,3 +214,37 @@ def test_malformed_host_profile_is_one_line(tmp_path: Path, profile: dict[str, o
     r = run_cli("predict", "--for-host", str(p), "--", *ARGS)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert where in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_host_profile_dash_is_stdout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                     capsys: pytest.CaptureFixture[str]) -> None:
+    """host-profile -o - writes the profile to stdout as pack -o - writes its bundle (was: a
+    file named "-"): the same text -o FILE writes, no summary; with --json, one line, exit 2."""
+    import sys
+
+    import vllm_cache_tools.cli.host_profile as cli_hp
+    from vllm_cache_tools.cli import main
+
+    monkeypatch.setattr(cli_hp, "host_profile", lambda *a, **k: {
+        "kind": "host-profile", "host": "h", "created": "2026-12-02T00:00:00+00:00",
+        "cpu": {"isa": ["avx2"]}, "install": {"prefix": "/venv"}})
+    monkeypatch.chdir(tmp_path)
+
+    def run(*args: str) -> int:
+        monkeypatch.setattr(sys, "argv", ["vllm-cache", "host-profile", *args])
+        try:
+            main()
+        except SystemExit as exc:
+            return int(exc.code or 0)
+        return 0
+
+    assert run("-o", "file.json") == 0
+    capsys.readouterr()
+    assert run("-o", "-") == 0
+    out = capsys.readouterr().out
+    assert not (tmp_path / "-").exists()
+    assert out == (tmp_path / "file.json").read_text()
+    assert json.loads(out)["schema"] == "vllm-cache-tools/host-profile/1"
+    assert run("-o", "-", "--json") == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--json" in err

@@ -8,8 +8,8 @@ from typing import Annotated, Any
 
 import typer
 
-from vllm_cache_tools.cli.common import console, fail, print_json
-from vllm_cache_tools.fleet.host_profile import host_profile, write_profile
+from vllm_cache_tools.cli.common import console, fail, print_json, write_out
+from vllm_cache_tools.fleet.host_profile import host_profile, profile_text, write_profile
 from vllm_cache_tools.views.for_host import host_profile_document
 
 
@@ -40,7 +40,8 @@ def _summary(doc: dict[str, Any]) -> list[str]:
 def host_profile_cmd(
     ctx: typer.Context,
     output: Annotated[Path | None, typer.Option(
-        "-o", "--output", help="Write the profile (JSON) to this file.")] = None,
+        "-o", "--output", help="Write the profile (JSON) to this file (- for stdout, "
+        "without the summary; not with --json).")] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print the profile (JSON).")] = False,
     python: Annotated[str | None, typer.Option(
         "--python", help="Interpreter of the environment that runs vLLM (default: this "
@@ -57,7 +58,13 @@ def host_profile_cmd(
     (--python). Exit status: 0 written, 2 error."""
     if usage not in ("serve", "llm"):
         fail("--usage must be serve or llm")
+    to_stdout = output is not None and str(output) == "-"  # as pack's -o -
+    if to_stdout and json_out:
+        fail("--json prints to stdout, where -o - writes the profile: give one of them")
     doc = host_profile_document(host_profile(list(ctx.args), python=python, usage=usage))
+    if to_stdout:
+        write_out(profile_text(doc))
+        return
     if output is not None:
         write_profile(output, doc)
     if json_out:

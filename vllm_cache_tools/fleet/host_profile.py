@@ -44,14 +44,18 @@ def host_profile(vllm_args: Sequence[str] = (), *, python: str | None = None,
             "cpu": cpu_facts(), **live}
 
 
+def profile_text(doc: dict[str, Any]) -> str:
+    """The profile as written: to a file by :func:`write_profile`, to stdout for ``-o -``."""
+    return json.dumps(doc, indent=1) + "\n"
+
+
 def write_profile(path: str | os.PathLike[str], doc: dict[str, Any]) -> None:
     """Write ``doc`` to ``path`` atomically (the name replaced, never followed)."""
     p = os.fspath(path)
     try:
         fd = open_dir(os.path.dirname(os.path.abspath(p)))
         try:
-            replace_at(fd, os.path.basename(p),
-                       (json.dumps(doc, indent=1) + "\n").encode(), 0o644)
+            replace_at(fd, os.path.basename(p), profile_text(doc).encode(), 0o644)
         finally:
             os.close(fd)
     except OSError as exc:
@@ -59,4 +63,4 @@ def write_profile(path: str | os.PathLike[str], doc: dict[str, Any]) -> None:
                                ) from None
 
 
-__all__ = ["KIND", "HostProfileError", "host_profile", "write_profile"]
+__all__ = ["KIND", "HostProfileError", "host_profile", "profile_text", "write_profile"]
