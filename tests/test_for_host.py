@@ -248,3 +248,26 @@ def test_host_profile_dash_is_stdout(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert run("-o", "-", "--json") == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "--json" in err
+
+
+def test_for_host_dash_reads_the_profile_from_stdin(tmp_path: Path) -> None:
+    """predict --for-host - reads a host profile piped from that host's host-profile -o -
+    (was: "cannot read -: No such file or directory"); the same answer as from a file."""
+    import subprocess
+    import sys
+
+    p = tmp_path / "profile.json"
+    p.write_text(json.dumps({"kind": "host-profile", "host": "h", "cpu": {"isa": ["avx2"]},
+                             "install": {"prefix": "/venv", "versions": {"torch": "2.9.0"}}}))
+    exe = str(Path(sys.executable).parent / "vllm-cache")
+    docs = []
+    for src, stdin in ((str(p), b""), ("-", p.read_bytes())):
+        r = subprocess.run([exe, "predict", "--for-host", src, "--json", "--", *ARGS],
+                           input=stdin, capture_output=True, timeout=300)
+        assert r.returncode == 1 and not r.stderr, r.stderr  # 1: not every key named
+        docs.append(r.stdout.decode().replace(json.dumps(str(p))[1:-1], "-"))
+    assert docs[0] == docs[1] and json.loads(docs[1])["factors"]
+    r = subprocess.run([exe, "predict", "--for-host", "-", "--", *ARGS], input=b"{}",
+                       capture_output=True, text=False, timeout=300)
+    assert r.returncode == 2 and r.stderr.decode().count("\n") == 1, r.stderr
+    assert b"--for-host -: neither a host profile" in r.stderr

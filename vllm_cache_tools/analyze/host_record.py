@@ -10,6 +10,7 @@ the backend manifest the traced files and the compiler hash.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -277,20 +278,25 @@ def _check_profile(data: dict[str, Any]) -> str | None:
 
 def load_host_record(path: str | Path) -> HostRecord:
     """A recorder manifest (with its start's other-tree manifest when the root has it) or a
-    host profile."""
+    host profile; ``-``: a host profile on stdin (``host-profile -o -`` there, piped here)."""
     p = Path(path)
-    try:
-        m = read_manifest(p)
-    except ReadError as exc:
-        manifest_error = str(exc)
+    if str(path) == "-":
+        raw = sys.stdin.buffer.read(MAX_PROFILE_BYTES + 1)
+        manifest_error = "stdin takes a host profile, not a manifest"
     else:
-        cc = _compile_cache_of(p)
-        other = _same_start(m, cc, "aot" if m.tree == "backend" else "backend") if cc else None
-        return _from_manifests(m, other)
-    try:
-        raw = read_noatime(p, MAX_PROFILE_BYTES + 1)
-    except OSError as exc:
-        raise HostRecordError(f"--for-host {p}: {exc.strerror or exc}") from None
+        try:
+            m = read_manifest(p)
+        except ReadError as exc:
+            manifest_error = str(exc)
+        else:
+            cc = _compile_cache_of(p)
+            other = (_same_start(m, cc, "aot" if m.tree == "backend" else "backend") if cc
+                     else None)
+            return _from_manifests(m, other)
+        try:
+            raw = read_noatime(p, MAX_PROFILE_BYTES + 1)
+        except OSError as exc:
+            raise HostRecordError(f"--for-host {p}: {exc.strerror or exc}") from None
     try:
         data = jsontext.loads(raw[:MAX_PROFILE_BYTES], p.name)
     except ReadError:

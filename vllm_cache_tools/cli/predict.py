@@ -27,7 +27,8 @@ def predict_cmd(
         "and replace it (the memo is off with VLLM_CACHE_TOOLS_PROBE_MEMO=0).")] = False,
     for_host: Annotated[Path | None, typer.Option(
         "--for-host", help="Predict for another host from what it recorded: a recorder "
-        "manifest (vct-manifest.*.json) or a `vllm-cache host-profile` file made there. "
+        "manifest (vct-manifest.*.json) or a `vllm-cache host-profile` file made there (- "
+        "reads the profile from stdin). "
         "Nothing runs vLLM here; each key input is said to be recomputed, recorded or not "
         "reproducible here.")] = None,
     no_standby: Annotated[bool, typer.Option(
