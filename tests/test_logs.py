@@ -1020,3 +1020,60 @@ def test_time_keys_keep_the_order_within_one_log() -> None:
     assert keys == [t, t, t, t + dt.timedelta(hours=1)]
     assert logs_stream._time_key([None, t], t + dt.timedelta(days=3)) == [t, t]
     assert logs_stream._time_key([None], t) == [t]
+
+
+def test_zstd_logs_read_as_gzip_ones(tmp_path: Path) -> None:
+    """A rotated log compressed with zstd (logrotate's compresscmd zstd; vllm.log.2.zst) reads
+    as its plain text does: alone, in a rotated group, from stdin, in more than one frame;
+    cut short or damaged: a warning and what came before (was: "No vLLM start found")."""
+    import zstandard
+
+    logs = sorted((Path(__file__).parent / "fixtures" / "gpu" / "vllm-0.22.1-h200" / "logs")
+                  .glob("start-*.log"))
+    data = [p.read_bytes() for p in logs]
+    zc = zstandard.ZstdCompressor()
+
+    def summary(*args: str, stdin: bytes | None = None) -> list[str]:
+        r = (run_cli_stdin(stdin, "log", "--json", *args) if stdin is not None
+             else run_cli("log", "--json", *args))
+        assert r.returncode == 0, r.stderr
+        doc = json.loads(r.stdout)
+        return [s["outcome"] for s in doc["summary"]]
+
+    plain = [summary(str(p)) for p in logs]
+    (tmp_path / "vllm.log.2.zst").write_bytes(zc.compress(data[0]))
+    (tmp_path / "vllm.log.1").write_bytes(data[1])
+    (tmp_path / "vllm.log").write_bytes(data[2])
+    assert summary(str(tmp_path / "vllm.log.2.zst")) == plain[0]
+    names = [str(tmp_path / n) for n in ("vllm.log", "vllm.log.1", "vllm.log.2.zst")]
+    (group,) = group_inputs(names)
+    assert [Path(g.name).name for g in group] == ["vllm.log.2.zst", "vllm.log.1", "vllm.log"]
+    assert summary(*names) == plain[0] + plain[1] + plain[2]
+    half = len(data[1]) // 2
+    frames = zc.compress(data[1][:half]) + zc.compress(data[1][half:])  # zstd -c a b
+    assert summary("-", stdin=frames) == plain[1]
+    # Cut short (a compressor still writing) or damaged: a warning, what came before kept.
+    blob = zc.compress(data[0])
+    for name, bad in (("cut.log.zst", blob[: len(blob) // 2]),
+                      ("bad.log.zst", blob[:40] + bytes(64) + blob[104:])):
+        (tmp_path / name).write_bytes(bad)
+        stream = LogStream([str(tmp_path / name)])
+        list(stream)
+        assert any("ends early or is damaged" in w for w in stream.warnings), (name, stream)
+        r = run_cli("log", str(tmp_path / name))
+        assert r.returncode == 0 and "warning:" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_zstd_reader_memory_is_bounded_whatever_the_ratio() -> None:
+    """One read makes about what was asked for, not the whole expansion of what was fed: a
+    zstd stream of 256 MiB of one byte (8 KiB compressed) is read in pieces near CHUNK."""
+    import io
+
+    import zstandard
+
+    blob = zstandard.ZstdCompressor().compress(bytes(256 << 20))
+    read = logs_inputs.zstd_reader(io.BytesIO(blob).read)
+    sizes = []
+    while piece := read(logs_inputs.CHUNK):
+        sizes.append(len(piece))
+    assert sum(sizes) == 256 << 20 and max(sizes) <= logs_inputs.CHUNK + (32 << 20)

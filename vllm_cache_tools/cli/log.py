@@ -28,7 +28,7 @@ from vllm_cache_tools.views.payloads import SCHEMAS, log_json, with_schema
 SCHEMA = SCHEMAS["log"]
 def log(
     files: Annotated[list[str] | None, typer.Argument(
-        metavar="FILE", help="vLLM log files (plain, rotated .1/.2, gzip); - or none for "
+        metavar="FILE", help="vLLM log files (plain, rotated .1/.2, gzip, zstd); - or none for "
         "stdin. Rotated files of one log are read oldest first as one stream.",
         show_default=False)] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON (streamed).")] = False,

@@ -1,4 +1,4 @@
-"""Inputs: which files make one log (plain, rotated ``.1``/``.2``, gzip, stdin), checking
+"""Inputs: which files make one log (plain, rotated ``.1``/``.2``, gzip, zstd, stdin), checking
 them, and reading them in big blocks pre-filtered by :data:`ANCHORS`, with grep (split
 across cores on big files) as an optional faster pre-filter.
 """
@@ -26,7 +26,7 @@ class LogInputError(VctError, ValueError):
     """A log input could not be opened; the message is one line meant for users."""
 
 # --------------------------------------------------------------------------------------------
-# Inputs: files (plain, gzip, rotated), stdin; grep as an optional pre-filter
+# Inputs: files (plain, gzip, zstd, rotated), stdin; grep as an optional pre-filter
 
 
 @dataclass(frozen=True)
@@ -44,13 +44,13 @@ class LogInput:
         return "<stdin>" if self.is_stdin else self.name
 
 
-_ROTATED = re.compile(r"^(?P<base>.+?)(?:\.(?P<n>\d+))?(?P<gz>\.gz)?$")
+_ROTATED = re.compile(r"^(?P<base>.+?)(?:\.(?P<n>\d+))?(?P<gz>\.gz|\.zst)?$")
 
 
 def group_inputs(names: Sequence[str]) -> list[list[LogInput]]:
     """Split the inputs into streams. Rotated files of one log (``vllm.log``, ``vllm.log.1``,
-    ``vllm.log.2.gz``) form one stream, oldest first, since a start can straddle a rotation;
-    every other input is a stream of its own, in the order given."""
+    ``vllm.log.2.gz``, ``vllm.log.3.zst``) form one stream, oldest first, since a start can
+    straddle a rotation; every other input is a stream of its own, in the order given."""
     groups: dict[str, list[tuple[int, int, str]]] = {}
     order: list[str] = []
     for pos, name in enumerate(names):
@@ -87,7 +87,62 @@ def _is_gzip(head: bytes) -> bool:
     return head[:2] == b"\x1f\x8b"
 
 
+def _is_zstd(head: bytes) -> bool:
+    return head[:4] == b"\x28\xb5\x2f\xfd"
+
+
+def compressed(head: bytes) -> bool:
+    """Whether a log starting with ``head`` (4 bytes) is gzip or zstd (read by Python, never
+    by grep)."""
+    return _is_gzip(head) or _is_zstd(head)
+
+
 CHUNK = 1 << 20
+
+ZSTD_SLICE = 1 << 10
+"""Compressed bytes given to the zstd decompressor at once: a zstd block expands at most
+about 32,768 times (an RLE block), so one call makes at most 32 MiB whatever the input."""
+
+
+def zstd_reader(read1: Callable[[int], bytes]) -> Callable[[int], bytes]:
+    """``read(n)``: the decompressed bytes of every zstd frame of ``read1``'s input in turn, at
+    least ``n`` of them unless the input ends. Raises EOFError when the input ends inside a
+    frame (zstandard's own stream reader ends such a stream without a word: a log cut short
+    by its compressor would look whole) and ``zstandard.ZstdError`` on damaged data."""
+    import zstandard
+
+    dctx = zstandard.ZstdDecompressor()
+    dobj = dctx.decompressobj()
+    data = memoryview(b"")
+    pos = 0
+    in_frame = False
+
+    def read(n: int) -> bytes:
+        nonlocal dobj, data, pos, in_frame
+        out: list[bytes] = []
+        got = 0
+        while got < n:
+            if pos >= len(data):
+                data, pos = memoryview(read1(CHUNK)), 0
+                if not data:
+                    if in_frame:
+                        raise EOFError("the data ends inside a zstd frame")
+                    break
+            piece = data[pos:pos + ZSTD_SLICE]
+            pos += len(piece)
+            in_frame = True
+            b = dobj.decompress(piece)
+            if dobj.eof:  # one frame done; a next one may follow (zstd -c a b, appended logs)
+                rest = dobj.unused_data
+                dobj, in_frame = dctx.decompressobj(), False
+                if rest:
+                    data, pos = memoryview(bytes(rest) + bytes(data[pos:])), 0
+            if b:
+                out.append(b)
+                got += len(b)
+        return b"".join(out)
+
+    return read
 
 
 def _blocks(read: Callable[[int], bytes]) -> Iterator[bytes]:

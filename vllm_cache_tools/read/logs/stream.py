@@ -25,7 +25,10 @@ from vllm_cache_tools.read.logs.inputs import (
     _filtered,
     _grep_lines,
     _is_gzip,
+    _is_zstd,
+    compressed,
     group_inputs,
+    zstd_reader,
 )
 from vllm_cache_tools.read.logs.parser import LogParser
 from vllm_cache_tools.read.logs.records import StartLog
@@ -179,27 +182,37 @@ class LogStream:
             src: Any = self.stdin if self.stdin is not None else sys.stdin.buffer
             if not isinstance(src, io.BufferedReader):
                 src = io.BufferedReader(src, 1 << 20)
-            yield from self._maybe_gzip(item.name, src)
+            yield from self._maybe_compressed(item.name, src)
             return
         try:
             f = open(item.name, "rb", buffering=0)  # noqa: SIM115 - closed below
         except OSError as exc:
             raise LogInputError(f"{item.name}: {exc.strerror or exc}") from None
         try:
-            head = f.read(2)
+            head = f.read(4)
             f.seek(0)
-            if not _is_gzip(head) and self.accelerate:
+            if not compressed(head) and self.accelerate:
                 it = _grep_lines(item.name)
                 if it is not None:
                     self.used_grep = True
                     yield from it
                     return
-            yield from self._maybe_gzip(item.name, io.BufferedReader(f, CHUNK))
+            yield from self._maybe_compressed(item.name, io.BufferedReader(f, CHUNK))
         finally:
             f.close()
 
-    def _maybe_gzip(self, name: str, reader: Any) -> Iterator[tuple[int, bytes]]:
-        if _is_gzip(reader.peek(2)[:2]):
+    def _maybe_compressed(self, name: str, reader: Any) -> Iterator[tuple[int, bytes]]:
+        head = reader.peek(4)[:4]
+        if _is_zstd(head):
+            import zstandard
+
+            try:
+                yield from _filtered(zstd_reader(reader.read1))
+            except (EOFError, OSError, zstandard.ZstdError) as exc:
+                self.warnings.append(f"{name}: compressed data ends early or is damaged "
+                                     f"({exc}); read what came before")
+            return
+        if _is_gzip(head):
             gz = gzip.GzipFile(fileobj=reader, mode="rb")
             try:
                 # read1: a stream cut short still yields what came before the cut.
