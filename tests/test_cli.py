@@ -207,3 +207,27 @@ def test_key_prefixes_in_upper_case(tmp_path: Path) -> None:
     assert "28fd362d4e" in {p["key"] for p in json.loads(r.stdout)["placements"]}
     r = run_cli("show", "28FG", "--root", str(root))
     assert r.returncode == 2 and "neither an entry key" in r.stderr
+
+
+def test_keys_are_shown_as_ls_shows_them(tmp_path: Path) -> None:
+    """stats (its never-hit table and --by entry) and pack name entries by the keys ls prints
+    (AOT keys 12 hex digits, backend keys whole), so one key pastes from any of them. Was: 16
+    digits in stats' never-hit table and pack, the whole 64 in stats --by entry."""
+    root = str(REPO / "examples" / "sample_cache")
+    ls_rows = run_cli("ls", "--root", root).stdout.splitlines()
+    ls_keys = {ln.split()[0] for ln in ls_rows[3:] if ln and not ln[0].isspace()
+               and ln.split()[1] in ("aot", "backend")}
+    assert len(ls_keys) == 4 and {len(k) for k in ls_keys} == {10, 12}
+
+    def first_column(text: str, header: str) -> set[str]:
+        lines = text.split(f"\n{header} ", 1)[1].split("\n\n")[0].splitlines()[1:]
+        return {ln.split()[0] for ln in lines}
+
+    never = first_column(run_cli("stats", "--root", root).stdout, "KEY")
+    assert never and never <= ls_keys, never
+    by_entry = first_column(run_cli("stats", "--root", root, "--by", "entry").stdout, "ENTRY")
+    assert by_entry == ls_keys, by_entry
+    r = run_cli("pack", "--root", root, "0b85", "-o", str(tmp_path / "b.tar.zst"))
+    assert r.returncode == 0, r.stderr
+    packed = {ln.split()[1] for ln in r.stdout.splitlines()[1:]}
+    assert packed and packed <= ls_keys, r.stdout

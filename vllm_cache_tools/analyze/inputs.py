@@ -197,7 +197,7 @@ def _gather_remote(url: str, manifests: bool, options: Mapping[str, Any] | None,
                         local.write_bytes(store.cat(store.blob_path(f.sha256)))
                         ms.append(read_manifest(local))
                     except (FleetError, ReadError, OSError) as exc:
-                        problems.append(f"{url}: manifest of {s.record.key[:16]}: {exc}")
+                        problems.append(f"{url}: manifest of {s.record.key[:12]}: {exc}")
     return entries, ms
 
 

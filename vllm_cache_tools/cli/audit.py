@@ -10,8 +10,8 @@ import typer
 
 from vllm_cache_tools.analyze.audit import AuditReport, audit
 from vllm_cache_tools.cli.common import print_json, write_out
-from vllm_cache_tools.cli.ls import AOT_MIN_PREFIX, RootOpt
-from vllm_cache_tools.cli.render import unique_prefixes
+from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.cli.render import shown_keys
 from vllm_cache_tools.read.manifest import read_manifests
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.scan import scan
@@ -67,5 +67,5 @@ def audit_cmd(
             "with_manifests": report.with_manifests, "reused": report.reused,
             "findings": [asdict(f) for f in report.findings]}))
     else:
-        _render(report, unique_prefixes((e.key for e in info.entries), AOT_MIN_PREFIX))
+        _render(report, shown_keys(e.key for e in info.entries))
     raise typer.Exit(1 if report.possible_false_hits else 0)

@@ -9,9 +9,9 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.ls_run import AOT_MIN_PREFIX, ls_columns, model_label, run_ls
+from vllm_cache_tools.cli.ls_run import ls_columns, model_label, run_ls
 
-__all__ = ["AOT_MIN_PREFIX", "LS_COLUMNS", "RootOpt", "ls", "model_label"]
+__all__ = ["LS_COLUMNS", "RootOpt", "ls", "model_label"]
 
 RootOpt = Annotated[Path | None, typer.Option(
     "--root", help="vLLM cache root (default: $VLLM_CACHE_ROOT, else $XDG_CACHE_HOME/vllm, "

@@ -33,8 +33,8 @@ def _entry(e: object) -> Entry:
 
 def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
               wide: bool) -> None:
-    from vllm_cache_tools.cli.ls_run import AOT_MIN_PREFIX, _row, ls_columns
-    from vllm_cache_tools.cli.render import print_table, unique_prefixes
+    from vllm_cache_tools.cli.ls_run import _row, ls_columns
+    from vllm_cache_tools.cli.render import print_table, shown_keys
     from vllm_cache_tools.fleet.remote import Store
 
     pred = parse_filter(filter_expr) if filter_expr else None
@@ -64,7 +64,7 @@ def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
     if not allv:
         write(f"No entries in {store.url}.\n")
         return
-    keys = unique_prefixes((e.key for e in allv), AOT_MIN_PREFIX)
+    keys = shown_keys(e.key for e in allv)
     rows2 = []
     for e in entries:
         cells = _row(e, keys)

@@ -103,7 +103,7 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
         _print_listing({**ls_report(info, entries, summaries=False),
                         "filesystem": filesystem_json(fs)}, entries)
         return
-    from vllm_cache_tools.cli.render import print_table, unique_prefixes
+    from vllm_cache_tools.cli.render import print_table, shown_keys
 
     for note in fs.notes:  # a shared filesystem, or atime not kept: stderr, like problems
         warn(f"note: {note}")
@@ -112,7 +112,7 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
         out(f"No compile-cache entries under {display_path(info.root)} "
             f"(root from {info.root_source}).\n")
         return
-    keys = unique_prefixes((e.key for e in info.entries), AOT_MIN_PREFIX)
+    keys = shown_keys(e.key for e in info.entries)
     print_table(f"{display_path(info.root)}/torch_compile_cache", ls_columns(),
                 [_row(e, keys) for e in entries], wide=wide)
     total = sum(e.size_bytes for e in entries)
@@ -166,11 +166,6 @@ def ls_columns() -> tuple[Any, ...]:
         Column("HARDWARE", drop=2),
         Column("MODEL", shrink_to=28),
     )
-
-
-# Shortest unique prefix of an AOT key (64 hex), but never shorter than this; backend keys
-# (10 hex) are shown whole: they are the folder names vLLM logs.
-AOT_MIN_PREFIX = {64: 12}
 
 
 def _row(e: Entry, keys: dict[str, str]) -> list[str]:

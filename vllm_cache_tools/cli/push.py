@@ -56,8 +56,12 @@ def push(
     if json_out:
         print_json(push_document(r))
     else:
+        from vllm_cache_tools.cli.render import shown_keys
+
+        keys = shown_keys(e.key for e in r.entries)
+        w = max(map(len, keys.values()), default=0)
         for e in r.entries:
-            out(f"{e.action:<8} {e.layout:<7} {e.key[:16]:<16}"
+            out(f"{e.action:<8} {e.layout:<7} {keys[e.key]:<{w}}"
                 + (f"  ({e.detail})" if e.detail else "") + "\n")
         saved = r.logical_bytes - r.bytes_uploaded
         out(f"{r.url}: {r.blobs_uploaded} blobs uploaded ({human_size(r.bytes_uploaded)}), "

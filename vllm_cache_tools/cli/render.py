@@ -26,6 +26,18 @@ class Column:
     takes the room left, down to ``MIN_CUT``. ``None``: never cut."""
 
 
+AOT_MIN_PREFIX = {64: 12}
+"""Shortest unique prefix of an AOT key (64 hex), but never shorter than this; backend keys
+(10 hex) are shown whole: they are the folder names vLLM logs."""
+
+
+def shown_keys(keys: Iterable[str]) -> dict[str, str]:
+    """Each entry key as every table and line of the CLI shows it (ls, stats, audit, pack,
+    push, pull, unpack, warm): whole for backend keys, the shortest prefix among ``keys``
+    for AOT keys but at least 12 hex digits; each pastes back into show, rm or explain."""
+    return unique_prefixes(keys, AOT_MIN_PREFIX)
+
+
 def unique_prefixes(keys: Iterable[str], min_len: dict[int, int]) -> dict[str, str]:
     """Each key -> its shortest prefix that no other key starts with, at least
     ``min_len[len(key)]`` long (the whole key when its length is not in ``min_len``).

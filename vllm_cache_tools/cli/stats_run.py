@@ -85,7 +85,9 @@ def run_stats(source: str | None = None, root: Path | None = None, *, since: str
     import shutil
 
     width = None if wide or not sys.stdout.isatty() else shutil.get_terminal_size((80, 24)).columns
-    write_out("\n".join([*_summary(report), *_groups(report, width), *_never(report, width)])
+    keys = _shown_keys(report)
+    write_out("\n".join([*_summary(report), *_groups(report, width, keys),
+                         *_never(report, width, keys)])
               + "\n")
 
 
@@ -147,7 +149,16 @@ def _summary(r: StatsReport) -> list[str]:
     return out
 
 
-def _groups(r: StatsReport, width: int | None) -> list[str]:
+def _shown_keys(r: StatsReport) -> dict[str, str]:
+    """The entry keys of the report as ls shows them (was: AOT keys cut to 16 in the
+    never-hit table, whole in --by entry)."""
+    from vllm_cache_tools.cli.render import shown_keys
+
+    return shown_keys([*(u.key for u in r.never_hit),
+                       *(g.name for g in r.groups if r.by == "entry")])
+
+
+def _groups(r: StatsReport, width: int | None, keys: dict[str, str]) -> list[str]:
     if not r.groups:
         return []
     from vllm_cache_tools.cli.render import Column, render
@@ -158,14 +169,15 @@ def _groups(r: StatsReport, width: int | None) -> list[str]:
             Column("LOADFAIL", "right", drop=3), Column("HIT%", "right"),
             Column("COMPILING", "right", drop=4), Column("SAVED", "right", drop=2),
             Column("ENTRIES", "right", drop=5), Column("SIZE", "right", drop=1)]
-    rows = [[g.name, _num(g.counters.starts), _num(g.counters.hits), _num(g.counters.misses),
+    rows = [[keys.get(g.name, g.name) if r.by == "entry" else g.name,
+             _num(g.counters.starts), _num(g.counters.hits), _num(g.counters.misses),
              _num(g.counters.load_failures), _pct(g.counters),
              _secs(g.counters.compile_seconds), _secs(g.counters.saved_seconds),
              _num(g.entries), human_size(g.size_bytes)] for g in r.groups]
     return ["", f"by {r.by}:", *render(cols, rows, width)]
 
 
-def _never(r: StatsReport, width: int | None) -> list[str]:
+def _never(r: StatsReport, width: int | None, keys: dict[str, str]) -> list[str]:
     if not r.never_hit:
         return []
     from vllm_cache_tools.cli.render import Column, render
@@ -173,7 +185,7 @@ def _never(r: StatsReport, width: int | None) -> list[str]:
     cols = [Column("KEY"), Column("LAYOUT"), Column("SIZE", "right"),
             Column("WRITTEN", drop=2), Column("MODEL", shrink_to=30, drop=1)]
     shown = r.never_hit[:NEVER_HIT_SHOWN]
-    rows = [[u.key[:16] if u.layout == "aot" else u.key, u.layout, human_size(u.size_bytes),
+    rows = [[keys[u.key], u.layout, human_size(u.size_bytes),
              (iso(u.written) or "?")[:16].replace("T", " "), u.model or "?"] for u in shown]
     more = len(r.never_hit) - len(shown)
     return ["", "never hit since written (largest first):", *render(cols, rows, width),

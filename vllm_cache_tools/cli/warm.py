@@ -60,5 +60,10 @@ def warm(
         return
     out(f"warm: {r.outcome} in {r.seconds:.0f} s; {len(r.entries)} entries written under "
         f"{r.root}\n")
+    from vllm_cache_tools.cli.render import shown_keys
+
+    keys = shown_keys(e.key for e in r.entries)
+    w = max(map(len, keys.values()), default=0)
     for e in r.entries:
-        out(f"  {'new' if e.new else 'changed':<8} {e.layout:<7} {e.key[:16]:<16}  {e.state}\n")
+        out(f"  {'new' if e.new else 'changed':<8} {e.layout:<7} {keys[e.key]:<{w}}  "
+            f"{e.state}\n")

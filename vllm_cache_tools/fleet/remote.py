@@ -250,7 +250,7 @@ class Store:
         try:
             return self.fs.open(self.blob_path(sha), "rb", block_size=CHUNK)
         except FileNotFoundError:
-            raise StoreError(f"{self.url}: entry {key[:16]} lists blob {sha[:16]}, which the "
+            raise StoreError(f"{self.url}: entry {key[:12]} lists blob {sha[:16]}, which the "
                              "store does not have (pushed incompletely or pruned): nothing "
                              "placed; push the entry again") from None
         except Exception as exc:

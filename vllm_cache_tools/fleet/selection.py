@@ -319,7 +319,7 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
     bad = [s for s in states if s[1] not in allow_states]
     if bad:
         key, state, detail = bad[0]
-        raise Refused(f"entry {key[:16]} is {state}" + (f" ({detail})" if detail else "")
+        raise Refused(f"entry {key[:12]} is {state}" + (f" ({detail})" if detail else "")
                       + ": its files are not whole, not packed")
     if progress is not None and deep:
         progress(f"hashing {sum(e.stats.files for e in deep.values())} files")
