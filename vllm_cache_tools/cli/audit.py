@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from vllm_cache_tools.analyze.audit import AuditReport, audit
-from vllm_cache_tools.cli.common import print_json, write_out
+from vllm_cache_tools.cli.common import print_json, warn_unread, write_out
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.cli.render import shown_keys
 from vllm_cache_tools.read.manifest import read_manifests
@@ -57,6 +57,7 @@ def audit_cmd(
     Inductor options, traced files): a "possible false hit", where vLLM may have reused a
     compiled graph built for other settings. Exit 0 when none, 1 when some were found."""
     info = scan(root, check_in_use=False)
+    warn_unread(info.problems)  # a symlinked torch_compile_cache: 0 entries, not a clean root
     # Only the manifests are needed: no deep read of the artifacts.
     entries = [replace(e, manifests=tuple(read_manifests(e.path, e.layout)[0]))
                for e in info.entries]

@@ -25,7 +25,11 @@ from vllm_cache_tools.redaction import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Iterable
+
     from rich.console import Console  # imported where used: ls --json prints without rich
+
+    from vllm_cache_tools.store.types import Problem
 
 USAGE_ERROR = 2
 
@@ -37,6 +41,24 @@ def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
 
 def warn(message: str) -> None:
     sys.stderr.write(redact_text(f"vllm-cache: warning: {message}\n"))
+
+
+def problem_line(p: Problem) -> str:
+    """A scan :class:`~vllm_cache_tools.store.types.Problem` as a warning line says it."""
+    return f"{p.kind}: {p.path}: {p.detail}"
+
+
+UNREAD_KINDS = ("symlink", "unreadable")
+"""Root problems that leave part of the root unread (a symlinked ``torch_compile_cache``, an
+unreadable folder): verify counts them, ls / audit / explain warn of them."""
+
+
+def warn_unread(root_problems: Iterable[Problem]) -> None:
+    """Warn (stderr) of the parts of the root a verb could not read, in the scan's words, so
+    that an empty answer is not taken for a clean one."""
+    for p in root_problems:
+        if p.kind in UNREAD_KINDS:
+            warn(problem_line(p))
 
 
 def redact_json(data: Any) -> Any:

@@ -15,7 +15,7 @@ from vllm_cache_tools.analyze.explain import (
     show_value,
 )
 from vllm_cache_tools.analyze.explain import explain as explain_refs
-from vllm_cache_tools.cli.common import console, fail, print_json, redact_record
+from vllm_cache_tools.cli.common import console, fail, print_json, redact_record, warn_unread
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.read.logs.refs import parse_ref, pick_start, read_starts
 from vllm_cache_tools.store.entries import read_entry
@@ -67,6 +67,7 @@ def _from_entries(a: str, b: str, root: Path | None) -> Explanation:
 
 def _latest(root: Path | None) -> Explanation:
     info = scan(root, check_in_use=False)
+    warn_unread(info.problems)  # a symlinked torch_compile_cache: no entries, said why
     pick = latest_pair(info.entries)
     if pick is None:
         console().print("nothing to compare: no two entries of the same model in "

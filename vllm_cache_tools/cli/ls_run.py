@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools.cli.common import DelayedProgress, fail, print_json, warn
+from vllm_cache_tools.cli.common import DelayedProgress, fail, print_json, problem_line, warn
 from vllm_cache_tools.cli.plainargs import read_plain, run_printing, typed
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.scan import RootError, scan
@@ -194,7 +194,7 @@ def _warn_problems(root_problems: Sequence[Problem], entry_problems: Sequence[Pr
     """Problems go to stderr (stdout stays parseable); states already show corrupt/partial."""
     allp = [*root_problems, *entry_problems]
     for p in allp[:limit]:
-        warn(f"{p.kind}: {p.path}: {p.detail}")
+        warn(problem_line(p))
     if len(allp) > limit:
         warn(f"... and {len(allp) - limit} more problems (see --json)")
 

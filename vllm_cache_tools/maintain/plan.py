@@ -43,7 +43,7 @@ from vllm_cache_tools.maintain.policies import POLICY_SELECTORS, Budget, Choosin
 from vllm_cache_tools.maintain.trash import entry_tree, is_dir_stat
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.store.entries import read_entry
-from vllm_cache_tools.store.locate import display_path
+from vllm_cache_tools.store.locate import SYMLINKED_COMPILE_CACHE, display_path
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import CacheInfo, Entry, Layout
 from vllm_cache_tools.units import fmt_duration
@@ -71,6 +71,9 @@ def check_prunable_root(vllm_root: Path, force: bool = False, verb: str = "prune
                           "(pass --force if it really is a vLLM cache root)")
     if not any(os.path.isdir(os.path.join(real, n)) and not os.path.islink(os.path.join(real, n))
                for n in (COMPILE_CACHE_DIRNAME, AOT_DIRNAME)):
+        cc = os.path.join(real, COMPILE_CACHE_DIRNAME)
+        if os.path.islink(cc):  # was: "no torch_compile_cache folder", where one is seen
+            raise RootRefused(f"{display_path(vllm_root)}: {SYMLINKED_COMPILE_CACHE}")
         raise RootRefused(f"{display_path(vllm_root)} does not look like a vLLM cache root "
                           f"(no {COMPILE_CACHE_DIRNAME} folder; pass --force to {verb} it anyway)")
 

@@ -60,6 +60,12 @@ def user_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("vllm-cache-tools", appauthor=False))
 
 
+SYMLINKED_COMPILE_CACHE = (f"{COMPILE_CACHE_DIRNAME} is a symlink (not followed; pass its "
+                           "target as --root)")
+"""What every verb says of a root whose ``torch_compile_cache`` is a symlink (ls, verify,
+audit, explain, show, rm, prune...): nothing behind it is read or removed."""
+
+
 def display_path(p: str | os.PathLike[str]) -> str:
     """A path for messages and JSON: non-UTF-8 bytes shown as ``\\xNN`` instead of failing to
     print."""

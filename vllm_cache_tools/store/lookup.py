@@ -10,7 +10,12 @@ from pathlib import Path
 from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.store.folders import AOT_KEY, BACKEND_KEY
-from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
+from vllm_cache_tools.store.locate import (
+    SYMLINKED_COMPILE_CACHE,
+    CacheRoot,
+    display_path,
+    resolve_root,
+)
 from vllm_cache_tools.store.scan import check_root, classify
 
 
@@ -58,7 +63,8 @@ def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = Non
     cc = croot.compile_cache
     found = [(layout, path) for layout, path in classify(cc, []) if path.name.startswith(key)]
     if not found:
-        raise EntryNotFound(f"no entry matches {ref!r} under {display_path(cc)}")
+        why = f": {SYMLINKED_COMPILE_CACHE}" if cc.is_symlink() else ""
+        raise EntryNotFound(f"no entry matches {ref!r} under {display_path(cc)}{why}")
     exact = [f for f in found if f[1].name == key]
     if len(found) > 1 and len(exact) != 1:
         raise AmbiguousKey(ref, found)

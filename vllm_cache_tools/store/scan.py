@@ -31,7 +31,12 @@ from vllm_cache_tools.store.folders import (
 )
 from vllm_cache_tools.store.in_use import open_paths_under
 from vllm_cache_tools.store.listing_index import ListingIndex
-from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
+from vllm_cache_tools.store.locate import (
+    SYMLINKED_COMPILE_CACHE,
+    CacheRoot,
+    display_path,
+    resolve_root,
+)
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import (
     CacheInfo,
@@ -179,8 +184,7 @@ def scan(root: str | os.PathLike[str] | CacheRoot | None = None, *, deep: bool =
         if index is not None:
             index.save()
     elif cc.is_symlink():
-        problems.append(Problem(display_path(cc), "symlink", "torch_compile_cache is a symlink "
-                                "(not followed; pass its target as --root)"))
+        problems.append(Problem(display_path(cc), "symlink", SYMLINKED_COMPILE_CACHE))
     if check_in_use and entries:
         entries = _mark_in_use(entries, open_paths_under(croot.vllm_root))
     if entries and (cc / STATE_DIRNAME).is_dir():
