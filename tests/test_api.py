@@ -35,6 +35,16 @@ def _run(code: str, ns: dict[str, Any]) -> str:
     return buf.getvalue()
 
 
+def _tree(top: Path) -> dict[str, tuple[int, int]]:
+    """Every file and folder under ``top``: (size, mtime in ns), without following links."""
+    out = {}
+    for d, dirs, files in os.walk(top):
+        for n in [*dirs, *files]:
+            st = os.lstat(os.path.join(d, n))
+            out[os.path.relpath(os.path.join(d, n), top)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
 def _harness_missing() -> str | None:
     if not venv_python().exists():
         return f"no vLLM test venv at {venv_python()} (made by the real-vLLM harness)"
@@ -48,6 +58,17 @@ def test_every_example_in_docs_api_runs_and_prints_what_the_page_says(
     examples = _examples()
     assert len(examples) >= 5
     monkeypatch.chdir(REPO)
+    shipped = _tree(REPO / "examples")
+    import vllm_cache_tools as vct
+
+    roots: list[Path] = []
+    real_predict = vct.predict
+
+    def predict(*args: Any, **kwargs: Any) -> Any:
+        roots.append(Path(kwargs["root"]).resolve())
+        return real_predict(*args, **kwargs)
+
+    monkeypatch.setattr(vct, "predict", predict)
     ns: dict[str, Any] = {"__name__": "docs_api"}
     skipped = None
     for code, expected in examples:
@@ -69,6 +90,10 @@ def test_every_example_in_docs_api_runs_and_prints_what_the_page_says(
         out = _run(code, ns)
         if expected is not None:
             assert out == expected, f"docs/api.md example printed:\n{out}\n---\n{code}"
+    # The examples read the shipped root and change copies of it only (the predict example
+    # wrote vLLM's modelinfos/ into examples/sample_cache: its probe runs vLLM on the root).
+    assert _tree(REPO / "examples") == shipped
+    assert not any(r.is_relative_to(REPO / "examples") for r in roots), roots
     if skipped is not None:
         pytest.skip(f"the predict example was not run: {skipped}")
 
