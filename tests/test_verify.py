@@ -225,9 +225,10 @@ def test_a_symlinked_compile_cache_is_a_problem_not_a_clean_root(tmp_path: Path)
 
 
 def test_every_verb_says_a_symlinked_compile_cache_is_not_followed(tmp_path: Path) -> None:
-    """audit and explain warn as ls does (were silent: "audited 0 entries", "nothing to
+    """audit, explain and drift warn as ls does (were silent: "audited 0 entries", "nothing to
     compare", exit 0); show / pack name it where no entry matches, rm / prune / dedup refuse
-    with it (was: "no torch_compile_cache folder"). One wording, from store/locate.py."""
+    with it (was: "no torch_compile_cache folder"), stats too (it counted the ledger through
+    the link). One wording, from store/locate.py."""
     from vllm_cache_tools.store.locate import SYMLINKED_COMPILE_CACHE
 
     big = tmp_path / "big"
@@ -237,14 +238,15 @@ def test_every_verb_says_a_symlinked_compile_cache_is_not_followed(tmp_path: Pat
     (root / "torch_compile_cache").symlink_to(big / "torch_compile_cache")
     said = SYMLINKED_COMPILE_CACHE
     assert said == "torch_compile_cache is a symlink (not followed; pass its target as --root)"
-    for args in (["ls"], ["audit"], ["audit", "--json"], ["explain"]):
+    for args in (["ls"], ["audit"], ["audit", "--json"], ["explain"], ["drift"]):
         r = run_cli(*args, "--root", str(root))
         assert r.returncode == 0, (args, r.stderr)
         assert r.stderr.count("\n") == 1 and said in r.stderr, (args, r.stderr)
         if "--json" in args:
             assert json.loads(r.stdout)["entries"] == 0  # stdout stays parseable
     for args in (["show", "28fd"], ["pack", "28fd", "-o", str(tmp_path / "b.tar.zst")],
-                 ["rm", "-n", "28fd"], ["prune", "--older-than", "1d", "-n"], ["dedup", "-n"]):
+                 ["rm", "-n", "28fd"], ["prune", "--older-than", "1d", "-n"], ["dedup", "-n"],
+                 ["stats"]):  # stats read the ledger through the link (3 starts, 0 entries)
         r = run_cli(*args, "--root", str(root))
         assert r.returncode == 2 and r.stderr.count("\n") == 1, (args, r.stderr)
         assert said in r.stderr and "Traceback" not in r.stderr, (args, r.stderr)

@@ -32,7 +32,12 @@ from vllm_cache_tools.layout import (
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import Manifest, read_manifest, read_manifests
 from vllm_cache_tools.store.entries import checkpoint_of, read_aot_entry, read_backend_entry
-from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
+from vllm_cache_tools.store.locate import (
+    SYMLINKED_COMPILE_CACHE,
+    CacheRoot,
+    display_path,
+    resolve_root,
+)
 from vllm_cache_tools.store.scan import RootError, check_root, classify
 
 MAX_FOLDER_ITEMS = 2_000_000
@@ -127,6 +132,9 @@ def _gather_root(croot: CacheRoot, manifests: bool, problems: list[str]
         check_root(croot)
     except RootError as exc:
         raise InputError(str(exc)) from None
+    if croot.compile_cache.is_symlink():  # as every verb: neither entries nor ledgers read
+        problems.append(f"{display_path(croot.compile_cache)}: {SYMLINKED_COMPILE_CACHE}")
+        return [], [], []
     entries = _entry_facts(croot, problems)
     ms = _root_manifests(entries, problems) if manifests else []
     return _ledgers(croot.compile_cache), entries, ms

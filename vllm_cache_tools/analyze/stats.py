@@ -216,7 +216,9 @@ def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None,
     files = len(inputs.ledgers)
     if not part.groups:
         if not inputs.entries and not files:
-            raise ValueError(f"{inputs.source}: no recorder ledger and no cache entry to count")
+            why = f" ({problems[0]})" if problems else ""  # e.g. a symlink not followed
+            raise ValueError(f"{inputs.source}: no recorder ledger and no cache entry to "
+                             f"count{why}")
         if files:
             problems.append("the ledgers hold no event" + (" in that time" if since else ""))
             if since is not None:  # the ledgers count: no start in that time
