@@ -369,3 +369,29 @@ def test_data_after_the_bundle_is_refused(tmp_path: Path) -> None:
         assert _entries(root) == set()
     res = run_cli("unpack", str(good), "--root", str(tmp_path / "ok"))
     assert res.returncode == 0, res.stdout + res.stderr
+
+
+def test_pack_to_stdout_pipes_into_unpack_of_stdin(tmp_path: Path) -> None:
+    """unpack - reads the bundle pack -o - writes (pack ... | ssh pod vllm-cache unpack -):
+    the same entries placed as from the file (was: "cannot read -: No such file or
+    directory"); a truncated stream is refused, nothing placed."""
+    import sys
+
+    exe = str(Path(sys.executable).parent / "vllm-cache")
+    src = tmp_path / "src"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", src)
+    blob = subprocess.run([exe, "pack", "--root", str(src), "28fd"], capture_output=True,
+                          check=True).stdout
+    (tmp_path / "b.tar.zst").write_bytes(blob)
+    assert run_cli("unpack", str(tmp_path / "b.tar.zst"), "--root",
+                   str(tmp_path / "a")).returncode == 0
+    r = subprocess.run([exe, "unpack", "-", "--root", str(tmp_path / "b")], input=blob,
+                       capture_output=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith(b"bundle <stdin>: 3 entries")
+    assert tree_digests(tmp_path / "b" / "torch_compile_cache") == tree_digests(
+        tmp_path / "a" / "torch_compile_cache")
+    r = subprocess.run([exe, "unpack", "-", "--root", str(tmp_path / "c")],
+                       input=blob[: len(blob) // 2], capture_output=True)
+    assert r.returncode == 2 and r.stderr.count(b"\n") == 1, r.stderr
+    assert not (tmp_path / "c").exists()

@@ -27,7 +27,8 @@ from vllm_cache_tools.units import human_size
 
 def unpack(
     ctx: typer.Context,
-    bundle: Annotated[Path, typer.Argument(help="The bundle (.tar.zst).",
+    bundle: Annotated[Path, typer.Argument(help="The bundle (.tar.zst; - reads it from "
+                                           "stdin, as pack -o - writes it).",
                                            show_default=False)],
     root: RootOpt = None,
     force: Annotated[bool, typer.Option(
@@ -63,6 +64,15 @@ def unpack(
         from vllm_cache_tools.cli.common import fail
 
         fail(f"unexpected arguments {' '.join(extra)!r}: put the vLLM arguments after --")
+    shown = str(bundle)
+    if shown == "-":  # pack ... | ssh pod vllm-cache unpack - (read once, forward only)
+        import sys
+
+        if sys.stdin.isatty():
+            from vllm_cache_tools.cli.common import fail
+
+            fail("give a bundle file, or pipe one in (- reads stdin)")
+        bundle, shown = Path("/dev/stdin"), "<stdin>"
     with byte_bar("unpacking", not json_out) as bar:
         r = run(lambda: do_unpack(bundle, root=root, vllm_args=vllm_args, force=force,
                                   check_only=check, python=python, usage=usage,
@@ -71,7 +81,7 @@ def unpack(
         print_json(unpack_document(r))
     else:
         m = r.manifest
-        out(f"bundle {bundle}: {entries_line(m.entries)} ({m.created_by or 'unknown tool'}, "
+        out(f"bundle {shown}: {entries_line(m.entries)} ({m.created_by or 'unknown tool'}, "
             f"format {m.format_version})\n")
         out(render_check(r.check))
         if r.refused:
