@@ -168,6 +168,23 @@ def test_env_causes_name_platform_variables_as_hardware() -> None:
     assert "avx512_bf16" in by["VLLM_SSM_CONV_STATE_LAYOUT"] and by["VLLM_X"] == ""
 
 
+def test_explain_logs_name_platform_variables_as_hardware(tmp_path: Path) -> None:
+    """explain --logs marks a machine-set variable as explain A B does (was: the same cause
+    without its hardware-driven detail, seen on compile vs compile-tp2 in docs/explain.md):
+    the sample's cold-start log against a copy with the TP=2 start's thread binding."""
+    old = Path(__file__).resolve().parent.parent / "examples" / "sample_logs" / "1-cold-start.log"
+    new = tmp_path / "bound.log"
+    text = old.read_text()
+    assert text.count("'VLLM_CPU_OMP_THREADS_BIND': 'auto'") == 1
+    new.write_text(text.replace("'VLLM_CPU_OMP_THREADS_BIND': 'auto'",
+                                "'VLLM_CPU_OMP_THREADS_BIND': '0|1'"))
+    r = run_cli("explain", "--logs", str(old), str(new), "--json")
+    causes = {c["item"]: c for c in json.loads(r.stdout)["causes"]}
+    assert causes["VLLM_CPU_OMP_THREADS_BIND"]["new"] == "0|1", r.stdout
+    assert causes["VLLM_CPU_OMP_THREADS_BIND"]["detail"] == (
+        "hardware-driven: the CPU cores/NUMA nodes of that machine or pod")
+
+
 @pytest.mark.realvllm
 def test_explain_h200_entry_against_cpu_entry_names_the_hardware() -> None:
     """explain between the H200's entries and this CPU machine's (real vllm-cpu, the same
@@ -271,3 +288,20 @@ def test_for_host_dash_reads_the_profile_from_stdin(tmp_path: Path) -> None:
                        capture_output=True, text=False, timeout=300)
     assert r.returncode == 2 and r.stderr.decode().count("\n") == 1, r.stderr
     assert b"--for-host -: neither a host profile" in r.stderr
+
+
+def test_predict_miss_causes_name_platform_variables_as_hardware() -> None:
+    """predict's causes of a backend miss mark a machine-set variable as explain does (was:
+    the same cause without its hardware-driven detail): the sample's cold-start entry against
+    live parts that differ only in the thread binding."""
+    from vllm_cache_tools import locate_entry, read_entry
+    from vllm_cache_tools.analyze.predict import _diff_reasons
+
+    root = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
+    e = read_entry(locate_entry("28fd362d4e", root))
+    assert e.factors is not None and e.factors.env is not None
+    parts = {"env": {**e.factors.env, "VLLM_CPU_OMP_THREADS_BIND": "0|1"},
+             "config_hash": e.factors.config_hash, "compiler_hash": e.factors.compiler_hash}
+    (cause,) = _diff_reasons(e, parts)
+    assert (cause.item, cause.new) == ("VLLM_CPU_OMP_THREADS_BIND", "0|1")
+    assert cause.detail == "hardware-driven: the CPU cores/NUMA nodes of that machine or pod"

@@ -27,6 +27,7 @@ from vllm_cache_tools.analyze.manifest_diff import (
     inductor_causes,
     pick_pair,
 )
+from vllm_cache_tools.keys.hardware import hardware_detail
 from vllm_cache_tools.keys.source_link import linked_aot_entries
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.read.manifest import Manifest
@@ -346,7 +347,8 @@ def explain_logs(old: Any, new: Any, old_ref: str, new_ref: str,
         for e in s.env_changes:
             causes.append(Cause("env", e.name, None if e.old is None else env_value(e.old),
                                 None if e.new is None else env_value(e.new),
-                                ev + " (Compile env factors)"))
+                                ev + " (Compile env factors)",
+                                hardware_detail("env", e.name) or ""))
         for f in s.traced_added:
             causes.append(Cause("code", f, "not traced", "traced", ev + " (Traced files)"))
         for f in s.traced_removed:

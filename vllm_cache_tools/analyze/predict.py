@@ -24,6 +24,7 @@ from vllm_cache_tools.keys import (
     compiler_hash,
     model_hash_key,
 )
+from vllm_cache_tools.keys.hardware import hardware_detail
 from vllm_cache_tools.keys.versions import recipe_verified_on
 from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.live.runner import (
@@ -176,7 +177,8 @@ def _diff_reasons(e: Entry, parts: dict[str, Any]) -> list[Cause]:
     old_env, new_env = f.env or {}, parts["env"]
     for k in sorted(set(old_env) | set(new_env)):
         if not same_value(k, old_env.get(k), new_env.get(k)):  # the probe's are redacted
-            out.append(Cause("env", k, old_env.get(k), new_env.get(k), ev))
+            out.append(Cause("env", k, old_env.get(k), new_env.get(k), ev,
+                             hardware_detail("env", k) or ""))
     if f.config_hash != parts["config_hash"]:
         out.append(Cause("config", "config_hash", f.config_hash, parts["config_hash"], ev,
                          "a vLLM config value differs; the recorder itemises fields"))
