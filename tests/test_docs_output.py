@@ -1,0 +1,80 @@
+"""Output pasted into README.md and docs/*.md that runs here in seconds, on the shipped
+example (examples/sample_cache), compared with what the commands print now. Only what a
+fresh clone cannot reproduce is left out: the age and evidence of last use (the checkout's
+times) and the order of entries of one shown age. The outputs of the harness's real-vLLM
+scenarios are checked by hand (their scenario keys, sizes and times change with each build)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO, run_cli
+from tests.test_render import run_tty
+
+SAMPLE = "examples/sample_cache"
+AGE = re.compile(r"\S+ ago \((?:mtime|atime|ledger)\)")
+
+
+@pytest.fixture(autouse=True)
+def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The commands as the docs show them: relative paths, from the clone's top folder."""
+    monkeypatch.chdir(REPO)
+
+
+def block(doc: str, first: str, nth: int = 0) -> str:
+    """The fenced block of ``doc`` whose first line is ``first`` (the ``nth`` such), with the
+    ``$ command`` line itself left out when ``first`` is one."""
+    text = (REPO / doc).read_text()
+    found = re.findall(r"^```\w*\n(.*?)^```", text, re.S | re.M)
+    hits = [b for b in found if b.splitlines()[0] == first]
+    assert len(hits) > nth, f"{doc}: no block starting {first!r}"
+    b = hits[nth]
+    return b.split("\n", 1)[1] if first.startswith("$ ") else b
+
+
+def _ls_lines(text: str) -> list[str]:
+    """The table without last use's age and evidence (spaces squeezed, as the column's width
+    follows them) and with the rows sorted: the other columns and the lines around them stay."""
+    lines = [re.sub(" +", " ", AGE.sub("AGE", line)).rstrip() for line in text.splitlines()]
+    head, rows, tail = lines[:3], lines[3:-2], lines[-2:]
+    return head + sorted(rows) + tail
+
+
+def test_readme_ls_of_the_example_is_what_ls_prints() -> None:
+    narrow = block("README.md", "examples/sample_cache/torch_compile_cache", 0)
+    wide = block("README.md", "examples/sample_cache/torch_compile_cache", 1)
+    assert _ls_lines(run_tty("ls", "--root", SAMPLE, columns=80)) == _ls_lines(narrow)
+    r = run_cli("ls", "--root", SAMPLE, "--wide")
+    assert r.returncode == 0, r.stderr
+    assert _ls_lines(r.stdout) == _ls_lines(wide)
+    assert len(wide.splitlines()[2]) > 80 >= max(len(x) for x in narrow.splitlines())
+
+
+def test_readme_explain_and_audit_of_the_example() -> None:
+    r = run_cli("explain", "--root", SAMPLE)
+    assert r.returncode == 0 and r.stdout.startswith(
+        "recompiled because env VLLM_ALLOW_LONG_MAX_MODEL_LEN changed False -> True\n")
+    readme = " ".join((REPO / "README.md").read_text().split())
+    assert "(`env VLLM_ALLOW_LONG_MAX_MODEL_LEN changed False -> True`)" in readme
+    r = run_cli("audit", "--root", SAMPLE)
+    assert r.returncode == 0 and r.stdout.endswith("no possible false hits\n")
+
+
+def test_stats_md_of_the_example() -> None:
+    r = run_cli("stats", SAMPLE)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == block("docs/stats.md", f"$ vllm-cache stats {SAMPLE}")
+
+
+def test_stats_md_of_a_store_without_ledger(tmp_path: Path) -> None:
+    store = f"file://{tmp_path}/store"
+    r = run_cli("push", "--root", SAMPLE, "b6a1", "0b85", "28fd", "39ec", store)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("stats", store)
+    assert r.returncode == 0, r.stderr
+    doc = block("docs/stats.md", "$ vllm-cache stats file:///tmp/store       # the sample's "
+                "four entries, pushed with vllm-cache push")
+    assert r.stdout == doc.replace("file:///tmp/store", store)
