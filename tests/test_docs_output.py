@@ -6,6 +6,7 @@ scenarios are checked by hand (their scenario keys, sizes and times change with 
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -78,3 +79,20 @@ def test_stats_md_of_a_store_without_ledger(tmp_path: Path) -> None:
     doc = block("docs/stats.md", "$ vllm-cache stats file:///tmp/store       # the sample's "
                 "four entries, pushed with vllm-cache push")
     assert r.stdout == doc.replace("file:///tmp/store", store)
+
+
+def test_store_md_ls_json_of_one_entry() -> None:
+    """Every field of docs/store.md's ``ls --json``, but the checkout's times, their evidence
+    and the filesystem this clone is on."""
+    cmd = "$ vllm-cache ls 0b85 --root examples/sample_cache --json | python -m json.tool"
+    doc = json.loads(block("docs/store.md", cmd))
+    r = run_cli("ls", "0b85", "--root", SAMPLE, "--json")
+    assert r.returncode == 0, r.stderr
+    real = json.loads(r.stdout)
+    for d in (doc, real):
+        assert set(d.pop("filesystem")) == {"type", "family", "shared", "mount_point", "source",
+                                            "atime_mode", "notes"}
+        for e in d["entries"]:
+            for k in ("created", "modified", "last_used", "last_used_source"):
+                e.pop(k)
+    assert real == doc
