@@ -204,6 +204,24 @@ def test_push_again_through_another_entry_of_the_same_start(tmp_path: Path) -> N
     assert aot[0].pushed_at == at[aot[0].record.key]  # there already: not pushed again
 
 
+def test_ls_of_a_store_ends_with_its_file_count(tmp_path: Path) -> None:
+    """ls URL's last line counts files as ls of a root does (was: entries and size only, the
+    file count in --json alone)."""
+    sample = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
+    url = f"file://{tmp_path}/store"
+    r = run_cli("push", "--root", str(sample), "b6a1", "0b85", url)
+    assert r.returncode == 0, r.stderr
+    r = run_cli("ls", url)
+    assert r.returncode == 0, r.stderr
+    files = json.loads(run_cli("ls", url, "--json").stdout)["totals"]["files"]
+    assert files == 2 * 44 + 2 * 3  # both AOT entries and the backend entries of their starts
+    assert r.stdout.splitlines()[-1] == (
+        f"4 entries, 5.3M total, {files} files (LAST USED: when pushed)")
+    r = run_cli("ls", url, "--filter", "layout=aot")
+    assert r.stdout.splitlines()[-1] == ("2 of 4 entries, 5.0M total, 88 files "
+                                         "(LAST USED: when pushed)")
+
+
 def test_a_file_store_that_does_not_exist_is_an_error(tmp_path: Path) -> None:
     """file:// as s3:// does: no folder there is no store, one line, exit 2 (was: ls 'No
     entries', prune-remote 'would remove 0 entries', drift 'no start', all exit 0)."""

@@ -71,6 +71,7 @@ def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
         cells[6] = f"{human_age(e.last_used)} (pushed)"
         rows2.append(cells)
     print_table(store.url, ls_columns(), rows2, wide=wide)
-    total = sum(e.size_bytes for e in entries)
+    listed = totals(entries)
     shown = f"{len(entries)} of {len(allv)}" if pred else str(len(entries))
-    write(f"\n{shown} entries, {human_size(total)} total (LAST USED: when pushed)\n")
+    write(f"\n{shown} entries, {human_size(listed['size_bytes'])} total, {listed['files']} files "
+          "(LAST USED: when pushed)\n")
