@@ -96,3 +96,48 @@ def test_store_md_ls_json_of_one_entry() -> None:
             for k in ("created", "modified", "last_used", "last_used_source"):
                 e.pop(k)
     assert real == doc
+
+
+def _verb_options() -> dict[str, list[tuple[str, ...]]]:
+    import typer.main
+
+    from vllm_cache_tools.cli import build_app
+
+    group = typer.main.get_command(build_app())
+    return {verb: [tuple(p.opts) + tuple(getattr(p, "secondary_opts", ()) or ())
+                   for p in cmd.params if p.param_type_name == "option" and not p.hidden]
+            for verb, cmd in group.commands.items()}  # type: ignore[attr-defined]
+
+
+DOCS = ["README.md", *sorted(str(p.relative_to(REPO)) for p in (REPO / "docs").glob("*.md")
+                             if p.name != "cli.md")]  # cli.md is --help itself
+
+
+def test_every_option_is_described_in_the_docs() -> None:
+    """Each option of each verb is named in README.md or docs/*.md besides the generated
+    cli.md (where `nox -s docs` keeps --help)."""
+    text = "".join((REPO / d).read_text() for d in DOCS if d != "README.md")
+    missing = [f"{verb} {names[0]}" for verb, params in _verb_options().items()
+               for names in params
+               if not any(re.search(rf"(?<![\w-]){re.escape(n)}(?![\w-])", text)
+                          for n in names)]
+    assert not missing, f"options no doc page describes: {missing}"
+
+
+def test_options_the_docs_give_a_verb_exist() -> None:
+    """Every `-x`/`--xy` after `vllm-cache VERB` on one line of the docs (up to ` -- `, where
+    vLLM's own arguments begin, a `#` comment or the end of the code span) is an option of
+    VERB."""
+    opts = {verb: {n for names in params for n in names} | {"-h", "--help", "-V", "--version"}
+            for verb, params in _verb_options().items()}
+    wrong = []
+    for doc in ["README.md", "docs/cli.md", *DOCS[1:]]:
+        for n, line in enumerate((REPO / doc).read_text().splitlines(), 1):
+            for m in re.finditer(r"vllm-cache\s+([a-z][a-z-]+)([^`|\n]*)", line):
+                verb, rest = m.group(1), m.group(2).split(" -- ")[0].split("#")[0]
+                if verb not in opts:
+                    continue  # prose ("vllm-cache is ...")
+                wrong += [f"{doc}:{n}: {verb} {o}"
+                          for o in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", rest)
+                          if o not in opts[verb]]
+    assert not wrong, wrong
