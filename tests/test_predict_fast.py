@@ -93,3 +93,25 @@ def test_predict_takes_the_early_run(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert vargs == ["m", "--max-model-len", "128"] and (usage, rank) == ("llm", 1)
     assert env["VLLM_CACHE_ROOT"] == str(tmp_path)
     assert kw["standby"] is False and kw["memo"] is True
+
+
+def test_text_output_keeps_bracketed_evidence(capsys: pytest.CaptureFixture[str]) -> None:
+    """The AOT tree's evidence prints whole (was: rich took "[the artifact's copies ...]" for
+    a style tag and dropped it, leaving "artifact present, sources unchanged " with a trailing
+    space); paths with brackets too."""
+    from vllm_cache_tools.analyze.predict import Prediction, TreePrediction
+    from vllm_cache_tools.cli.predict_run import _render
+
+    evidence = ("the artifact's copies of 23 traced files match the files now, as vLLM's "
+                "loader compares them")
+    aot = TreePrediction("0b85" * 16, "/tmp/[pod]/root/torch_compile_cache/x/rank_0_0/model",
+                         True, "artifact present, sources unchanged", evidence)
+    backend = TreePrediction("28fd362d4e", "/tmp/[pod]/b", True,
+                             "not consulted: the AOT artifact loads")
+    parts = {"vllm_version": "0.32.0", "torch_version": "2.13.0+cpu", "env_hash": "e" * 64,
+             "config_hash": "de926b2dc5", "compiler_hash": "279cece295", "code_hash": "c" * 64}
+    _render(Prediction(True, backend, aot, parts), json_out=False)
+    lines = capsys.readouterr().out.splitlines()
+    assert f"artifact present, sources unchanged [{evidence}]" in lines[3]
+    assert lines[2].strip() == aot.path and lines[5].strip() == "/tmp/[pod]/b"
+    assert lines[6].strip() == "not consulted: the AOT artifact loads"

@@ -128,12 +128,14 @@ def _render(p: Any, json_out: bool) -> None:
                   "computed from its source, never compared with folders it created")
     for name, t in (("AOT tree", p.aot), ("backend tree", p.backend)):
         verdict = {True: "hit", False: "miss", None: "-"}[t.hit]
-        con.print(f"  {name:<13} {verdict:<5} {t.key or '-'}")
+        con.print(f"  {name:<13} {verdict:<5} {t.key or '-'}", markup=False)
         if t.key and unverified:
-            con.print(f"  {'':<13} {unverified}")
+            con.print(f"  {'':<13} {unverified}", markup=False)
         if t.path:
-            con.print(f"  {'':<13} {t.path}")
-        con.print(f"  {'':<13} {t.detail}" + (f" [{t.evidence}]" if t.evidence else ""))
+            con.print(f"  {'':<13} {t.path}", markup=False)
+        # markup off: rich took "[the artifact's copies ...]" for a style tag and dropped it
+        con.print(f"  {'':<13} {t.detail}" + (f" [{t.evidence}]" if t.evidence else ""),
+                  markup=False)
     con.print(f"  hashes        env {p.parts['env_hash'][:16]}  config "
               f"{p.parts['config_hash']}  compiler {p.parts['compiler_hash']}  code "
               f"{(p.parts['code_hash'] or 'unknown')[:16]}")
@@ -142,7 +144,7 @@ def _render(p: Any, json_out: bool) -> None:
         con.print(f"  probe         {pr.seconds:.2f} s, memo: {pr.memo}"
                   + ("" if pr.memo == "hit" else
                      f"; served by {pr.served_by}, answer {pr.kept}; standby: "
-                     f"{pr.standby}"))
+                     f"{pr.standby}"), markup=False)
     if p.trace_run is not None:  # a cold root: the traced files, found without compiling
         tr = p.trace_run
         con.print(f"  trace         {tr.seconds:.2f} s, memo: {tr.memo}"
