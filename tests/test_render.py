@@ -214,3 +214,18 @@ def test_narrow_terminal_keeps_keys_whole(many_root: Path) -> None:
     _, rows = table_rows(text)
     assert all(HEX.match(r[0]) for r in rows)
     assert len(rows) == 94
+
+
+def test_bracketed_text_of_the_cache_is_printed_whole(tmp_path: Path) -> None:
+    """A root and logs whose paths hold "[abc]": show and explain print them whole (was: rich took
+    "[abc]" for a style tag and printed /tmp/.../root with the folder's name gone)."""
+    root = tmp_path / "[abc]" / "root"
+    shutil.copytree(SAMPLE, root)
+    r = run_cli("show", "28fd", "--root", str(root))
+    assert r.returncode == 0, r.stderr
+    assert f"  path               {root}/torch_compile_cache/28fd362d4e" in r.stdout.splitlines()
+    logs = shutil.copytree(REPO / "examples" / "sample_logs", tmp_path / "[abc]" / "logs")
+    r = run_cli("explain", "--logs", str(logs / "1-cold-start.log"),
+                str(logs / "3-long-max-model-len-env.log"))
+    assert r.returncode == 0, r.stderr
+    assert f"  old {logs}/1-cold-start.log" in r.stdout.splitlines()

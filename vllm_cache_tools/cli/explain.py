@@ -124,7 +124,7 @@ def _code_from_cache(old_dir: str, new_dir: str) -> list[Cause]:
 def _render(x: Explanation) -> None:
     con = console()
     con.print(x.headline, style="bold", markup=False)
-    con.print(f"  old {x.old}\n  new {x.new}")
+    con.print(f"  old {x.old}\n  new {x.new}", markup=False)
     for c in x.causes:
         con.print(f"  {c.component:<9} {c.item}: {show_value(c.old)} -> {show_value(c.new)}  "
                   f"[{c.evidence}]", markup=False)
@@ -135,4 +135,4 @@ def _render(x: Explanation) -> None:
         con.print(f"  unexplained {u.component}: {u.detail} (would settle it: {u.needs})",
                   markup=False)
     for n in x.notes:
-        con.print(f"  note: {n}")
+        con.print(f"  note: {n}", markup=False)

@@ -48,12 +48,16 @@ def show(
 
 
 def _kv(con: Any, key: str, value: Any) -> None:
-    con.print(f"  {key:<18} {value if value not in (None, '', []) else '-'}")
+    con.print(f"  {key:<18} {value if value not in (None, '', []) else '-'}", markup=False)
 
 
 def _render(d: dict[str, Any], show_env: bool) -> None:
+    from rich.markup import escape
+
+    # markup off (or escaped) wherever the text is the cache's: a path or value holding
+    # "[abc]" was taken for a style tag and dropped
     con = console()
-    con.print(f"[bold]{d['layout']} entry {d['key']}[/bold]")
+    con.print(f"{d['layout']} entry {d['key']}", style="bold", markup=False)
     _kv(con, "path", d["path"])
     state = d["state"] + (f" ({d['state_detail']})" if d.get("state_detail") else "")
     _kv(con, "state", state)
@@ -87,9 +91,9 @@ def _render(d: dict[str, Any], show_env: bool) -> None:
                       "hash" + (")" if show_env else "; --env lists them)"))
             if show_env:
                 for k, v in sorted(env.items()):
-                    con.print(f"  {k} = {v!r}")
+                    con.print(f"  {k} = {v!r}", markup=False)
         for p in d.get("prefix_dirs", []):
-            con.print(f"[bold]{p['rank']}/{p['prefix']}[/bold]")
+            con.print(f"{p['rank']}/{p['prefix']}", style="bold", markup=False)
             _kv(con, "files", ", ".join(p["files"]))
             _kv(con, "submodules", ", ".join(p["submodules"]))
             if p["compiled"] is not None:
@@ -107,7 +111,7 @@ def _render(d: dict[str, Any], show_env: bool) -> None:
                           + (", ".join(k[:12] for k in same) or "none in this root"))
             con.print(f"  graph source files ({len(p['graph_files'])}):")
             for f in p["graph_files"]:
-                con.print(f"    {f}")
+                con.print(f"    {f}", markup=False)
     else:
         for r in d.get("ranks_detail", []):
             _kv(con, r["rank"], f"model {human_size(r['size_bytes'])}"
@@ -137,7 +141,7 @@ def _render(d: dict[str, Any], show_env: bool) -> None:
             con.print(f"[bold]traced sources[/bold] ({len(srcs)} functions in {len(mods)} "
                       "modules, compile-time copies kept in model):")
             for m in mods:
-                con.print(f"    {m}")
+                con.print(f"    {m}", markup=False)
     mans = d.get("manifests") or []
     if mans:
         con.print(f"[bold]recorder manifests[/bold] ({len(mans)}):")
@@ -145,7 +149,8 @@ def _render(d: dict[str, Any], show_env: bool) -> None:
             where = f"{m['rank']}/{m['prefix']}" if m["prefix"] else m["rank"]
             t = m.get("timings") or {}
             con.print(f"    {m['digest']}  {where}  {m['created']}  {t.get('event', '')}  "
-                      f"vllm {m['vllm']}")
+                      f"vllm {m['vllm']}", markup=False)
     for p in d.get("problems", []):
-        con.print(f"  [yellow]problem[/yellow] {p['kind']}: {p['path']}: {p['detail']}")
+        con.print(f"  [yellow]problem[/yellow] {escape(str(p['kind']))}: "
+                  f"{escape(str(p['path']))}: {escape(str(p['detail']))}")
     _ = human_age
