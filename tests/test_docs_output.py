@@ -32,7 +32,7 @@ def block(doc: str, first: str, nth: int = 0) -> str:
     found = re.findall(r"^```\w*\n(.*?)^```", text, re.S | re.M)
     hits = [b for b in found if b.splitlines()[0] == first]
     assert len(hits) > nth, f"{doc}: no block starting {first!r}"
-    b = hits[nth]
+    b: str = hits[nth]
     return b.split("\n", 1)[1] if first.startswith("$ ") else b
 
 
