@@ -141,3 +141,14 @@ def test_options_the_docs_give_a_verb_exist() -> None:
                           for o in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", rest)
                           if o not in opts[verb]]
     assert not wrong, wrong
+
+
+def test_cli_md_is_the_current_help() -> None:
+    """docs/cli.md is every verb's --help as it is now (what `nox -s docs` checks; here so that
+    `nox -s tests`, the CI command, keeps it current too)."""
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(REPO / "docs" / "gen_cli_docs.py"), "--check"],
+                       capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr
