@@ -1011,6 +1011,22 @@ def test_compare_points_to_explain(tmp_path: Path) -> None:
     assert d["explainer"] == cmd
 
 
+def test_explain_from_a_warm_start_log_is_unexplained_not_explained() -> None:
+    """The warm start loaded its entry (a hit logs no key factors) and the long start compiled
+    another: explain knows no cause and says so, exit 1 (was: "recompiled", no cause and no
+    gap, exit 0, i.e. "every difference explained")."""
+    r = run_cli("explain", "--logs", str(WARM), str(LONG), "--json")
+    assert r.returncode == 1, r.stderr
+    d = json.loads(r.stdout)
+    assert d["same_key"] is False and d["causes"] == []
+    assert [(u["component"], u["detail"]) for u in d["unexplained"]] == [
+        ("key", "the old start loaded its entry from the cache: vLLM logs the key factors "
+                "only when it compiles")]
+    # A hit of the same entry is still the same key, either way round.
+    for a, b in ((COLD, WARM), (WARM, COLD)):
+        assert run_cli("explain", "--logs", str(a), str(b)).returncode == 0
+
+
 def test_time_keys_keep_the_order_within_one_log() -> None:
     import datetime as dt
 

@@ -343,6 +343,17 @@ def explain_logs(old: Any, new: Any, old_ref: str, new_ref: str,
         same_dir = (s.old_cache_dir == s.new_cache_dir and s.old_cache_dir is not None) or (
             s.old_aot == s.new_aot and s.old_aot is not None)
         same = same and not changed and same_dir
+        if not s.hashes and not same_dir:
+            # Different entries and no factor hashes on one side: nothing here can say why.
+            hits = [r for r, o in (("old", s.old_outcome), ("new", s.new_outcome))
+                    if o == "hit"]
+            unexplained.append(
+                Unexplained("key", f"the {hits[0]} start loaded its entry from the cache: "
+                            "vLLM logs the key factors only when it compiles",
+                            "the log of the start that compiled that entry, or the two "
+                            "entries (explain A B)") if hits else
+                Unexplained("key", "the key factor hashes are not in both logs",
+                            "DEBUG logs (VLLM_LOGGING_LEVEL=DEBUG) of vLLM >= 0.14"))
         for e in s.env_changes:
             causes.append(Cause("env", e.name, None if e.old is None else env_value(e.old),
                                 None if e.new is None else env_value(e.new),
