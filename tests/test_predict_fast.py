@@ -93,3 +93,22 @@ def test_predict_takes_the_early_run(monkeypatch: pytest.MonkeyPatch, tmp_path: 
     assert vargs == ["m", "--max-model-len", "128"] and (usage, rank) == ("llm", 1)
     assert env["VLLM_CACHE_ROOT"] == str(tmp_path)
     assert kw["standby"] is False and kw["memo"] is True
+
+
+def test_a_rank_the_start_does_not_have_is_a_usage_error(tmp_path: Any) -> None:
+    """--rank -1 (typer's int) and --rank 1 of a one-rank start: one line, exit 2 (were: a
+    prediction for rank_-1_0 / rank_1_0, folders vLLM never names). A stand-in interpreter
+    answers as the probe of a one-rank start."""
+    from tests.conftest import run_cli
+
+    exe = tmp_path / "python"
+    exe.write_text("#!/bin/sh\ncat >/dev/null\n"
+                   "echo 'VCT_PROBE {\"rank\": 1, \"dp_index\": 0, \"world_size\": 1}'\n")
+    exe.chmod(0o755)
+    env = {"VLLM_CACHE_TOOLS_PROBE_MEMO": "0", "VLLM_CACHE_TOOLS_PROBE_STANDBY": "0"}
+    for rank, says in (("-1", "--rank must be 0 or more (got -1)"),
+                       ("1", "--rank 1: this start has 1 worker rank(s)")):
+        r = run_cli("predict", "--root", str(tmp_path), "--python", str(exe), "--rank", rank,
+                    "--", "m", env=env)
+        assert r.returncode == 2 and says in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1 and not r.stdout

@@ -334,6 +334,11 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
     if progress is not None:
         progress("comparing with the cache")
     probe = dict(probe_run.data)
+    world = probe.get("world_size")
+    if rank < 0 or (isinstance(world, int) and rank >= world):
+        # vLLM names no folder for a rank it does not start.
+        raise PredictError(f"--rank {rank}: this start has {world} worker rank(s) "
+                           "(tensor x pipeline parallel size), numbered from 0")
     modules = sorted({s.module for i in aot_infos.values() for s in i.inlined_sources})
     probe["modules"] = module_files(modules, probe.get("module_origins") or {})
 

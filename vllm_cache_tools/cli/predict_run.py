@@ -86,6 +86,8 @@ def run_predict(vllm_args: Sequence[str], root: Path | None = None, json_out: bo
              "--max-model-len 128")
     if usage not in ("serve", "llm"):
         fail("--usage must be serve or llm")
+    if rank < 0:
+        fail(f"--rank must be 0 or more (got {rank})")
     if for_host is not None:
         from vllm_cache_tools.cli.predict_for_host import predict_for_host_cmd
 
