@@ -112,3 +112,36 @@ def test_a_rank_the_start_does_not_have_is_a_usage_error(tmp_path: Any) -> None:
                     "--", "m", env=env)
         assert r.returncode == 2 and says in r.stderr, r.stderr
         assert r.stderr.count("\n") == 1 and not r.stdout
+
+
+def test_the_argument_vllm_rejects_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's answer for arguments vLLM's parser rejects carries argparse's own message
+    (was: "invalid vLLM arguments (argparse exit 2)", which named neither the argument nor
+    the reason: a typo such as --pythn before `--` reaches vLLM's parser). A stand-in parser
+    and stand-in vLLM modules."""
+    import argparse
+    import sys
+    import types
+
+    from vllm_cache_tools.live import probe
+
+    names = ("vllm", "vllm.engine", "vllm.engine.arg_utils", "vllm.usage",
+             "vllm.usage.usage_lib")
+    fake = {n: types.ModuleType(n) for n in names}
+    fake["vllm.engine.arg_utils"].AsyncEngineArgs = object  # type: ignore[attr-defined]
+    fake["vllm.engine.arg_utils"].EngineArgs = object  # type: ignore[attr-defined]
+    fake["vllm.usage.usage_lib"].UsageContext = object  # type: ignore[attr-defined]
+    for n, m in fake.items():
+        monkeypatch.setitem(sys.modules, n, m)
+    parser = argparse.ArgumentParser(prog="vllm serve")
+    parser.add_argument("--model")
+    parser.add_argument("--max-model-len", type=int)
+    monkeypatch.setattr(probe, "describe",
+                        lambda req: probe.build_config(req["args"], req["usage"]))
+    for args, says in ((["m", "--pythn", "x"], "unrecognized arguments: --pythn x"),
+                       (["m", "--max-model-len", "abc"],
+                        "argument --max-model-len: invalid int value: 'abc'")):
+        monkeypatch.setitem(probe._PARSERS, "llm", parser)
+        out = probe.answer({"args": args, "usage": "llm"})
+        assert out["error"] == f"invalid vLLM arguments: {says}"
+        assert out["error_kind"] == "arguments"
