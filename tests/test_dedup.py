@@ -321,3 +321,22 @@ def test_bytes_saved_counts_inodes_freed(tmp_path: Path) -> None:
     assert sorted(res.linked) == sorted(f.rel for f in plan.groups[0].link)
     assert res.saved_bytes == 1000
     assert len({(d / n).stat().st_ino for n in ("a.py", "b.py", "c.py", "d.py")}) == 1
+
+
+def test_a_missing_root_or_a_file_is_named_as_such_by_every_deleting_verb(
+        tmp_path: Path) -> None:
+    """prune, rm, dedup and verify --fix on a root that does not exist or is a file: the
+    scanning verbs' one line, exit 2, with or without --force. Was: "does not look like a vLLM
+    cache root (...; pass --force to prune it anyway)", advice that cannot help, and with
+    --force dedup said "is not a folder", exit 1 (refused) instead of 2."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a root")
+    for root, says in ((tmp_path / "missing", "does not exist (from --root)"),
+                       (afile, "is not a directory")):
+        for verb in (["prune", "--max-files", "1"], ["rm", "abcdef0123"], ["dedup"],
+                     ["verify", "--fix"]):
+            for force in ([], ["--force"]):
+                r = run_cli(*verb, "--root", str(root), *force)
+                assert r.returncode == 2, (verb, force, r.stderr)
+                assert r.stderr == f"vllm-cache: error: cache root {root} {says}\n", r.stderr
+    assert afile.read_text() == "not a root"

@@ -56,7 +56,7 @@ def load_root(root: Path | None, force: bool) -> CacheInfo:
     """Resolve, refuse unsafe roots, and scan afresh: a deleting command does not plan from
     the listing index. In use is judged by the planner."""
     croot = resolve_root(root)
-    check_prunable_root(croot.vllm_root, force)
+    check_prunable_root(croot, force)
     return scan(croot, check_in_use=False, use_index=False)
 
 

@@ -77,7 +77,7 @@ def verify_cmd(
     prot = Protections(grace_s=parse_grace(grace), all_users=all_users)
     croot = resolve_root(root)
     if fix:
-        check_prunable_root(croot.vllm_root, force, verb="fix")
+        check_prunable_root(croot, force, verb="fix")
     report = verify(croot)
     fs = filesystem_of(croot.vllm_root)
     out: dict[str, object] = with_schema("verify", verify_json(report))
