@@ -340,3 +340,10 @@ def test_a_missing_root_or_a_file_is_named_as_such_by_every_deleting_verb(
                 assert r.returncode == 2, (verb, force, r.stderr)
                 assert r.stderr == f"vllm-cache: error: cache root {root} {says}\n", r.stderr
     assert afile.read_text() == "not a root"
+
+
+def test_rm_refusing_a_root_names_rm(tmp_path: Path) -> None:
+    """rm on a folder that is not a cache root says rm (was: "pass --force to prune it
+    anyway", the wrong verb)."""
+    r = run_cli("rm", "abcdef0123", "--root", str(tmp_path))
+    assert r.returncode == 2 and r.stderr.endswith("pass --force to rm it anyway)\n"), r.stderr

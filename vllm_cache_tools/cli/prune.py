@@ -52,11 +52,12 @@ def parse_grace(text: str) -> float:
         fail(f"--grace: {exc}")
 
 
-def load_root(root: Path | None, force: bool) -> CacheInfo:
-    """Resolve, refuse unsafe roots, and scan afresh: a deleting command does not plan from
-    the listing index. In use is judged by the planner."""
+def load_root(root: Path | None, force: bool, verb: str = "prune") -> CacheInfo:
+    """Resolve, refuse unsafe roots (``verb`` names the refused command), and scan afresh: a
+    deleting command does not plan from the listing index. In use is judged by the
+    planner."""
     croot = resolve_root(root)
-    check_prunable_root(croot, force)
+    check_prunable_root(croot, force, verb=verb)
     return scan(croot, check_in_use=False, use_index=False)
 
 
