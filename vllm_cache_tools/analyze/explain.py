@@ -129,6 +129,13 @@ def _linked_aot(e: Entry, aots: Sequence[Entry]) -> AotModelInfo | None:
     return infos[0] if infos else None
 
 
+def _unread(e: Entry, name: str) -> str:
+    """Why entry ``e``'s ``name`` gave no evidence: the reader's own error when the file is
+    there but could not be read (say, permission denied), else that it is missing."""
+    said = [p.detail for p in e.problems if p.kind == "unreadable" and name in p.detail]
+    return f"{e.key[:12]}: {said[0]}" if said else f"{e.key[:12]} has no readable {name}"
+
+
 def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explanation:
     """Why ``b`` is not ``a``. Entries must be deep reads; ``others`` (deep reads of the other
     entries of the root) let a backend entry borrow the proven sources of its AOT sibling."""
@@ -144,7 +151,8 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
     if a.layout == "backend" and b.layout == "backend":
         fa, fb = a.factors, b.factors
         if fa is None or fb is None:
-            unexplained.append(Unexplained("all", "an entry has no cache_key_factors.json",
+            unexplained.append(Unexplained("all", _unread(a if fa is None else b,
+                                                          "cache_key_factors.json"),
                                            "a recorder manifest or the start's log"))
         else:
             ev = "cache_key_factors.json"
@@ -190,7 +198,7 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
     elif a.layout == "aot" and b.layout == "aot":
         ia, ib = a.aot_info, b.aot_info
         if ia is None or ib is None:
-            unexplained.append(Unexplained("all", "an AOT model could not be read",
+            unexplained.append(Unexplained("all", _unread(a if ia is None else b, "model"),
                                            "an intact artifact"))
         else:
             ev = "AOT model"
