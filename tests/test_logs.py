@@ -1027,6 +1027,13 @@ def test_explain_from_a_warm_start_log_is_unexplained_not_explained() -> None:
         assert run_cli("explain", "--logs", str(a), str(b)).returncode == 0
 
 
+def test_explain_logs_given_a_folder_says_so(tmp_path: Path) -> None:
+    """As log --compare does (was: "no such log file" for a folder that exists)."""
+    r = run_cli("explain", "--logs", str(tmp_path), str(COLD))
+    assert r.returncode == 2
+    assert r.stderr == f"vllm-cache: error: {tmp_path}: is a directory, not a log file\n"
+
+
 def test_time_keys_keep_the_order_within_one_log() -> None:
     import datetime as dt
 

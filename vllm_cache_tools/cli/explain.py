@@ -99,6 +99,8 @@ def _against_current(ref: str, args: list[str], root: Path | None,
 def _from_logs(old_ref: str, new_ref: str) -> Explanation:
     (op, on), (np_, nn) = parse_ref(old_ref), parse_ref(new_ref)
     for p in (op, np_):
+        if Path(p).is_dir():
+            fail(f"{p}: is a directory, not a log file")
         if not Path(p).is_file():
             fail(f"{p}: no such log file")
     so, _ = read_starts(op, True)
