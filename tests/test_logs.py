@@ -1034,6 +1034,14 @@ def test_explain_logs_given_a_folder_says_so(tmp_path: Path) -> None:
     assert r.stderr == f"vllm-cache: error: {tmp_path}: is a directory, not a log file\n"
 
 
+def test_explain_of_two_logs_without_logs_points_to_it() -> None:
+    """explain A.log B.log (no --logs): the lookup's error, and how to compare two logs."""
+    r = run_cli("explain", str(COLD), f"{LONG}@1")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert r.stderr.endswith("is not inside a compile-cache entry (to compare two vLLM logs, "
+                             "pass --logs)\n"), r.stderr
+
+
 def test_time_keys_keep_the_order_within_one_log() -> None:
     import datetime as dt
 

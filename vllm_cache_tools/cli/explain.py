@@ -62,7 +62,13 @@ def explain(
 
 
 def _from_entries(a: str, b: str, root: Path | None) -> Explanation:
-    return explain_refs(a, b, root)
+    try:
+        return explain_refs(a, b, root)
+    except EntryNotFound as exc:
+        # Two log files given without --logs: say how to compare them.
+        if all(Path(parse_ref(r)[0]).is_file() for r in (a, b)):
+            fail(f"{exc} (to compare two vLLM logs, pass --logs)")
+        raise
 
 
 def _latest(root: Path | None) -> Explanation:
