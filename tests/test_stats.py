@@ -292,6 +292,22 @@ def test_without_a_ledger_only_what_the_files_prove(tmp_path: Path) -> None:
     assert res.returncode == 0 and "only what the cache" in res.stdout
 
 
+def test_an_unreadable_ledger_is_not_called_missing(tmp_path: Path) -> None:
+    """A ledger the user cannot read (or one without a readable event): the counts come from
+    the files, and the report says the ledger is there (was: "no recorder ledger ... install
+    vllm-cache-tools where vLLM runs", advice for another problem)."""
+    root = tmp_path / "root"
+    shutil.copytree(SAMPLE, root)
+    next((root / "torch_compile_cache" / ".vllm-cache-tools" / "ledger").glob("*.jsonl")
+         ).chmod(0)
+    res = run_cli("stats", "--root", str(root), unprivileged=True)
+    assert res.returncode == 0, res.stderr
+    assert "Permission denied" in res.stderr and "no recorder ledger" not in res.stdout
+    assert "1 ledger(s) without a readable event, so only what the cache files prove" in \
+        res.stdout
+    assert "the 1 recorder ledger(s) here hold no readable event" in res.stdout
+
+
 def test_cli_json_shape(tmp_path: Path) -> None:
     res = run_cli("stats", "--root", str(SAMPLE), "--json")
     assert res.returncode == 0, res.stderr
