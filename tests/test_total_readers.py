@@ -485,3 +485,25 @@ def test_explain_names_the_file_it_could_not_read(tmp_path: Path) -> None:
         r = run_cli("explain", a, b, "--root", str(root), "--json", unprivileged=True)
         assert r.returncode == 1, r.stderr
         assert [u["detail"] for u in json.loads(r.stdout)["unexplained"]] == [says]
+
+
+def test_audit_says_which_manifests_it_could_not_read(tmp_path: Path) -> None:
+    """A manifest the user cannot read is a start audit cannot compare: a warning naming it,
+    a line in the report and ``problems`` in --json (was: skipped in silence, "no possible
+    false hits", exit 0, as if it had been compared)."""
+    root = tmp_path / "root"
+    shutil.copytree(SAMPLE, root, symlinks=True)
+    m = next(root.glob("torch_compile_cache/torch_aot_compile/0b8536d36d86*/rank_0_0/"
+                       "vct-manifest.*.json"))
+    m.chmod(0)
+    r = run_cli("audit", "--root", str(root), unprivileged=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == (f"vllm-cache: warning: 0b8536d36d86: cannot read {m.name}: "
+                        "Permission denied (not audited)\n")
+    assert "1 manifest(s) could not be read and were not compared" in r.stdout
+    r = run_cli("audit", "--root", str(root), "--json", unprivileged=True)
+    assert json.loads(r.stdout)["problems"] == [
+        f"0b8536d36d86: cannot read {m.name}: Permission denied"]
+    m.chmod(0o644)
+    r = run_cli("audit", "--root", str(root), "--json")
+    assert r.returncode == 0 and r.stderr == "" and json.loads(r.stdout)["problems"] == []
