@@ -145,3 +145,26 @@ def test_the_argument_vllm_rejects_is_named(monkeypatch: pytest.MonkeyPatch) -> 
         out = probe.answer({"args": args, "usage": "llm"})
         assert out["error"] == f"invalid vLLM arguments: {says}"
         assert out["error_kind"] == "arguments"
+
+
+def test_a_root_that_is_a_file_is_refused_before_the_probe(tmp_path: Any) -> None:
+    """--root FILE: one line, exit 2, and no probe started (was: a MISS, exit 1, for folders
+    under a file, where vLLM cannot start). A missing root stays a cold cache."""
+    from tests.conftest import run_cli
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    marker = tmp_path / "probe-ran"
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\ntouch {marker}\ncat >/dev/null\n"
+                   "echo 'VCT_PROBE {\"error\": \"stand-in\", \"error_kind\": \"probe\"}'\n")
+    exe.chmod(0o755)
+    env = {"VLLM_CACHE_TOOLS_PROBE_MEMO": "0", "VLLM_CACHE_TOOLS_PROBE_STANDBY": "0"}
+    r = run_cli("predict", "--root", str(afile), "--python", str(exe), "--", "m", env=env)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == (f"vllm-cache: error: cache root {afile} is not a directory "
+                        "(from --root)\n")
+    assert not marker.exists()
+    r = run_cli("predict", "--root", str(tmp_path / "missing"), "--python", str(exe), "--",
+                "m", env=env)
+    assert r.returncode == 2 and "stand-in" in r.stderr and marker.exists()

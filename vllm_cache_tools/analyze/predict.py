@@ -319,6 +319,10 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
     (``trace=False``: never; the backend key is then unknown)."""
     env = dict(os.environ if env is None else env)
     croot = resolve_root(root, env)
+    if os.path.lexists(croot.vllm_root) and not croot.vllm_root.is_dir():
+        # A missing root is a cold cache (vLLM makes it); a file there stops vLLM's start.
+        raise PredictError(f"cache root {croot.vllm_root} is not a directory (from "
+                           f"{croot.source})")
     env["VLLM_CACHE_ROOT"] = str(croot.vllm_root)
     stages = StageRelay(progress)
     with ThreadPoolExecutor(1) as pool:

@@ -66,7 +66,10 @@ def _prestart(vllm_args: Sequence[str], root: Path | None, python: str | None, u
     from vllm_cache_tools.store.locate import resolve_root
 
     env = dict(os.environ)
-    env["VLLM_CACHE_ROOT"] = str(resolve_root(root, env).vllm_root)
+    vllm_root = resolve_root(root, env).vllm_root
+    if os.path.lexists(vllm_root) and not vllm_root.is_dir():
+        return  # predict refuses this root before it asks for the probe's answer
+    env["VLLM_CACHE_ROOT"] = str(vllm_root)
     prestart(vllm_args, env, python, usage, rank, memo=True, fresh=fresh, standby=standby,
              progress=progress)
 
