@@ -347,3 +347,21 @@ def test_rm_refusing_a_root_names_rm(tmp_path: Path) -> None:
     anyway", the wrong verb)."""
     r = run_cli("rm", "abcdef0123", "--root", str(tmp_path))
     assert r.returncode == 2 and r.stderr.endswith("pass --force to rm it anyway)\n"), r.stderr
+
+
+def test_verify_fix_without_a_terminal_names_its_own_way_to_only_look(tmp_path: Path) -> None:
+    """verify --fix with something to remove and no terminal: exit 2, nothing removed, and
+    the advice is verify's own (was: "or --dry-run to only see the plan", an option verify
+    does not have)."""
+    root = tmp_path / "root"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", root,
+                    symlinks=True)
+    model = next(root.glob(f"{CC}/torch_aot_compile/0b8536d36d86*/rank_0_0/model"))
+    os.truncate(model, 1000)
+    os.utime(model, (model.stat().st_atime - 7200, model.stat().st_mtime - 7200))
+    exe = Path(sys.executable).parent / "vllm-cache"
+    r = subprocess.run([str(exe), "verify", "--root", str(root), "--fix"], text=True,
+                       capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert r.returncode == 2 and model.stat().st_size == 1000
+    assert r.stderr.endswith("pass --yes, or leave out --fix to only see the problems\n"), \
+        r.stderr
