@@ -1042,6 +1042,19 @@ def test_explain_of_two_logs_without_logs_points_to_it() -> None:
                              "pass --logs)\n"), r.stderr
 
 
+def test_explain_logs_of_one_file_twice_compares_its_last_two_starts(tmp_path: Path) -> None:
+    """As log --compare F F does (was: the last start against itself, "same key", exit 0,
+    whatever the file held); a file of one start is a usage error."""
+    both = _copy(COLD, tmp_path / "both.log", lambda t: t + LONG.read_text())
+    r = run_cli("explain", "--logs", str(both), str(both), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert (d["old"], d["new"]) == (f"{both}@1", f"{both}@2")
+    assert [c["item"] for c in d["causes"]] == ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"]
+    r = run_cli("explain", "--logs", str(COLD), str(COLD))
+    assert r.returncode == 2 and "comparing it with itself needs two" in r.stderr
+
+
 def test_time_keys_keep_the_order_within_one_log() -> None:
     import datetime as dt
 

@@ -111,8 +111,15 @@ def _from_logs(old_ref: str, new_ref: str) -> Explanation:
             fail(f"{p}: no such log file")
     so, _ = read_starts(op, True)
     sn, _ = read_starts(np_, True)
-    old = pick_start(so, on, old_ref, -1)
+    # The same file twice: its last two starts, as log --compare reads it.
+    same_file = op == np_ and on is None and nn is None
+    if same_file and len(so) < 2:
+        fail(f"{op}: has {len(so)} start(s); comparing it with itself needs two (or say "
+             "which: FILE@1 FILE@2)")
+    old = pick_start(so, on, old_ref, -2 if same_file else -1)
     new = pick_start(sn, nn, new_ref, -1)
+    if same_file:
+        old_ref, new_ref = f"{op}@{len(so) - 1}", f"{np_}@{len(sn)}"
     return explain_logs(old, new, old_ref, new_ref, _code_from_cache)
 
 
