@@ -321,3 +321,47 @@ def test_bytes_saved_counts_inodes_freed(tmp_path: Path) -> None:
     assert sorted(res.linked) == sorted(f.rel for f in plan.groups[0].link)
     assert res.saved_bytes == 1000
     assert len({(d / n).stat().st_ino for n in ("a.py", "b.py", "c.py", "d.py")}) == 1
+
+
+def test_a_missing_root_or_a_file_is_named_as_such_by_every_deleting_verb(
+        tmp_path: Path) -> None:
+    """prune, rm, dedup and verify --fix on a root that does not exist or is a file: the
+    scanning verbs' one line, exit 2, with or without --force. Was: "does not look like a vLLM
+    cache root (...; pass --force to prune it anyway)", advice that cannot help, and with
+    --force dedup said "is not a folder", exit 1 (refused) instead of 2."""
+    afile = tmp_path / "afile"
+    afile.write_text("not a root")
+    for root, says in ((tmp_path / "missing", "does not exist (from --root)"),
+                       (afile, "is not a directory")):
+        for verb in (["prune", "--max-files", "1"], ["rm", "abcdef0123"], ["dedup"],
+                     ["verify", "--fix"]):
+            for force in ([], ["--force"]):
+                r = run_cli(*verb, "--root", str(root), *force)
+                assert r.returncode == 2, (verb, force, r.stderr)
+                assert r.stderr == f"vllm-cache: error: cache root {root} {says}\n", r.stderr
+    assert afile.read_text() == "not a root"
+
+
+def test_rm_refusing_a_root_names_rm(tmp_path: Path) -> None:
+    """rm on a folder that is not a cache root says rm (was: "pass --force to prune it
+    anyway", the wrong verb)."""
+    r = run_cli("rm", "abcdef0123", "--root", str(tmp_path))
+    assert r.returncode == 2 and r.stderr.endswith("pass --force to rm it anyway)\n"), r.stderr
+
+
+def test_verify_fix_without_a_terminal_names_its_own_way_to_only_look(tmp_path: Path) -> None:
+    """verify --fix with something to remove and no terminal: exit 2, nothing removed, and
+    the advice is verify's own (was: "or --dry-run to only see the plan", an option verify
+    does not have)."""
+    root = tmp_path / "root"
+    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", root,
+                    symlinks=True)
+    model = next(root.glob(f"{CC}/torch_aot_compile/0b8536d36d86*/rank_0_0/model"))
+    os.truncate(model, 1000)
+    os.utime(model, (model.stat().st_atime - 7200, model.stat().st_mtime - 7200))
+    exe = Path(sys.executable).parent / "vllm-cache"
+    r = subprocess.run([str(exe), "verify", "--root", str(root), "--fix"], text=True,
+                       capture_output=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert r.returncode == 2 and model.stat().st_size == 1000
+    assert r.stderr.endswith("pass --yes, or leave out --fix to only see the problems\n"), \
+        r.stderr

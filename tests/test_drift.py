@@ -179,6 +179,18 @@ def test_without_ledgers_each_manifest_writer_is_a_start(fleet: Fleet) -> None:
     assert (w.entries, w.in_key) == (4, True)
 
 
+def test_an_unreadable_ledger_is_named_not_counted_as_a_line(fleet: Fleet) -> None:
+    """A ledger file that cannot be read is one problem naming it (was: "1 damaged ledger
+    line(s) skipped (vllm-cache stats lists them)"); drift goes on from the manifests."""
+    for p in (fleet.cc / ".vllm-cache-tools" / "ledger").glob("*.jsonl"):
+        p.unlink()
+        p.mkdir()  # not a regular file: read as a whole-file problem, even by root
+    r = drift(fleet.root)
+    assert r.basis == "manifests"
+    assert r.problems and not any("damaged ledger line" in p for p in r.problems)
+    assert all(p.startswith("ledger ") for p in r.problems), r.problems
+
+
 def test_another_install_path_and_model_filter(tmp_path: Path) -> None:
     f = Fleet(tmp_path / "root")
     f.start("s1", "pod-a", aot=aot(1), backend=backend(1), worker=None)

@@ -1011,6 +1011,50 @@ def test_compare_points_to_explain(tmp_path: Path) -> None:
     assert d["explainer"] == cmd
 
 
+def test_explain_from_a_warm_start_log_is_unexplained_not_explained() -> None:
+    """The warm start loaded its entry (a hit logs no key factors) and the long start compiled
+    another: explain knows no cause and says so, exit 1 (was: "recompiled", no cause and no
+    gap, exit 0, i.e. "every difference explained")."""
+    r = run_cli("explain", "--logs", str(WARM), str(LONG), "--json")
+    assert r.returncode == 1, r.stderr
+    d = json.loads(r.stdout)
+    assert d["same_key"] is False and d["causes"] == []
+    assert [(u["component"], u["detail"]) for u in d["unexplained"]] == [
+        ("key", "the old start loaded its entry from the cache: vLLM logs the key factors "
+                "only when it compiles")]
+    # A hit of the same entry is still the same key, either way round.
+    for a, b in ((COLD, WARM), (WARM, COLD)):
+        assert run_cli("explain", "--logs", str(a), str(b)).returncode == 0
+
+
+def test_explain_logs_given_a_folder_says_so(tmp_path: Path) -> None:
+    """As log --compare does (was: "no such log file" for a folder that exists)."""
+    r = run_cli("explain", "--logs", str(tmp_path), str(COLD))
+    assert r.returncode == 2
+    assert r.stderr == f"vllm-cache: error: {tmp_path}: is a directory, not a log file\n"
+
+
+def test_explain_of_two_logs_without_logs_points_to_it() -> None:
+    """explain A.log B.log (no --logs): the lookup's error, and how to compare two logs."""
+    r = run_cli("explain", str(COLD), f"{LONG}@1")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1
+    assert r.stderr.endswith("is not inside a compile-cache entry (to compare two vLLM logs, "
+                             "pass --logs)\n"), r.stderr
+
+
+def test_explain_logs_of_one_file_twice_compares_its_last_two_starts(tmp_path: Path) -> None:
+    """As log --compare F F does (was: the last start against itself, "same key", exit 0,
+    whatever the file held); a file of one start is a usage error."""
+    both = _copy(COLD, tmp_path / "both.log", lambda t: t + LONG.read_text())
+    r = run_cli("explain", "--logs", str(both), str(both), "--json")
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert (d["old"], d["new"]) == (f"{both}@1", f"{both}@2")
+    assert [c["item"] for c in d["causes"]] == ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"]
+    r = run_cli("explain", "--logs", str(COLD), str(COLD))
+    assert r.returncode == 2 and "comparing it with itself needs two" in r.stderr
+
+
 def test_time_keys_keep_the_order_within_one_log() -> None:
     import datetime as dt
 

@@ -115,3 +115,78 @@ def test_text_output_keeps_bracketed_evidence(capsys: pytest.CaptureFixture[str]
     assert f"artifact present, sources unchanged [{evidence}]" in lines[3]
     assert lines[2].strip() == aot.path and lines[5].strip() == "/tmp/[pod]/b"
     assert lines[6].strip() == "not consulted: the AOT artifact loads"
+
+
+def test_a_rank_the_start_does_not_have_is_a_usage_error(tmp_path: Any) -> None:
+    """--rank -1 (typer's int) and --rank 1 of a one-rank start: one line, exit 2 (were: a
+    prediction for rank_-1_0 / rank_1_0, folders vLLM never names). A stand-in interpreter
+    answers as the probe of a one-rank start."""
+    from tests.conftest import run_cli
+
+    exe = tmp_path / "python"
+    exe.write_text("#!/bin/sh\ncat >/dev/null\n"
+                   "echo 'VCT_PROBE {\"rank\": 1, \"dp_index\": 0, \"world_size\": 1}'\n")
+    exe.chmod(0o755)
+    env = {"VLLM_CACHE_TOOLS_PROBE_MEMO": "0", "VLLM_CACHE_TOOLS_PROBE_STANDBY": "0"}
+    for rank, says in (("-1", "--rank must be 0 or more (got -1)"),
+                       ("1", "--rank 1: this start has 1 worker rank(s)")):
+        r = run_cli("predict", "--root", str(tmp_path), "--python", str(exe), "--rank", rank,
+                    "--", "m", env=env)
+        assert r.returncode == 2 and says in r.stderr, r.stderr
+        assert r.stderr.count("\n") == 1 and not r.stdout
+
+
+def test_the_argument_vllm_rejects_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe's answer for arguments vLLM's parser rejects carries argparse's own message
+    (was: "invalid vLLM arguments (argparse exit 2)", which named neither the argument nor
+    the reason: a typo such as --pythn before `--` reaches vLLM's parser). A stand-in parser
+    and stand-in vLLM modules."""
+    import argparse
+    import sys
+    import types
+
+    from vllm_cache_tools.live import probe
+
+    names = ("vllm", "vllm.engine", "vllm.engine.arg_utils", "vllm.usage",
+             "vllm.usage.usage_lib")
+    fake = {n: types.ModuleType(n) for n in names}
+    fake["vllm.engine.arg_utils"].AsyncEngineArgs = object  # type: ignore[attr-defined]
+    fake["vllm.engine.arg_utils"].EngineArgs = object  # type: ignore[attr-defined]
+    fake["vllm.usage.usage_lib"].UsageContext = object  # type: ignore[attr-defined]
+    for n, m in fake.items():
+        monkeypatch.setitem(sys.modules, n, m)
+    parser = argparse.ArgumentParser(prog="vllm serve")
+    parser.add_argument("--model")
+    parser.add_argument("--max-model-len", type=int)
+    monkeypatch.setattr(probe, "describe",
+                        lambda req: probe.build_config(req["args"], req["usage"]))
+    for args, says in ((["m", "--pythn", "x"], "unrecognized arguments: --pythn x"),
+                       (["m", "--max-model-len", "abc"],
+                        "argument --max-model-len: invalid int value: 'abc'")):
+        monkeypatch.setitem(probe._PARSERS, "llm", parser)
+        out = probe.answer({"args": args, "usage": "llm"})
+        assert out["error"] == f"invalid vLLM arguments: {says}"
+        assert out["error_kind"] == "arguments"
+
+
+def test_a_root_that_is_a_file_is_refused_before_the_probe(tmp_path: Any) -> None:
+    """--root FILE: one line, exit 2, and no probe started (was: a MISS, exit 1, for folders
+    under a file, where vLLM cannot start). A missing root stays a cold cache."""
+    from tests.conftest import run_cli
+
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    marker = tmp_path / "probe-ran"
+    exe = tmp_path / "python"
+    exe.write_text(f"#!/bin/sh\ntouch {marker}\ncat >/dev/null\n"
+                   "echo 'VCT_PROBE {\"error\": \"stand-in\", \"error_kind\": \"probe\"}'\n")
+    exe.chmod(0o755)
+    env = {"VLLM_CACHE_TOOLS_PROBE_MEMO": "0", "VLLM_CACHE_TOOLS_PROBE_STANDBY": "0"}
+    r = run_cli("predict", "--root", str(afile), "--python", str(exe), "--", "m", env=env)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == (f"vllm-cache: error: cache root {afile} is not a directory "
+                        "(from --root)\n")
+    assert not marker.exists()
+    r = run_cli("predict", "--root", str(tmp_path / "missing"), "--python", str(exe), "--",
+                "m", env=env)
+    assert r.returncode == 2 and "stand-in" in r.stderr and marker.exists()

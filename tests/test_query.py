@@ -27,6 +27,21 @@ def test_sizes_and_ages() -> None:
             parse_size(bad)
 
 
+def test_a_size_too_large_is_a_usage_error() -> None:
+    """A size of hundreds of digits was float infinity: prune --max-size and ls --filter
+    size>... ended in "internal error: OverflowError", exit 3."""
+    huge = "9" * 400 + "T"
+    with pytest.raises(UsageError, match="size too large"):
+        parse_size(huge)
+    with pytest.raises(UsageError, match="size too large"):
+        parse_filter(f"size>{huge}")
+    assert parse_size("8388607T") == 8388607 * 1024**4
+    from tests.conftest import run_cli
+
+    r = run_cli("prune", "--root", "/nonexistent-root", "--max-size", huge, "--dry-run")
+    assert r.returncode == 2 and r.stderr.startswith("vllm-cache: error: size too large")
+
+
 def test_filters() -> None:
     now = 100 * 86400.0
     es = [_e("a" * 10, "backend", 5, now - 86400),

@@ -229,3 +229,23 @@ def test_bracketed_text_of_the_cache_is_printed_whole(tmp_path: Path) -> None:
                 str(logs / "3-long-max-model-len-env.log"))
     assert r.returncode == 0, r.stderr
     assert f"  old {logs}/1-cold-start.log" in r.stdout.splitlines()
+
+
+def test_an_existing_name_without_a_slash_is_a_path(monkeypatch: pytest.MonkeyPatch,
+                                                   tmp_path: Path) -> None:
+    """`show rank_0_0` from inside an entry, `explain run.log ...` from the log's folder: a
+    name that exists and is not a bare hex key is looked up as a path (was: "'rank_0_0' is
+    neither an entry key (hex) nor a path"). A bare hex name stays a key."""
+    from vllm_cache_tools.store.lookup import EntryNotFound
+
+    root = tmp_path / "root"
+    shutil.copytree(SAMPLE, root, symlinks=True)
+    entry = root / "torch_compile_cache" / "28fd362d4e"
+    monkeypatch.chdir(entry)
+    assert locate_entry("rank_0_0") == entry
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "run.log").write_text("")
+    with pytest.raises(EntryNotFound, match=r"run\.log is not inside a compile-cache entry"):
+        locate_entry("run.log", root)
+    (tmp_path / "39ecaca4bf").write_text("")
+    assert locate_entry("39ecaca4bf", root) == root / "torch_compile_cache" / "39ecaca4bf"

@@ -292,6 +292,48 @@ def test_without_a_ledger_only_what_the_files_prove(tmp_path: Path) -> None:
     assert res.returncode == 0 and "only what the cache" in res.stdout
 
 
+def test_an_unreadable_ledger_is_not_called_missing(tmp_path: Path) -> None:
+    """A ledger the user cannot read (or one without a readable event): the counts come from
+    the files, and the report says the ledger is there (was: "no recorder ledger ... install
+    vllm-cache-tools where vLLM runs", advice for another problem)."""
+    root = tmp_path / "root"
+    shutil.copytree(SAMPLE, root)
+    next((root / "torch_compile_cache" / ".vllm-cache-tools" / "ledger").glob("*.jsonl")
+         ).chmod(0)
+    res = run_cli("stats", "--root", str(root), unprivileged=True)
+    assert res.returncode == 0, res.stderr
+    assert "Permission denied" in res.stderr and "no recorder ledger" not in res.stdout
+    assert "1 ledger(s) without a readable event, so only what the cache files prove" in \
+        res.stdout
+    assert "the 1 recorder ledger(s) here hold no readable event" in res.stdout
+
+
+def test_a_root_or_folder_the_user_cannot_look_into(tmp_path: Path) -> None:
+    """stats and drift on a root the user cannot list: the root check's one line, exit 2
+    (was: "internal error: PermissionError", exit 3); a folder of roots whose only subfolder
+    cannot be listed says so in its one line."""
+    root = tmp_path / "root"
+    shutil.copytree(SAMPLE, root)
+    root.chmod(0)
+    try:
+        for verb in ("stats", "drift"):
+            res = run_cli(verb, "--root", str(root), unprivileged=True)
+            assert res.returncode == 2, res.stderr
+            assert res.stderr == f"vllm-cache: error: cache root {root} is not readable\n"
+    finally:
+        root.chmod(0o755)
+    folder = tmp_path / "fleet"
+    (folder / "a").mkdir(parents=True)
+    shutil.copytree(SAMPLE, folder / "a" / "r")
+    (folder / "a").chmod(0)
+    try:
+        res = run_cli("stats", "--root", str(folder), unprivileged=True)
+    finally:
+        (folder / "a").chmod(0o755)
+    assert res.returncode == 2
+    assert res.stderr.endswith(f"(cannot list {folder / 'a'}: Permission denied)\n")
+
+
 def test_cli_json_shape(tmp_path: Path) -> None:
     res = run_cli("stats", "--root", str(SAMPLE), "--json")
     assert res.returncode == 0, res.stderr

@@ -465,3 +465,45 @@ def test_hostile_factors_make_the_entry_unknown_not_corrupt(sample_root: Path, d
     assert "\n" not in entries["28fd362d4e"].state_detail
     assert {e.state for k, e in entries.items() if k != "28fd362d4e"} <= {
         "complete", "unloadable", "in-use"}, f
+
+
+def test_explain_names_the_file_it_could_not_read(tmp_path: Path) -> None:
+    """explain of two entries, one with its cache_key_factors.json (or AOT model) unreadable
+    to the user: the gap names the entry and the reader's error (was: "an entry has no
+    cache_key_factors.json" / "an AOT model could not be read": neither which entry nor that
+    the file is there)."""
+    root = tmp_path / "root"
+    shutil.copytree(SAMPLE, root, symlinks=True)
+    cc = root / "torch_compile_cache"
+    (cc / "28fd362d4e" / "rank_0_0" / "backbone" / "cache_key_factors.json").chmod(0)
+    aot = cc / "torch_aot_compile"
+    next(aot.glob("0b8536d36d86*/rank_0_0/model")).chmod(0)
+    for a, b, says in (("28fd362d4e", "39ecaca4bf",
+                        "28fd362d4e: cannot read cache_key_factors.json: Permission denied"),
+                       ("b6a18428ab0d", "0b8536d36d86",
+                        "0b8536d36d86: cannot read model: Permission denied")):
+        r = run_cli("explain", a, b, "--root", str(root), "--json", unprivileged=True)
+        assert r.returncode == 1, r.stderr
+        assert [u["detail"] for u in json.loads(r.stdout)["unexplained"]] == [says]
+
+
+def test_audit_says_which_manifests_it_could_not_read(tmp_path: Path) -> None:
+    """A manifest the user cannot read is a start audit cannot compare: a warning naming it,
+    a line in the report and ``problems`` in --json (was: skipped in silence, "no possible
+    false hits", exit 0, as if it had been compared)."""
+    root = tmp_path / "root"
+    shutil.copytree(SAMPLE, root, symlinks=True)
+    m = next(root.glob("torch_compile_cache/torch_aot_compile/0b8536d36d86*/rank_0_0/"
+                       "vct-manifest.*.json"))
+    m.chmod(0)
+    r = run_cli("audit", "--root", str(root), unprivileged=True)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == (f"vllm-cache: warning: 0b8536d36d86: cannot read {m.name}: "
+                        "Permission denied (not audited)\n")
+    assert "1 manifest(s) could not be read and were not compared" in r.stdout
+    r = run_cli("audit", "--root", str(root), "--json", unprivileged=True)
+    assert json.loads(r.stdout)["problems"] == [
+        f"0b8536d36d86: cannot read {m.name}: Permission denied"]
+    m.chmod(0o644)
+    r = run_cli("audit", "--root", str(root), "--json")
+    assert r.returncode == 0 and r.stderr == "" and json.loads(r.stdout)["problems"] == []

@@ -12,6 +12,7 @@ from vllm_cache_tools.errors import UsageError
 _SIZE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>[kmgtKMGT]?)i?[bB]?$")
 _AGE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>s|m|h|d|w)$")
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
+_MAX_SIZE = 2**63
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
 
@@ -20,7 +21,10 @@ def parse_size(text: str) -> int:
     m = _SIZE.match(text.strip())
     if not m:
         raise UsageError(f"not a size: {text!r} (use e.g. 500M, 50G)")
-    return int(float(m["n"]) * _UNITS[m["unit"].lower()])
+    n = float(m["n"]) * _UNITS[m["unit"].lower()]
+    if not n < _MAX_SIZE:  # inf (a few hundred digits) has no int; sizes are int64 on disk
+        raise UsageError(f"size too large: {text!r} (at most {_MAX_SIZE // 1024**4}T)")
+    return int(n)
 
 
 def format_size(n: int) -> str:

@@ -126,7 +126,10 @@ def _starts_from_ledgers(inputs: Inputs, named: set[tuple[str, str, str]],
     for path in inputs.ledgers:
         for b in read_batches(path):
             if isinstance(b, LedgerProblem):
-                bad += 1
+                if b.line == 0:  # the whole file (unreadable, not a regular file)
+                    problems.append(str(b))
+                else:
+                    bad += 1
                 continue
             for r in b:
                 host, key, tree, manifest = r.host, r.key, r.tree, r.manifest

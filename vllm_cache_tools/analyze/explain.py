@@ -130,6 +130,13 @@ def _linked_aot(e: Entry, aots: Sequence[Entry]) -> AotModelInfo | None:
     return infos[0] if infos else None
 
 
+def _unread(e: Entry, name: str) -> str:
+    """Why entry ``e``'s ``name`` gave no evidence: the reader's own error when the file is
+    there but could not be read (say, permission denied), else that it is missing."""
+    said = [p.detail for p in e.problems if p.kind == "unreadable" and name in p.detail]
+    return f"{e.key[:12]}: {said[0]}" if said else f"{e.key[:12]} has no readable {name}"
+
+
 def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explanation:
     """Why ``b`` is not ``a``. Entries must be deep reads; ``others`` (deep reads of the other
     entries of the root) let a backend entry borrow the proven sources of its AOT sibling."""
@@ -145,7 +152,8 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
     if a.layout == "backend" and b.layout == "backend":
         fa, fb = a.factors, b.factors
         if fa is None or fb is None:
-            unexplained.append(Unexplained("all", "an entry has no cache_key_factors.json",
+            unexplained.append(Unexplained("all", _unread(a if fa is None else b,
+                                                          "cache_key_factors.json"),
                                            "a recorder manifest or the start's log"))
         else:
             ev = "cache_key_factors.json"
@@ -191,7 +199,7 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
     elif a.layout == "aot" and b.layout == "aot":
         ia, ib = a.aot_info, b.aot_info
         if ia is None or ib is None:
-            unexplained.append(Unexplained("all", "an AOT model could not be read",
+            unexplained.append(Unexplained("all", _unread(a if ia is None else b, "model"),
                                            "an intact artifact"))
         else:
             ev = "AOT model"
@@ -344,6 +352,17 @@ def explain_logs(old: Any, new: Any, old_ref: str, new_ref: str,
         same_dir = (s.old_cache_dir == s.new_cache_dir and s.old_cache_dir is not None) or (
             s.old_aot == s.new_aot and s.old_aot is not None)
         same = same and not changed and same_dir
+        if not s.hashes and not same_dir:
+            # Different entries and no factor hashes on one side: nothing here can say why.
+            hits = [r for r, o in (("old", s.old_outcome), ("new", s.new_outcome))
+                    if o == "hit"]
+            unexplained.append(
+                Unexplained("key", f"the {hits[0]} start loaded its entry from the cache: "
+                            "vLLM logs the key factors only when it compiles",
+                            "the log of the start that compiled that entry, or the two "
+                            "entries (explain A B)") if hits else
+                Unexplained("key", "the key factor hashes are not in both logs",
+                            "DEBUG logs (VLLM_LOGGING_LEVEL=DEBUG) of vLLM >= 0.14"))
         for e in s.env_changes:
             causes.append(Cause("env", e.name, None if e.old is None else env_value(e.old),
                                 None if e.new is None else env_value(e.new),

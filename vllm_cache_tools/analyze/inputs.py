@@ -141,7 +141,14 @@ def _gather_root(croot: CacheRoot, manifests: bool, problems: list[str]
 
 
 def is_root(path: Path) -> bool:
-    return path.name == COMPILE_CACHE_DIRNAME or (path / COMPILE_CACHE_DIRNAME).is_dir()
+    """A vLLM cache root (or its compile cache); a folder that cannot be looked into counts as
+    one, so the root check says why it cannot be read."""
+    if path.name == COMPILE_CACHE_DIRNAME:
+        return True
+    try:
+        return (path / COMPILE_CACHE_DIRNAME).is_dir()
+    except OSError:  # EACCES on the folder itself (pathlib raises it before 3.12)
+        return True
 
 
 def _gather_folder(top: Path, manifests: bool, problems: list[str]
@@ -244,6 +251,7 @@ def gather(source: str | os.PathLike[str] | None = None, *, manifests: bool = Fa
         kind = "folder"
         if not (ledgers or entries or ms):
             raise InputError(f"{display_path(path)} is neither a vLLM cache root nor a folder "
-                             "with cache roots, ledgers (*.jsonl) or recorder manifests")
+                             "with cache roots, ledgers (*.jsonl) or recorder manifests"
+                             + (f" ({problems[0]})" if problems else ""))
     return Inputs(display_path(path), kind, tuple(ledgers), _unique(entries),
                   _unique_manifests(ms), tuple(problems))

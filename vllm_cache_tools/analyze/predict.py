@@ -321,6 +321,10 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
     (``trace=False``: never; the backend key is then unknown)."""
     env = dict(os.environ if env is None else env)
     croot = resolve_root(root, env)
+    if os.path.lexists(croot.vllm_root) and not croot.vllm_root.is_dir():
+        # A missing root is a cold cache (vLLM makes it); a file there stops vLLM's start.
+        raise PredictError(f"cache root {croot.vllm_root} is not a directory (from "
+                           f"{croot.source})")
     env["VLLM_CACHE_ROOT"] = str(croot.vllm_root)
     stages = StageRelay(progress)
     with ThreadPoolExecutor(1) as pool:
@@ -336,6 +340,11 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
     if progress is not None:
         progress("comparing with the cache")
     probe = dict(probe_run.data)
+    world = probe.get("world_size")
+    if rank < 0 or (isinstance(world, int) and rank >= world):
+        # vLLM names no folder for a rank it does not start.
+        raise PredictError(f"--rank {rank}: this start has {world} worker rank(s) "
+                           "(tensor x pipeline parallel size), numbered from 0")
     modules = sorted({s.module for i in aot_infos.values() for s in i.inlined_sources})
     probe["modules"] = module_files(modules, probe.get("module_origins") or {})
 

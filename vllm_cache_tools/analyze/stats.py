@@ -160,9 +160,10 @@ def _groups(by: str, accs: Mapping[str, list[Any]], inputs: Inputs) -> tuple[Gro
     return tuple(out)
 
 
-def _from_files(inputs: Inputs, by: str, since: float | None, problems: list[str]
-                ) -> StatsReport:
-    """No ledger: only what the entries prove."""
+def _from_files(inputs: Inputs, by: str, since: float | None, problems: list[str],
+                files: int = 0) -> StatsReport:
+    """No ledger, or ``files`` ledgers without a readable event: only what the entries
+    prove."""
     es = [e for e in inputs.entries if since is None or (e.created or 0.0) >= since]
     names: dict[str, list[EntryFacts]] = {}
     for e in es:
@@ -183,14 +184,16 @@ def _from_files(inputs: Inputs, by: str, since: float | None, problems: list[str
                                  len(g) if by in ("model", "entry") else None,
                                  sum(e.size_bytes for e in g)) for name, g in names.items()),
                           key=lambda g: (-(g.size_bytes or 0), g.name)))
+    why = (f"the {files} recorder ledger(s) here hold no readable event (see the warnings)"
+           if files else "no recorder ledger in this source (install vllm-cache-tools where "
+           "vLLM runs: its recorder writes one)")
     unknown: tuple[str, ...] = (
-        "starts, hits, load failures, compile and saved seconds: no recorder ledger in this "
-        "source (install vllm-cache-tools where vLLM runs: its recorder writes one); misses "
-        "count the entries written, each compiled at least once",)
+        f"starts, hits, load failures, compile and saved seconds: {why}; misses count the "
+        "entries written, each compiled at least once",)
     if by == "host":
         unknown += ("host: the cache files do not say which host wrote them",)
     return StatsReport(inputs.source, inputs.kind, "files", since, by, counters(len(es)),
-                       groups, {}, 0, 0, None, None, 0, len(inputs.entries),
+                       groups, {}, files, 0, None, None, 0, len(inputs.entries),
                        sum(e.size_bytes for e in inputs.entries), len(inputs.entries), (),
                        unknown, tuple(problems))
 
@@ -223,7 +226,7 @@ def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None,
             problems.append("the ledgers hold no event" + (" in that time" if since else ""))
             if since is not None:  # the ledgers count: no start in that time
                 return _no_start(inputs, by, since, files, problems)
-        return _from_files(inputs, by, since, problems)
+        return _from_files(inputs, by, since, problems, files)
     total = sum_accs(part.groups.values())
     accs = part.entry_groups if by == "entry" else part.groups
     events: dict[str, dict[str, int]] = {}

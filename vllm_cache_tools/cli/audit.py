@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from vllm_cache_tools.analyze.audit import AuditReport, audit
-from vllm_cache_tools.cli.common import print_json, warn_unread, write_out
+from vllm_cache_tools.cli.common import print_json, warn, warn_unread, write_out
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.cli.render import shown_keys
 from vllm_cache_tools.read.manifest import read_manifests
@@ -59,14 +59,23 @@ def audit_cmd(
     info = scan(root, check_in_use=False)
     warn_unread(info.problems)  # a symlinked torch_compile_cache: 0 entries, not a clean root
     # Only the manifests are needed: no deep read of the artifacts.
-    entries = [replace(e, manifests=tuple(read_manifests(e.path, e.layout)[0]))
-               for e in info.entries]
+    entries, problems = [], []
+    for e in info.entries:
+        ms, bad = read_manifests(e.path, e.layout)
+        entries.append(replace(e, manifests=tuple(ms)))
+        problems += [f"{e.key[:12]}: {b}" for b in bad]
+    # A manifest not read is a start not compared: said, so "none" is not taken as proof.
+    for p in problems:
+        warn(f"{p} (not audited)")
     report = audit(info.root, entries)
     if json_out:
         print_json(with_schema("audit", {
             "root": display_path(report.root), "entries": report.entries,
             "with_manifests": report.with_manifests, "reused": report.reused,
-            "findings": [asdict(f) for f in report.findings]}))
+            "findings": [asdict(f) for f in report.findings], "problems": problems}))
     else:
         _render(report, shown_keys(e.key for e in info.entries))
+        if problems:
+            write_out(f"{len(problems)} manifest(s) could not be read and were not compared "
+                      "(see the warnings)\n")
     raise typer.Exit(1 if report.possible_false_hits else 0)

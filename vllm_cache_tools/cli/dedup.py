@@ -91,7 +91,7 @@ def dedup(
     kinds vLLM, Inductor and Triton never modify in place, within one filesystem. Your own
     files only; entries in use or modified within the grace period are left alone."""
     croot = resolve_root(root)
-    check_prunable_root(croot.vllm_root, force, verb="dedup")
+    check_prunable_root(croot, force, verb="dedup")
     apply = yes and not dry_run
     grace_s = parse_grace(grace)
     if undo:

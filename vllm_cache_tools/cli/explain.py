@@ -62,7 +62,13 @@ def explain(
 
 
 def _from_entries(a: str, b: str, root: Path | None) -> Explanation:
-    return explain_refs(a, b, root)
+    try:
+        return explain_refs(a, b, root)
+    except EntryNotFound as exc:
+        # Two log files given without --logs: say how to compare them.
+        if all(Path(parse_ref(r)[0]).is_file() for r in (a, b)):
+            fail(f"{exc} (to compare two vLLM logs, pass --logs)")
+        raise
 
 
 def _latest(root: Path | None) -> Explanation:
@@ -100,12 +106,21 @@ def _against_current(ref: str, args: list[str], root: Path | None,
 def _from_logs(old_ref: str, new_ref: str) -> Explanation:
     (op, on), (np_, nn) = parse_ref(old_ref), parse_ref(new_ref)
     for p in (op, np_):
+        if Path(p).is_dir():
+            fail(f"{p}: is a directory, not a log file")
         if not Path(p).is_file():
             fail(f"{p}: no such log file")
     so, _ = read_starts(op, True)
     sn, _ = read_starts(np_, True)
-    old = pick_start(so, on, old_ref, -1)
+    # The same file twice: its last two starts, as log --compare reads it.
+    same_file = op == np_ and on is None and nn is None
+    if same_file and len(so) < 2:
+        fail(f"{op}: has {len(so)} start(s); comparing it with itself needs two (or say "
+             "which: FILE@1 FILE@2)")
+    old = pick_start(so, on, old_ref, -2 if same_file else -1)
     new = pick_start(sn, nn, new_ref, -1)
+    if same_file:
+        old_ref, new_ref = f"{op}@{len(so) - 1}", f"{np_}@{len(sn)}"
     return explain_logs(old, new, old_ref, new_ref, _code_from_cache)
 
 

@@ -66,7 +66,10 @@ def _prestart(vllm_args: Sequence[str], root: Path | None, python: str | None, u
     from vllm_cache_tools.store.locate import resolve_root
 
     env = dict(os.environ)
-    env["VLLM_CACHE_ROOT"] = str(resolve_root(root, env).vllm_root)
+    vllm_root = resolve_root(root, env).vllm_root
+    if os.path.lexists(vllm_root) and not vllm_root.is_dir():
+        return  # predict refuses this root before it asks for the probe's answer
+    env["VLLM_CACHE_ROOT"] = str(vllm_root)
     prestart(vllm_args, env, python, usage, rank, memo=True, fresh=fresh, standby=standby,
              progress=progress)
 
@@ -86,6 +89,8 @@ def run_predict(vllm_args: Sequence[str], root: Path | None = None, json_out: bo
              "--max-model-len 128")
     if usage not in ("serve", "llm"):
         fail("--usage must be serve or llm")
+    if rank < 0:
+        fail(f"--rank must be 0 or more (got {rank})")
     if for_host is not None:
         from vllm_cache_tools.cli.predict_for_host import predict_for_host_cmd
 

@@ -52,23 +52,26 @@ def parse_grace(text: str) -> float:
         fail(f"--grace: {exc}")
 
 
-def load_root(root: Path | None, force: bool) -> CacheInfo:
-    """Resolve, refuse unsafe roots, and scan afresh: a deleting command does not plan from
-    the listing index. In use is judged by the planner."""
+def load_root(root: Path | None, force: bool, verb: str = "prune") -> CacheInfo:
+    """Resolve, refuse unsafe roots (``verb`` names the refused command), and scan afresh: a
+    deleting command does not plan from the listing index. In use is judged by the
+    planner."""
     croot = resolve_root(root)
-    check_prunable_root(croot.vllm_root, force)
+    check_prunable_root(croot, force, verb=verb)
     return scan(croot, check_in_use=False, use_index=False)
 
 
-def confirm(plan: PrunePlan | None, yes: bool, json_out: bool, *, tmp_files: int = 0) -> bool:
+def confirm(plan: PrunePlan | None, yes: bool, json_out: bool, *, tmp_files: int = 0,
+            look_only: str = "--dry-run to only see the plan") -> bool:
     """Ask on the terminal (stderr, so --json stays clean); refuse when nobody can answer.
-    ``tmp_files``: leftover files (verify --fix) asked about with the entries."""
+    ``tmp_files``: leftover files (verify --fix) asked about with the entries; ``look_only``:
+    how this verb shows what it would do without doing it."""
     n = len(plan.entries) if plan is not None else 0
     if yes or not (n or tmp_files):
         return True
     if not sys.stdin.isatty():
         fail("not deleting without confirmation: stdin is not a terminal; pass --yes, or "
-             "--dry-run to only see the plan")
+             + look_only)
     what = [f"{n} entries ({format_size(plan.bytes)})" if plan is not None and n else "",
             f"{tmp_files} leftover *.tmp file(s)" if tmp_files else ""]
     sys.stderr.write(f"Delete {' and '.join(w for w in what if w)}? [y/N] ")

@@ -44,7 +44,7 @@ def rm(
     inductor_cache). In-use, recently modified (--grace) and other users' entries stay.
     Exit 1 when a named entry could not be removed."""
     prot = Protections(grace_s=parse_grace(grace), all_users=all_users)
-    info = load_root(root, force)
+    info = load_root(root, force, verb="rm")
     named: list[tuple[Path, str]] = []
     for ref in refs:
         path = locate_entry(ref, info.root)

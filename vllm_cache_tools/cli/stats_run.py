@@ -133,8 +133,10 @@ def _summary(r: StatsReport) -> list[str]:
                    f"with its entry's compile time{unknown}")
         out.append(f"  loading         {_secs(t.load_seconds):>9}  spent by hits")
     else:
-        out.append(f"stats of {r.source} ({r.kind}): no recorder ledger, so only what the cache "
-                   "files prove")
+        none = (f"{r.ledgers} ledger(s) without a readable event" if r.ledgers else
+                "no recorder ledger")
+        out.append(f"stats of {r.source} ({r.kind}): {none}, so only what the cache files "
+                   "prove")
         out.append(f"  entries written {_num(t.misses):>9}  (each compiled at least once)")
     never = sum(u.size_bytes or 0 for u in r.never_hit)
     out.append(f"  cache           {r.entries:,} entries, {human_size(r.size_bytes)}"

@@ -77,7 +77,7 @@ def verify_cmd(
     prot = Protections(grace_s=parse_grace(grace), all_users=all_users)
     croot = resolve_root(root)
     if fix:
-        check_prunable_root(croot.vllm_root, force, verb="fix")
+        check_prunable_root(croot, force, verb="fix")
     report = verify(croot)
     fs = filesystem_of(croot.vllm_root)
     out: dict[str, object] = with_schema("verify", verify_json(report))
@@ -103,7 +103,8 @@ def verify_cmd(
             _p("")
             render_plan(plan, dry_run=False)
     # One question before anything is removed, leftover files included.
-    go = fix and confirm(plan, yes, json_out, tmp_files=len(tmps))
+    go = fix and confirm(plan, yes, json_out, tmp_files=len(tmps),
+                         look_only="leave out --fix to only see the problems")
     tmp_gone: set[str] = set()
     if tmps and go:
         removals = remove_orphan_tmps(croot.vllm_root, tmps, grace_s=prot.grace_s,

@@ -37,6 +37,7 @@ import contextlib
 import gc
 import hashlib
 import inspect
+import io
 import json
 import os
 import subprocess
@@ -492,7 +493,14 @@ def build_config(args: list[str], usage: str) -> Any:
         argv = ["--model", argv[0], *argv[1:]]  # `vllm serve MODEL ...`
     cls = AsyncEngineArgs if usage == "serve" else EngineArgs
     parser = _PARSERS.pop(usage) if usage in _PARSERS else vllm_parser(usage)
-    ns = parser.parse_args(argv)
+    said = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(said):
+            ns = parser.parse_args(argv)
+    except SystemExit as exc:
+        # argparse printed usage and "prog: error: MESSAGE"; the caller shows one line.
+        lines = said.getvalue().strip().splitlines()
+        raise SystemExit(lines[-1].split("error: ", 1)[-1] if lines else exc.code) from None
     engine_args = cls.from_cli_args(ns)
     ctx = UsageContext.OPENAI_API_SERVER if usage == "serve" else UsageContext.LLM_CLASS
     return engine_args.create_engine_config(usage_context=ctx)
@@ -952,7 +960,8 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
         while _PENDING_MEMO:
             _PENDING_MEMO.pop()(out["deps"])
     except SystemExit as exc:  # argparse rejected the arguments
-        out = {"error": f"invalid vLLM arguments (argparse exit {exc.code})",
+        out = {"error": f"invalid vLLM arguments: {exc.code}" if isinstance(exc.code, str)
+               else f"invalid vLLM arguments (argparse exit {exc.code})",
                "error_kind": "arguments"}
     except (ValueError, TypeError) as exc:  # vLLM's config validation
         out = {"error": f"{type(exc).__name__}: {exc}", "error_kind": "arguments",

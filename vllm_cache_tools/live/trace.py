@@ -266,7 +266,8 @@ def main() -> None:
         out = traced_files(probe, req)
         out["deps"] = probe.dependencies()
     except SystemExit as exc:
-        out = {"error": f"invalid vLLM arguments (argparse exit {exc.code})"}
+        out = {"error": f"invalid vLLM arguments: {exc.code}" if isinstance(exc.code, str)
+               else f"invalid vLLM arguments (argparse exit {exc.code})"}
     except Exception as exc:
         out = {"error": f"{type(exc).__name__}: {exc}",
                "traceback": traceback.format_exc(limit=8)}

@@ -43,7 +43,7 @@ from vllm_cache_tools.maintain.policies import POLICY_SELECTORS, Budget, Choosin
 from vllm_cache_tools.maintain.trash import entry_tree, is_dir_stat
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.store.entries import read_entry
-from vllm_cache_tools.store.locate import SYMLINKED_COMPILE_CACHE, display_path
+from vllm_cache_tools.store.locate import SYMLINKED_COMPILE_CACHE, CacheRoot, display_path
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import CacheInfo, Entry, Layout
 from vllm_cache_tools.units import fmt_duration
@@ -56,12 +56,18 @@ class RootRefused(VctError, ValueError):
     """A root we will not prune without ``--force``."""
 
 
-def check_prunable_root(vllm_root: Path, force: bool = False, verb: str = "prune") -> None:
+def check_prunable_root(root: CacheRoot, force: bool = False, verb: str = "prune") -> None:
     """Refuse ``/``, ``$HOME`` and folders that do not look like a vLLM cache root (no
     ``torch_compile_cache`` or ``torch_aot_compile`` folder in them) unless ``force``;
-    ``verb`` names what is refused in the message."""
+    ``verb`` names what is refused in the message. A root that is missing, not a folder or
+    not readable is a :class:`RootError` first, with or without ``force`` (which cannot
+    help there)."""
+    from vllm_cache_tools.store.scan import check_root
+
+    check_root(root)
     if force:
         return
+    vllm_root = root.vllm_root
     real = os.path.realpath(vllm_root)
     if real == "/":
         raise RootRefused(f"refusing to {verb} / (pass --force if you really mean it)")
@@ -376,7 +382,7 @@ def plan_prune_root(root: str | os.PathLike[str] | None, policies: Policies,
     from vllm_cache_tools.store.scan import scan
 
     croot = resolve_root(root)
-    check_prunable_root(croot.vllm_root, force)
+    check_prunable_root(croot, force)
     info = scan(croot, check_in_use=False, use_index=False)
     return plan_prune(info, policies, protections, environment=environment,
                       link_sources=True)

@@ -47,7 +47,10 @@ def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = Non
     """Find an entry folder from a key, a unique key prefix (like git's short hashes) or a
     path (the entry folder or anything inside it)."""
     p = Path(os.path.expanduser(ref))
-    if os.path.lexists(p) and ("/" in ref or ref in (".", "..")):
+    # A bare hex name is a key even where a file of that name is here; any other name that
+    # exists is a path (say, `explain run.log ...` from the log's folder).
+    if os.path.lexists(p) and ("/" in ref or ref in (".", "..")
+                               or not re.fullmatch(r"[0-9a-f]{1,64}", ref)):
         p = Path(os.path.abspath(p))
         for cand in (p, *p.parents):
             if AOT_KEY.match(cand.name) and cand.parent.name == AOT_DIRNAME:
