@@ -13,6 +13,9 @@ wall and CPU (user + sys) seconds beside it and the 1-minute load average before
   ``find -printf`` printing what a listing needs of each name (``walk:find``), and the same
   read by Python split into fields (``walk:find-parse``: a C walker's floor as a scanner);
 - ``vllm-cache ls --rescan --json`` with 1 worker and with the default workers (every core);
+- ``python-start`` (``python -c pass``: the interpreter alone) and ``walk:index-stats-c``:
+  the ``lstat``s of ``walk:index-stats`` from C (compiled here with ``cc`` when there is one):
+  the system calls' own cost, without Python's ~2.5 us per ``os.lstat``;
 - ``vllm-cache ls --json`` with the listing index warm (nothing changed), and with none at
   all (``cold``: a first listing); ``walk:index-stats``, the floor of an indexed listing (load
   the index, ``lstat`` what it watches, no CLI and no output);
@@ -107,6 +110,42 @@ def _index_stats(tree: str) -> int:
         finally:
             os.close(fd)
     return n
+
+
+LSTAT_C = r"""
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+int main(int argc, char **argv) {
+    FILE *f = fopen(argv[1], "r"); char line[8192]; struct stat st; long long n = 0;
+    if (!f) return 2;
+    while (fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        if (lstat(line, &st) == 0) n += st.st_size > 0;
+    }
+    printf("%lld\n", n);
+    return 0;
+}
+"""
+"""``walk:index-stats-c``: the ``lstat``s of ``walk:index-stats`` (every watched folder and key
+file of every entry, by full path) from C, with no interpreter: what those system calls cost
+on this machine, against what the same calls cost through Python's ``os.lstat``."""
+
+
+def _watched_paths(tree: Path, out: Path) -> int:
+    """Write the full path of every folder and key file the listing index watches to ``out``
+    (one per line), for ``walk:index-stats-c``; how many."""
+    import msgspec
+
+    from vllm_cache_tools.store.listing_index import Record, index_path
+
+    doc = msgspec.msgpack.decode(index_path(tree / "torch_compile_cache").read_bytes(),
+                                 type=tuple[int, str, dict[str, msgspec.Raw]])
+    dec = msgspec.msgpack.Decoder(Record).decode
+    paths = [os.path.normpath(os.path.join(p, rel)) for p, raw in doc[2].items()
+             for rec in (dec(raw),) for rel in (*rec.dir_names, *(k[0] for k in rec.key_files))]
+    out.write_text("".join(p + "\n" for p in paths))
+    return len(paths)
 
 
 FIND_FORMAT = "%y %s %b %U %T@ %A@ %P\\0"
@@ -209,6 +248,22 @@ def main() -> int:
     load0 = os.getloadavg()[0]
     timed(["du", "-sb", str(tree)], env)  # warm the dentry/inode caches for everyone
     timed(cmds["indexed"][0], env)  # the index
+    if not (a.skip_options or a.rss_only):
+        # The interpreter's own start (`python -c pass`), and the index's lstats from C: the
+        # parts of an indexed listing no Python code of ours can make cheaper.
+        cmds["python-start"] = ([sys.executable, "-c", "pass"], env)
+        cc = shutil.which("cc") or shutil.which("gcc")
+        if cc:
+            with tempfile.TemporaryDirectory(dir=state) as d:
+                Path(d, "lstat.c").write_text(LSTAT_C)
+                subprocess.run([cc, "-O2", "-o", str(state / "lstat-paths"),
+                                str(Path(d, "lstat.c"))], check=True)
+            # The index the ls runs use (XDG_CACHE_HOME=state): loaded as index-stats does.
+            os.environ["XDG_CACHE_HOME"] = str(state)
+            n = _watched_paths(tree, state / "watched.txt")
+            print(f"walk:index-stats-c: {n} watched paths", flush=True)
+            cmds["walk:index-stats-c"] = ([str(state / "lstat-paths"),
+                                           str(state / "watched.txt")], env)
     if "base:indexed" in cmds:
         timed(*cmds["base:indexed"])
     rows: dict[str, list[tuple[float, float, int]]] = {k: [] for k in cmds}
