@@ -1,0 +1,50 @@
+"""A new user's trial (round 7): inputs that were taken, silently ignored or answered wrongly,
+each run on a copy of ``examples/sample_cache`` through the real console script."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+
+SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
+
+
+@pytest.fixture()
+def root(tmp_path: Path) -> Path:
+    dst = tmp_path / "root"
+    shutil.copytree(SAMPLE, dst, symlinks=True)
+    return dst
+
+
+def _entries(root: Path) -> list[str]:
+    cc = root / "torch_compile_cache"
+    return sorted([p.name for p in cc.glob("??????????")]
+                  + [p.name for p in (cc / "torch_aot_compile").iterdir()])
+
+
+@pytest.mark.parametrize("verb", ["rm", "show"])
+def test_a_key_prefix_shorter_than_four_digits_is_refused(root: Path, verb: str) -> None:
+    before = _entries(root)
+    for ref in ("0", "0b8", "B6A"):
+        r = run_cli(verb, ref, "--root", str(root), *(["--yes"] if verb == "rm" else []))
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert r.stderr.strip().splitlines() == [
+            f"vllm-cache: error: key prefix {ref!r} is too short: give at least 4 hex digits"]
+    assert _entries(root) == before
+    # Four digits, in either case, still name the entry.
+    r = run_cli("show", "0B85", "--root", str(root), "--json")
+    assert r.returncode == 0 and '"0b8536d36d86' in r.stdout, r.stderr
+
+
+def test_rm_refuses_an_ambiguous_prefix(root: Path) -> None:
+    cc = root / "torch_compile_cache"
+    src = cc / "39ecaca4bf"
+    shutil.copytree(src, cc / "39ec000000", symlinks=True)
+    before = _entries(root)
+    r = run_cli("rm", "39ec", "--root", str(root), "--yes")
+    assert r.returncode == 2 and "key prefix '39ec' is ambiguous" in r.stderr, r.stderr
+    assert _entries(root) == before
