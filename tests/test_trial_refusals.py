@@ -48,3 +48,17 @@ def test_rm_refuses_an_ambiguous_prefix(root: Path) -> None:
     r = run_cli("rm", "39ec", "--root", str(root), "--yes")
     assert r.returncode == 2 and "key prefix '39ec' is ambiguous" in r.stderr, r.stderr
     assert _entries(root) == before
+
+
+def test_ls_all_caches_of_a_missing_root_is_the_error_ls_gives(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope")
+    plain = run_cli("ls", "--root", missing)
+    for args in (["--all-caches"], ["--all-caches", "--json"]):
+        r = run_cli("ls", *args, "--root", missing)
+        assert r.returncode == plain.returncode == 2 and not r.stdout, r.stdout
+        assert r.stderr == plain.stderr == (
+            f"vllm-cache: error: cache root {missing} does not exist (from --root)\n")
+    a_file = tmp_path / "f"
+    a_file.write_text("")
+    r = run_cli("ls", "--all-caches", "--root", str(a_file))
+    assert r.returncode == 2 and r.stderr.endswith("is not a directory\n"), r.stderr
