@@ -62,3 +62,20 @@ def test_ls_all_caches_of_a_missing_root_is_the_error_ls_gives(tmp_path: Path) -
     a_file.write_text("")
     r = run_cli("ls", "--all-caches", "--root", str(a_file))
     assert r.returncode == 2 and r.stderr.endswith("is not a directory\n"), r.stderr
+
+
+def test_explain_with_nothing_to_compare_is_a_usage_error(root: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    (empty / "torch_compile_cache").mkdir(parents=True)
+    r = run_cli("explain", "--root", str(empty))
+    assert r.returncode == 2 and not r.stdout, r.stdout
+    assert r.stderr == (f"vllm-cache: error: nothing to compare: no entries in {empty} "
+                        "(name two: explain A B)\n")
+    cc = root / "torch_compile_cache"
+    shutil.rmtree(cc / "39ecaca4bf")
+    shutil.rmtree(next((cc / "torch_aot_compile").glob("b6a1*")))
+    r = run_cli("explain", "--root", str(root), "--json")
+    assert r.returncode == 2 and not r.stdout, r.stdout
+    assert r.stderr == (f"vllm-cache: error: nothing to compare: 2 entries, no two of the same "
+                        f"model and tree in {root} (name two: explain A B)\n")
+
