@@ -79,3 +79,28 @@ def test_explain_with_nothing_to_compare_is_a_usage_error(root: Path, tmp_path: 
     assert r.stderr == (f"vllm-cache: error: nothing to compare: 2 entries, no two of the same "
                         f"model and tree in {root} (name two: explain A B)\n")
 
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["explain", "28fd", "39ec", "--python", "/usr/bin/python3"],
+     "--python is the interpreter --against-current probes; it needs --against-current"),
+    (["explain", "--python", "/usr/bin/python3"],
+     "--python is the interpreter --against-current probes; it needs --against-current"),
+    (["explain", "--logs", "--against-current", "28fd", "--", "m"],
+     "--logs compares two logged starts, --against-current an entry with this environment: "
+     "give one"),
+    (["explain", "--logs", "a.log", "b.log", "--root", "."],
+     "--root does not apply to --logs (the logs name their entries' folders)"),
+    (["prune", "--older-than", "1d", "--python", "/usr/bin/python3", "--dry-run"],
+     "--python is the environment --unhittable judges entries against; it needs "
+     "--unhittable"),
+])
+def test_options_the_question_does_not_read_are_refused(root: Path, args: list[str],
+                                                        says: str) -> None:
+    before = _entries(root)
+    if "--root" not in args:
+        args = [*args[:-2], "--root", str(root), *args[-2:]] if "--" in args else [
+            *args, "--root", str(root)]
+    r = run_cli(*args)
+    assert r.returncode == 2 and not r.stdout, r.stdout
+    assert r.stderr == f"vllm-cache: error: {says}\n"
+    assert _entries(root) == before

@@ -46,6 +46,7 @@ def explain(
     Exit status: 0 every difference explained (or same key), 1 something unexplained,
     2 usage error."""
     refs = refs or []
+    _refuse_unused(logs=logs, against_current=against_current, python=python, root=root)
     if against_current is not None:
         x = _against_current(against_current, refs, root, python)
     elif not refs and not logs:
@@ -60,6 +61,19 @@ def explain(
     else:
         _render(x)
     raise typer.Exit(1 if x.unexplained else 0)
+
+
+def _refuse_unused(*, logs: bool, against_current: str | None, python: str | None,
+                   root: Path | None) -> None:
+    """Options the question asked does not read are refused, not dropped: the user meant
+    them to change the answer."""
+    if logs and against_current is not None:
+        fail("--logs compares two logged starts, --against-current an entry with this "
+             "environment: give one")
+    if python is not None and against_current is None:
+        fail("--python is the interpreter --against-current probes; it needs --against-current")
+    if logs and root is not None:
+        fail("--root does not apply to --logs (the logs name their entries' folders)")
 
 
 def _from_entries(a: str, b: str, root: Path | None) -> Explanation:

@@ -225,6 +225,9 @@ def prune(
             max_size_bytes=parse_size(max_size) if max_size else None,
             grace_s=parse_grace(grace), all_users=all_users, dry_run=dry_run, yes=yes,
             json_out=json_out, force=force)
+    if python is not None and not unhittable:
+        fail("--python is the environment --unhittable judges entries against; it needs "
+             "--unhittable")
     pol = Policies(
         older_than_s=parse_age(older_than) if older_than is not None else None,
         max_size_bytes=parse_size(max_size) if max_size is not None else None,
