@@ -3,6 +3,8 @@ each run on a copy of ``examples/sample_cache`` through the real console script.
 
 from __future__ import annotations
 
+import json
+import math
 import shutil
 from pathlib import Path
 
@@ -104,3 +106,40 @@ def test_options_the_question_does_not_read_are_refused(root: Path, args: list[s
     assert r.returncode == 2 and not r.stdout, r.stdout
     assert r.stderr == f"vllm-cache: error: {says}\n"
     assert _entries(root) == before
+
+
+def test_durations_and_ages_that_are_not_measurements_print_as_a_dash() -> None:
+    from vllm_cache_tools.errors import UsageError
+    from vllm_cache_tools.units import fmt_duration, human_age, iso, parse_age
+
+    assert [fmt_duration(s) for s in (math.inf, -math.inf, math.nan)] == ["-"] * 3
+    assert fmt_duration(1.7e308) == fmt_duration(1e12 + 1) == ">11574074d"
+    assert (fmt_duration(45), fmt_duration(9000), fmt_duration(12 * 86400)) == (
+        "45s", "2.5h", "12d")
+    assert [human_age(t, now=1e9) for t in (-math.inf, math.nan, -1e300)] == ["-"] * 3
+    assert human_age(1e9 - 7200, now=1e9) == "2h ago"
+    assert [iso(t) for t in (math.inf, math.nan, 1e300, -1e300)] == [None] * 4
+    with pytest.raises(UsageError, match="age too large"):
+        parse_age("9" * 400 + "d")
+    assert parse_age("99999999999d") == 99999999999 * 86400  # stats --since: every event
+    assert parse_age("30d") == 30 * 86400
+
+
+def test_stats_of_a_ledger_with_absurd_seconds_prints_no_inf(root: Path) -> None:
+    ledger = root / "torch_compile_cache" / ".vllm-cache-tools" / "ledger" / "vm.jsonl"
+    lines = [json.loads(x) for x in ledger.read_text().splitlines()]
+    for x in lines:
+        if "seconds" in x:
+            x["seconds"] = 1.7e308  # two of these summed are inf
+    ledger.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    for args in ([], ["--json"]):
+        r = run_cli("stats", "--root", str(root), *args)
+        assert r.returncode == 0, r.stderr
+        assert "inf" not in r.stdout.lower() and "1967592592" not in r.stdout, r.stdout
+        assert "not a ledger event (Expected `float` <= 1000000000.0" in r.stderr
+    json.loads(r.stdout)
+    r = run_cli("prune", "--older-than", "9" * 400 + "d", "--root", str(root), "--dry-run")
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith("vllm-cache: error: age too large: '999"), r.stderr
+    r = run_cli("prune", "--older-than", "99999999999d", "--root", str(root), "--dry-run")
+    assert r.returncode == 0 and "older-than >11574074d;" in r.stdout, r.stdout
