@@ -143,3 +143,37 @@ def test_stats_of_a_ledger_with_absurd_seconds_prints_no_inf(root: Path) -> None
     assert r.stderr.startswith("vllm-cache: error: age too large: '999"), r.stderr
     r = run_cli("prune", "--older-than", "99999999999d", "--root", str(root), "--dry-run")
     assert r.returncode == 0 and "older-than >11574074d;" in r.stdout, r.stdout
+
+
+def test_prune_that_could_not_delete_a_planned_entry_exits_1(root: Path) -> None:
+    """A folder of a planned entry that is not ours to empty: the entry stays (never half
+    removed), said as "not removed", and the run is a partial failure, exit 1 (was: "kept",
+    exit 0, as if a protection had kept it)."""
+    locked = root / "torch_compile_cache" / "39ecaca4bf" / "rank_0_0"
+    locked.chmod(0o500)
+    try:
+        r = run_cli("prune", "--older-than", "0s", "--grace", "0", "--yes", "--root", str(root),
+                    unprivileged=True)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert ("  not removed backend 39ecaca4bf: permission denied: cannot empty "
+                "39ecaca4bf/rank_0_0\n") in r.stdout, r.stdout
+        assert "deleted 3 entries" in r.stdout
+        assert _entries(root) == ["39ecaca4bf"]
+    finally:
+        locked.chmod(0o700)
+    shutil.copytree(SAMPLE / "torch_compile_cache" / "28fd362d4e",
+                    root / "torch_compile_cache" / "28fd362d4e")
+    locked.chmod(0o500)
+    try:
+        r = run_cli("prune", "--older-than", "0s", "--grace", "0", "--yes", "--root", str(root),
+                    "--json", unprivileged=True)
+        assert r.returncode == 1, r.stderr
+        doc = json.loads(r.stdout)
+        assert doc["deleted"] == ["28fd362d4e"]
+        assert doc["failed"] == [{"key": "39ecaca4bf", "reason": "permission denied: cannot "
+                                  "empty 39ecaca4bf/rank_0_0"}]
+    finally:
+        locked.chmod(0o700)
+    # A protection is not a failure: an entry within --grace stays, exit 0.
+    r = run_cli("prune", "--older-than", "0s", "--grace", "1h", "--yes", "--root", str(root))
+    assert r.returncode == 0 and _entries(root) == ["39ecaca4bf"], r.stdout + r.stderr
