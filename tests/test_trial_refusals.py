@@ -177,3 +177,21 @@ def test_prune_that_could_not_delete_a_planned_entry_exits_1(root: Path) -> None
     # A protection is not a failure: an entry within --grace stays, exit 0.
     r = run_cli("prune", "--older-than", "0s", "--grace", "1h", "--yes", "--root", str(root))
     assert r.returncode == 0 and _entries(root) == ["39ecaca4bf"], r.stdout + r.stderr
+
+
+def test_stats_of_a_folder_of_roots_names_the_root_of_a_damaged_line(tmp_path: Path) -> None:
+    pods = tmp_path / "pods"
+    for pod in ("pod-a", "pod-b"):
+        shutil.copytree(SAMPLE, pods / pod, symlinks=True)
+    ledger = pods / "pod-b" / "torch_compile_cache" / ".vllm-cache-tools" / "ledger" / "vm.jsonl"
+    lines = ledger.read_text().splitlines(keepends=True)
+    ledger.write_text("{broken\n" + "".join(lines[1:]))
+    r = run_cli("stats", str(pods))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.startswith(
+        f"vllm-cache: warning: ledger vm.jsonl of root {pods / 'pod-b'} line 1: not a ledger "
+        "event"), r.stderr
+    # One root: its ledgers by name, as before.
+    r = run_cli("stats", str(pods / "pod-b"))
+    assert r.stderr.startswith("vllm-cache: warning: ledger vm.jsonl line 1: not a ledger"), \
+        r.stderr
