@@ -195,3 +195,16 @@ def test_stats_of_a_folder_of_roots_names_the_root_of_a_damaged_line(tmp_path: P
     r = run_cli("stats", str(pods / "pod-b"))
     assert r.stderr.startswith("vllm-cache: warning: ledger vm.jsonl line 1: not a ledger"), \
         r.stderr
+
+
+def test_warm_log_dash_is_refused_before_vllm_starts(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    r = run_cli("warm", "--log", "-", "--root", str(root), "--", "some-model")
+    assert r.returncode == 2 and not r.stdout, r.stdout
+    assert r.stderr == ("vllm-cache: error: --log -: vLLM's output goes to stderr without "
+                        "--log; give --log a file to keep it\n")
+    assert not (tmp_path / "-").exists() and not Path("-").exists() and not root.exists()
+    r = run_cli("warm", "--log", str(tmp_path), "--root", str(root), "--python", "/nonexistent",
+                "--", "some-model")
+    assert r.returncode == 2 and r.stderr == (
+        f"vllm-cache: error: --log {tmp_path}: cannot write it: Is a directory\n"), r.stderr
