@@ -208,3 +208,46 @@ def test_warm_log_dash_is_refused_before_vllm_starts(tmp_path: Path) -> None:
                 "--", "some-model")
     assert r.returncode == 2 and r.stderr == (
         f"vllm-cache: error: --log {tmp_path}: cannot write it: Is a directory\n"), r.stderr
+
+
+def _without_manifests(root: Path) -> None:
+    for m in root.rglob("vct-manifest.*.json"):
+        m.unlink()
+
+
+def test_explain_of_two_aot_entries_compares_their_backend_siblings(root: Path) -> None:
+    """The AOT tree stores no env or config: the backend entries of the same starts (the
+    recorder's ledger pairs them) do, and are compared (was: "would settle it: the backend
+    entries of both starts", with both in the same root)."""
+    _without_manifests(root)
+    r = run_cli("explain", "0b85", "b6a1", "--root", str(root))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert r.stdout.splitlines()[0] == ("recompiled because env VLLM_ALLOW_LONG_MAX_MODEL_LEN "
+                                        "changed False -> True")
+    assert ("  env       VLLM_ALLOW_LONG_MAX_MODEL_LEN: False -> True  "
+            "[cache_key_factors.json]") in r.stdout
+    assert ("  note: env and config from the backend entries of the same starts, 28fd362d4e "
+            "-> 39ecaca4bf (recorder ledger)") in r.stdout
+    # Without the ledger the traced sources link both backend entries to both AOT entries:
+    # which is whose is not recorded, so they are named, with the command that compares them.
+    shutil.rmtree(root / "torch_compile_cache" / ".vllm-cache-tools" / "ledger")
+    r = run_cli("explain", "0b85", "b6a1", "--root", str(root))
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert ("(would settle it: the backend entries of both starts (here, by the traced "
+            "sources they share: 28fd362d4e, 39ecaca4bf, which start each is from is not "
+            f"recorded; compare them: vllm-cache explain 28fd362d4e 39ecaca4bf --root {root}), "
+            "their logs, or the recorder's manifests)") in r.stdout, r.stdout
+
+
+def test_same_start_backends_pairs_by_start_or_process() -> None:
+    from vllm_cache_tools.analyze.explain import same_start_backends
+    from vllm_cache_tools.read.ledger_stream import LedgerEvent
+
+    def ev(tree: str, key: str, **kw: object) -> LedgerEvent:
+        return LedgerEvent(time=1.8e9, event="miss", tree=tree, key=key, host="h", **kw)
+
+    events = [ev("aot", "A", pid=1), ev("backend", "b1", pid=1), ev("backend", "b2", pid=2),
+              ev("aot", "A", start="s", pid=7), ev("backend", "b3", start="s", pid=8),
+              ev("aot", "A"), ev("backend", "b4")]  # no start id, no pid: no evidence
+    assert same_start_backends(events, "A") == {"b1", "b3"}
+    assert same_start_backends(events, "Z") == set()
