@@ -452,8 +452,10 @@ def with_backend_siblings(x: Explanation, siblings: tuple[Sequence[Entry], Seque
     sa, sb = siblings
     if len(sa) == 1 and len(sb) == 1 and sa[0].key != sb[0].key:
         bx = explain_entries(sa[0], sb[0], others)
+        if any(u.component == "all" for u in bx.unexplained):
+            return x  # a sibling's factors could not be read: they settle nothing
         moved = [c for c in bx.causes if c.component in ("env", "config")]
-        gaps = [u for u in bx.unexplained if u.component in ("env", "config", "all")]
+        gaps = [u for u in bx.unexplained if u.component in ("env", "config")]
         unexplained = [u for u in x.unexplained if u.component != "env/config"]
         if not moved and not gaps:
             unexplained += [Unexplained(
