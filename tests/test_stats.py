@@ -85,7 +85,7 @@ REAL_LINES = (SAMPLE / "torch_compile_cache" / ".vllm-cache-tools" / "ledger" /
          time=1.8e9),
     line(event="hit", tree="aot", key=AOT, host='h"x', pid=1, seconds=1.0, time=1.8e9),
     line(event="hit", tree="aot", key=AOT, host="h\\x", pid=1, seconds=1.0, time=1.8e9),
-    line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=1e300, time=1.8e9),
+    line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=1e9, time=1.8e9),
     line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=1.0, time=1.8e9,
          extra_field={"nested": [1, 2]}),
     json.dumps({"time": 1.8e9, "event": "hit", "tree": "aot", "key": AOT, "host": "h"}),
@@ -162,6 +162,8 @@ def test_a_non_utf8_command_line_is_read(tmp_path: Path) -> None:
     "{", "[]", "null", '{"time": 1.8e9}', "x" * 70000,
     line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=-1.0, time=1.8e9),
     line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=1.0, time=1e300),
+    # Longer than ~31 years: two such lines summed to inf ("compiling infd", JSON Infinity).
+    line(event="hit", tree="aot", key=AOT, host="h", pid=1, seconds=1e300, time=1.8e9),
     line(event="hit", tree="aot", key=AOT, host="h", pid=True, seconds=1.0, time=1.8e9),
     "{}{}", "[" * 5000 + "]" * 5000,
     # A lone surrogate in a checked text field (found by the fuzzer: UnicodeEncodeError).

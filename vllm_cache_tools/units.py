@@ -3,6 +3,7 @@ times. One place for each rule (sizes are powers of 1024 both ways)."""
 
 from __future__ import annotations
 
+import math
 import re
 import time
 from datetime import datetime, timezone
@@ -14,6 +15,9 @@ _AGE = re.compile(r"^(?P<n>\d+(?:\.\d+)?)\s*(?P<unit>s|m|h|d|w)$")
 _UNITS = {"": 1, "k": 1024, "m": 1024**2, "g": 1024**3, "t": 1024**4}
 _MAX_SIZE = 2**63
 _AGE_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+MAX_DURATION_S = 1e12
+"""About 31,700 years: a longer duration prints as ``>11574074d`` (not 300 digits of days),
+a longer age as ``-`` (no timestamp is that old)."""
 
 
 def parse_size(text: str) -> int:
@@ -42,11 +46,19 @@ def parse_age(text: str) -> float:
     m = _AGE.match(text.strip())
     if not m:
         raise UsageError(f"not an age: {text!r} (use e.g. 45m, 12h, 30d, 2w)")
-    return float(m["n"]) * _AGE_UNITS[m["unit"]]
+    secs = float(m["n"]) * _AGE_UNITS[m["unit"]]
+    if not math.isfinite(secs):  # a few hundred digits: inf ("older-than infd")
+        raise UsageError(f"age too large: {text!r}")
+    return secs
 
 
 def fmt_duration(seconds: float) -> str:
-    """Seconds -> ``45s`` / ``2.5h`` / ``12d``."""
+    """Seconds -> ``45s`` / ``2.5h`` / ``12d``; ``-`` when not a number (inf, nan), and
+    ``>11574074d`` beyond :data:`MAX_DURATION_S`."""
+    if not math.isfinite(seconds):
+        return "-"
+    if seconds > MAX_DURATION_S:
+        return f">{MAX_DURATION_S / 86400:.0f}d"
     s = max(0.0, seconds)
     for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
         if s >= n:
@@ -61,9 +73,11 @@ def human_size(n: int | None) -> str:
 
 def human_age(t: float | None, now: float | None = None) -> str:
     """A timestamp as ``3h ago``."""
-    if t is None:
+    if t is None or not math.isfinite(t):
         return "-"
     secs = max(0.0, (time.time() if now is None else now) - t)
+    if not (math.isfinite(secs) and secs <= MAX_DURATION_S):
+        return "-"
     for unit, n in (("d", 86400), ("h", 3600), ("m", 60)):
         if secs >= n:
             return f"{secs / n:.0f}{unit} ago"
@@ -72,9 +86,12 @@ def human_age(t: float | None, now: float | None = None) -> str:
 
 def iso(t: float | None) -> str | None:
     """A timestamp as ISO 8601 with its zone (UTC), as every ``--json`` document writes it."""
-    if t is None:
+    if t is None or not math.isfinite(t):
         return None
-    return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="seconds")
+    try:
+        return datetime.fromtimestamp(t, tz=timezone.utc).isoformat(timespec="seconds")
+    except (OverflowError, OSError, ValueError):  # beyond the years datetime can hold
+        return None
 
 
 __all__ = ["fmt_duration", "format_size", "human_age", "human_size", "iso", "parse_age",

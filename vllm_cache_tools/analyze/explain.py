@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from vllm_cache_tools.analyze.explain_causes import (
@@ -30,7 +31,7 @@ from vllm_cache_tools.analyze.manifest_diff import (
 from vllm_cache_tools.keys.hardware import hardware_detail
 from vllm_cache_tools.keys.source_link import linked_aot_entries
 from vllm_cache_tools.read.aot_model import AotModelInfo
-from vllm_cache_tools.read.manifest import Manifest
+from vllm_cache_tools.read.manifest import LedgerEvent, Manifest
 from vllm_cache_tools.store.types import Cause, Entry
 
 
@@ -423,6 +424,63 @@ def _unique(causes: Iterable[Cause]) -> list[Cause]:
     return list(seen.values())
 
 
+def same_start_backends(events: Iterable[LedgerEvent], aot_key: str) -> set[str]:
+    """Keys of the backend entries that the starts which used AOT entry ``aot_key`` used too,
+    from the recorder's ledger (a start: one host and start id, or one process where the
+    recorder wrote no start id; events with neither are no evidence)."""
+    def start(e: LedgerEvent) -> tuple[str, str] | None:
+        if e.start:
+            return e.host, e.start
+        return (e.host, f"pid {e.pid}") if e.pid is not None else None
+
+    evs = list(events)
+    starts = {start(e) for e in evs if e.tree == "aot" and e.key == aot_key} - {None}
+    return {e.key for e in evs if e.tree == "backend" and start(e) in starts}
+
+
+_NOT_STORED = "env and config are not stored in the AOT tree"
+
+
+def with_backend_siblings(x: Explanation, siblings: tuple[Sequence[Entry], Sequence[Entry]],
+                          others: Iterable[Entry] = (), proof: str = "recorder ledger",
+                          root_arg: str = "") -> Explanation:
+    """An explanation of two AOT entries (whose tree stores no env or config) completed by
+    their backend siblings: with exactly one on each side (deep reads), their env and config
+    causes, as ``explain`` of the two backend entries names them; else what would settle it
+    names the candidates and the command that compares them (``root_arg``: its ``--root``
+    option, if any)."""
+    sa, sb = siblings
+    if len(sa) == 1 and len(sb) == 1 and sa[0].key != sb[0].key:
+        bx = explain_entries(sa[0], sb[0], others)
+        if any(u.component == "all" for u in bx.unexplained):
+            return x  # a sibling's factors could not be read: they settle nothing
+        moved = [c for c in bx.causes if c.component in ("env", "config")]
+        gaps = [u for u in bx.unexplained if u.component in ("env", "config")]
+        unexplained = [u for u in x.unexplained if u.component != "env/config"]
+        if not moved and not gaps:
+            unexplained += [Unexplained(
+                "env/config", f"the backend entries of the same starts ({sa[0].key} -> "
+                f"{sb[0].key}) have equal env and config", "the starts' logs")]
+        notes = [n for n in x.notes if not n.startswith(_NOT_STORED)]
+        notes.append(f"env and config from the backend entries of the same starts, "
+                     f"{sa[0].key} -> {sb[0].key} ({proof})")
+        return Explanation(x.old, x.new, x.same_key,
+                           tuple(sorted(_unique([*x.causes, *moved]), key=_rank)),
+                           tuple([*unexplained, *gaps]), tuple(notes))
+    keys = sorted({e.key for e in (*sa, *sb)})
+    if not keys:
+        return x
+    pair = ((sa[0].key, sb[0].key) if len(sa) == 1 == len(sb) else
+            (keys[0], keys[1]) if len(keys) == 2 else ("OLD", "NEW"))
+    cmd = f"vllm-cache explain {pair[0]} {pair[1]}{root_arg}"
+    which = "" if len(sa) == 1 == len(sb) else ", which start each is from is not recorded"
+    here = (f"the backend entries of both starts (here, by the {proof}: {', '.join(keys)}"
+            f"{which}; compare them: {cmd})")
+    return Explanation(x.old, x.new, x.same_key, x.causes, tuple(
+        Unexplained(u.component, u.detail, here + ", their logs, or the recorder's manifests")
+        if u.component == "env/config" else u for u in x.unexplained), x.notes)
+
+
 def explain(a: str | os.PathLike[str], b: str | os.PathLike[str],
             root: str | os.PathLike[str] | None = None) -> Explanation:
     """Why vLLM compiled entry ``b`` instead of reusing entry ``a`` (either tree; keys,
@@ -432,21 +490,51 @@ def explain(a: str | os.PathLike[str], b: str | os.PathLike[str],
     ``RootError`` (:mod:`vllm_cache_tools.store.scan`). What ``vllm-cache explain A B`` prints,
     as data (values unredacted: the CLI hides secrets when it renders)."""
     # The one function here that reads the store: the rest stays pure.
+    from vllm_cache_tools.read.manifest import read_ledger
     from vllm_cache_tools.store.entries import read_entry
+    from vllm_cache_tools.store.locate import display_path
     from vllm_cache_tools.store.lookup import locate_entry
     from vllm_cache_tools.store.scan import RootError, scan
 
     pa, pb = locate_entry(os.fspath(a), root), locate_entry(os.fspath(b), root)
     ea, eb = read_entry(pa), read_entry(pb)
     others = []
+    backends: dict[Path, list[Path]] = {}
     # Each side's own root: an entry of another root needs its own AOT sibling to itemise a
     # code change.
     roots = dict.fromkeys(p.parent if e.layout == "backend" else p.parent.parent
                           for p, e in ((pa, ea), (pb, eb)))
     for r in roots:
         try:
-            others += [read_entry(e.path) for e in scan(r, check_in_use=False).entries
-                       if e.layout == "aot" and e.path not in (ea.path, eb.path)]
+            found = scan(r, check_in_use=False).entries
         except RootError:
             continue
-    return explain_entries(ea, eb, others)
+        others += [read_entry(e.path) for e in found
+                   if e.layout == "aot" and e.path not in (ea.path, eb.path)]
+        backends[r] = [e.path for e in found if e.layout == "backend"]
+    x = explain_entries(ea, eb, others)
+    if ea.layout == eb.layout == "aot" and not x.same_key and \
+            not any(c.component in ("env", "config") for c in x.causes):
+        # The AOT tree stores no env or config; the backend entries of the same starts do.
+        sides = []
+        for p in (pa, pb):
+            cc = p.parent.parent
+            events, _ = read_ledger(cc)
+            keys = same_start_backends(events, p.name)
+            sides.append([read_entry(q) for q in backends.get(cc, []) if q.name in keys])
+        proof = "recorder ledger"
+        if not sides[0] and not sides[1]:
+            # No ledger: the backend entries whose code hash the AOT entries' sources
+            # reproduce (several when both starts traced the same sources).
+            proof = "traced sources they share"
+            deep = [read_entry(q) for cc in dict.fromkeys((pa.parent.parent, pb.parent.parent))
+                    for q in backends.get(cc, [])[:MAX_SIBLING_READS]]
+            sides = [[d for d in deep if e.key in linked_aot_entries(d, [e])]
+                     for e in (ea, eb)]
+        x = with_backend_siblings(x, (sides[0], sides[1]), others, proof,
+                                  f" --root {display_path(pa.parents[2])}")
+    return x
+
+
+MAX_SIBLING_READS = 64
+"""Backend entries read per root to find an AOT entry's siblings by their traced sources."""

@@ -44,7 +44,7 @@ from vllm_cache_tools.analyze.stats_tally import MAX_PROBLEMS, _Partial
 from vllm_cache_tools.read.noatime import open_noatime
 from vllm_cache_tools.store.locate import user_cache_dir
 
-FORMAT = 1
+FORMAT = 2
 """Bump when what the tally keeps, or how a ledger line is judged, changes."""
 PROBE = 4096
 MIN_BYTES = 1 << 20
@@ -221,7 +221,7 @@ def memoizable(paths: list[tuple[Path, str]], since: float | None) -> Path | Non
 
 # ---- the sums of a host, as the report uses them ----
 
-SUM_FORMAT = 1
+SUM_FORMAT = 2
 """Bump when :class:`~.stats_tally._Partial` or how it is summed up changes."""
 Acc = Annotated[list[int | float], msgspec.Meta(min_length=10, max_length=10)]
 Count = Annotated[int, msgspec.Meta(ge=0)]

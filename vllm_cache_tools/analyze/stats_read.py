@@ -10,12 +10,12 @@ import contextlib
 import gc
 import multiprocessing
 import os
-from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from vllm_cache_tools.analyze import stats_memo
 from vllm_cache_tools.analyze.stats_tally import MAX_PROBLEMS, _Partial, _summary, _Tally
+from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, LEDGER_DIRNAME, STATE_DIRNAME
 from vllm_cache_tools.read.ledger_stream import (
     Complete,
     LedgerProblem,
@@ -23,6 +23,7 @@ from vllm_cache_tools.read.ledger_stream import (
     first_row,
     read_from,
 )
+from vllm_cache_tools.store.locate import display_path
 
 
 def _first_host(path: Path) -> str | None:
@@ -146,9 +147,9 @@ def read_all(ledgers: Sequence[Path], since: float | None, by: str,
     they are large (hosts are independent: a start's processes log on one host)."""
     by_host: dict[str | None, list[tuple[Path, str]]] = {}
     size = 0
-    names = Counter(p.name for p in ledgers)
+    one_folder = len({p.parent for p in ledgers}) <= 1
     for p in ledgers:
-        by_host.setdefault(_first_host(p), []).append((p, _label(p, names)))
+        by_host.setdefault(_first_host(p), []).append((p, _label(p, one_folder)))
         with contextlib.suppress(OSError):
             size += p.stat().st_size
     hosts = [(i, host, paths) for i, (host, paths) in enumerate(by_host.items())]
@@ -191,6 +192,14 @@ def _size(p: Path) -> int:
         return 0
 
 
-def _label(p: Path, names: Counter[str]) -> str:
-    """A ledger's name in messages: its file name, with its folder when names repeat."""
-    return p.name if names[p.name] == 1 else os.path.join(p.parent.name, p.name)
+def _label(p: Path, one_folder: bool) -> str:
+    """A ledger's name in messages: its file name when every ledger read is in one folder (a
+    root's), else with the root it is in (``vm.jsonl of root /data/pods/pod-b``; a folder of
+    roots said ``ledger/vm.jsonl`` for every one), or its whole path when it is in none."""
+    if one_folder:
+        return p.name
+    state = p.parent.parent
+    if (p.parent.name, state.name) == (LEDGER_DIRNAME, STATE_DIRNAME) and \
+            state.parent.name == COMPILE_CACHE_DIRNAME:
+        return f"{p.name} of root {display_path(state.parent.parent)}"
+    return display_path(p)

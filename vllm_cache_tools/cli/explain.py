@@ -19,6 +19,7 @@ from vllm_cache_tools.cli.common import console, fail, print_json, redact_record
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.read.logs.refs import parse_ref, pick_start, read_starts
 from vllm_cache_tools.store.entries import read_entry
+from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
 from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Cause
@@ -45,6 +46,7 @@ def explain(
     Exit status: 0 every difference explained (or same key), 1 something unexplained,
     2 usage error."""
     refs = refs or []
+    _refuse_unused(logs=logs, against_current=against_current, python=python, root=root)
     if against_current is not None:
         x = _against_current(against_current, refs, root, python)
     elif not refs and not logs:
@@ -59,6 +61,19 @@ def explain(
     else:
         _render(x)
     raise typer.Exit(1 if x.unexplained else 0)
+
+
+def _refuse_unused(*, logs: bool, against_current: str | None, python: str | None,
+                   root: Path | None) -> None:
+    """Options the question asked does not read are refused, not dropped: the user meant
+    them to change the answer."""
+    if logs and against_current is not None:
+        fail("--logs compares two logged starts, --against-current an entry with this "
+             "environment: give one")
+    if python is not None and against_current is None:
+        fail("--python is the interpreter --against-current probes; it needs --against-current")
+    if logs and root is not None:
+        fail("--root does not apply to --logs (the logs name their entries' folders)")
 
 
 def _from_entries(a: str, b: str, root: Path | None) -> Explanation:
@@ -76,9 +91,12 @@ def _latest(root: Path | None) -> Explanation:
     warn_unread(info.problems)  # a symlinked torch_compile_cache: no entries, said why
     pick = latest_pair(info.entries)
     if pick is None:
-        console().print("nothing to compare: no two entries of the same model in "
-                        f"{info.root}")
-        raise typer.Exit(0)
+        # A usage error: the answer needs two entries, and the root given has not got them.
+        what = ("no entries" if not info.entries else
+                f"{len(info.entries)} entr{'y' if len(info.entries) == 1 else 'ies'}, "
+                "no two of the same model and tree")
+        fail(f"nothing to compare: {what} in {display_path(info.root)} (name two: "
+             "explain A B)")
     old, new, why = pick
     x = _from_entries(str(old.path), str(new.path), root)
     return Explanation(x.old, x.new, x.same_key, x.causes, x.unexplained,

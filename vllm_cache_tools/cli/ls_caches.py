@@ -8,12 +8,13 @@ import shutil
 import sys
 from pathlib import Path
 
-from vllm_cache_tools.cli.common import print_json, warn
+from vllm_cache_tools.cli.common import fail, print_json, warn
 from vllm_cache_tools.cli.render import Column, render
 from vllm_cache_tools.maintain.evidence import owner_name
 from vllm_cache_tools.store.caches.kinds import UNDERSTOOD
 from vllm_cache_tools.store.caches.listing import CacheListing, list_all_caches
-from vllm_cache_tools.store.locate import display_path
+from vllm_cache_tools.store.locate import display_path, resolve_root
+from vllm_cache_tools.store.scan import RootError, check_root
 from vllm_cache_tools.units import human_age, human_size
 from vllm_cache_tools.views.caches import all_caches_report
 
@@ -58,6 +59,13 @@ def _summary_row(c: CacheListing) -> list[str]:
 
 
 def ls_all_caches(root: Path | None, *, json_out: bool, rescan: bool, wide: bool) -> None:
+    if root is not None:
+        # A root the user named is checked as plain ls checks it (a default one that is not
+        # there yet is a row saying "(none)", as for the other caches).
+        try:
+            check_root(resolve_root(root))
+        except RootError as exc:
+            fail(str(exc))
     info = list_all_caches(root, use_index=not rescan)
     for c in info.caches:
         for p in c.problems[:10]:

@@ -125,13 +125,14 @@ def render_plan(plan: PrunePlan, dry_run: bool) -> None:
 
 def render_result(res: PruneResult) -> None:
     plan_skips = set(map(id, res.plan.skipped))
+    failed = set(map(id, res.failed))
     late = [s for s in res.skipped if id(s) not in plan_skips]
     if res.finished_trash:
         _p(f"finished {len(res.finished_trash)} item(s) an interrupted run left in the trash")
     _p(f"deleted {len(res.deleted)} entries, freed {format_size(res.freed_bytes)}")
     for s in late[:SHOW_SKIPPED]:
         key = s.key[:12] if s.layout == "aot" else s.key
-        _p(f"  kept {s.layout} {key}: {s.reason}")
+        _p(f"  {'not removed' if id(s) in failed else 'kept'} {s.layout} {key}: {s.reason}")
     if len(late) > SHOW_SKIPPED:
         _p(f"  ... and {len(late) - SHOW_SKIPPED} more kept (--json lists all)")
     sw = res.snapshots
@@ -225,6 +226,9 @@ def prune(
             max_size_bytes=parse_size(max_size) if max_size else None,
             grace_s=parse_grace(grace), all_users=all_users, dry_run=dry_run, yes=yes,
             json_out=json_out, force=force)
+    if python is not None and not unhittable:
+        fail("--python is the environment --unhittable judges entries against; it needs "
+             "--unhittable")
     pol = Policies(
         older_than_s=parse_age(older_than) if older_than is not None else None,
         max_size_bytes=parse_size(max_size) if max_size is not None else None,
@@ -239,5 +243,5 @@ def prune(
         fail(f"--python {python}: {env.error}")
     plan = plan_prune(info, pol, prot, environment=env, link_sources=True)
     res = run_plan(plan, dry_run=dry_run, yes=yes, json_out=json_out)
-    if res is not None and res.errors:
-        raise typer.Exit(1)
+    if res is not None and (res.errors or res.failed):
+        raise typer.Exit(1)  # a partial failure: some of what the plan deletes stays

@@ -65,6 +65,11 @@ def warm(vllm_args: Sequence[str], *, root: str | os.PathLike[str] | None = None
     if not vllm_args:
         raise FleetError("give the vLLM arguments after --, e.g. vllm-cache warm -- MODEL "
                          "--max-model-len 4096")
+    if log is not None and os.fspath(log) == "-":
+        # Not stdout: that is the report's (one JSON document with --json), and warm reads
+        # the log back for vLLM's result line.
+        raise FleetError("--log -: vLLM's output goes to stderr without --log; give --log "
+                         "a file to keep it")
     t0 = time.perf_counter()
     full_env = dict(os.environ if env is None else env)
     croot = resolve_root(root, full_env)
@@ -77,7 +82,11 @@ def warm(vllm_args: Sequence[str], *, root: str | os.PathLike[str] | None = None
     # module names would shadow the standard library's in vLLM's process.
     cmd = [exe, "-c", CHILD.read_text(), json.dumps({"args": list(vllm_args), "usage": usage})]
     try:
-        with (open(log_path, "wb") if log_path else subprocess_pipe()) as out:
+        log_file = open(log_path, "wb") if log_path else None  # noqa: SIM115 (closed below)
+    except OSError as exc:
+        raise FleetError(f"--log {log_path}: cannot write it: {exc.strerror or exc}") from None
+    try:
+        with (log_file or subprocess_pipe()) as out:
             proc = subprocess.run(cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT,
                                   timeout=timeout, stdin=subprocess.DEVNULL)
     except subprocess.TimeoutExpired:

@@ -45,6 +45,9 @@ class PruneResult:
     """Trash items left by an earlier, interrupted run and removed by this one."""
     errors: tuple[str, ...] = ()
     """Items that could not be removed from the trash (they stay there, out of vLLM's way)."""
+    failed: tuple[Skip, ...] = ()
+    """The ones of :attr:`skipped` that the plan would delete and that could not be (a folder
+    not ours to empty, an I/O error): a partial failure, where the others are protections."""
     snapshots: SnapshotSweep | None = None
     """The recorder's source snapshots no manifest names any more, swept after deleting."""
 
@@ -68,9 +71,14 @@ class _Busy:
 Progress = Callable[[str, str], None]
 
 
+class _CannotRemove(str):
+    """Why an entry stays that is no protection: the deletion failed (permission, I/O)."""
+
+
 def _move_to_trash(h: RootHandle, trash: Trash, pe: PlannedEntry, prot: Protections,
                    busy: _Busy) -> tuple[str | None, str | None]:
-    """(trash name, None) when moved, else (None, why it stays). Caller holds the lock."""
+    """(trash name, None) when moved, else (None, why it stays): a :class:`_CannotRemove`
+    when that is a failure, not a protection. Caller holds the lock."""
     parent = h.parent_fd(pe.tree)
     if parent is None:
         return None, "its parent folder is gone or is a symlink (not followed)"
@@ -79,14 +87,14 @@ def _move_to_trash(h: RootHandle, trash: Trash, pe: PlannedEntry, prot: Protecti
     except FileNotFoundError:
         return None, "already gone"
     except OSError as exc:
-        return None, f"cannot stat: {exc.strerror}"
+        return None, _CannotRemove(f"cannot stat: {exc.strerror}")
     if not is_dir_stat(s):
         return None, "no longer a folder"
     if (s.st_dev, s.st_ino) != pe.ident:
         return None, "replaced since the plan was made"
     chk = check_tree_at(parent, pe.key, pe.dir_mtimes, prot.uid)
-    if chk.problem is not None:
-        return None, chk.problem
+    if chk.problem is not None:  # a folder we may not empty, or one we cannot read
+        return None, _CannotRemove(chk.problem)
     if chk.changed:
         return None, "changed since the plan was made (being written?)"
     age = time.time() - chk.newest_ns / 1e9
@@ -103,7 +111,7 @@ def _move_to_trash(h: RootHandle, trash: Trash, pe: PlannedEntry, prot: Protecti
         if not rename_at(parent, pe.key, trash.fd, name, expect=pe.ident):
             return None, "replaced since the plan was made"
     except OSError as exc:
-        return None, f"cannot move it to the trash: {exc.strerror}"
+        return None, _CannotRemove(f"cannot move it to the trash: {exc.strerror}")
     return name, None
 
 
@@ -118,6 +126,7 @@ def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1
     deleted: list[str] = []
     skipped = list(plan.skipped)
     errors: list[str] = []
+    failed: list[Skip] = []
     finished: list[str] = []
     freed = 0
     with RootHandle(plan.root) as h:
@@ -152,6 +161,8 @@ def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1
                         locks.unlock(lock_name)
                     if name is None:
                         skipped.append(Skip(pe.key, pe.layout, pe.path, why or "?"))
+                        if isinstance(why, _CannotRemove):
+                            failed.append(skipped[-1])
                         continue
                     if progress is not None:
                         progress("moved", pe.key)
@@ -178,7 +189,7 @@ def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1
                              min_age_s=max(SNAPSHOT_MIN_AGE_S, prot.grace_s))
              if deleted else None)
     return PruneResult(plan, tuple(deleted), tuple(skipped), freed, tuple(finished),
-                       tuple(errors), sweep)
+                       tuple(errors), snapshots=sweep, failed=tuple(failed))
 
 
 def trash_leftovers(vllm_root: Path) -> list[str]:

@@ -27,7 +27,6 @@ blocks came from fresh pages each time, and those page faults were 40% of readin
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Annotated, Any, Literal, NamedTuple, TypeVar
@@ -45,7 +44,9 @@ anything longer is not read as an event."""
 MAX_DEPTH = 8
 """Nesting of a ledger line read by ``json`` (the recorder writes 2: the line and argv)."""
 
-Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=sys.float_info.max)]
+Seconds = Annotated[float, msgspec.Meta(ge=0.0, le=1e9)]
+"""One compile or load: ~31 years at most, so no sum of them reaches inf (stats printed
+"compiling infd" and wrote ``Infinity``, which is not JSON, for two lines of 1.7e308)."""
 PosixTime = Annotated[float, msgspec.Meta(ge=0.0, lt=7.3e9)]
 """1970 .. 2200, as :func:`vllm_cache_tools.read.jsontext.finite_time`."""
 Pid = Annotated[int, msgspec.Meta(ge=0, lt=1 << 32)]

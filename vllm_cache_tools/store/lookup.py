@@ -7,7 +7,7 @@ import os
 import re
 from pathlib import Path
 
-from vllm_cache_tools.errors import VctError
+from vllm_cache_tools.errors import UsageError, VctError
 from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.store.folders import AOT_KEY, BACKEND_KEY
 from vllm_cache_tools.store.locate import (
@@ -36,11 +36,22 @@ class AmbiguousKey(VctError, LookupError):
         return f"key prefix {self.ref!r} is ambiguous; candidates:\n{lines}"
 
 
+#: The shortest key prefix a command takes (git's shortest abbreviation): ``rm 0`` must not
+#: delete whichever entry happens to be the only one whose key starts with 0.
+MIN_KEY_PREFIX = 4
+
+
 def key_prefix(ref: str) -> str | None:
     """``ref`` as the key prefix it names (keys are hex, written in lower case in folder and
     store names, so ``28FD`` names ``28fd362d4e``), or ``None`` when it is not one. The one
-    reading of a typed key, for local entries and store entries alike."""
-    return ref.lower() if re.fullmatch(r"[0-9a-fA-F]{1,64}", ref) else None
+    reading of a typed key, for local entries and store entries alike. A hex prefix shorter
+    than :data:`MIN_KEY_PREFIX` is a :class:`UsageError`."""
+    if not re.fullmatch(r"[0-9a-fA-F]{1,64}", ref):
+        return None
+    if len(ref) < MIN_KEY_PREFIX:
+        raise UsageError(f"key prefix {ref!r} is too short: give at least {MIN_KEY_PREFIX} "
+                         "hex digits")
+    return ref.lower()
 
 
 def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = None) -> Path:
@@ -48,9 +59,10 @@ def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = Non
     path (the entry folder or anything inside it)."""
     p = Path(os.path.expanduser(ref))
     # A bare hex name is a key even where a file of that name is here; any other name that
-    # exists is a path (say, `explain run.log ...` from the log's folder).
+    # exists is a path (say, `explain run.log ...` from the log's folder), and so is a hex name
+    # too short to be a key prefix.
     if os.path.lexists(p) and ("/" in ref or ref in (".", "..")
-                               or not re.fullmatch(r"[0-9a-f]{1,64}", ref)):
+                               or not re.fullmatch(rf"[0-9a-f]{{{MIN_KEY_PREFIX},64}}", ref)):
         p = Path(os.path.abspath(p))
         for cand in (p, *p.parents):
             if AOT_KEY.match(cand.name) and cand.parent.name == AOT_DIRNAME:

@@ -37,6 +37,7 @@ def prune_report(plan: PrunePlan, result: PruneResult | None) -> dict[str, Any]:
     if result is not None:
         out["finished_trash"] = list(result.finished_trash)
         out["errors"] = list(result.errors)
+        out["failed"] = [{"key": s.key, "reason": s.reason} for s in result.failed]
         sw = result.snapshots
         out["snapshots"] = None if sw is None else {
             "removed": list(sw.removed), "freed_bytes": sw.freed_bytes,
