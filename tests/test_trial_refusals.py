@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 from pathlib import Path
 
@@ -174,7 +175,10 @@ def test_prune_that_could_not_delete_a_planned_entry_exits_1(root: Path) -> None
                                   "empty 39ecaca4bf/rank_0_0"}]
     finally:
         locked.chmod(0o700)
-    # A protection is not a failure: an entry within --grace stays, exit 0.
+    # A protection is not a failure: an entry within --grace stays, exit 0 (its files made
+    # new here: the copy's own times are the checkout's, minutes or days old).
+    for p in (root / "torch_compile_cache" / "39ecaca4bf").rglob("*"):
+        os.utime(p)
     r = run_cli("prune", "--older-than", "0s", "--grace", "1h", "--yes", "--root", str(root))
     assert r.returncode == 0 and _entries(root) == ["39ecaca4bf"], r.stdout + r.stderr
 
