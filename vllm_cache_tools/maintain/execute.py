@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
-from vllm_cache_tools.maintain.evidence import busy_entries, entry_rel_path
+from vllm_cache_tools.maintain.evidence import busy_entries, entry_rel_path, in_use_elsewhere
 from vllm_cache_tools.maintain.plan import PlannedEntry, Protections, PrunePlan, Skip
 from vllm_cache_tools.maintain.snapshot_sweep import SnapshotSweep, sweep_snapshots
 from vllm_cache_tools.maintain.trash import (
@@ -28,6 +28,7 @@ from vllm_cache_tools.maintain.trash import (
     is_dir_stat,
 )
 from vllm_cache_tools.safeio import rename_at
+from vllm_cache_tools.store.in_use import held_open_at
 from vllm_cache_tools.units import fmt_duration
 
 SNAPSHOT_MIN_AGE_S = 600.0
@@ -96,6 +97,9 @@ def _move_to_trash(h: RootHandle, trash: Trash, pe: PlannedEntry, prot: Protecti
     pids = busy.get().get(entry_rel_path(pe.tree, pe.key))
     if pids:
         return None, f"in use: open by pid {', '.join(map(str, pids[:5]))}"
+    held = held_open_at(pe.key, parent, prot.uid)
+    if held is not None:
+        return None, in_use_elsewhere(held)
     assert trash.fd is not None
     name = trash.new_name(pe.key)
     try:

@@ -3,12 +3,19 @@
 vLLM holds the AOT ``model`` and Inductor ``.so`` kernels open/mapped while an engine runs; an
 entry with such files is ``in-use`` and must never be deleted. Processes we may not inspect
 (other users, without privileges) are skipped silently: the answer is "known open", not "known
-closed"."""
+closed". :func:`held_open_at` closes that gap for files we own, through a write lease: it
+sees every process, of any user or container."""
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
+import signal
+import stat
+from collections.abc import Generator
 from pathlib import Path
+from typing import cast
 
 
 def open_paths_under(root: Path, proc: Path = Path("/proc")) -> dict[str, set[int]]:
@@ -52,3 +59,73 @@ def open_paths_under(root: Path, proc: Path = Path("/proc")) -> dict[str, set[in
                 path = os.fsdecode(line[idx:].removesuffix(b" (deleted)"))
                 found.setdefault(path, set()).add(pid)
     return found
+
+
+# A write lease (fcntl F_SETLEASE, F_WRLCK) is granted only when no other open file
+# description of the file exists, in any process of any user, in any PID namespace; a
+# mapping keeps its file open. So it answers what /proc cannot for an unprivileged user: is
+# this file held by a process we may not inspect (another user's vLLM on a shared root, or one
+# in a container)? Only a file's owner (or CAP_LEASE) may take one, and the lease is released
+# at once. An open by someone else meanwhile waits for that release (microseconds); the kernel
+# then signals us, with SIGURG rather than SIGIO, whose default action would end the process
+# (SIGURG's is to ignore it).
+_F_SETLEASE = getattr(fcntl, "F_SETLEASE", 1024)
+_F_SETSIG = getattr(fcntl, "F_SETSIG", 10)
+_LEASE_OPEN = (os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+               | getattr(os, "O_NOATIME", 0))
+
+
+def _held_elsewhere(dir_fd: int, name: str, s: os.stat_result) -> bool | None:
+    """True: another open file description of ``name`` exists; False: none; None: cannot
+    tell (not a regular file any more, cannot open it, no lease support here)."""
+    try:
+        fd = os.open(name, _LEASE_OPEN, dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        f = os.fstat(fd)
+        if not stat.S_ISREG(f.st_mode) or (f.st_dev, f.st_ino) != (s.st_dev, s.st_ino):
+            return None
+        fcntl.fcntl(fd, _F_SETSIG, signal.SIGURG)
+        try:
+            fcntl.fcntl(fd, _F_SETLEASE, fcntl.F_WRLCK)
+        except OSError as exc:
+            if exc.errno in (errno.EAGAIN, errno.EBUSY):
+                return True
+            return None
+        fcntl.fcntl(fd, _F_SETLEASE, fcntl.F_UNLCK)
+        return False
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def held_open_at(name: str | os.PathLike[str], parent_fd: int | None = None,
+                 uid: int | None = None) -> str | None:
+    """The first file under the folder ``name`` (relative to ``parent_fd`` when given;
+    symlinks never followed) that some other process holds open or mapped, as a path
+    relative to that folder; ``None`` when none is. Only files owned by ``uid`` (default:
+    the effective uid; every file for root) can be asked, through a write lease (see above);
+    others, and file systems without leases (NFS), stay "not seen open", as with /proc."""
+    uid = os.geteuid() if uid is None else uid
+    try:
+        # A generator (typeshed says Iterator): closed to release its folder fds at once.
+        walk = cast(Generator[tuple[str, list[str], list[str], int], None, None],
+                    os.fwalk(name, dir_fd=parent_fd, follow_symlinks=False))
+        for dirpath, _dirs, files, dfd in walk:
+            for fname in files:
+                try:
+                    s = os.lstat(fname, dir_fd=dfd)
+                except OSError:
+                    continue
+                if not stat.S_ISREG(s.st_mode) or (uid != 0 and s.st_uid != uid):
+                    continue
+                held = _held_elsewhere(dfd, fname, s)
+                if held:
+                    rel = os.path.relpath(os.path.join(dirpath, fname), name)
+                    walk.close()
+                    return rel
+    except OSError:
+        return None
+    return None
