@@ -143,3 +143,36 @@ def test_prune_as_one_user_keeps_an_entry_another_users_process_holds(tmp_path: 
     assert f"in use: {HELD} is open" in r.stdout
     other = next(k for k in os.listdir(SAMPLE / AOT) if k != KEY)
     assert not (shared / AOT / other).exists(), r.stdout  # the other, unheld entry went
+
+
+def test_prune_cache_inductor_keeps_a_part_another_users_process_holds(tmp_path: Path) -> None:
+    """``prune --cache inductor`` as vctother, whose Inductor cache has a kernel vctthird's
+    process holds open: that part stays (was: deleted, /proc showed nothing)."""
+    require_root()
+    try:
+        group = shared_group()
+        owner, third = other_user(group), third_user(group)
+    except RuntimeError as exc:
+        pytest.skip(f"cannot make the test users: {exc}")
+    base = make_shared_root(SAMPLE / AOT / KEY, tmp_path / "inductor-src", group)
+    ind = base / "inductor_cache"
+    for d, dirs, files in os.walk(ind):
+        for n in [*dirs, *files]:
+            os.lchown(os.path.join(d, n), owner.uid, -1)
+    os.lchown(ind, owner.uid, -1)
+    age(ind, 2)
+    held = base / HELD
+    # Opened, not mapped: mmap(2) records a use (atime), and the part would not be chosen.
+    p = _ready(popen_as(third, python_argv(_HOLD, str(held), "open"), stdout=subprocess.PIPE))
+    try:
+        r = run_as(owner, vllm_cache_argv("prune", "--cache", "inductor", "--older-than", "1h",
+                                          "--grace", "0", "--yes"),
+                   env={"PYTHONPATH": str(REPO), "TORCHINDUCTOR_CACHE_DIR": str(ind)})
+    finally:
+        p.kill()
+        p.wait()
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert held.is_file(), r.stdout
+    assert f"in use: {Path(HELD).name} is open" in r.stdout
+    assert sorted(os.listdir(ind)) == [Path(HELD).parent.name], r.stdout

@@ -12,7 +12,7 @@ import errno
 import fcntl
 import os
 import signal
-import stat
+import stat as st
 from collections.abc import Generator
 from pathlib import Path
 from typing import cast
@@ -75,7 +75,8 @@ _LEASE_OPEN = (os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
                | getattr(os, "O_NOATIME", 0))
 
 
-def _held_elsewhere(dir_fd: int, name: str, s: os.stat_result) -> bool | None:
+def _held_elsewhere(dir_fd: int | None, name: str | os.PathLike[str], s: os.stat_result
+                    ) -> bool | None:
     """True: another open file description of ``name`` exists; False: none; None: cannot
     tell (not a regular file any more, cannot open it, no lease support here)."""
     try:
@@ -84,7 +85,7 @@ def _held_elsewhere(dir_fd: int, name: str, s: os.stat_result) -> bool | None:
         return None
     try:
         f = os.fstat(fd)
-        if not stat.S_ISREG(f.st_mode) or (f.st_dev, f.st_ino) != (s.st_dev, s.st_ino):
+        if not st.S_ISREG(f.st_mode) or (f.st_dev, f.st_ino) != (s.st_dev, s.st_ino):
             return None
         fcntl.fcntl(fd, _F_SETSIG, signal.SIGURG)
         try:
@@ -105,10 +106,19 @@ def held_open_at(name: str | os.PathLike[str], parent_fd: int | None = None,
                  uid: int | None = None) -> str | None:
     """The first file under the folder ``name`` (relative to ``parent_fd`` when given;
     symlinks never followed) that some other process holds open or mapped, as a path
-    relative to that folder; ``None`` when none is. Only files owned by ``uid`` (default:
-    the effective uid; every file for root) can be asked, through a write lease (see above);
-    others, and file systems without leases (NFS), stay "not seen open", as with /proc."""
+    relative to that folder (a regular file ``name``: its own name); ``None`` when none is.
+    Only files owned by ``uid`` (default: the effective uid; every file for root) can be
+    asked, through a write lease (see above); others, and file systems without leases (NFS),
+    stay "not seen open", as with /proc."""
     uid = os.geteuid() if uid is None else uid
+    try:
+        top = os.lstat(name, dir_fd=parent_fd)
+    except OSError:
+        return None
+    if st.S_ISREG(top.st_mode):
+        asked = uid == 0 or top.st_uid == uid
+        held = asked and _held_elsewhere(parent_fd, name, top)
+        return os.path.basename(name) if held else None
     try:
         # A generator (typeshed says Iterator): closed to release its folder fds at once.
         walk = cast(Generator[tuple[str, list[str], list[str], int], None, None],
@@ -119,7 +129,7 @@ def held_open_at(name: str | os.PathLike[str], parent_fd: int | None = None,
                     s = os.lstat(fname, dir_fd=dfd)
                 except OSError:
                     continue
-                if not stat.S_ISREG(s.st_mode) or (uid != 0 and s.st_uid != uid):
+                if not st.S_ISREG(s.st_mode) or (uid != 0 and s.st_uid != uid):
                     continue
                 held = _held_elsewhere(dfd, fname, s)
                 if held:
