@@ -106,6 +106,10 @@ def test_prune_keeps_an_entry_held_where_proc_shows_nothing(
     plan = plan_prune(info, Policies(older_than_s=3600), Protections(grace_s=0), busy={})
     assert KEY not in [p.key for p in plan.entries]
     assert any(s.key == KEY and f"in use: {HELD} is open" in s.reason for s in plan.skipped)
+    # prune --yes plans without the lease look (the check before the move still keeps it).
+    unseen = plan_prune(info, Policies(older_than_s=3600),
+                        Protections(grace_s=0, leases_when_planning=False), busy={})
+    assert KEY in [p.key for p in unseen.entries]
 
     monkeypatch.setattr(execute, "busy_entries", lambda _root: {})
     res = execute_plan(before)

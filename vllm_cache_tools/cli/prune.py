@@ -232,7 +232,8 @@ def prune(
     if pol.empty:
         fail("choose at least one policy: --older-than, --max-size, --max-files, --keep, "
              "--unhittable, --corrupt or --partial (or use `vllm-cache rm KEY`)")
-    prot = Protections(grace_s=parse_grace(grace), all_users=all_users)
+    prot = Protections(grace_s=parse_grace(grace), all_users=all_users,
+                       leases_when_planning=dry_run or not yes)
     info = load_root(root, force)
     env: Environment | None = detect_environment(python) if unhittable else None
     if env is not None and env.error and python:

@@ -13,9 +13,9 @@ import fcntl
 import os
 import signal
 import stat as st
-from collections.abc import Generator
 from pathlib import Path
-from typing import cast
+
+from vllm_cache_tools.safeio import open_dir
 
 
 def open_paths_under(root: Path, proc: Path = Path("/proc")) -> dict[str, set[int]]:
@@ -75,31 +75,49 @@ _LEASE_OPEN = (os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
                | getattr(os, "O_NOATIME", 0))
 
 
-def _held_elsewhere(dir_fd: int | None, name: str | os.PathLike[str], s: os.stat_result
-                    ) -> bool | None:
-    """True: another open file description of ``name`` exists; False: none; None: cannot
-    tell (not a regular file any more, cannot open it, no lease support here)."""
+def _held_elsewhere(dir_fd: int | None, name: str | os.PathLike[str], uid: int) -> bool | None:
+    """True: another open file description of the regular file ``name`` exists; False: none;
+    None: cannot tell (not ours to lease, not a regular file, no lease support here).
+    O_NOATIME: asking records no use, and it opens only our own files (root: any)."""
     try:
         fd = os.open(name, _LEASE_OPEN, dir_fd=dir_fd)
     except OSError:
         return None
     try:
         f = os.fstat(fd)
-        if not st.S_ISREG(f.st_mode) or (f.st_dev, f.st_ino) != (s.st_dev, s.st_ino):
+        if not st.S_ISREG(f.st_mode) or (uid != 0 and f.st_uid != uid):
             return None
         fcntl.fcntl(fd, _F_SETSIG, signal.SIGURG)
         try:
             fcntl.fcntl(fd, _F_SETLEASE, fcntl.F_WRLCK)
         except OSError as exc:
-            if exc.errno in (errno.EAGAIN, errno.EBUSY):
-                return True
-            return None
-        fcntl.fcntl(fd, _F_SETLEASE, fcntl.F_UNLCK)
-        return False
+            return True if exc.errno in (errno.EAGAIN, errno.EBUSY) else None
+        return False  # closing the fd below releases the lease
     except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def _first_held(dir_fd: int, uid: int, prefix: str) -> str | None:
+    with os.scandir(dir_fd) as it:
+        items = list(it)
+    for e in items:
+        if e.is_file(follow_symlinks=False):
+            if _held_elsewhere(dir_fd, e.name, uid):
+                return prefix + e.name
+        elif e.is_dir(follow_symlinks=False):
+            try:
+                sub = open_dir(e.name, dir_fd)
+            except OSError:
+                continue
+            try:
+                found = _first_held(sub, uid, f"{prefix}{e.name}/")
+            finally:
+                os.close(sub)
+            if found is not None:
+                return found
+    return None
 
 
 def held_open_at(name: str | os.PathLike[str], parent_fd: int | None = None,
@@ -113,29 +131,14 @@ def held_open_at(name: str | os.PathLike[str], parent_fd: int | None = None,
     uid = os.geteuid() if uid is None else uid
     try:
         top = os.lstat(name, dir_fd=parent_fd)
+        if st.S_ISREG(top.st_mode):
+            return os.path.basename(name) if _held_elsewhere(parent_fd, name, uid) else None
+        fd = open_dir(name, parent_fd)
     except OSError:
         return None
-    if st.S_ISREG(top.st_mode):
-        asked = uid == 0 or top.st_uid == uid
-        held = asked and _held_elsewhere(parent_fd, name, top)
-        return os.path.basename(name) if held else None
     try:
-        # A generator (typeshed says Iterator): closed to release its folder fds at once.
-        walk = cast(Generator[tuple[str, list[str], list[str], int], None, None],
-                    os.fwalk(name, dir_fd=parent_fd, follow_symlinks=False))
-        for dirpath, _dirs, files, dfd in walk:
-            for fname in files:
-                try:
-                    s = os.lstat(fname, dir_fd=dfd)
-                except OSError:
-                    continue
-                if not st.S_ISREG(s.st_mode) or (uid != 0 and s.st_uid != uid):
-                    continue
-                held = _held_elsewhere(dfd, fname, s)
-                if held:
-                    rel = os.path.relpath(os.path.join(dirpath, fname), name)
-                    walk.close()
-                    return rel
+        return _first_held(fd, uid, "")
     except OSError:
         return None
-    return None
+    finally:
+        os.close(fd)
