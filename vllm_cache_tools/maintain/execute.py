@@ -24,6 +24,7 @@ from vllm_cache_tools.maintain.trash import (
     RemoveResult,
     RootHandle,
     Trash,
+    TrashItem,
     check_tree_at,
     is_dir_stat,
 )
@@ -138,9 +139,8 @@ def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1
         try:
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 leftovers: list[tuple[str, Future[RemoveResult]]] = []
-                owner = None if (prot.all_users or prot.uid == 0) else prot.uid
                 for item in trash.items():
-                    if owner is None or item.uid == owner:
+                    if finishes(item, prot):
                         leftovers.append((item.name, pool.submit(trash.remove, item.name)))
                 moved: list[tuple[PlannedEntry, Future[RemoveResult]]] = []
                 for pe in plan.entries:
@@ -185,15 +185,21 @@ def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1
                        tuple(errors), sweep)
 
 
-def trash_leftovers(vllm_root: Path) -> list[str]:
-    """Names of items an interrupted run left in the trash (read-only; for dry runs)."""
+def finishes(item: TrashItem, prot: Protections) -> bool:
+    """Whether a run with ``prot`` removes this leftover trash item: its own, or any with
+    ``--all-users`` or as root (another user's run left it; it stays for them)."""
+    return prot.all_users or prot.uid == 0 or item.uid == prot.uid
+
+
+def trash_leftovers(vllm_root: Path) -> list[TrashItem]:
+    """Items an interrupted run left in the trash (read-only; for dry runs)."""
     try:
         with RootHandle(vllm_root) as h:
             t = h.trash(create=False)
             if t is None:
                 return []
             try:
-                return [i.name for i in t.items()]
+                return t.items()
             finally:
                 t.close()
     except OSError:

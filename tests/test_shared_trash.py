@@ -1,0 +1,62 @@
+"""The trash of a group-shared root, seen by a user who did not fill it.
+
+A prune killed mid-way leaves its items in ``.vllm-cache-trash``; the next run of the same
+user (or root, or ``--all-users``) finishes them. Another user's run leaves them alone, so its
+dry run must not promise to remove them (it did: "a real run removes them first", and the
+real run then left them without a word)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.multiuser import (
+    REPO,
+    make_shared_root,
+    other_user,
+    require_root,
+    run_as,
+    shared_group,
+    vllm_cache_argv,
+)
+from tests.trees import age
+from vllm_cache_tools.layout import TRASH_DIRNAME
+
+SAMPLE = REPO / "examples" / "sample_cache"
+LEFT = "0b8536d36d866b1b841a28380befcdabf957e3ad09449d290196ec83076d5a05.4242.18ed5584d2a13019"
+
+
+def test_another_users_leftovers_are_named_not_promised(tmp_path: Path) -> None:
+    require_root()
+    try:
+        group = shared_group()
+        other = other_user(group)
+    except RuntimeError as exc:
+        pytest.skip(f"cannot make the test user: {exc}")
+    root = make_shared_root(SAMPLE, tmp_path / "shared", group)
+    age(root, 2)
+    trash = root / "torch_compile_cache" / TRASH_DIRNAME
+    (trash / LEFT / "rank_0_0").mkdir(parents=True)  # root's killed prune left this
+    (trash / LEFT / "rank_0_0" / "model").write_bytes(b"x")
+    os.chmod(trash, 0o2775)
+    env = {"PYTHONPATH": str(REPO)}
+
+    args = ("prune", "--root", str(root), "--older-than", "100d")
+    dry = run_as(other, vllm_cache_argv(*args, "--dry-run"), env=env)
+    assert dry.returncode == 0 and "Traceback" not in dry.stderr, dry.stderr
+    assert "a real run removes them first" not in dry.stdout, dry.stdout
+    assert ("the trash holds 1 item(s) of root from an interrupted run: left for them "
+            "(or a run with --all-users)") in dry.stdout, dry.stdout
+
+    real = run_as(other, vllm_cache_argv(*args, "--yes"), env=env)
+    assert real.returncode == 0 and "Traceback" not in real.stderr, real.stderr
+    assert "1 item(s) of root" in real.stdout, real.stdout
+    assert (trash / LEFT / "rank_0_0" / "model").is_file()
+
+    mine = run_cli(*args, "--dry-run", env=env)  # root finishes every user's leftovers
+    assert "the trash holds 1 item(s) from an interrupted run; a real run removes them first" \
+        in mine.stdout, mine.stdout
+    assert "of root" not in mine.stdout
