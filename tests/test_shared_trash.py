@@ -60,3 +60,34 @@ def test_another_users_leftovers_are_named_not_promised(tmp_path: Path) -> None:
     assert "the trash holds 1 item(s) from an interrupted run; a real run removes them first" \
         in mine.stdout, mine.stdout
     assert "of root" not in mine.stdout
+
+
+def test_cache_prune_never_moves_aside_a_part_it_cannot_empty(tmp_path: Path) -> None:
+    """``prune --cache inductor --all-users`` as vctother in root's group-shared Inductor
+    cache, one folder of which is not group-writable: that part stays whole, where it was
+    (was: moved to ``.vllm-cache-trash.fxgraph.*``, half removed, counted as deleted)."""
+    require_root()
+    try:
+        group = shared_group()
+        other = other_user(group)
+    except RuntimeError as exc:
+        pytest.skip(f"cannot make the test user: {exc}")
+    key = "0b8536d36d866b1b841a28380befcdabf957e3ad09449d290196ec83076d5a05"
+    base = make_shared_root(SAMPLE / "torch_compile_cache" / "torch_aot_compile" / key,
+                            tmp_path / "inductor-src", group)
+    ind = base / "inductor_cache"
+    locked = ind / "24"  # a kernel folder: its files root's, the folder not group-writable
+    locked.chmod(0o2755)
+    before = sorted(os.listdir(locked))
+    age(ind, 2)
+    r = run_as(other, vllm_cache_argv("prune", "--cache", "inductor", "--older-than", "1h",
+                                      "--grace", "0", "--all-users", "--yes"),
+               # TMPDIR: --all-users also plans the machine's /tmp/torchinductor_* otherwise
+               env={"PYTHONPATH": str(REPO), "TORCHINDUCTOR_CACHE_DIR": str(ind),
+                    "TMPDIR": str(base)})
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert "/tmp/torchinductor_" not in r.stdout, r.stdout
+    assert f"kept {locked}: permission denied: cannot empty 24" in r.stdout, r.stdout
+    assert sorted(os.listdir(ind)) == ["24"], r.stdout  # nothing moved aside, the rest gone
+    assert sorted(os.listdir(locked)) == before

@@ -22,6 +22,7 @@ import os
 import stat as st
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -279,6 +280,30 @@ def _finish_leftovers(fd: int, uid: int, all_users: bool) -> list[str]:
     return errors
 
 
+def _cannot_empty(fd: int, name: str) -> str | None:
+    """Why we could only partly remove the folder ``name`` (relative to ``fd``): a folder in
+    it we may not list, write or search, or a sticky one holding others' files; else
+    ``None``. Checked before the move, as prune checks an entry's folders, so that a part is
+    never moved aside and then left half-removed in the cache folder."""
+    uid = os.geteuid()
+    ok = os.R_OK | os.W_OK | os.X_OK
+    unopened: list[OSError] = []
+    for dirpath, _dirs, files, dfd in os.fwalk(name, dir_fd=fd, follow_symlinks=False,
+                                               onerror=unopened.append):
+        s = os.fstat(dfd)
+        if not (s.st_uid == uid and s.st_mode & 0o700 == 0o700) and \
+                not os.access(".", ok, dir_fd=dfd, effective_ids=True):
+            return f"permission denied: cannot empty {dirpath}"
+        if s.st_mode & st.S_ISVTX and uid not in (0, s.st_uid):
+            for f in files:
+                with suppress(OSError):
+                    if os.lstat(f, dir_fd=dfd).st_uid != uid:
+                        return f"{dirpath} is sticky and holds {f} of another user"
+    if unopened:
+        return f"permission denied: cannot empty {unopened[0].filename or name}"
+    return None
+
+
 def _remove_part(fd: int, p: PlannedPart, plan: CachePrunePlan, busy: _Busy, uid: int
                  ) -> tuple[bool, str | None]:
     """(removed, why not / error)."""
@@ -300,6 +325,10 @@ def _remove_part(fd: int, p: PlannedPart, plan: CachePrunePlan, busy: _Busy, uid
     held = held_open_at(p.name, fd, uid)
     if held is not None:
         return False, in_use_elsewhere(held)
+    if st.S_ISDIR(p.ident[2]):
+        why = _cannot_empty(fd, p.name)
+        if why is not None:
+            return False, why
     doomed = f"{TRASH_PREFIX}{p.name}.{os.getpid()}.{time.time_ns():x}"
     if not rename_at(fd, p.name, fd, doomed, expect=p.ident[:2]):
         return False, "replaced since the plan was made"
