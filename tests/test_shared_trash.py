@@ -91,3 +91,35 @@ def test_cache_prune_never_moves_aside_a_part_it_cannot_empty(tmp_path: Path) ->
     assert f"kept {locked}: permission denied: cannot empty 24" in r.stdout, r.stdout
     assert sorted(os.listdir(ind)) == ["24"], r.stdout  # nothing moved aside, the rest gone
     assert sorted(os.listdir(locked)) == before
+
+
+def test_a_lock_file_another_user_made_names_itself_and_the_fix(tmp_path: Path) -> None:
+    """A root made group-writable without setgid: root's prune made the trash's lock file
+    0600 in its own group, and vctother's prune stopped with "Permission denied" alone."""
+    require_root()
+    try:
+        group = shared_group()
+        other = other_user(group)
+    except RuntimeError as exc:
+        pytest.skip(f"cannot make the test user: {exc}")
+    root = make_shared_root(SAMPLE, tmp_path / "shared", group)
+    for d, dirs, _ in os.walk(root):
+        for n in [d, *(os.path.join(d, x) for x in dirs)]:
+            os.chmod(n, os.stat(n).st_mode & ~0o2000)  # group-writable, not setgid
+    aot = root / "torch_compile_cache" / "torch_aot_compile"
+    (first, second) = sorted(os.listdir(aot))
+    for d, dirs, files in os.walk(aot / second):
+        for n in [*dirs, *files]:
+            os.lchown(os.path.join(d, n), other.uid, -1)
+    os.lchown(aot / second, other.uid, -1)
+    env = {"PYTHONPATH": str(REPO)}
+    assert run_cli("rm", first, "--root", str(root), "--grace", "0", "--yes",
+                   env=env).returncode == 0
+    age(root, 2)
+    r = run_as(other, vllm_cache_argv("prune", "--root", str(root), "--older-than", "1h",
+                                      "--grace", "0", "--yes"), env=env)
+    assert r.returncode == 1 and "Traceback" not in r.stderr, r.stderr
+    assert (f"cannot prune {root}: .vllm-cache-trash/locks/entries.lock (owner root, mode "
+            "0600) is not writable by you; on a root shared by a group its folders need the "
+            "group and the setgid bit (chmod g+ws)") in r.stderr, r.stderr
+    assert (aot / second / "rank_0_0" / "model").is_file()
