@@ -12,7 +12,13 @@ from vllm_cache_tools.cli.common import fail, print_json, warn
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.errors import UsageError
 from vllm_cache_tools.keys.compat import Environment, detect_environment
-from vllm_cache_tools.maintain.execute import PruneResult, execute_plan, trash_leftovers
+from vllm_cache_tools.maintain.evidence import owner_name
+from vllm_cache_tools.maintain.execute import (
+    PruneResult,
+    execute_plan,
+    finishes,
+    trash_leftovers,
+)
 from vllm_cache_tools.maintain.plan import (
     Protections,
     PrunePlan,
@@ -149,9 +155,14 @@ def run_plan(plan: PrunePlan, *, dry_run: bool, yes: bool, json_out: bool) -> Pr
     if not json_out:
         render_plan(plan, dry_run)
         leftovers = trash_leftovers(plan.root)
-        if leftovers and dry_run:
-            _p(f"  the trash holds {len(leftovers)} item(s) from an interrupted run; a real run "
+        ours = [i for i in leftovers if finishes(i, plan.protections)]
+        if ours and dry_run:
+            _p(f"  the trash holds {len(ours)} item(s) from an interrupted run; a real run "
                "removes them first")
+        theirs = sorted({owner_name(i.uid) for i in leftovers if i not in ours})
+        if theirs:
+            _p(f"  the trash holds {len(leftovers) - len(ours)} item(s) of {', '.join(theirs)} "
+               "from an interrupted run: left for them (or a run with --all-users)")
     if dry_run:
         if json_out:
             print_json(with_schema("prune", prune_report(plan, None)))
@@ -236,7 +247,8 @@ def prune(
     if pol.empty:
         fail("choose at least one policy: --older-than, --max-size, --max-files, --keep, "
              "--unhittable, --corrupt or --partial (or use `vllm-cache rm KEY`)")
-    prot = Protections(grace_s=parse_grace(grace), all_users=all_users)
+    prot = Protections(grace_s=parse_grace(grace), all_users=all_users,
+                       leases_when_planning=dry_run or not yes)
     info = load_root(root, force)
     env: Environment | None = detect_environment(python) if unhittable else None
     if env is not None and env.error and python:

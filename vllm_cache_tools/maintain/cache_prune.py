@@ -22,11 +22,12 @@ import os
 import stat as st
 import time
 from collections.abc import Mapping, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_cache_tools.errors import VctError
-from vllm_cache_tools.maintain.evidence import owner_name
+from vllm_cache_tools.maintain.evidence import in_use_elsewhere, owner_name
 from vllm_cache_tools.safeio import ident, open_dirs, remove_tree_at, rename_at, unlink_at
 from vllm_cache_tools.store.caches.kinds import CacheKind, CacheLocation, dangerous_reason
 from vllm_cache_tools.store.caches.listing import (
@@ -36,7 +37,7 @@ from vllm_cache_tools.store.caches.listing import (
     list_cache,
 )
 from vllm_cache_tools.store.caches.walk import part_stats
-from vllm_cache_tools.store.in_use import open_paths_under
+from vllm_cache_tools.store.in_use import held_open_at, open_paths_under
 from vllm_cache_tools.units import fmt_duration, format_size
 
 
@@ -235,6 +236,9 @@ def _protection(item: CacheItem, uid: int, grace_s: float, all_users: bool, now:
     pids = _busy_under(item.path, open_map)
     if pids:
         return f"in use: open by pid {', '.join(map(str, pids[:5]))}"
+    held = held_open_at(item.path, uid=uid)
+    if held is not None:
+        return in_use_elsewhere(held)
     if item.stats.unreadable:
         return (f"parts could not be read ({len(item.stats.unreadable)} unreadable); what is "
                 "in them is unknown")
@@ -276,7 +280,31 @@ def _finish_leftovers(fd: int, uid: int, all_users: bool) -> list[str]:
     return errors
 
 
-def _remove_part(fd: int, p: PlannedPart, plan: CachePrunePlan, busy: _Busy
+def _cannot_empty(fd: int, name: str) -> str | None:
+    """Why we could only partly remove the folder ``name`` (relative to ``fd``): a folder in
+    it we may not list, write or search, or a sticky one holding others' files; else
+    ``None``. Checked before the move, as prune checks an entry's folders, so that a part is
+    never moved aside and then left half-removed in the cache folder."""
+    uid = os.geteuid()
+    ok = os.R_OK | os.W_OK | os.X_OK
+    unopened: list[OSError] = []
+    for dirpath, _dirs, files, dfd in os.fwalk(name, dir_fd=fd, follow_symlinks=False,
+                                               onerror=unopened.append):
+        s = os.fstat(dfd)
+        if not (s.st_uid == uid and s.st_mode & 0o700 == 0o700) and \
+                not os.access(".", ok, dir_fd=dfd, effective_ids=True):
+            return f"permission denied: cannot empty {dirpath}"
+        if s.st_mode & st.S_ISVTX and uid not in (0, s.st_uid):
+            for f in files:
+                with suppress(OSError):
+                    if os.lstat(f, dir_fd=dfd).st_uid != uid:
+                        return f"{dirpath} is sticky and holds {f} of another user"
+    if unopened:
+        return f"permission denied: cannot empty {unopened[0].filename or name}"
+    return None
+
+
+def _remove_part(fd: int, p: PlannedPart, plan: CachePrunePlan, busy: _Busy, uid: int
                  ) -> tuple[bool, str | None]:
     """(removed, why not / error)."""
     try:
@@ -294,6 +322,13 @@ def _remove_part(fd: int, p: PlannedPart, plan: CachePrunePlan, busy: _Busy
     pids = _busy_under(p.path, busy.get())
     if pids:
         return False, f"in use: open by pid {', '.join(map(str, pids[:5]))}"
+    held = held_open_at(p.name, fd, uid)
+    if held is not None:
+        return False, in_use_elsewhere(held)
+    if st.S_ISDIR(p.ident[2]):
+        why = _cannot_empty(fd, p.name)
+        if why is not None:
+            return False, why
     doomed = f"{TRASH_PREFIX}{p.name}.{os.getpid()}.{time.time_ns():x}"
     if not rename_at(fd, p.name, fd, doomed, expect=p.ident[:2]):
         return False, "replaced since the plan was made"
@@ -325,7 +360,7 @@ def execute_cache_plan(plan: CachePrunePlan, uid: int | None = None) -> CachePru
             errors += _finish_leftovers(fd, uid, plan.all_users)
             for p in parts:
                 try:
-                    removed, why = _remove_part(fd, p, plan, busy)
+                    removed, why = _remove_part(fd, p, plan, busy, uid)
                 except OSError as exc:
                     removed, why = False, exc.strerror or str(exc)
                 if not removed:

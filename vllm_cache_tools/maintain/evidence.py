@@ -127,6 +127,12 @@ def busy_entries(vllm_root: Path, open_paths: Mapping[str, set[int]] | None = No
     return {k: sorted(v) for k, v in out.items()}
 
 
+def in_use_elsewhere(held: str) -> str:
+    """Why an entry stays when a write lease, not /proc, found one of its files open
+    (:func:`~vllm_cache_tools.store.in_use.held_open_at`)."""
+    return f"in use: {held} is open in a process /proc does not show us (another user's?)"
+
+
 def entry_rel_path(tree: str, key: str) -> str:
     """An entry folder relative to the root (how :func:`busy_entries` names it)."""
     return {"backend": f"{COMPILE_CACHE_DIRNAME}/{key}",

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
-from vllm_cache_tools.maintain.evidence import busy_entries, entry_rel_path
+from vllm_cache_tools.maintain.evidence import busy_entries, entry_rel_path, in_use_elsewhere
 from vllm_cache_tools.maintain.plan import PlannedEntry, Protections, PrunePlan, Skip
 from vllm_cache_tools.maintain.snapshot_sweep import SnapshotSweep, sweep_snapshots
 from vllm_cache_tools.maintain.trash import (
@@ -24,10 +24,12 @@ from vllm_cache_tools.maintain.trash import (
     RemoveResult,
     RootHandle,
     Trash,
+    TrashItem,
     check_tree_at,
     is_dir_stat,
 )
 from vllm_cache_tools.safeio import rename_at
+from vllm_cache_tools.store.in_use import held_open_at
 from vllm_cache_tools.units import fmt_duration
 
 SNAPSHOT_MIN_AGE_S = 600.0
@@ -104,6 +106,9 @@ def _move_to_trash(h: RootHandle, trash: Trash, pe: PlannedEntry, prot: Protecti
     pids = busy.get().get(entry_rel_path(pe.tree, pe.key))
     if pids:
         return None, f"in use: open by pid {', '.join(map(str, pids[:5]))}"
+    held = held_open_at(pe.key, parent, prot.uid)
+    if held is not None:
+        return None, in_use_elsewhere(held)
     assert trash.fd is not None
     name = trash.new_name(pe.key)
     try:
@@ -143,9 +148,8 @@ def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1
         try:
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
                 leftovers: list[tuple[str, Future[RemoveResult]]] = []
-                owner = None if (prot.all_users or prot.uid == 0) else prot.uid
                 for item in trash.items():
-                    if owner is None or item.uid == owner:
+                    if finishes(item, prot):
                         leftovers.append((item.name, pool.submit(trash.remove, item.name)))
                 moved: list[tuple[PlannedEntry, Future[RemoveResult]]] = []
                 for pe in plan.entries:
@@ -192,15 +196,21 @@ def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1
                        tuple(errors), snapshots=sweep, failed=tuple(failed))
 
 
-def trash_leftovers(vllm_root: Path) -> list[str]:
-    """Names of items an interrupted run left in the trash (read-only; for dry runs)."""
+def finishes(item: TrashItem, prot: Protections) -> bool:
+    """Whether a run with ``prot`` removes this leftover trash item: its own, or any with
+    ``--all-users`` or as root (another user's run left it; it stays for them)."""
+    return prot.all_users or prot.uid == 0 or item.uid == prot.uid
+
+
+def trash_leftovers(vllm_root: Path) -> list[TrashItem]:
+    """Items an interrupted run left in the trash (read-only; for dry runs)."""
     try:
         with RootHandle(vllm_root) as h:
             t = h.trash(create=False)
             if t is None:
                 return []
             try:
-                return [i.name for i in t.items()]
+                return t.items()
             finally:
                 t.close()
     except OSError:

@@ -34,6 +34,7 @@ from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.maintain.evidence import (
     busy_entries,
     entry_rel_path,
+    in_use_elsewhere,
     last_use,
     ledger_last_used,
     model_file,
@@ -43,6 +44,7 @@ from vllm_cache_tools.maintain.policies import POLICY_SELECTORS, Budget, Choosin
 from vllm_cache_tools.maintain.trash import entry_tree, is_dir_stat
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.store.entries import read_entry
+from vllm_cache_tools.store.in_use import held_open_at
 from vllm_cache_tools.store.locate import SYMLINKED_COMPILE_CACHE, CacheRoot, display_path
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import CacheInfo, Entry, Layout
@@ -93,6 +95,11 @@ class Protections:
     grace_s: float = 600.0
     all_users: bool = False
     uid: int = field(default_factory=os.geteuid)
+    leases_when_planning: bool = True
+    """Ask the kernel (a write lease per file) whether another process holds a chosen
+    entry's files open, when planning, so the plan shows it; the check right before each
+    move is made regardless. Off for ``prune --yes``: nobody reads that plan before the
+    moves, and one look less over every file of every entry."""
 
 
 @dataclass(frozen=True)
@@ -334,6 +341,9 @@ def protection_reason(e: Entry, root: Path, prot: Protections, now: float,
         return f"in use: open by pid {', '.join(map(str, pids[:5]))}"
     if e.state == "in-use":
         return f"in use: {e.state_detail}"
+    held = held_open_at(e.path, uid=prot.uid) if prot.leases_when_planning else None
+    if held is not None:
+        return in_use_elsewhere(held)
     if e.state == "unknown" or e.stats.unreadable:
         return ("parts could not be read (" + (e.state_detail if e.state == "unknown" else
                 f"{len(e.stats.unreadable)} unreadable") + "); what is in them is unknown")

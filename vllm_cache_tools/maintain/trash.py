@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_cache_tools.layout import LOCKS_DIRNAME, TRASH_DIRNAME
+from vllm_cache_tools.maintain.evidence import owner_name
 from vllm_cache_tools.safeio import (
     RemoveResult,
     UnsafeTree,
@@ -132,6 +133,8 @@ class EntryLocks:
                 if exc.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
                     raise UnsafeTree(exc.errno, "the entry lock file is a symlink or not a "
                                      "file: refused") from None
+                if exc.errno == errno.EACCES:
+                    raise OSError(exc.errno, _not_ours(locks_fd, self.FILENAME)) from None
                 raise
         if self.fd < 0:
             raise OSError(errno.EAGAIN, "cannot open the entry lock file")
@@ -164,6 +167,19 @@ class EntryLocks:
         if self.fd >= 0:
             os.close(self.fd)
             self.fd = -1
+
+
+def _not_ours(locks_fd: int, name: str) -> str:
+    """Why another user's lock file cannot be opened, and what fixes it: the root was pruned
+    before its folders were group-shared (setgid), so the file kept its maker's group."""
+    where = f"{TRASH_DIRNAME}/{LOCKS_DIRNAME}/{name}"
+    try:
+        s = os.stat(name, dir_fd=locks_fd, follow_symlinks=False)
+    except OSError:
+        return f"{where} is not writable by you"
+    return (f"{where} (owner {owner_name(s.st_uid)}, mode {st.S_IMODE(s.st_mode):04o}) is not "
+            "writable by you; on a root shared by a group its folders need the group and the "
+            "setgid bit (chmod g+ws), and this file group read-write: ask its owner")
 
 
 @dataclass(frozen=True)
