@@ -48,14 +48,11 @@ def problem_line(p: Problem) -> str:
     return f"{p.kind}: {p.path}: {p.detail}"
 
 
-UNREAD_KINDS = ("symlink", "unreadable")
-"""Root problems that leave part of the root unread (a symlinked ``torch_compile_cache``, an
-unreadable folder): verify counts them, ls / audit / explain warn of them."""
-
-
 def warn_unread(root_problems: Iterable[Problem]) -> None:
     """Warn (stderr) of the parts of the root a verb could not read, in the scan's words, so
     that an empty answer is not taken for a clean one."""
+    from vllm_cache_tools.store.types import UNREAD_KINDS
+
     for p in root_problems:
         if p.kind in UNREAD_KINDS:
             warn(problem_line(p))
