@@ -38,6 +38,14 @@ def shown_keys(keys: Iterable[str]) -> dict[str, str]:
     return unique_prefixes(keys, AOT_MIN_PREFIX)
 
 
+def key_column(keys: Iterable[str | None]) -> tuple[dict[str, str], int]:
+    """:func:`shown_keys` of the keys given (``None``: an entry without one), and the width
+    of their column, for the one-line-per-entry outputs (pack, push, warm, unpack and pull's
+    checks and placements)."""
+    shown = shown_keys(k for k in keys if k)
+    return shown, max(map(len, shown.values()), default=0)
+
+
 def unique_prefixes(keys: Iterable[str], min_len: dict[int, int]) -> dict[str, str]:
     """Each key -> its shortest prefix that no other key starts with, at least
     ``min_len[len(key)]`` long (the whole key when its length is not in ``min_len``).
