@@ -379,6 +379,10 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     empty.write_text("nothing to see\n")
     r = run_cli("log", "--compare", f"{empty}@1", str(empty))
     assert r.returncode == 2 and "no vLLM start" in r.stderr
+    for verb in (["log", "--compare"], ["explain", "--logs"]):  # one reading of two starts
+        r = run_cli(*verb, "-", str(empty))
+        assert r.returncode == 2 and r.stderr == (
+            "vllm-cache: error: comparing needs log files (stdin cannot be read twice)\n")
 
 
 # --------------------------------------------------------------------------------------------

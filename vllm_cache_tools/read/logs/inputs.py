@@ -76,7 +76,7 @@ def check_inputs(names: Sequence[str]) -> None:
             continue
         p = Path(name)
         if not p.exists():
-            raise LogInputError(f"{name}: no such file")
+            raise LogInputError(f"{name}: no such log file")
         if p.is_dir():
             raise LogInputError(f"{name}: is a directory, not a log file")
         if not os.access(p, os.R_OK):
