@@ -249,3 +249,5 @@ def test_an_existing_name_without_a_slash_is_a_path(monkeypatch: pytest.MonkeyPa
         locate_entry("run.log", root)
     (tmp_path / "39ecaca4bf").write_text("")
     assert locate_entry("39ecaca4bf", root) == root / "torch_compile_cache" / "39ecaca4bf"
+    (tmp_path / "39ECACA4BF").write_text("")  # in upper case too: keys are read in one place
+    assert locate_entry("39ECACA4BF", root) == root / "torch_compile_cache" / "39ecaca4bf"

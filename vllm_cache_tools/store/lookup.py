@@ -47,10 +47,10 @@ def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = Non
     """Find an entry folder from a key, a unique key prefix (like git's short hashes) or a
     path (the entry folder or anything inside it)."""
     p = Path(os.path.expanduser(ref))
+    key = key_prefix(ref)
     # A bare hex name is a key even where a file of that name is here; any other name that
     # exists is a path (say, `explain run.log ...` from the log's folder).
-    if os.path.lexists(p) and ("/" in ref or ref in (".", "..")
-                               or not re.fullmatch(r"[0-9a-f]{1,64}", ref)):
+    if os.path.lexists(p) and ("/" in ref or ref in (".", "..") or key is None):
         p = Path(os.path.abspath(p))
         for cand in (p, *p.parents):
             if AOT_KEY.match(cand.name) and cand.parent.name == AOT_DIRNAME:
@@ -58,7 +58,6 @@ def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = Non
             if BACKEND_KEY.match(cand.name) and cand.parent.name == COMPILE_CACHE_DIRNAME:
                 return cand
         raise EntryNotFound(f"{display_path(p)} is not inside a compile-cache entry")
-    key = key_prefix(ref)
     if key is None:
         raise EntryNotFound(f"{ref!r} is neither an entry key (hex) nor a path")
     croot = root if isinstance(root, CacheRoot) else resolve_root(root)
