@@ -39,6 +39,14 @@ def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
     raise SystemExit(code)
 
 
+def refuse_terminal_stdin(what: str) -> None:
+    """Where ``-`` reads stdin (log, unpack, predict --for-host): a terminal there means
+    nothing is piped in, so say what to give (one line, exit 2) instead of waiting for
+    typing. ``what``: the file to give instead."""
+    if sys.stdin.isatty():
+        fail(f"give {what}, or pipe one in (- reads stdin)")
+
+
 def warn(message: str) -> None:
     sys.stderr.write(redact_text(f"vllm-cache: warning: {message}\n"))
 

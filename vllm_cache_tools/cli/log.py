@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import pickle
 import shlex
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Annotated
@@ -18,7 +17,7 @@ from vllm_cache_tools.analyze.log_summary import (
     Summarizer,
     compare_starts,
 )
-from vllm_cache_tools.cli.common import fail, warn, write_out
+from vllm_cache_tools.cli.common import fail, refuse_terminal_stdin, warn, write_out
 from vllm_cache_tools.cli.log_render import render_compare, render_summary, render_traced, say
 from vllm_cache_tools.read.logs import LogInputError, LogStream, StartLog, check_inputs
 from vllm_cache_tools.read.logs.refs import parse_ref, read_pair
@@ -54,8 +53,7 @@ def log(
         return
     names = list(files or [])
     if not names:
-        if sys.stdin.isatty():
-            fail("give one or more vLLM log files, or pipe a log in (FILE - reads stdin)")
+        refuse_terminal_stdin("one or more vLLM log files")
         names = ["-"]
     if names.count("-") > 1:
         fail("stdin (-) can be read only once")
