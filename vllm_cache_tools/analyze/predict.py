@@ -26,7 +26,7 @@ from vllm_cache_tools.keys import (
     model_hash_key,
 )
 from vllm_cache_tools.keys.versions import recipe_verified_on
-from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
+from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, short_key
 from vllm_cache_tools.live.runner import (
     PredictError,
     ProbeRun,
@@ -230,7 +230,7 @@ def _predict_aot(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo]
     if not path.exists():
         same_fw = [(k, i) for k, i in aot_infos.items() if i.qualname == fw["qualname"]][:1]
         moved = [Cause("code", f"{fw['qualname']} first line", i.firstlineno,
-                       fw["firstlineno"], f"AOT entry {k[:12]}", "forward moved: new AOT key")
+                       fw["firstlineno"], f"AOT entry {short_key(k)}", "forward moved: new AOT key")
                  for k, i in same_fw if i.firstlineno != fw["firstlineno"]]
         return out(False, "no artifact at this key", causes=moved)
     if chosen is None:

@@ -9,6 +9,8 @@ from typing import Literal
 
 from rich.cells import cell_len
 
+from vllm_cache_tools.layout import AOT_KEY_SHOWN
+
 GAP = "  "
 ELLIPSIS = "…"
 MIN_CUT = 10
@@ -26,7 +28,7 @@ class Column:
     takes the room left, down to ``MIN_CUT``. ``None``: never cut."""
 
 
-AOT_MIN_PREFIX = {64: 12}
+AOT_MIN_PREFIX = {64: AOT_KEY_SHOWN}
 """Shortest unique prefix of an AOT key (64 hex), but never shorter than this; backend keys
 (10 hex) are shown whole: they are the folder names vLLM logs."""
 
