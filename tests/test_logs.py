@@ -1028,7 +1028,10 @@ def test_explain_from_a_warm_start_log_is_unexplained_not_explained() -> None:
                 "only when it compiles")]
     # A hit of the same entry is still the same key, either way round.
     for a, b in ((COLD, WARM), (WARM, COLD)):
-        assert run_cli("explain", "--logs", str(a), str(b)).returncode == 0
+        r = run_cli("explain", "--logs", str(a), str(b), "--json")
+        assert r.returncode == 0, r.stderr
+        d = json.loads(r.stdout)
+        assert d["same_key"] is True and d["causes"] == d["unexplained"] == [], d
 
 
 def test_explain_logs_given_a_folder_says_so(tmp_path: Path) -> None:
