@@ -1128,3 +1128,18 @@ def test_zstd_reader_memory_is_bounded_whatever_the_ratio() -> None:
     while piece := read(logs_inputs.CHUNK):
         sizes.append(len(piece))
     assert sum(sizes) == 256 << 20 and max(sizes) <= logs_inputs.CHUNK + (32 << 20)
+
+
+
+def test_a_cut_zstd_log_keeps_what_came_before_the_cut(tmp_path: Path) -> None:
+    """The bytes decompressed in the read that meets the cut are kept (were dropped with the
+    error: a small log cut in its last frame read as "no vLLM start", whatever came before)."""
+    import zstandard
+
+    zc = zstandard.ZstdCompressor()
+    cut = tmp_path / "long.log.zst"
+    cut.write_bytes(zc.compress(LONG.read_bytes()) + zc.compress(COLD.read_bytes())[:30])
+    stream = LogStream([str(cut)])
+    assert [s.index for s in stream] == [1]
+    assert stream.warnings == [f"{cut}: compressed data ends early or is damaged (the data "
+                               "ends inside a zstd frame); read what came before"]
