@@ -1143,3 +1143,20 @@ def test_a_cut_zstd_log_keeps_what_came_before_the_cut(tmp_path: Path) -> None:
     assert [s.index for s in stream] == [1]
     assert stream.warnings == [f"{cut}: compressed data ends early or is damaged (the data "
                                "ends inside a zstd frame); read what came before"]
+
+
+def test_explain_logs_warns_of_a_log_read_in_part(tmp_path: Path) -> None:
+    """explain --logs says, as log --compare does, that a log was read only in part (a zstd
+    log whose last frame is cut: what came before is explained); was: silent, as if whole."""
+    import zstandard
+
+    zc = zstandard.ZstdCompressor()
+    cut = tmp_path / "long.log.zst"
+    cut.write_bytes(zc.compress(LONG.read_bytes()) + zc.compress(COLD.read_bytes())[:30])
+    for verb in (["log", "--compare"], ["explain", "--logs"]):
+        r = run_cli(*verb, str(COLD), str(cut), "--json")
+        assert r.returncode == 0, (verb, r.stderr)
+        assert r.stderr == f"vllm-cache: warning: {cut}: compressed data ends early or is " \
+            "damaged (the data ends inside a zstd frame); read what came before\n", (verb, r.stderr)
+    d = json.loads(r.stdout)
+    assert [c["item"] for c in d["causes"]] == ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"]

@@ -15,7 +15,14 @@ from vllm_cache_tools.analyze.explain import (
     show_value,
 )
 from vllm_cache_tools.analyze.explain import explain as explain_refs
-from vllm_cache_tools.cli.common import console, fail, print_json, redact_record, warn_unread
+from vllm_cache_tools.cli.common import (
+    console,
+    fail,
+    print_json,
+    redact_record,
+    warn,
+    warn_unread,
+)
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.read.logs.refs import parse_ref, read_pair
 from vllm_cache_tools.store.entries import read_entry
@@ -104,7 +111,9 @@ def _against_current(ref: str, args: list[str], root: Path | None,
 
 
 def _from_logs(old_ref: str, new_ref: str) -> Explanation:
-    old, new, _ = read_pair(old_ref, new_ref, True)  # as log --compare reads them
+    old, new, warnings = read_pair(old_ref, new_ref, True)  # as log --compare reads them
+    for w in warnings:  # a log read in part (cut, damaged) is said, as log --compare says it
+        warn(w)
     (op, on), (np_, nn) = parse_ref(old_ref), parse_ref(new_ref)
     if op == np_ and on is None and nn is None:  # the file's last two starts: say which
         old_ref, new_ref = f"{op}@{old.index}", f"{np_}@{new.index}"
