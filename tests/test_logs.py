@@ -379,6 +379,10 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     empty.write_text("nothing to see\n")
     r = run_cli("log", "--compare", f"{empty}@1", str(empty))
     assert r.returncode == 2 and "no vLLM start" in r.stderr
+    for verb in (["log", "--compare"], ["explain", "--logs"]):  # one reading of two starts
+        r = run_cli(*verb, "-", str(empty))
+        assert r.returncode == 2 and r.stderr == (
+            "vllm-cache: error: comparing needs log files (stdin cannot be read twice)\n")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1024,7 +1028,10 @@ def test_explain_from_a_warm_start_log_is_unexplained_not_explained() -> None:
                 "only when it compiles")]
     # A hit of the same entry is still the same key, either way round.
     for a, b in ((COLD, WARM), (WARM, COLD)):
-        assert run_cli("explain", "--logs", str(a), str(b)).returncode == 0
+        r = run_cli("explain", "--logs", str(a), str(b), "--json")
+        assert r.returncode == 0, r.stderr
+        d = json.loads(r.stdout)
+        assert d["same_key"] is True and d["causes"] == d["unexplained"] == [], d
 
 
 def test_explain_logs_given_a_folder_says_so(tmp_path: Path) -> None:
@@ -1125,3 +1132,35 @@ def test_zstd_reader_memory_is_bounded_whatever_the_ratio() -> None:
     while piece := read(logs_inputs.CHUNK):
         sizes.append(len(piece))
     assert sum(sizes) == 256 << 20 and max(sizes) <= logs_inputs.CHUNK + (32 << 20)
+
+
+
+def test_a_cut_zstd_log_keeps_what_came_before_the_cut(tmp_path: Path) -> None:
+    """The bytes decompressed in the read that meets the cut are kept (were dropped with the
+    error: a small log cut in its last frame read as "no vLLM start", whatever came before)."""
+    import zstandard
+
+    zc = zstandard.ZstdCompressor()
+    cut = tmp_path / "long.log.zst"
+    cut.write_bytes(zc.compress(LONG.read_bytes()) + zc.compress(COLD.read_bytes())[:30])
+    stream = LogStream([str(cut)])
+    assert [s.index for s in stream] == [1]
+    assert stream.warnings == [f"{cut}: compressed data ends early or is damaged (the data "
+                               "ends inside a zstd frame); read what came before"]
+
+
+def test_explain_logs_warns_of_a_log_read_in_part(tmp_path: Path) -> None:
+    """explain --logs says, as log --compare does, that a log was read only in part (a zstd
+    log whose last frame is cut: what came before is explained); was: silent, as if whole."""
+    import zstandard
+
+    zc = zstandard.ZstdCompressor()
+    cut = tmp_path / "long.log.zst"
+    cut.write_bytes(zc.compress(LONG.read_bytes()) + zc.compress(COLD.read_bytes())[:30])
+    for verb in (["log", "--compare"], ["explain", "--logs"]):
+        r = run_cli(*verb, str(COLD), str(cut), "--json")
+        assert r.returncode == 0, (verb, r.stderr)
+        assert r.stderr == f"vllm-cache: warning: {cut}: compressed data ends early or is " \
+            "damaged (the data ends inside a zstd frame); read what came before\n", (verb, r.stderr)
+    d = json.loads(r.stdout)
+    assert [c["item"] for c in d["causes"]] == ["VLLM_ALLOW_LONG_MAX_MODEL_LEN"]

@@ -249,3 +249,22 @@ def test_an_existing_name_without_a_slash_is_a_path(monkeypatch: pytest.MonkeyPa
         locate_entry("run.log", root)
     (tmp_path / "39ecaca4bf").write_text("")
     assert locate_entry("39ecaca4bf", root) == root / "torch_compile_cache" / "39ecaca4bf"
+    (tmp_path / "39ECACA4BF").write_text("")  # in upper case too: keys are read in one place
+    assert locate_entry("39ECACA4BF", root) == root / "torch_compile_cache" / "39ecaca4bf"
+
+
+def test_stdin_on_a_terminal_is_refused_where_dash_reads_it(tmp_path: Path) -> None:
+    """log (no FILE), unpack - and predict --for-host - with a terminal on stdin: one line
+    saying what to give, exit 2, in one wording (predict --for-host - waited for typing)."""
+    exe = Path(sys.executable).parent / "vllm-cache"
+    for args, what in ((["log"], "one or more vLLM log files"), (["unpack", "-"], "a bundle file"),
+                       (["predict", "--for-host", "-", "--", "m"], "a host profile file")):
+        master, slave = pty.openpty()
+        try:
+            r = subprocess.run([str(exe), *args], stdin=slave, capture_output=True, text=True,
+                               timeout=120, cwd=tmp_path)
+        finally:
+            os.close(slave)
+            os.close(master)
+        assert (r.returncode, r.stdout) == (2, ""), (args, r.stderr)
+        assert r.stderr == f"vllm-cache: error: give {what}, or pipe one in (- reads stdin)\n"

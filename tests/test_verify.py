@@ -203,15 +203,21 @@ def test_fix_asks_before_removing_leftover_tmp_files(tmp_path: Path) -> None:
     assert not leftover.exists() and leftover.parent.is_dir()
 
 
-def test_a_symlinked_compile_cache_is_a_problem_not_a_clean_root(tmp_path: Path) -> None:
-    """torch_compile_cache a symlink (not followed, as ls warns): verify checked nothing, so
-    it says so, exit 1 (was: "checked 0 entries: no problems", exit 0); an entry folder
-    swapped for a symlink in the root is reported the same way."""
+def _symlinked_root(tmp_path: Path) -> tuple[Path, Path]:
+    """A copy of the sample (``big``) and a root whose torch_compile_cache links to it."""
     big = tmp_path / "big"
     shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", big)
     root = tmp_path / "root"
     root.mkdir()
     (root / "torch_compile_cache").symlink_to(big / "torch_compile_cache")
+    return big, root
+
+
+def test_a_symlinked_compile_cache_is_a_problem_not_a_clean_root(tmp_path: Path) -> None:
+    """torch_compile_cache a symlink (not followed, as ls warns): verify checked nothing, so
+    it says so, exit 1 (was: "checked 0 entries: no problems", exit 0); an entry folder
+    swapped for a symlink in the root is reported the same way."""
+    big, root = _symlinked_root(tmp_path)
     r = run_cli("verify", "--root", str(root))
     assert r.returncode == 1, (r.stdout, r.stderr)
     assert "torch_compile_cache is a symlink" in r.stdout and "no problems" not in r.stdout
@@ -231,11 +237,7 @@ def test_every_verb_says_a_symlinked_compile_cache_is_not_followed(tmp_path: Pat
     the link). One wording, from store/locate.py."""
     from vllm_cache_tools.store.locate import SYMLINKED_COMPILE_CACHE
 
-    big = tmp_path / "big"
-    shutil.copytree(Path(__file__).resolve().parent.parent / "examples" / "sample_cache", big)
-    root = tmp_path / "root"
-    root.mkdir()
-    (root / "torch_compile_cache").symlink_to(big / "torch_compile_cache")
+    root = _symlinked_root(tmp_path)[1]
     said = SYMLINKED_COMPILE_CACHE
     assert said == "torch_compile_cache is a symlink (not followed; pass its target as --root)"
     for args in (["ls"], ["audit"], ["audit", "--json"], ["explain"], ["drift"]):

@@ -27,6 +27,10 @@ KEY_FILES = frozenset({"model", "cache_key_factors.json", "computation_graph.py"
                        "vllm_compile_cache.py"})
 """Files vLLM reads when it loads an entry (their atime is evidence of use) and that our
 readers parse (their size/mtime validate the listing index)."""
+AOT_KEY_SHOWN = 12
+"""Hex digits of an AOT entry's key (64) that messages show; tables show at least as many,
+more where needed to stay unique. Backend keys (10 hex, the folder names vLLM logs) are shown
+whole."""
 TRASH_DIRNAME = ".vllm-cache-trash"
 """Ours, inside ``torch_compile_cache`` (same filesystem as the entries, so rename is
 atomic): where prune moves an entry before removing it."""
@@ -62,3 +66,9 @@ SNAPSHOT_CAP = 512 * 1024
 
 def is_manifest_name(name: str) -> bool:
     return name.startswith(MANIFEST_PREFIX) and name.endswith(MANIFEST_SUFFIX)
+
+
+def short_key(key: str) -> str:
+    """An entry key as messages name it: an AOT key (64 hex) by its first
+    :data:`AOT_KEY_SHOWN` digits, any other key whole."""
+    return key[:AOT_KEY_SHOWN] if len(key) == 64 else key

@@ -30,6 +30,7 @@ from vllm_cache_tools.analyze.manifest_diff import (
 )
 from vllm_cache_tools.keys.hardware import hardware_detail
 from vllm_cache_tools.keys.source_link import linked_aot_entries
+from vllm_cache_tools.layout import short_key
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.read.manifest import LedgerEvent, Manifest
 from vllm_cache_tools.store.types import Cause, Entry
@@ -135,7 +136,8 @@ def _unread(e: Entry, name: str) -> str:
     """Why entry ``e``'s ``name`` gave no evidence: the reader's own error when the file is
     there but could not be read (say, permission denied), else that it is missing."""
     said = [p.detail for p in e.problems if p.kind == "unreadable" and name in p.detail]
-    return f"{e.key[:12]}: {said[0]}" if said else f"{e.key[:12]} has no readable {name}"
+    key = short_key(e.key)
+    return f"{key}: {said[0]}" if said else f"{key} has no readable {name}"
 
 
 def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explanation:
@@ -269,7 +271,7 @@ def latest_pair(entries: Sequence[Entry]) -> tuple[Entry, Entry, str] | None:
         earlier = [e for e in same[:-1] if e.model == new.model]
         if earlier:
             old = earlier[-1]
-            return old, new, (f"newest {layout} entry {new.key[:12]} (created last) against "
+            return old, new, (f"newest {layout} entry {short_key(new.key)} (created last) against "
                               f"the newest earlier one of the same model ({new.model})")
     return None
 

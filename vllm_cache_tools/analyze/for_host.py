@@ -23,7 +23,7 @@ from vllm_cache_tools.analyze.host_record import HostRecord, host_module_path
 from vllm_cache_tools.keys.hardware import PLATFORM_ENV
 from vllm_cache_tools.keys.recipes import aot_key, model_hash_key
 from vllm_cache_tools.keys.versions import backend_key, code_hash, env_hash, recipes_for
-from vllm_cache_tools.layout import AOT_DIRNAME
+from vllm_cache_tools.layout import AOT_DIRNAME, short_key
 from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import source_snapshot
@@ -275,7 +275,7 @@ def _code_from_aot(rec: HostRecord, recipe: Any, cc: Path | None, aot_key_guess:
         files.setdefault(path, s.content)
     return HostFactor("code_hash", code_hash(recipe, files), RECOMPUTED,
                       f"{recipe.code_hash} over the {len(files)} traced files of AOT entry "
-                      f"{key[:12]} here, at that host's paths (under "
+                      f"{short_key(key)} here, at that host's paths (under "
                       f"{rec.platform.get('prefix')}); assumes that host's files equal "
                       "those copies")
 

@@ -28,6 +28,7 @@ from vllm_cache_tools.layout import (
     LEDGER_DIRNAME,
     STATE_DIRNAME,
     is_manifest_name,
+    short_key,
 )
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import Manifest, read_manifest, read_manifests
@@ -212,7 +213,7 @@ def _gather_remote(url: str, manifests: bool, options: Mapping[str, Any] | None,
                         local.write_bytes(store.cat(store.blob_path(f.sha256)))
                         ms.append(read_manifest(local))
                     except (FleetError, ReadError, OSError) as exc:
-                        problems.append(f"{url}: manifest of {s.record.key[:12]}: {exc}")
+                        problems.append(f"{url}: manifest of {short_key(s.record.key)}: {exc}")
     return entries, ms
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from vllm_cache_tools.analyze.explain_causes import env_causes
 from vllm_cache_tools.keys import (
     aot_key,
     aot_source_hash,
@@ -24,9 +25,8 @@ from vllm_cache_tools.keys import (
     compiler_hash,
     model_hash_key,
 )
-from vllm_cache_tools.keys.hardware import hardware_detail
 from vllm_cache_tools.keys.versions import recipe_verified_on
-from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
+from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME, short_key
 from vllm_cache_tools.live.runner import (
     PredictError,
     ProbeRun,
@@ -40,7 +40,6 @@ from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo, read_
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifests
 from vllm_cache_tools.read.noatime import read_source_text
-from vllm_cache_tools.redaction import same_value
 from vllm_cache_tools.store.entries import read_backend_entry
 from vllm_cache_tools.store.locate import resolve_root
 from vllm_cache_tools.store.scan import scan
@@ -173,12 +172,7 @@ def _diff_reasons(e: Entry, parts: dict[str, Any]) -> list[Cause]:
     f = e.factors
     assert f is not None
     ev = f"cache_key_factors.json of {e.key}"
-    out: list[Cause] = []
-    old_env, new_env = f.env or {}, parts["env"]
-    for k in sorted(set(old_env) | set(new_env)):
-        if not same_value(k, old_env.get(k), new_env.get(k)):  # the probe's are redacted
-            out.append(Cause("env", k, old_env.get(k), new_env.get(k), ev,
-                             hardware_detail("env", k) or ""))
+    out = env_causes(f.env or {}, parts["env"], ev)  # same_value: the probe redacts values
     if f.config_hash != parts["config_hash"]:
         out.append(Cause("config", "config_hash", f.config_hash, parts["config_hash"], ev,
                          "a vLLM config value differs; the recorder itemises fields"))
@@ -236,7 +230,7 @@ def _predict_aot(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo]
     if not path.exists():
         same_fw = [(k, i) for k, i in aot_infos.items() if i.qualname == fw["qualname"]][:1]
         moved = [Cause("code", f"{fw['qualname']} first line", i.firstlineno,
-                       fw["firstlineno"], f"AOT entry {k[:12]}", "forward moved: new AOT key")
+                       fw["firstlineno"], f"AOT entry {short_key(k)}", "forward moved: new AOT key")
                  for k, i in same_fw if i.firstlineno != fw["firstlineno"]]
         return out(False, "no artifact at this key", causes=moved)
     if chosen is None:

@@ -12,6 +12,7 @@ from vllm_cache_tools.analyze.audit import AuditReport, audit
 from vllm_cache_tools.cli.common import print_json, warn, warn_unread, write_out
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.cli.render import shown_keys
+from vllm_cache_tools.layout import short_key
 from vllm_cache_tools.read.manifest import read_manifests
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.scan import scan
@@ -63,7 +64,7 @@ def audit_cmd(
     for e in info.entries:
         ms, bad = read_manifests(e.path, e.layout)
         entries.append(replace(e, manifests=tuple(ms)))
-        problems += [f"{e.key[:12]}: {b}" for b in bad]
+        problems += [f"{short_key(e.key)}: {b}" for b in bad]
     # A manifest not read is a start not compared: said, so "none" is not taken as proof.
     for p in problems:
         warn(f"{p} (not audited)")

@@ -39,6 +39,14 @@ def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:
     raise SystemExit(code)
 
 
+def refuse_terminal_stdin(what: str) -> None:
+    """Where ``-`` reads stdin (log, unpack, predict --for-host): a terminal there means
+    nothing is piped in, so say what to give (one line, exit 2) instead of waiting for
+    typing. ``what``: the file to give instead."""
+    if sys.stdin.isatty():
+        fail(f"give {what}, or pipe one in (- reads stdin)")
+
+
 def warn(message: str) -> None:
     sys.stderr.write(redact_text(f"vllm-cache: warning: {message}\n"))
 
@@ -48,14 +56,11 @@ def problem_line(p: Problem) -> str:
     return f"{p.kind}: {p.path}: {p.detail}"
 
 
-UNREAD_KINDS = ("symlink", "unreadable")
-"""Root problems that leave part of the root unread (a symlinked ``torch_compile_cache``, an
-unreadable folder): verify counts them, ls / audit / explain warn of them."""
-
-
 def warn_unread(root_problems: Iterable[Problem]) -> None:
     """Warn (stderr) of the parts of the root a verb could not read, in the scan's words, so
     that an empty answer is not taken for a clean one."""
+    from vllm_cache_tools.store.types import UNREAD_KINDS
+
     for p in root_problems:
         if p.kind in UNREAD_KINDS:
             warn(problem_line(p))

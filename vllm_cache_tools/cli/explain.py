@@ -15,9 +15,16 @@ from vllm_cache_tools.analyze.explain import (
     show_value,
 )
 from vllm_cache_tools.analyze.explain import explain as explain_refs
-from vllm_cache_tools.cli.common import console, fail, print_json, redact_record, warn_unread
+from vllm_cache_tools.cli.common import (
+    console,
+    fail,
+    print_json,
+    redact_record,
+    warn,
+    warn_unread,
+)
 from vllm_cache_tools.cli.ls import RootOpt
-from vllm_cache_tools.read.logs.refs import parse_ref, pick_start, read_starts
+from vllm_cache_tools.read.logs.refs import parse_ref, read_pair
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
@@ -122,23 +129,12 @@ def _against_current(ref: str, args: list[str], root: Path | None,
 
 
 def _from_logs(old_ref: str, new_ref: str) -> Explanation:
+    old, new, warnings = read_pair(old_ref, new_ref, True)  # as log --compare reads them
+    for w in warnings:  # a log read in part (cut, damaged) is said, as log --compare says it
+        warn(w)
     (op, on), (np_, nn) = parse_ref(old_ref), parse_ref(new_ref)
-    for p in (op, np_):
-        if Path(p).is_dir():
-            fail(f"{p}: is a directory, not a log file")
-        if not Path(p).is_file():
-            fail(f"{p}: no such log file")
-    so, _ = read_starts(op, True)
-    sn, _ = read_starts(np_, True)
-    # The same file twice: its last two starts, as log --compare reads it.
-    same_file = op == np_ and on is None and nn is None
-    if same_file and len(so) < 2:
-        fail(f"{op}: has {len(so)} start(s); comparing it with itself needs two (or say "
-             "which: FILE@1 FILE@2)")
-    old = pick_start(so, on, old_ref, -2 if same_file else -1)
-    new = pick_start(sn, nn, new_ref, -1)
-    if same_file:
-        old_ref, new_ref = f"{op}@{len(so) - 1}", f"{np_}@{len(sn)}"
+    if op == np_ and on is None and nn is None:  # the file's last two starts: say which
+        old_ref, new_ref = f"{op}@{old.index}", f"{np_}@{new.index}"
     return explain_logs(old, new, old_ref, new_ref, _code_from_cache)
 
 

@@ -69,20 +69,12 @@ def byte_bar(label: str, enabled: bool) -> Iterator[Callable[[int, int], None] |
         yield update
 
 
-def _shown(keys: Sequence[str | None]) -> tuple[dict[str, str], int]:
-    """The keys as ls shows them (AOT keys 12 hex digits or more, backend keys whole), and
-    the width of their column."""
-    from vllm_cache_tools.cli.render import shown_keys
-
-    shown = shown_keys(k for k in keys if k)
-    return shown, max((len(v) for v in shown.values()), default=1)
-
-
 def render_check(check: Any) -> str:
     from vllm_cache_tools.analyze.explain import show_value
+    from vllm_cache_tools.cli.render import key_column
 
     lines = [f"checks ({check.environment}):"] if check.environment else ["checks:"]
-    keys, w = _shown([f.key for f in check.findings])
+    keys, w = key_column(f.key for f in check.findings)
     for f in check.findings:
         lines.append(f"  {f.verdict:<7} {f.check:<10} {keys.get(f.key or '', '-'):<{w}}  "
                      f"{f.detail}")
@@ -102,7 +94,9 @@ def render_check(check: Any) -> str:
 
 
 def render_placements(placements: Sequence[Any]) -> str:
-    keys, w = _shown([p.key for p in placements])
+    from vllm_cache_tools.cli.render import key_column
+
+    keys, w = key_column(p.key for p in placements)
     return "".join(f"{p.action:<9} {p.layout:<7} {keys.get(p.key or '', '-'):<{w}}  {p.path}"
                    + (f"  ({p.detail})" if p.detail and p.action != "placed" else "") + "\n"
                    for p in placements)

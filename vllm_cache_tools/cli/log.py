@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import pickle
 import shlex
-import sys
 import tempfile
 from collections.abc import Callable, Iterator
 from typing import Annotated
@@ -18,10 +17,10 @@ from vllm_cache_tools.analyze.log_summary import (
     Summarizer,
     compare_starts,
 )
-from vllm_cache_tools.cli.common import fail, warn, write_out
+from vllm_cache_tools.cli.common import fail, refuse_terminal_stdin, warn, write_out
 from vllm_cache_tools.cli.log_render import render_compare, render_summary, render_traced, say
 from vllm_cache_tools.read.logs import LogInputError, LogStream, StartLog, check_inputs
-from vllm_cache_tools.read.logs.refs import parse_ref, pick_start, read_starts
+from vllm_cache_tools.read.logs.refs import parse_ref, read_pair
 from vllm_cache_tools.views.logs import comparison_json, start_json, summary_json, traced_json
 from vllm_cache_tools.views.payloads import SCHEMAS, log_json, with_schema
 
@@ -54,8 +53,7 @@ def log(
         return
     names = list(files or [])
     if not names:
-        if sys.stdin.isatty():
-            fail("give one or more vLLM log files, or pipe a log in (FILE - reads stdin)")
+        refuse_terminal_stdin("one or more vLLM log files")
         names = ["-"]
     if names.count("-") > 1:
         fail("stdin (-) can be read only once")
@@ -162,28 +160,17 @@ def _traced(stream: LogStream, json_out: bool) -> None:
 
 
 def _compare(old_ref: str, new_ref: str, json_out: bool, accelerate: bool) -> None:
-    (op, on), (np_, nn) = parse_ref(old_ref), parse_ref(new_ref)
-    for path in {op, np_}:
-        if path == "-":
-            fail("--compare needs files (stdin cannot be read twice)")
+    op, np_ = parse_ref(old_ref)[0], parse_ref(new_ref)[0]
     try:
-        check_inputs([op, np_])
-        old_starts, w1 = read_starts(op, accelerate)
-        new_starts, w2 = (old_starts, []) if np_ == op else read_starts(np_, accelerate)
+        old, new, warnings = read_pair(old_ref, new_ref, accelerate)
     except LogInputError as exc:
         fail(str(exc))
     except BrokenPipeError:
         raise
     except OSError as exc:
         fail(f"reading the log failed: {exc.strerror or exc}")
-    same_file = op == np_ and on is None and nn is None
-    if same_file and len(old_starts) < 2:
-        fail(f"{op}: has {len(old_starts)} start(s); comparing it with itself needs two "
-             "(or say which: FILE@1 FILE@2)")
-    old = pick_start(old_starts, on, old_ref, -2 if same_file else -1)
-    new = pick_start(new_starts, nn, new_ref, -1)
     cmp = compare_starts(old, new, f"start {old.index} of {op}", f"start {new.index} of {np_}")
-    for w in dict.fromkeys([*w1, *w2]):
+    for w in warnings:
         warn(w)
     # One file is one stream here, so a start's index is its position in that file.
     cmd = ("vllm-cache explain --logs " + shlex.quote(f"{op}@{old.index}") + " "

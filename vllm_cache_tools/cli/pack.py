@@ -64,10 +64,9 @@ def pack(
         return
     out(f"packed {len(r.entries)} entries ({r.files} files, {human_size(r.raw_bytes)}) into "
         f"{r.path}: {human_size(r.size_bytes)}, sha256 {r.sha256}\n")
-    from vllm_cache_tools.cli.render import shown_keys
+    from vllm_cache_tools.cli.render import key_column
 
-    keys = shown_keys(e.key for e in r.entries)
-    w = max(map(len, keys.values()), default=0)
+    keys, w = key_column(e.key for e in r.entries)
     for e in r.entries:
         out(f"  {e.layout:<7} {keys[e.key]:<{w}}  {len(e.files):>4} files "
             f"{human_size(e.size_bytes):>7}  {e.state}\n")

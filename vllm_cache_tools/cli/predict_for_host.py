@@ -8,7 +8,7 @@ from pathlib import Path
 
 from vllm_cache_tools.analyze.for_host import RECOMPUTED, predict_for_host
 from vllm_cache_tools.analyze.host_record import load_host_record
-from vllm_cache_tools.cli.common import console, print_json
+from vllm_cache_tools.cli.common import console, print_json, refuse_terminal_stdin
 from vllm_cache_tools.keys.versions import recipe_verified_on
 from vllm_cache_tools.store.locate import resolve_root
 from vllm_cache_tools.views.for_host import for_host_json
@@ -17,6 +17,8 @@ from vllm_cache_tools.views.for_host import for_host_json
 def predict_for_host_cmd(record_path: Path, args: Sequence[str], root: Path | None,
                          json_out: bool, env: Mapping[str, str]) -> int:
     """Print the prediction; the exit status (0: both named folders are in the root)."""
+    if str(record_path) == "-":
+        refuse_terminal_stdin("a host profile file")
     rec = load_host_record(record_path)
     cc = resolve_root(root, env).compile_cache
     p = predict_for_host(rec, args, env, cc if cc.is_dir() else None)

@@ -12,6 +12,7 @@ from vllm_cache_tools.cli.common import fail, print_json, warn
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.errors import UsageError
 from vllm_cache_tools.keys.compat import Environment, detect_environment
+from vllm_cache_tools.layout import short_key
 from vllm_cache_tools.maintain.evidence import owner_name
 from vllm_cache_tools.maintain.execute import (
     PruneResult,
@@ -108,7 +109,7 @@ def render_plan(plan: PrunePlan, dry_run: bool) -> None:
         _p("")
         _p(f"  {head}")
         for p in group:
-            key = p.key[:12] if p.layout == "aot" else p.key
+            key = short_key(p.key)
             used = (f"last used {fmt_duration(plan.made_at - p.last_used)} ago "
                     f"({p.last_used_source})" if p.last_used else "never used")
             _p(f"    {p.layout:<8} {key:<12} {format_size(p.size_bytes):>7} {p.files:>6} files  "
@@ -117,13 +118,13 @@ def render_plan(plan: PrunePlan, dry_run: bool) -> None:
                 _p(f"      - {r}")
             if p.same_sources_aot:
                 _p("      = same traced sources as aot "
-                   + ", ".join(k[:12] for k in p.same_sources_aot)
+                   + ", ".join(map(short_key, p.same_sources_aot))
                    + " (proven by re-hashing; sources alone do not tell which start)")
     if plan.skipped:
         _p("")
         _p(f"  kept {len(plan.skipped)}:")
         for s in plan.skipped[:SHOW_SKIPPED]:
-            key = s.key[:12] if s.layout == "aot" else s.key
+            key = short_key(s.key)
             _p(f"    {s.layout:<8} {key:<12} {s.reason}")
         if len(plan.skipped) > SHOW_SKIPPED:
             _p(f"    ... and {len(plan.skipped) - SHOW_SKIPPED} more (--json lists all)")
@@ -137,7 +138,7 @@ def render_result(res: PruneResult) -> None:
         _p(f"finished {len(res.finished_trash)} item(s) an interrupted run left in the trash")
     _p(f"deleted {len(res.deleted)} entries, freed {format_size(res.freed_bytes)}")
     for s in late[:SHOW_SKIPPED]:
-        key = s.key[:12] if s.layout == "aot" else s.key
+        key = short_key(s.key)
         _p(f"  {'not removed' if id(s) in failed else 'kept'} {s.layout} {key}: {s.reason}")
     if len(late) > SHOW_SKIPPED:
         _p(f"  ... and {len(late) - SHOW_SKIPPED} more kept (--json lists all)")

@@ -56,10 +56,9 @@ def push(
     if json_out:
         print_json(push_document(r))
     else:
-        from vllm_cache_tools.cli.render import shown_keys
+        from vllm_cache_tools.cli.render import key_column
 
-        keys = shown_keys(e.key for e in r.entries)
-        w = max(map(len, keys.values()), default=0)
+        keys, w = key_column(e.key for e in r.entries)
         for e in r.entries:
             out(f"{e.action:<8} {e.layout:<7} {keys[e.key]:<{w}}"
                 + (f"  ({e.detail})" if e.detail else "") + "\n")

@@ -9,6 +9,8 @@ from typing import Literal
 
 from rich.cells import cell_len
 
+from vllm_cache_tools.layout import AOT_KEY_SHOWN
+
 GAP = "  "
 ELLIPSIS = "…"
 MIN_CUT = 10
@@ -26,7 +28,7 @@ class Column:
     takes the room left, down to ``MIN_CUT``. ``None``: never cut."""
 
 
-AOT_MIN_PREFIX = {64: 12}
+AOT_MIN_PREFIX = {64: AOT_KEY_SHOWN}
 """Shortest unique prefix of an AOT key (64 hex), but never shorter than this; backend keys
 (10 hex) are shown whole: they are the folder names vLLM logs."""
 
@@ -36,6 +38,14 @@ def shown_keys(keys: Iterable[str]) -> dict[str, str]:
     push, pull, unpack, warm): whole for backend keys, the shortest prefix among ``keys``
     for AOT keys but at least 12 hex digits; each pastes back into show, rm or explain."""
     return unique_prefixes(keys, AOT_MIN_PREFIX)
+
+
+def key_column(keys: Iterable[str | None]) -> tuple[dict[str, str], int]:
+    """:func:`shown_keys` of the keys given (``None``: an entry without one), and the width
+    of their column, for the one-line-per-entry outputs (pack, push, warm, unpack and pull's
+    checks and placements)."""
+    shown = shown_keys(k for k in keys if k)
+    return shown, max(map(len, shown.values()), default=0)
 
 
 def unique_prefixes(keys: Iterable[str], min_len: dict[int, int]) -> dict[str, str]:

@@ -9,7 +9,7 @@ import typer
 from vllm_cache_tools.cli.common import console, print_json, redact_json
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.keys.source_link import same_source_aot_keys
-from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
+from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, short_key
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.lookup import locate_entry
 from vllm_cache_tools.store.scan import scan
@@ -108,7 +108,7 @@ def _render(d: dict[str, Any], show_env: bool) -> None:
             if same is not None and p is d["prefix_dirs"][0]:
                 con.print("  compiled from the same sources as AOT entries (code hash "
                           "reproduced from their pickled sources): "
-                          + (", ".join(k[:12] for k in same) or "none in this root"))
+                          + (", ".join(map(short_key, same)) or "none in this root"))
             con.print(f"  graph source files ({len(p['graph_files'])}):")
             for f in p["graph_files"]:
                 con.print(f"    {f}", markup=False)

@@ -66,12 +66,9 @@ def unpack(
         fail(f"unexpected arguments {' '.join(extra)!r}: put the vLLM arguments after --")
     shown = str(bundle)
     if shown == "-":  # pack ... | ssh pod vllm-cache unpack - (read once, forward only)
-        import sys
+        from vllm_cache_tools.cli.common import refuse_terminal_stdin
 
-        if sys.stdin.isatty():
-            from vllm_cache_tools.cli.common import fail
-
-            fail("give a bundle file, or pipe one in (- reads stdin)")
+        refuse_terminal_stdin("a bundle file")
         bundle, shown = Path("/dev/stdin"), "<stdin>"
     with byte_bar("unpacking", not json_out) as bar:
         r = run(lambda: do_unpack(bundle, root=root, vllm_args=vllm_args, force=force,

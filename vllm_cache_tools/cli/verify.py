@@ -20,6 +20,7 @@ from vllm_cache_tools.cli.prune import (
     render_plan,
     render_result,
 )
+from vllm_cache_tools.layout import short_key
 from vllm_cache_tools.maintain.execute import execute_plan
 from vllm_cache_tools.maintain.plan import (
     Protections,
@@ -51,7 +52,7 @@ def _render(report: VerifyReport) -> None:
        + ("no problems" if not n else f"{n} problem(s) in {' and '.join(w for w in where if w)}")
        + (f", {notes} note(s)" if notes else ""))
     for p in report.problems:
-        key = p.key[:12] if p.layout == "aot" else p.key
+        key = short_key(p.key)
         _p(f"  {p.kind:<17} {p.layout:<8} {key:<12} {p.path}")
         _p(f"  {'':<17} {p.detail}")
 

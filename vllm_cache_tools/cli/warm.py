@@ -60,10 +60,9 @@ def warm(
         return
     out(f"warm: {r.outcome} in {r.seconds:.0f} s; {len(r.entries)} entries written under "
         f"{r.root}\n")
-    from vllm_cache_tools.cli.render import shown_keys
+    from vllm_cache_tools.cli.render import key_column
 
-    keys = shown_keys(e.key for e in r.entries)
-    w = max(map(len, keys.values()), default=0)
+    keys, w = key_column(e.key for e in r.entries)
     for e in r.entries:
         out(f"  {'new' if e.new else 'changed':<8} {e.layout:<7} {keys[e.key]:<{w}}  "
             f"{e.state}\n")

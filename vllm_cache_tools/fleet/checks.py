@@ -31,6 +31,7 @@ from vllm_cache_tools.fleet.records import EntryRecord
 from vllm_cache_tools.keys import backend_code_hash, backend_key
 from vllm_cache_tools.keys.compat import aot_verdict
 from vllm_cache_tools.keys.source_link import install_prefix
+from vllm_cache_tools.layout import short_key
 from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo
 from vllm_cache_tools.read.noatime import read_source_text
 from vllm_cache_tools.store.types import Cause
@@ -270,7 +271,7 @@ def hit_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
             findings.append(Finding(
                 "hit", "miss", aot_key, f"the AOT artifact loads, but its compiled pieces are "
                 f"in backend entry {pieces[0]} and vLLM here looks them up as "
-                f"{(bkey or '?')[:12]} (traced files' paths or contents differ)"))
+                f"{short_key(bkey or '?')} (traced files' paths or contents differ)"))
     if probe["use_aot_compile"]:
         hit = aot_hit or bool(p.aot.hit)
         if aot_hit and aot_key is not None:
@@ -287,13 +288,13 @@ def hit_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
     want = aot_key if probe["use_aot_compile"] else bkey
     if hit:
         findings.append(Finding("hit", "ok", want,
-                                f"vLLM's next start here uses {tree} entry {(want or '')[:12]}"
+                                f"vLLM's next start here uses {tree} entry {short_key(want or '')}"
                                 + (" (already in this root)" if already and not used
                                    else ", carried here")))
     else:
         findings.append(Finding("hit", "miss", want,
                                 f"vLLM's next start here uses {tree} entry "
-                                f"{(want or '?')[:12]}, which is not carried"
+                                f"{short_key(want or '?')}, which is not carried"
                                 + (" (or cannot be used: see above)" if want in by_key
                                    else "")))
         causes = _causes(p, aots, backends, probe)
@@ -335,7 +336,7 @@ def _causes(p: Any, aots: Sequence[EntryRecord], backends: Sequence[EntryRecord]
                              "a traced file's path or content differs (relocation?)"))
     fws = probe.get("forwards") or []
     for a in aots[:1]:
-        ev = f"carried AOT entry {a.key[:12]}"
+        ev = f"carried AOT entry {short_key(a.key)}"
         if a.versions.get("vllm") and a.versions["vllm"] != parts["vllm_version"]:
             out.append(Cause("vllm", "version", a.versions["vllm"], parts["vllm_version"], ev))
         if a.versions.get("torch") and a.versions["torch"] != parts["torch_version"]:

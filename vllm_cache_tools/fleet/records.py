@@ -20,6 +20,7 @@ from vllm_cache_tools.layout import (
     COMPILE_CACHE_DIRNAME,
     SOURCES_DIRNAME,
     STATE_DIRNAME,
+    short_key,
 )
 
 FORMAT = "vllm-cache-bundle"
@@ -253,7 +254,7 @@ def entry_from_json(d: Any) -> EntryRecord:
     files = d.get("files")
     if not isinstance(files, list) or len(files) > MAX_FILES:
         raise _bad(f"entry {key}: files")
-    recs = tuple(_file(f, f"entry {key[:12]}") for f in files)
+    recs = tuple(_file(f, f"entry {short_key(key)}") for f in files)
     if len({f.path for f in recs}) != len(recs):
         raise _bad(f"entry {key}: a file is listed twice")
     sources = []

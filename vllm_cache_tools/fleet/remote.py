@@ -44,6 +44,7 @@ from vllm_cache_tools.fleet.records import (
     extra_from_json,
     file_json,
 )
+from vllm_cache_tools.layout import short_key
 from vllm_cache_tools.read.noatime import open_noatime
 
 STORE_FORMAT = "vllm-cache-store"
@@ -250,7 +251,7 @@ class Store:
         try:
             return self.fs.open(self.blob_path(sha), "rb", block_size=CHUNK)
         except FileNotFoundError:
-            raise StoreError(f"{self.url}: entry {key[:12]} lists blob {sha[:16]}, which the "
+            raise StoreError(f"{self.url}: entry {short_key(key)} lists blob {sha[:16]}, which the "
                              "store does not have (pushed incompletely or pruned): nothing "
                              "placed; push the entry again") from None
         except Exception as exc:

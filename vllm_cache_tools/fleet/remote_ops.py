@@ -23,6 +23,7 @@ from vllm_cache_tools.fleet.remote import (
     index_bytes,
     store_error,
 )
+from vllm_cache_tools.layout import short_key
 from vllm_cache_tools.store.lookup import key_prefix
 
 if TYPE_CHECKING:
@@ -163,7 +164,7 @@ def match_refs(entries: Sequence[StoreEntry], refs: Sequence[str]) -> list[Store
             raise FleetError(f"no entry of the store matches {ref!r}")
         if len(found) > 1 and len(exact) != 1:
             raise FleetError(f"key prefix {ref!r} is ambiguous in the store: "
-                             + ", ".join(e.record.key[:12] for e in found[:5]))
+                             + ", ".join(short_key(e.record.key) for e in found[:5]))
         e = (exact or found)[0]
         if e not in out:
             out.append(e)
@@ -209,7 +210,7 @@ def download(store: Store, chosen: Sequence[StoreEntry], staging: Any, *,
             try:
                 staging.write(first, f, rec, chunk=CHUNK, on_bytes=tick)
             except FleetError as exc:
-                raise StoreError(f"{store.url}: blob {sha[:16]} of entry {key[:12]}: {exc}: "
+                raise StoreError(f"{store.url}: blob {sha[:16]} of entry {short_key(key)}: {exc}: "
                                  "nothing placed") from None
             except OSError:
                 raise

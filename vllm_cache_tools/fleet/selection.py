@@ -20,7 +20,7 @@ from vllm_cache_tools.fleet.pack_memo import PackMemo, fingerprint
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord, SourceRecord, snapshot_path
 from vllm_cache_tools.keys.key_check import key_check
 from vllm_cache_tools.keys.source_link import install_prefix
-from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME
+from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME, short_key
 from vllm_cache_tools.read.noatime import open_noatime
 from vllm_cache_tools.store.filters import parse_filter
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
@@ -319,7 +319,7 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
     bad = [s for s in states if s[1] not in allow_states]
     if bad:
         key, state, detail = bad[0]
-        raise Refused(f"entry {key[:12]} is {state}" + (f" ({detail})" if detail else "")
+        raise Refused(f"entry {short_key(key)} is {state}" + (f" ({detail})" if detail else "")
                       + ": its files are not whole, not packed")
     if progress is not None and deep:
         progress(f"hashing {sum(e.stats.files for e in deep.values())} files")

@@ -47,15 +47,12 @@ from vllm_cache_tools.maintain.trash import entry_tree, open_dir
 from vllm_cache_tools.safeio import ident, unlink_at
 from vllm_cache_tools.store.locate import CacheRoot, display_path
 from vllm_cache_tools.store.scan import scan
-from vllm_cache_tools.store.types import Entry
+from vllm_cache_tools.store.types import UNREAD_KINDS, Entry
 from vllm_cache_tools.units import fmt_duration
 
 FIXABLE = frozenset({"empty-model", "truncated-model", "corrupt-model", "not-aot-model",
                      "missing-model", "missing-artifact", "no-artifacts", "corrupt"})
 """Kinds that make ``--fix`` remove the whole entry."""
-ROOT_KINDS = frozenset({"symlink", "unreadable"})
-"""Problems of the root itself (not of an entry) that verify reports: places it could not
-check (layout ``root``, no key)."""
 NOTES = frozenset({"graph-only"})
 """Kinds reported for information: not a failure (exit 0)."""
 _SUFFIX = re.compile(r"-\d+$")  # vLLM 0.9.0-0.9.1 "<key>-<n>"
@@ -201,7 +198,7 @@ def verify(root: str | Path | CacheRoot | None = None, *, now: float | None = No
     # torch_compile_cache (nothing checked at all), an entry folder swapped for a symlink,
     # an unreadable folder of the root.
     problems += [VerifyProblem("", "root", p.path, p.kind, p.detail) for p in info.problems
-                 if p.kind in ROOT_KINDS]
+                 if p.kind in UNREAD_KINDS]  # layout root, no key
     return VerifyReport(info.root, info.root_source, len(info.entries), tuple(problems),
                         info.entries)
 

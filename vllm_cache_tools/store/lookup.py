@@ -58,11 +58,11 @@ def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = Non
     """Find an entry folder from a key, a unique key prefix (like git's short hashes) or a
     path (the entry folder or anything inside it)."""
     p = Path(os.path.expanduser(ref))
-    # A bare hex name is a key even where a file of that name is here; any other name that
-    # exists is a path (say, `explain run.log ...` from the log's folder), and so is a hex name
-    # too short to be a key prefix.
-    if os.path.lexists(p) and ("/" in ref or ref in (".", "..")
-                               or not re.fullmatch(rf"[0-9a-f]{{{MIN_KEY_PREFIX},64}}", ref)):
+    # A bare hex name (either case) long enough to be a key prefix is a key even where a file
+    # of that name is here; any other name that exists is a path (say, `explain run.log ...`
+    # from the log's folder), and so is a hex name too short to be a key prefix.
+    is_key = re.fullmatch(rf"[0-9a-fA-F]{{{MIN_KEY_PREFIX},64}}", ref) is not None
+    if os.path.lexists(p) and ("/" in ref or ref in (".", "..") or not is_key):
         p = Path(os.path.abspath(p))
         for cand in (p, *p.parents):
             if AOT_KEY.match(cand.name) and cand.parent.name == AOT_DIRNAME:

@@ -32,6 +32,12 @@ class Problem:
     detail: str
 
 
+UNREAD_KINDS = frozenset({"symlink", "unreadable"})
+"""Problem kinds that leave part of the root unread (a symlinked ``torch_compile_cache`` or
+entry folder, a folder that cannot be listed): unchecked, not clean. verify reports them as
+the root's problems; ls, audit and explain warn of them."""
+
+
 @dataclass(frozen=True)
 class TreeStats:
     """Sizes and times of a folder tree, from ``lstat`` (symlinks are never followed)."""

@@ -76,7 +76,7 @@ def check_inputs(names: Sequence[str]) -> None:
             continue
         p = Path(name)
         if not p.exists():
-            raise LogInputError(f"{name}: no such file")
+            raise LogInputError(f"{name}: no such log file")
         if p.is_dir():
             raise LogInputError(f"{name}: is a directory, not a log file")
         if not os.access(p, os.R_OK):
@@ -108,7 +108,8 @@ def zstd_reader(read1: Callable[[int], bytes]) -> Callable[[int], bytes]:
     """``read(n)``: the decompressed bytes of every zstd frame of ``read1``'s input in turn, at
     least ``n`` of them unless the input ends. Raises EOFError when the input ends inside a
     frame (zstandard's own stream reader ends such a stream without a word: a log cut short
-    by its compressor would look whole) and ``zstandard.ZstdError`` on damaged data."""
+    by its compressor would look whole) and ``zstandard.ZstdError`` on damaged data, each
+    after the bytes decompressed before it were returned."""
     import zstandard
 
     dctx = zstandard.ZstdDecompressor()
@@ -116,10 +117,23 @@ def zstd_reader(read1: Callable[[int], bytes]) -> Callable[[int], bytes]:
     data = memoryview(b"")
     pos = 0
     in_frame = False
+    failed: Exception | None = None
 
     def read(n: int) -> bytes:
-        nonlocal dobj, data, pos, in_frame
+        nonlocal failed
+        if failed is not None:
+            raise failed
         out: list[bytes] = []
+        try:
+            _fill(n, out)
+        except (EOFError, zstandard.ZstdError) as exc:
+            if not out:
+                raise
+            failed = exc  # said at the next read: what came before the cut is read first
+        return b"".join(out)
+
+    def _fill(n: int, out: list[bytes]) -> None:
+        nonlocal dobj, data, pos, in_frame
         got = 0
         while got < n:
             if pos >= len(data):
@@ -140,7 +154,6 @@ def zstd_reader(read1: Callable[[int], bytes]) -> Callable[[int], bytes]:
             if b:
                 out.append(b)
                 got += len(b)
-        return b"".join(out)
 
     return read
 

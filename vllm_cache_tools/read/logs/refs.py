@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import re
 
-from vllm_cache_tools.read.logs.inputs import LogInputError
+from vllm_cache_tools.read.logs.inputs import LogInputError, check_inputs
 from vllm_cache_tools.read.logs.records import StartLog
 from vllm_cache_tools.read.logs.stream import LogStream
 
@@ -42,4 +42,24 @@ def pick_start(starts: list[StartLog], n: int | None, ref: str, default: int) ->
     return starts[pos]
 
 
-__all__ = ["parse_ref", "pick_start", "read_starts"]
+def read_pair(old_ref: str, new_ref: str, accelerate: bool
+              ) -> tuple[StartLog, StartLog, list[str]]:
+    """The two starts ``old_ref`` and ``new_ref`` name, and the reader's warnings; a file
+    named twice is read once. The same file twice without ``@N``: its last two starts.
+    :class:`LogInputError` (one line) for inputs that cannot be read or starts not there."""
+    (op, on), (np_, nn) = parse_ref(old_ref), parse_ref(new_ref)
+    if "-" in (op, np_):
+        raise LogInputError("comparing needs log files (stdin cannot be read twice)")
+    check_inputs([op, np_])
+    old_starts, w1 = read_starts(op, accelerate)
+    new_starts, w2 = (old_starts, []) if np_ == op else read_starts(np_, accelerate)
+    same_file = op == np_ and on is None and nn is None
+    if same_file and len(old_starts) < 2:
+        raise LogInputError(f"{op}: has {len(old_starts)} start(s); comparing it with itself "
+                            "needs two (or say which: FILE@1 FILE@2)")
+    old = pick_start(old_starts, on, old_ref, -2 if same_file else -1)
+    new = pick_start(new_starts, nn, new_ref, -1)
+    return old, new, list(dict.fromkeys([*w1, *w2]))
+
+
+__all__ = ["parse_ref", "pick_start", "read_pair", "read_starts"]

@@ -13,7 +13,7 @@ import pickle
 import sys
 import tempfile
 import zlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import IO, Any, Literal
@@ -203,26 +203,25 @@ class LogStream:
 
     def _maybe_compressed(self, name: str, reader: Any) -> Iterator[tuple[int, bytes]]:
         head = reader.peek(4)[:4]
+        read: Callable[[int], bytes]
+        damaged: tuple[type[Exception], ...]
         if _is_zstd(head):
             import zstandard
 
-            try:
-                yield from _filtered(zstd_reader(reader.read1))
-            except (EOFError, OSError, zstandard.ZstdError) as exc:
-                self.warnings.append(f"{name}: compressed data ends early or is damaged "
-                                     f"({exc}); read what came before")
+            read, damaged = zstd_reader(reader.read1), (EOFError, OSError, zstandard.ZstdError)
+        elif _is_gzip(head):
+            # read1: a stream cut short still yields what came before the cut.
+            read = gzip.GzipFile(fileobj=reader, mode="rb").read1
+            damaged = (EOFError, OSError, zlib.error)
+        else:
+            # read1: whatever one read brings (a pipe need not fill CHUNK before we go on).
+            yield from _filtered(reader.read1)
             return
-        if _is_gzip(head):
-            gz = gzip.GzipFile(fileobj=reader, mode="rb")
-            try:
-                # read1: a stream cut short still yields what came before the cut.
-                yield from _filtered(gz.read1)
-            except (EOFError, OSError, zlib.error) as exc:
-                self.warnings.append(f"{name}: compressed data ends early or is damaged "
-                                     f"({exc}); read what came before")
-            return
-        # read1: whatever one read brings (a pipe need not fill CHUNK before we go on).
-        yield from _filtered(reader.read1)
+        try:
+            yield from _filtered(read)
+        except damaged as exc:
+            self.warnings.append(f"{name}: compressed data ends early or is damaged ({exc}); "
+                                 "read what came before")
 
 
 def parse_text(text: str | bytes, source: str = "<text>") -> list[StartLog]:
