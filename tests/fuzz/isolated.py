@@ -101,7 +101,22 @@ def child(name: str) -> None:
             outcome = f"{type(exc).__name__}: {str(exc)[:120]}"
         seconds, cpu = time.perf_counter() - t0, time.process_time() - c0
         size = path.stat().st_size
-    print(json.dumps({"outcome": outcome, "seconds": seconds, "cpu": cpu, "bytes": size}))
+    print(json.dumps({"outcome": outcome, "seconds": seconds, "cpu": cpu, "bytes": size,
+                      "hwm_kb": _own_peak_kb()}))
+
+
+def _own_peak_kb() -> int | None:
+    """This process's own peak RSS since its exec (``VmHWM``): ``ru_maxrss`` also keeps the
+    peak of the process it was spawned from (Linux records the replaced memory's peak at
+    exec, and subprocess spawns with vfork), so under pytest it reported pytest's peak."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
 
 
 @dataclass(frozen=True)
@@ -143,6 +158,8 @@ def run_isolated(name: str, timeout: float = 60.0) -> Result:
                else f"exit {os.WEXITSTATUS(status)}: {err.strip().splitlines()[-1:]}")
         return Result(name, why, 0, time.monotonic() - t0, time.monotonic() - t0, rss)
     rep = json.loads(out.strip().splitlines()[-1])
+    if rep.get("hwm_kb"):
+        rss = rep["hwm_kb"] / 1024  # the child's own peak (see _own_peak_kb)
     return Result(name, rep["outcome"], rep["bytes"], rep["seconds"], rep["cpu"], rss)
 
 
