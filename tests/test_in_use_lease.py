@@ -97,6 +97,10 @@ def test_prune_keeps_an_entry_held_where_proc_shows_nothing(
 ) -> None:
     """/proc is blinded (as for another user's process): the plan, and the re-check right
     before the move (the file opened after planning), still keep the entry."""
+    from vllm_cache_tools.store import in_use
+
+    # As for an unprivileged user (or root in a container): /proc may not show every holder.
+    monkeypatch.setattr(in_use, "proc_shows_every_process", lambda: False)
     entry = root / AOT / KEY
     info = scan(root, check_in_use=False)
     before = plan_prune(info, Policies(older_than_s=3600), Protections(grace_s=0), busy={})
@@ -180,3 +184,22 @@ def test_prune_cache_inductor_keeps_a_part_another_users_process_holds(tmp_path:
     assert held.is_file(), r.stdout
     assert f"in use: {Path(HELD).name} is open" in r.stdout
     assert sorted(os.listdir(ind)) == [Path(HELD).parent.name], r.stdout
+
+
+def test_leases_are_asked_only_where_proc_may_not_show_a_holder(
+        root: Path, holder: list[subprocess.Popen[str]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root in the host's PID namespace sees every holder in /proc and takes no lease (a lease
+    per file cost prune a third of its time); anyone else asks the kernel."""
+    from vllm_cache_tools.store import in_use
+
+    host_root = (os.geteuid() == 0
+                 and os.readlink("/proc/self/ns/pid") == f"pid:[{0xEFFFFFFC}]")
+    assert in_use.proc_shows_every_process() is host_root
+    entry = root / AOT / KEY
+    holder.append(_ready(subprocess.Popen([sys.executable, "-c", _HOLD, str(entry / HELD), "open"],
+                                          stdout=subprocess.PIPE, text=True)))
+    monkeypatch.setattr(in_use, "proc_shows_every_process", lambda: True)
+    assert in_use.held_unseen(entry) is None
+    monkeypatch.setattr(in_use, "proc_shows_every_process", lambda: False)
+    assert in_use.held_unseen(entry) == HELD

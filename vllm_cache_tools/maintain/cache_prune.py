@@ -37,7 +37,7 @@ from vllm_cache_tools.store.caches.listing import (
     list_cache,
 )
 from vllm_cache_tools.store.caches.walk import part_stats
-from vllm_cache_tools.store.in_use import held_open_at, open_paths_under
+from vllm_cache_tools.store.in_use import held_unseen, open_paths_under
 from vllm_cache_tools.units import fmt_duration, format_size
 
 
@@ -236,7 +236,7 @@ def _protection(item: CacheItem, uid: int, grace_s: float, all_users: bool, now:
     pids = _busy_under(item.path, open_map)
     if pids:
         return f"in use: open by pid {', '.join(map(str, pids[:5]))}"
-    held = held_open_at(item.path, uid=uid)
+    held = held_unseen(item.path, uid=uid)
     if held is not None:
         return in_use_elsewhere(held)
     if item.stats.unreadable:
@@ -322,7 +322,7 @@ def _remove_part(fd: int, p: PlannedPart, plan: CachePrunePlan, busy: _Busy, uid
     pids = _busy_under(p.path, busy.get())
     if pids:
         return False, f"in use: open by pid {', '.join(map(str, pids[:5]))}"
-    held = held_open_at(p.name, fd, uid)
+    held = held_unseen(p.name, fd, uid)
     if held is not None:
         return False, in_use_elsewhere(held)
     if st.S_ISDIR(p.ident[2]):

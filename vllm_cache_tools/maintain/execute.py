@@ -29,7 +29,7 @@ from vllm_cache_tools.maintain.trash import (
     is_dir_stat,
 )
 from vllm_cache_tools.safeio import rename_at
-from vllm_cache_tools.store.in_use import held_open_at
+from vllm_cache_tools.store.in_use import held_unseen
 from vllm_cache_tools.units import fmt_duration
 
 SNAPSHOT_MIN_AGE_S = 600.0
@@ -106,7 +106,7 @@ def _move_to_trash(h: RootHandle, trash: Trash, pe: PlannedEntry, prot: Protecti
     pids = busy.get().get(entry_rel_path(pe.tree, pe.key))
     if pids:
         return None, f"in use: open by pid {', '.join(map(str, pids[:5]))}"
-    held = held_open_at(pe.key, parent, prot.uid)
+    held = held_unseen(pe.key, parent, prot.uid)
     if held is not None:
         return None, in_use_elsewhere(held)
     assert trash.fd is not None

@@ -44,7 +44,7 @@ from vllm_cache_tools.maintain.policies import POLICY_SELECTORS, Budget, Choosin
 from vllm_cache_tools.maintain.trash import entry_tree, is_dir_stat
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.store.entries import read_entry
-from vllm_cache_tools.store.in_use import held_open_at
+from vllm_cache_tools.store.in_use import held_unseen
 from vllm_cache_tools.store.locate import SYMLINKED_COMPILE_CACHE, CacheRoot, display_path
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import CacheInfo, Entry, Layout
@@ -341,7 +341,7 @@ def protection_reason(e: Entry, root: Path, prot: Protections, now: float,
         return f"in use: open by pid {', '.join(map(str, pids[:5]))}"
     if e.state == "in-use":
         return f"in use: {e.state_detail}"
-    held = held_open_at(e.path, uid=prot.uid) if prot.leases_when_planning else None
+    held = held_unseen(e.path, uid=prot.uid) if prot.leases_when_planning else None
     if held is not None:
         return in_use_elsewhere(held)
     if e.state == "unknown" or e.stats.unreadable:
