@@ -461,8 +461,10 @@ def test_permission_denied_trees(real_compile: ScenarioRun, world_tmp: Path) -> 
     keep = {p.name: files_of(p) for p in (aots[0],)}
     r = run_cli("prune", "--root", str(root), "--max-size", "0", "--grace", "0", "--yes",
                 "--json", unprivileged=True)
-    assert r.returncode == 0, r.stderr
+    # A planned entry that could not be removed is a partial failure: exit 1, listed as failed.
+    assert r.returncode == 1, r.stderr
     data = json.loads(r.stdout)
+    assert [f["key"] for f in data["failed"]] == [aots[0].name], data["failed"]
     kept = {s["key"]: s["reason"] for s in data["skipped"]}
     assert "permission denied: cannot empty" in kept[aots[0].name]
     assert "could not be read" in kept[backends[0].name]
@@ -475,7 +477,8 @@ def test_permission_denied_trees(real_compile: ScenarioRun, world_tmp: Path) -> 
     before = files_of(cc / "torch_aot_compile")
     r = run_cli("prune", "--root", str(root), "--older-than", "0s", "--grace", "0", "--yes",
                 "--json", unprivileged=True)
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr
+    assert aots[0].name in [f["key"] for f in json.loads(r.stdout)["failed"]]
     kept = {s["key"]: s["reason"] for s in json.loads(r.stdout)["skipped"]}
     assert "cannot move it to the trash: Permission denied" in kept[aots[0].name]
     assert files_of(cc / "torch_aot_compile") == before

@@ -325,6 +325,9 @@ def test_damaged_manifests_and_ledger_are_reported_not_fatal(rec: ScenarioRun,
     d = json.loads(r.stdout)
     assert r.returncode == 1 and [u["component"] for u in d["unexplained"]] == ["config"]
     r = run_cli("audit", "--root", str(root))
-    assert r.returncode == 1 and "model_config.seed" in r.stdout and not r.stderr
+    assert r.returncode == 1 and "model_config.seed" in r.stdout, r.stderr
+    # The damaged manifest is named, not skipped in silence (one warning, then the report).
+    assert r.stderr.count("\n") == 1 and b0[:10] in r.stderr and "(not audited)" in r.stderr
+    assert "1 manifest(s) could not be read" in r.stdout
     r = run_cli("audit", "--root", str(tmp_path / "missing"))
     assert r.returncode == 2 and "does not exist" in r.stderr

@@ -459,7 +459,9 @@ def with_backend_siblings(x: Explanation, siblings: tuple[Sequence[Entry], Seque
         moved = [c for c in bx.causes if c.component in ("env", "config")]
         gaps = [u for u in bx.unexplained if u.component in ("env", "config")]
         unexplained = [u for u in x.unexplained if u.component != "env/config"]
-        if not moved and not gaps:
+        # Equal env and config leave the change unexplained only where nothing else (the
+        # compiler, the code) explains it; beside such a cause they confirm it is the one.
+        if not moved and not gaps and not x.causes:
             unexplained += [Unexplained(
                 "env/config", f"the backend entries of the same starts ({sa[0].key} -> "
                 f"{sb[0].key}) have equal env and config", "the starts' logs")]
