@@ -135,6 +135,25 @@ def third_user(group: Group | None = None) -> User:
     return make_user(THIRD_USER, group)
 
 
+def shared_users(n: int = 1) -> tuple[Group, list[User]]:
+    """The shared group and ``n`` (1 or 2) test users in it: vctother, then vctthird. Skips the
+    calling test where this is not root or the accounts cannot be made."""
+    require_root()
+    try:
+        group = shared_group()
+        return group, [make(group) for make in (other_user, third_user)[:n]]
+    except RuntimeError as exc:
+        pytest.skip(f"cannot make the test users: {exc}")
+
+
+def chown_tree(path: Path, uid: int) -> None:
+    """``path`` and everything below it owned by ``uid`` (links not followed, group kept)."""
+    for d, dirs, files in os.walk(path):
+        for n in [*dirs, *files]:
+            os.lchown(os.path.join(d, n), uid, -1)
+    os.lchown(path, uid, -1)
+
+
 def make_traversable(path: Path) -> None:
     """Give "others" search (x) permission on ``path`` and each parent that lacks it. Never
     read or write: the other user can reach a named path, not list root's folders."""

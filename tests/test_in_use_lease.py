@@ -18,14 +18,12 @@ import pytest
 
 from tests.multiuser import (
     REPO,
+    chown_tree,
     make_shared_root,
-    other_user,
     popen_as,
     python_argv,
-    require_root,
     run_as,
-    shared_group,
-    third_user,
+    shared_users,
     vllm_cache_argv,
 )
 from tests.trees import age
@@ -125,17 +123,9 @@ def test_prune_keeps_an_entry_held_where_proc_shows_nothing(
 def test_prune_as_one_user_keeps_an_entry_another_users_process_holds(tmp_path: Path) -> None:
     """Shared root, entries of vctother; vctthird's process holds one file open. vctother's
     prune cannot see that process in /proc and deleted the entry."""
-    require_root()
-    try:
-        group = shared_group()
-        owner, third = other_user(group), third_user(group)
-    except RuntimeError as exc:
-        pytest.skip(f"cannot make the test users: {exc}")
+    group, (owner, third) = shared_users(2)
     shared = make_shared_root(SAMPLE, tmp_path / "shared", group)
-    for d, dirs, files in os.walk(shared):
-        for n in [*dirs, *files]:
-            os.lchown(os.path.join(d, n), owner.uid, -1)
-    os.lchown(shared, owner.uid, -1)
+    chown_tree(shared, owner.uid)
     age(shared, 2)
     held = shared / AOT / KEY / HELD
     p = _ready(popen_as(third, python_argv(_HOLD, str(held), "open"), stdout=subprocess.PIPE))
@@ -156,18 +146,10 @@ def test_prune_as_one_user_keeps_an_entry_another_users_process_holds(tmp_path: 
 def test_prune_cache_inductor_keeps_a_part_another_users_process_holds(tmp_path: Path) -> None:
     """``prune --cache inductor`` as vctother, whose Inductor cache has a kernel vctthird's
     process holds open: that part stays (was: deleted, /proc showed nothing)."""
-    require_root()
-    try:
-        group = shared_group()
-        owner, third = other_user(group), third_user(group)
-    except RuntimeError as exc:
-        pytest.skip(f"cannot make the test users: {exc}")
+    group, (owner, third) = shared_users(2)
     base = make_shared_root(SAMPLE / AOT / KEY, tmp_path / "inductor-src", group)
     ind = base / "inductor_cache"
-    for d, dirs, files in os.walk(ind):
-        for n in [*dirs, *files]:
-            os.lchown(os.path.join(d, n), owner.uid, -1)
-    os.lchown(ind, owner.uid, -1)
+    chown_tree(ind, owner.uid)
     age(ind, 2)
     held = base / HELD
     # Opened, not mapped: mmap(2) records a use (atime), and the part would not be chosen.

@@ -10,16 +10,13 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-import pytest
-
 from tests.conftest import run_cli
 from tests.multiuser import (
     REPO,
+    chown_tree,
     make_shared_root,
-    other_user,
-    require_root,
     run_as,
-    shared_group,
+    shared_users,
     vllm_cache_argv,
 )
 from tests.trees import age
@@ -30,12 +27,7 @@ LEFT = "0b8536d36d866b1b841a28380befcdabf957e3ad09449d290196ec83076d5a05.4242.18
 
 
 def test_another_users_leftovers_are_named_not_promised(tmp_path: Path) -> None:
-    require_root()
-    try:
-        group = shared_group()
-        other = other_user(group)
-    except RuntimeError as exc:
-        pytest.skip(f"cannot make the test user: {exc}")
+    group, (other,) = shared_users()
     root = make_shared_root(SAMPLE, tmp_path / "shared", group)
     age(root, 2)
     trash = root / "torch_compile_cache" / TRASH_DIRNAME
@@ -66,12 +58,7 @@ def test_cache_prune_never_moves_aside_a_part_it_cannot_empty(tmp_path: Path) ->
     """``prune --cache inductor --all-users`` as vctother in root's group-shared Inductor
     cache, one folder of which is not group-writable: that part stays whole, where it was
     (was: moved to ``.vllm-cache-trash.fxgraph.*``, half removed, counted as deleted)."""
-    require_root()
-    try:
-        group = shared_group()
-        other = other_user(group)
-    except RuntimeError as exc:
-        pytest.skip(f"cannot make the test user: {exc}")
+    group, (other,) = shared_users()
     key = "0b8536d36d866b1b841a28380befcdabf957e3ad09449d290196ec83076d5a05"
     base = make_shared_root(SAMPLE / "torch_compile_cache" / "torch_aot_compile" / key,
                             tmp_path / "inductor-src", group)
@@ -96,22 +83,14 @@ def test_cache_prune_never_moves_aside_a_part_it_cannot_empty(tmp_path: Path) ->
 def test_a_lock_file_another_user_made_names_itself_and_the_fix(tmp_path: Path) -> None:
     """A root made group-writable without setgid: root's prune made the trash's lock file
     0600 in its own group, and vctother's prune stopped with "Permission denied" alone."""
-    require_root()
-    try:
-        group = shared_group()
-        other = other_user(group)
-    except RuntimeError as exc:
-        pytest.skip(f"cannot make the test user: {exc}")
+    group, (other,) = shared_users()
     root = make_shared_root(SAMPLE, tmp_path / "shared", group)
     for d, dirs, _ in os.walk(root):
         for n in [d, *(os.path.join(d, x) for x in dirs)]:
             os.chmod(n, os.stat(n).st_mode & ~0o2000)  # group-writable, not setgid
     aot = root / "torch_compile_cache" / "torch_aot_compile"
     (first, second) = sorted(os.listdir(aot))
-    for d, dirs, files in os.walk(aot / second):
-        for n in [*dirs, *files]:
-            os.lchown(os.path.join(d, n), other.uid, -1)
-    os.lchown(aot / second, other.uid, -1)
+    chown_tree(aot / second, other.uid)
     env = {"PYTHONPATH": str(REPO)}
     assert run_cli("rm", first, "--root", str(root), "--grace", "0", "--yes",
                    env=env).returncode == 0
