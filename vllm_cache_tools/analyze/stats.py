@@ -33,7 +33,9 @@ from typing import Any
 
 from vllm_cache_tools.analyze.inputs import EntryFacts, Inputs, gather
 from vllm_cache_tools.analyze.stats_read import jobs_default, read_all
+from vllm_cache_tools.analyze import stats_tally
 from vllm_cache_tools.analyze.stats_tally import (
+    MAX_GROUPS,
     MAX_PROBLEMS,
     UNKNOWN_MODEL,
     day_of,
@@ -41,7 +43,7 @@ from vllm_cache_tools.analyze.stats_tally import (
     sum_accs,
 )
 
-__all__ = ["GROUPINGS", "MAX_PROBLEMS", "UNKNOWN_MODEL", "Counters", "Group", "StatsReport",
+__all__ = ["GROUPINGS", "MAX_GROUPS", "MAX_PROBLEMS", "UNKNOWN_MODEL", "Counters", "Group", "StatsReport",
            "UnusedEntry", "jobs_default", "stats", "stats_of"]
 
 GROUPINGS = ("model", "host", "day", "entry")
@@ -83,6 +85,9 @@ class Group:
     entries: int | None = None
     """Entries of this model (or this entry: 1) in the source; ``None`` for hosts and days."""
     size_bytes: int | None = None
+    others: int = 0
+    """0 for one group; for the last row past :data:`MAX_GROUPS`, how many groups it sums up
+    (its name says so: ``990,000 other hosts``)."""
 
 
 @dataclass(frozen=True)
@@ -125,6 +130,9 @@ class StatsReport:
     unknown: tuple[str, ...]
     """What cannot be counted from this source, and why (empty with ledgers)."""
     problems: tuple[str, ...]
+    caps: tuple[str, ...] = ()
+    """One line per limit reached while counting (groups folded into one row, ledgers
+    counted in parts on disk), so nothing is cut without saying so."""
 
 
 def _counters(a: list[Any]) -> Counters:
@@ -140,7 +148,18 @@ def _model_sizes(entries: Iterable[EntryFacts]) -> dict[str, tuple[int, int]]:
     return out
 
 
-def _groups(by: str, accs: Mapping[str, list[Any]], inputs: Inputs) -> tuple[Group, ...]:
+_NOUN = {"model": "models", "host": "hosts", "day": "days", "entry": "entries"}
+
+
+def _other(by: str, acc: list[Any] | None, n: int) -> tuple[Group, ...]:
+    """The row summing up the groups past :data:`MAX_GROUPS` (none when none were)."""
+    if acc is None or not n:
+        return ()
+    return (Group(by, f"{n:,} other {_NOUN[by]}", _counters(acc), others=n),)
+
+
+def _groups(by: str, accs: Mapping[str, list[Any]], inputs: Inputs,
+            folded: bool = False) -> tuple[Group, ...]:
     sizes = _model_sizes(inputs.entries) if by == "model" else {}
     entry = {e.key: e for e in inputs.entries} if by == "entry" else {}
     out = []
@@ -153,7 +172,7 @@ def _groups(by: str, accs: Mapping[str, list[Any]], inputs: Inputs) -> tuple[Gro
             e = entry.get(name)
             n, b = (1, e.size_bytes) if e is not None else (0, None)
         out.append(Group(by, name, _counters(acc), n, b))
-    if by == "model":  # models with entries and no start in the ledgers
+    if by == "model" and not folded:  # models with entries and no start in the ledgers
         out += [Group(by, m, _counters(new_acc()), n, b) for m, (n, b) in sizes.items()
                 if m not in accs]
     out.sort(key=lambda g: (-(g.counters.starts or 0), -(g.size_bytes or 0), g.name))
@@ -227,8 +246,15 @@ def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None,
             if since is not None:  # the ledgers count: no start in that time
                 return _no_start(inputs, by, since, files, problems)
         return _from_files(inputs, by, since, problems, files)
-    total = sum_accs(part.groups.values())
+    total = sum_accs([*part.groups.values(), *([part.other] if part.other else [])])
     accs = part.entry_groups if by == "entry" else part.groups
+    other, others = (part.entry_other, part.entry_others) if by == "entry" else \
+        (part.other, part.others)
+    caps = list(part.spilled)
+    if others:
+        caps.insert(0, f"--by {by}: {others:,} more {_NOUN[by]} than the {stats_tally.MAX_GROUPS:,} shown "
+                    f"one by one (those with the most starts); the rest are summed up in the "
+                    f"row '{others:,} other {_NOUN[by]}'")
     events: dict[str, dict[str, int]] = {}
     for (tree, ev), n in sorted(part.events.items()):
         events.setdefault(tree, {})[ev] = n
@@ -243,10 +269,11 @@ def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None,
     last = max([first or 0.0, *hit.values(), *part.written.values()])
     return StatsReport(
         inputs.source, inputs.kind, "ledger", since, by, _counters(total),
-        _groups(by, accs, inputs), events, files, len(part.hosts), first, last,
+        _groups(by, accs, inputs, bool(others)) + _other(by, other, others), events, files,
+        len(part.hosts) + part.more_hosts, first, last,
         part.duplicates, len(inputs.entries), sum(e.size_bytes for e in inputs.entries),
         sum(1 for e in inputs.entries if e.key not in part.written and e.key not in hit),
-        tuple(never), (), tuple(problems))
+        tuple(never), (), tuple(problems), tuple(caps))
 
 
 def stats(source: str | os.PathLike[str] | None = None, *, by: str = "model",

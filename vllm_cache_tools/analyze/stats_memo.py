@@ -40,7 +40,7 @@ import msgspec
 import xxhash
 
 from vllm_cache_tools import safeio
-from vllm_cache_tools.analyze.stats_tally import MAX_PROBLEMS, _Partial
+from vllm_cache_tools.analyze.stats_tally import MAX_PROBLEMS, MAX_STARTS, _Partial
 from vllm_cache_tools.read.noatime import open_noatime
 from vllm_cache_tools.store.locate import user_cache_dir
 
@@ -48,8 +48,10 @@ FORMAT = 2
 """Bump when what the tally keeps, or how a ledger line is judged, changes."""
 PROBE = 4096
 MIN_BYTES = 1 << 20
-MAX_BYTES = 256 << 20
-"""A memo file larger than this is not read (a tally of ~2M starts)."""
+MAX_BYTES = 32 << 20
+"""A memo file larger than this is not read: a tally is kept only up to
+:data:`~.stats_tally.MAX_STARTS` starts (~10 MB of memo), and a larger file decoded would cost
+several times its size in memory."""
 DISABLE_VAR = "VLLM_CACHE_TOOLS_STATS_MEMO"
 
 
@@ -125,7 +127,7 @@ def load(path: Path, by_entry: bool) -> Kept | None:
         kept = _DECODER.decode(raw)
     except (OSError, msgspec.MsgspecError, RecursionError, MemoryError):
         return None
-    if kept.format != FORMAT or kept.by_entry != by_entry:
+    if kept.format != FORMAT or kept.by_entry != by_entry or len(kept.starts) > MAX_STARTS:
         return None
     now = _fingerprints(path, kept.offset)
     if now is None:

@@ -1,7 +1,15 @@
 """Reading for :mod:`.stats`: the recorder's ledgers one host at a time (a host's copies merged
 by event, a host's single ledger continued from its memo, :mod:`.stats_memo`), each host's
 lines streamed into a :class:`~.stats_tally._Tally` and summed up, large fleets spread over
-worker processes."""
+worker processes.
+
+Memory is bounded: a tally that grows past :data:`~.stats_tally.MAX_STARTS` starts (one
+ledger file holding a million hosts, or one host's years of restarts) is dropped and its
+ledgers read again into parts on disk (:class:`~vllm_cache_tools.read.ledger_spill.Spill`),
+by host, each part counted on its own and summed up; a part still too large is split again by
+start. Every event of a start is in one part, so the counts are exact. Hosts are folded past
+:data:`~.stats_tally.MAX_GROUPS` after each part (hosts are complete there), the ones with
+the most starts kept by name."""
 
 from __future__ import annotations
 
@@ -10,19 +18,28 @@ import contextlib
 import gc
 import multiprocessing
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from vllm_cache_tools.analyze import stats_memo
-from vllm_cache_tools.analyze.stats_tally import MAX_PROBLEMS, _Partial, _summary, _Tally
+from vllm_cache_tools.analyze.stats_tally import (
+    MAX_GROUPS,
+    MAX_PROBLEMS,
+    MAX_STARTS,
+    _Partial,
+    _summary,
+    _Tally,
+)
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, LEDGER_DIRNAME, STATE_DIRNAME
 from vllm_cache_tools.read.ledger_stream import (
     Complete,
     LedgerProblem,
     StatsEvent,
     first_row,
+    read_batches,
     read_from,
 )
+from vllm_cache_tools.read.ledger_spill import Spill, parts_for
 from vllm_cache_tools.store.locate import display_path
 
 
@@ -87,10 +104,94 @@ def _host(host: str | None, paths: Sequence[tuple[Path, str]], since: float | No
                 seen.update(fresh)
                 b = fresh
             tally.add(b)
+            if len(tally.starts) > MAX_STARTS or (seen is not None and len(seen) > MAX_SEEN):
+                del tally, seen, kept
+                return _spilled(paths, since, by, models)
     part = _summary(tally, by, models)
     part.bad, part.problems, part.duplicates = bad, problems, duplicates
     if memo is not None and end is not None and not tail:
         stats_memo.save_summary(memo, by, digest, part, end)
+    return part
+
+
+MAX_SEEN = 4 * MAX_STARTS
+"""Events kept to merge a host's copies by event, before its ledgers are counted in parts."""
+SPILL_PART_BYTES = 96 << 20
+"""Ledger bytes per part when a host's ledgers are counted in parts (~40k starts of 1-8
+workers in the recorder's lines, well under :data:`~.stats_tally.MAX_STARTS`)."""
+MAX_LEVEL = 3
+RESPLIT_PARTS = 8
+
+
+def _host_key(r: StatsEvent) -> str:
+    return r.host
+
+
+def _start_key(level: int) -> Callable[[StatsEvent], tuple[int, str]]:
+    def key(r: StatsEvent) -> tuple[int, str]:
+        return level, r.start or f"{r.host}:{r.pid}"
+    return key
+
+
+def _spilled(paths: Sequence[tuple[Path, str]], since: float | None, by: str,
+             models: Mapping[str, str]) -> _Partial:
+    """One host's ledgers (one file group: it may hold many hosts) counted in parts on disk,
+    by host; the hosts past :data:`MAX_GROUPS` folded after each part. Not memoized."""
+    size = sum(_size(p) for p, _ in paths)
+    bad = 0
+    problems: list[str] = []
+    out = _Partial()
+    with Spill(parts_for(size, SPILL_PART_BYTES), _host_key, "vllm-cache-stats-") as sp:
+        for p, label in paths:
+            for b in read_batches(p, label):
+                if isinstance(b, LedgerProblem):
+                    bad += 1
+                    if len(problems) < MAX_PROBLEMS:
+                        problems.append(str(b))
+                    continue
+                sp.add(b)
+        sp.finish()
+        for i in range(sp.parts):
+            out.merge(_part(sp, i, since, by, models, len(paths) > 1, 1))
+            sp.drop(i)
+            if by in ("host", "entry"):  # groups by host (--by entry: for the totals)
+                out.fold()
+            out.fold_hosts()
+        names = ", ".join(label for _, label in paths)
+        out.spilled.append(
+            f"{names}: more than {MAX_STARTS:,} starts at once; counted in {sp.parts} parts "
+            f"by host ({sp.bytes / 1e6:,.0f} MB in a temporary folder, removed), exactly")
+    out.bad, out.problems = bad, problems
+    return out
+
+
+def _part(sp: Spill, i: int, since: float | None, by: str, models: Mapping[str, str],
+          dedupe: bool, level: int) -> _Partial:
+    """Part ``i`` of ``sp`` counted; split again by start when it is still too large."""
+    tally = _Tally(since, by == "entry")
+    seen: set[StatsEvent] | None = set() if dedupe else None
+    duplicates = 0
+    for b in sp.read(i):
+        if seen is not None:
+            fresh = [r for r in b if r not in seen]
+            duplicates += len(b) - len(fresh)
+            seen.update(fresh)
+            b = fresh
+        tally.add(b)
+        if (len(tally.starts) > MAX_STARTS or (seen is not None and len(seen) > MAX_SEEN)) \
+                and level < MAX_LEVEL:
+            del tally, seen
+            out = _Partial()
+            with Spill(RESPLIT_PARTS, _start_key(level), "vllm-cache-stats-") as sub:
+                for rows in sp.read(i):
+                    sub.add(rows)
+                sub.finish()
+                for j in range(sub.parts):
+                    out.merge(_part(sub, j, since, by, models, dedupe, level + 1))
+                    sub.drop(j)
+            return out
+    part = _summary(tally, by, models)
+    part.duplicates = duplicates
     return part
 
 
@@ -179,6 +280,9 @@ def read_all(ledgers: Sequence[Path], since: float | None, by: str,
     for host_sums in parts:
         if host_sums is not None:
             out.merge(host_sums)
+    out.fold()
+    if by == "entry":
+        out.fold(entries=True)
     out.saved()
     if out.bad > MAX_PROBLEMS:
         out.problems.append(f"... and {out.bad - MAX_PROBLEMS} more damaged ledger lines")

@@ -15,6 +15,13 @@ from vllm_cache_tools.read.ledger_stream import StatsEvent
 
 MAX_PROBLEMS = 50
 """Damaged ledger lines reported one by one; past this only their number."""
+MAX_STARTS = 150_000
+"""Starts one tally holds (~100 MB at ~600 bytes a start, with its host and entry names). A
+host's ledgers with more are counted in parts spilled to disk (:mod:`.stats_read`), exactly."""
+MAX_GROUPS = 10_000
+"""Groups (hosts, models, days, entries) reported one by one; the rest are summed up in one
+row (``N other hosts``). Hosts are folded while they are counted, so memory stays bounded
+with a million hosts; the rows kept are the groups with the most starts."""
 UNKNOWN_MODEL = "unknown"
 
 _HIT, _MISS, _LOAD_FAILURE, _DISABLED = 1, 2, 4, 8
@@ -151,6 +158,16 @@ def new_acc() -> list[Any]:
 
 
 
+def _add_acc(mine: list[Any] | None, theirs: list[Any] | None) -> list[Any] | None:
+    if theirs is None:
+        return mine
+    if mine is None:
+        return list(theirs)
+    for i, v in enumerate(theirs):
+        mine[i] += v
+    return mine
+
+
 def sum_accs(accs: Iterable[list[Any]]) -> list[Any]:
     total = new_acc()
     for a in accs:
@@ -180,6 +197,18 @@ class _Partial:
     written: dict[str, float] = field(default_factory=dict)
     last_hit: dict[str, float] = field(default_factory=dict)
     hosts: set[str] = field(default_factory=set)
+    more_hosts: int = 0
+    """Hosts counted and no longer named (past :data:`MAX_GROUPS`; never also in ``hosts``)."""
+    other: list[Any] | None = None
+    """The counters of the groups folded past :data:`MAX_GROUPS` (:meth:`fold`)."""
+    other_hits: Counter[str] = field(default_factory=Counter)
+    others: int = 0
+    """How many groups ``other`` sums up."""
+    entry_other: list[Any] | None = None
+    entry_other_hits: Counter[str] = field(default_factory=Counter)
+    entry_others: int = 0
+    spilled: list[str] = field(default_factory=list)
+    """One line per ledger group counted in parts on disk (:mod:`.stats_read`)."""
     first: float | None = None
     duplicates: int = 0
     bad: int = 0
@@ -205,6 +234,14 @@ class _Partial:
                 if t > mine_t.get(k, 0.0):
                     mine_t[k] = t
         self.hosts |= o.hosts
+        self.more_hosts += o.more_hosts
+        self.other = _add_acc(self.other, o.other)
+        self.other_hits.update(o.other_hits)
+        self.others += o.others
+        self.entry_other = _add_acc(self.entry_other, o.entry_other)
+        self.entry_other_hits.update(o.entry_other_hits)
+        self.entry_others += o.entry_others
+        self.spilled += o.spilled
         if o.first is not None and (self.first is None or o.first < self.first):
             self.first = o.first
         self.duplicates += o.duplicates
@@ -217,6 +254,44 @@ class _Partial:
             self._credit(self.groups[name], key, n)
         for key, n in self.entry_hits.items():
             self._credit(self.entry_groups[key], key, n)
+        for key, n in self.other_hits.items():
+            assert self.other is not None
+            self._credit(self.other, key, n)
+        for key, n in self.entry_other_hits.items():
+            assert self.entry_other is not None
+            self._credit(self.entry_other, key, n)
+
+    def fold(self, keep: int | None = None, entries: bool = False) -> None:
+        """Keep the ``keep`` groups with the most starts (then by name) one by one and sum
+        the rest up into ``other`` (before :meth:`saved`: their hits are credited there).
+        Exact only for groups complete in this partial (a host whose ledgers are all read),
+        as :mod:`.stats_read` calls it. ``entries``: the ``--by entry`` rows instead."""
+        keep = MAX_GROUPS if keep is None else keep
+        groups = self.entry_groups if entries else self.groups
+        if len(groups) <= keep:
+            return
+        ranked = sorted(groups, key=lambda g: (-groups[g][0], g))
+        gone = set(ranked[keep:])
+        acc = self.entry_other if entries else self.other
+        acc = acc if acc is not None else new_acc()
+        for g in gone:
+            for i, v in enumerate(groups.pop(g)):
+                acc[i] += v
+        if entries:
+            self.entry_other, self.entry_others = acc, self.entry_others + len(gone)
+            for key in gone & self.entry_hits.keys():
+                self.entry_other_hits[key] += self.entry_hits.pop(key)
+        else:
+            self.other, self.others = acc, self.others + len(gone)
+            for gk in [gk for gk in self.hits if gk[0] in gone]:
+                self.other_hits[gk[1]] += self.hits.pop(gk)
+
+    def fold_hosts(self, keep: int | None = None) -> None:
+        """Count the hosts named past ``keep`` without their names (hosts of different
+        partials must be different hosts: :mod:`.stats_read` partitions by host)."""
+        if len(self.hosts) > (MAX_GROUPS if keep is None else keep):
+            self.more_hosts += len(self.hosts)
+            self.hosts = set()
 
     def _credit(self, acc: list[Any], key: str, hits: int) -> None:
         t = self.entry_time.get(key)

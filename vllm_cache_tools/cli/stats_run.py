@@ -148,6 +148,7 @@ def _summary(r: StatsReport) -> list[str]:
         out.append(f"  merged          {r.duplicates:,} events seen in more than one copy of a "
                    "host's ledger, counted once")
     out += [f"  unknown: {u}" for u in r.unknown]
+    out += [f"  limit: {c}" for c in r.caps]
     return out
 
 

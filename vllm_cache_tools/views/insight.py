@@ -28,7 +28,8 @@ def stats_document(r: StatsReport) -> dict[str, Any]:
         "totals": counters_json(r.totals),
         "by": r.by,
         "groups": [{"by": g.by, "name": g.name, **counters_json(g.counters),
-                    "entries": g.entries, "size_bytes": g.size_bytes} for g in r.groups],
+                    "entries": g.entries, "size_bytes": g.size_bytes, "others": g.others}
+                   for g in r.groups],
         "events": r.events,
         "ledgers": r.ledgers,
         "hosts": r.hosts,
@@ -43,6 +44,7 @@ def stats_document(r: StatsReport) -> dict[str, Any]:
                       for u in r.never_hit],
         "unknown": list(r.unknown),
         "problems": list(r.problems),
+        "caps": list(r.caps),
     })
 
 
