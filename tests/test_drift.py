@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ import pytest
 from tests.conftest import run_cli
 from vllm_cache_tools.analyze.drift import Factor, drift, kind_of
 from vllm_cache_tools.recorder.write import write_manifest
+from vllm_cache_tools.views.insight import drift_document
 
 MODEL = "org/llama-8b"
 OTHER = "org/other"
@@ -250,3 +252,33 @@ def test_from_a_remote_store(tmp_path: Path) -> None:
     assert d.kind == "remote" and d.basis == "manifests"
     f = factors(d, d.models[0].model)["env VLLM_ALLOW_LONG_MAX_MODEL_LEN"]
     assert (f.entries, f.in_key) == (2, True)
+
+
+def test_over_the_caps_starts_are_read_in_parts_and_limits_are_said(
+        fleet: Fleet, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 23: ledgers with more starts than fit are read in parts on disk (the same
+    report), and every limit that cuts something is one line in ``caps`` (and the CLI's)."""
+    import vllm_cache_tools.analyze.drift as D
+
+    whole = drift(fleet.root)
+    assert whole.caps == ()
+    monkeypatch.setattr(D, "MAX_STARTS", 2)
+    monkeypatch.setattr(D, "SPILL_PART_BYTES", 1)
+    parts = drift(fleet.root)
+    assert parts.models == whole.models and parts.basis == whole.basis
+    assert len(parts.caps) == 1 and re.match(
+        r"the ledgers hold more than 2 starts: read in \d+ parts by start \(.* in a temporary "
+        r"folder, removed\), exactly$", parts.caps[0]), parts.caps
+    monkeypatch.setattr(D, "MAX_STARTS", 100)
+    monkeypatch.setattr(D, "MAX_VALUES", 1)
+    monkeypatch.setattr(D, "MAX_ROWS", 4)
+    few = drift(fleet.root)  # the first 4 starts in file order: s1, s2, o1 (pod-a), s3
+    assert "3 start(s) with a manifest past the first 4 are not compared (counted here only)" \
+        in few.caps
+    m = next(m for m in few.models if m.model == MODEL)
+    assert m.starts == 3
+    host = next(f for f in m.factors if f.component == "host")
+    assert dict(host.values) == {"pod-a": 2, "<1 other values>": 1}
+    assert any(c.startswith(f"{MODEL}: ") and "'<N other values>'" in c for c in few.caps)
+    doc = drift_document(few)
+    assert doc["caps"] == list(few.caps)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -374,3 +376,54 @@ def test_since_older_than_1970_is_every_event(tmp_path: Path) -> None:
     res = run_cli("stats", str(SAMPLE), "--since", "99999999999d", "--json")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["totals"]["starts"] == 3
+
+
+# ---- bounded memory (issue 23): spilled parts and folded groups ---------------------------
+
+def _capped(monkeypatch: pytest.MonkeyPatch, starts: int, groups: int) -> None:
+    import vllm_cache_tools.analyze.stats_read as S
+    import vllm_cache_tools.analyze.stats_tally as T
+
+    monkeypatch.setattr(S, "MAX_STARTS", starts)
+    monkeypatch.setattr(S, "SPILL_PART_BYTES", 1)
+    monkeypatch.setattr(T, "MAX_GROUPS", groups)
+
+
+def test_over_the_caps_counts_stay_exact_and_say_so(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """One ledger file from many hosts (a collected folder's merged ledger), counted in parts
+    on disk and with hosts folded into one row: the same totals, events and seconds as the
+    count in memory, the hosts with the most starts kept by name, and one line per cap."""
+    t = 1.8e9
+    lines = [x for h in range(12) for i in range(1 + h % 4) for x in start_lines(
+        f"pod-{h:02d}", f"s{h}-{i}", t + h * 1000 + i * 100,
+        ("hit", "miss", "load-failure", "hit")[(h + i) % 4], tp=1 + h % 2,
+        compile_s=10.0 + h)]
+    root = root_with(tmp_path, {"fleet": lines})
+    whole = {by: stats(root, by=by, jobs=1) for by in ("host", "model", "entry")}
+    assert not any(r.caps for r in whole.values())
+    _capped(monkeypatch, starts=3, groups=5)
+    for by, one in whole.items():
+        r = stats(root, by=by, jobs=1)
+        assert r.totals == one.totals and r.events == one.events, by
+        assert r.hosts == one.hosts == 12 and r.never_hit == one.never_hit
+        assert any("more than 3 starts at once; counted in" in c and c.endswith("exactly")
+                   for c in r.caps), r.caps
+        if by == "host":
+            named = [g for g in r.groups if not g.others]
+            assert named == list(one.groups[:5])  # the 5 hosts with the most starts
+            other = r.groups[-1]
+            assert other.others == 7 and other.name == "7 other hosts"
+            rest = one.groups[5:]
+            assert other.counters.starts == sum(g.counters.starts or 0 for g in rest)
+            assert other.counters.hits == sum(g.counters.hits or 0 for g in rest)
+            assert r.caps[0].startswith("--by host: 7 more hosts than the 5 shown one by one")
+        else:
+            assert r.groups == one.groups
+    res = subprocess.run([sys.executable, "-c", (
+        "import sys, vllm_cache_tools.analyze.stats_tally as T; T.MAX_GROUPS = 5\n"
+        "from vllm_cache_tools.cli import main; sys.argv[1:] = sys.argv[2:]; main()"),
+        "x", "stats", "--root", str(root), "--by", "host"], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
+    assert "  limit: --by host: 7 more hosts than the 5 shown" in res.stdout
+    assert "7 other hosts" in res.stdout and not res.stderr

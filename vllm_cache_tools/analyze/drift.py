@@ -22,7 +22,16 @@ listed because a difference vLLM cannot see is what ``audit`` calls a possible f
 A factor in the key with k values forces at least k entries: ``entries`` is that number (k,
 or fewer when the ledgers show fewer entries). Its waste is what the starts with any other than
 its most common value cost: the entries only they used (bytes) and their compile seconds. A
-start that differs in two such factors is counted in both."""
+start that differs in two such factors is counted in both.
+
+Memory is bounded (issue 23): the ledgers are read into starts a part at a time when they
+hold more than :data:`MAX_STARTS` starts (partitioned by start on disk,
+:class:`~vllm_cache_tools.read.ledger_spill.Spill`: exact); only manifests present in the
+source are remembered as named; starts that recorded the same manifests share one copy of
+their factors. At most :data:`MAX_ROWS` starts are compared (the first read; the others are
+counted and said to be left out) and each factor lists its :data:`MAX_VALUES` most common
+values (the rest summed up as ``<N other values>``). Every limit reached is one line in
+``caps``."""
 
 from __future__ import annotations
 
@@ -30,14 +39,15 @@ import ipaddress
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_cache_tools import redaction
 from vllm_cache_tools.analyze.inputs import Inputs, gather
 from vllm_cache_tools.layout import RUNTIME_FIELDS
-from vllm_cache_tools.read.ledger_stream import LedgerProblem, read_batches
+from vllm_cache_tools.read.ledger_spill import Spill, parts_for
+from vllm_cache_tools.read.ledger_stream import LedgerProblem, StatsEvent, read_batches
 from vllm_cache_tools.read.manifest import Manifest
 from vllm_cache_tools.store.entries import checkpoint_of
 
@@ -49,6 +59,17 @@ UNHASHED_FIELDS_FIELD = "unhashed_fields"
 """Manifest field (recorder): per sub-config, the fields its ``compute_hash`` leaves out."""
 
 PER_HOST, PER_RUN, PER_INSTALL, SETTING = "per host", "per run", "per install", "setting"
+
+MAX_STARTS = 100_000
+"""Starts held at once while the ledgers are read (~1 KB each); past it the ledgers are read
+again into parts on disk (by start), each part's starts resolved and dropped."""
+SPILL_PART_BYTES = 32 << 20
+"""Ledger bytes per part (~35,000 starts of the recorder's lines)."""
+MAX_ROWS = 50_000
+"""Starts with a manifest compared (every factor is judged over every start: time grows with
+both); past it starts are counted, not compared, and the report says how many."""
+MAX_VALUES = 1_000
+"""Values listed per factor (most common first); the rest as one ``<N other values>``."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +115,9 @@ class DriftReport:
     """``ledger`` (starts from the ledgers) or ``manifests`` (each manifest's first writer)."""
     models: tuple[ModelDrift, ...]
     problems: tuple[str, ...]
+    caps: tuple[str, ...] = ()
+    """One line per limit reached (ledgers read in parts, starts not compared, values
+    summed up), so nothing is cut without saying so."""
 
 
 # ---- starts ---------------------------------------------------------------------------------
@@ -118,35 +142,89 @@ class _Start:
         return max(self.work.values(), default=0.0)
 
 
-def _starts_from_ledgers(inputs: Inputs, named: set[tuple[str, str, str]],
-                         problems: list[str]) -> dict[str, _Start]:
-    """Starts from the ledgers; ``named`` gets every (tree, key, manifest) an event names."""
+def _add_rows(starts: dict[str, _Start], rows: Sequence[StatsEvent],
+              wanted: Mapping[tuple[str, str, str], Any], named: set[tuple[str, str, str]]
+              ) -> None:
+    for r in rows:
+        host, key, tree, manifest = r.host, r.key, r.tree, r.manifest
+        sid = r.start or f"{host}:{r.pid}"
+        st = starts.get(sid)
+        if st is None:
+            st = starts[sid] = _Start(host)
+        st.keys.add((tree, key))
+        if manifest:
+            st.pick(tree, r.rank, key, manifest)
+            if (tree, key, manifest) in wanted:  # only manifests the source has: bounded
+                named.add((tree, key, manifest))
+        if tree == "backend" and r.event in ("miss", "load-failure"):
+            w = f"{host}:{r.pid}"
+            st.work[w] = st.work.get(w, 0.0) + (r.seconds or 0.0) + (r.dynamo_s or 0.0)
+
+
+def _starts_from_ledgers(inputs: Inputs, wanted: Mapping[tuple[str, str, str], Any],
+                         named: set[tuple[str, str, str]], problems: list[str],
+                         caps: list[str]) -> Iterator[tuple[str, _Start]]:
+    """Starts from the ledgers, each once (in parts on disk when there are more than
+    :data:`MAX_STARTS`); ``named`` gets every (tree, key, manifest) of ``wanted`` an event
+    names (complete once this is exhausted)."""
+    bad = [0]
+    found: list[str] = []
+
+    def batches() -> Iterator[list[StatsEvent]]:
+        bad[0] = 0
+        found.clear()
+        for path in inputs.ledgers:
+            for b in read_batches(path):
+                if isinstance(b, LedgerProblem):
+                    if b.line == 0:  # the whole file (unreadable, not a regular file)
+                        found.append(str(b))
+                    else:
+                        bad[0] += 1
+                    continue
+                yield b
+
     starts: dict[str, _Start] = {}
-    bad = 0
-    for path in inputs.ledgers:
-        for b in read_batches(path):
-            if isinstance(b, LedgerProblem):
-                if b.line == 0:  # the whole file (unreadable, not a regular file)
-                    problems.append(str(b))
-                else:
-                    bad += 1
-                continue
-            for r in b:
-                host, key, tree, manifest = r.host, r.key, r.tree, r.manifest
-                sid = r.start or f"{host}:{r.pid}"
-                st = starts.get(sid)
-                if st is None:
-                    st = starts[sid] = _Start(host)
-                st.keys.add((tree, key))
-                if manifest:
-                    st.pick(tree, r.rank, key, manifest)
-                    named.add((tree, key, manifest))
-                if tree == "backend" and r.event in ("miss", "load-failure"):
-                    w = f"{host}:{r.pid}"
-                    st.work[w] = st.work.get(w, 0.0) + (r.seconds or 0.0) + (r.dynamo_s or 0.0)
+    for b in batches():
+        _add_rows(starts, b, wanted, named)
+        if len(starts) > MAX_STARTS:
+            break
+    else:
+        yield from starts.items()
+        _damaged(bad[0], found, problems)
+        return
+    starts.clear()
+    size = sum(_size(p) for p in inputs.ledgers)
+    with Spill(parts_for(size, SPILL_PART_BYTES), _start_of, "vllm-cache-drift-") as sp:
+        for b in batches():
+            sp.add(b)
+        sp.finish()
+        for i in range(sp.parts):
+            part: dict[str, _Start] = {}
+            for b in sp.read(i):
+                _add_rows(part, b, wanted, named)
+            yield from part.items()
+            sp.drop(i)
+        caps.append(f"the ledgers hold more than {MAX_STARTS:,} starts: read in {sp.parts} "
+                    f"parts by start ({sp.bytes / 1e6:,.0f} MB in a temporary folder, "
+                    "removed), exactly")
+    _damaged(bad[0], found, problems)
+
+
+def _start_of(r: StatsEvent) -> str:
+    return r.start or f"{r.host}:{r.pid}"
+
+
+def _size(p: os.PathLike[str]) -> int:
+    try:
+        return os.stat(p).st_size
+    except OSError:
+        return 0
+
+
+def _damaged(bad: int, found: list[str], problems: list[str]) -> None:
+    problems += found
     if bad:
         problems.append(f"{bad} damaged ledger line(s) skipped (vllm-cache stats lists them)")
-    return starts
 
 
 def _rank_order(rank: str) -> tuple[int, ...]:
@@ -372,11 +450,19 @@ class _Row:
     host: str
     keys: set[tuple[str, str]]
     values: dict[Key, str]
+    """Shared by the starts that recorded the same manifests (never changed); the host is
+    ``host``."""
     hashes: dict[str, str | None]
     outside: set[Key]
     recorded: set[str]
     """Components this start's manifests record (a warm AOT hit has no traced files)."""
     compile_seconds: float
+
+    def value(self, k: Key) -> str:
+        return self.host if k == HOST_NAME else self.values.get(k, UNSET)
+
+
+HOST_NAME: Key = ("host", "name")
 
 
 def _in_key(k: Key, rows: Sequence[_Row]) -> bool:
@@ -388,7 +474,7 @@ def _in_key(k: Key, rows: Sequence[_Row]) -> bool:
         seen: dict[str | None, str] = {}
         for r in rows:
             h = r.hashes.get(sub)
-            v = r.values.get(k, UNSET)
+            v = r.value(k)
             if h is not None and seen.setdefault(h, v) != v:
                 return False  # changed while its sub-config's hash did not
     return True
@@ -401,7 +487,7 @@ _TREES = {"code": ("aot",), "traced_files": ("backend",), "traced_file": ("backe
 def _factor(k: Key, all_rows: Sequence[_Row], sizes: Mapping[str, int]) -> Factor | None:
     comp, item = k
     rows = [r for r in all_rows if comp in r.recorded]
-    per_row = [r.values.get(k, UNSET) for r in rows]
+    per_row = [r.value(k) for r in rows]
     counts: dict[str, int] = {}
     for v in per_row:
         counts[v] = counts.get(v, 0) + 1
@@ -424,12 +510,18 @@ def _factor(k: Key, all_rows: Sequence[_Row], sizes: Mapping[str, int]) -> Facto
     if entries <= 1:
         in_key = False if by_tree else in_key
     top = max(counts, key=lambda v: (counts[v], -per_row.index(v)))
+    shown = dict(sorted(counts.items(), key=lambda kv: -kv[1]))
+    if len(shown) > MAX_VALUES:
+        listed = list(shown.items())
+        rest = listed[MAX_VALUES:]
+        shown = dict(listed[:MAX_VALUES])
+        shown[f"<{len(rest):,} other values>"] = sum(n for _, n in rest)
     paid = [r for r, v in zip(rows, per_row, strict=True) if v != top]
     kept_keys = {kk for r, v in zip(rows, per_row, strict=True) if v == top for kk in r.keys}
     extra_keys = {kk for r in paid for kk in r.keys} - kept_keys
     split = in_key and entries > 1
     kind = kind_of(comp, item, list(counts), len(rows))
-    return Factor(comp, item, dict(sorted(counts.items(), key=lambda kv: -kv[1])), entries,
+    return Factor(comp, item, shown, entries,
                   by_tree, in_key, kind, fix_for(comp, item, kind, in_key),
                   sum(sizes.get(key, 0) for _, key in extra_keys) if split else 0,
                   round(sum(r.compile_seconds for r in paid), 3) if split else 0.0,
@@ -437,10 +529,12 @@ def _factor(k: Key, all_rows: Sequence[_Row], sizes: Mapping[str, int]) -> Facto
 
 
 def _model_drift(model: str, rows: Sequence[_Row], sizes: Mapping[str, int]) -> ModelDrift:
-    keys: set[Key] = set()
+    keys: set[Key] = {HOST_NAME}
+    seen: set[int] = set()
     for r in rows:
-        keys |= set(r.values)
-        keys.add(("host", "name"))
+        if id(r.values) not in seen:  # one per set of manifests
+            seen.add(id(r.values))
+            keys |= set(r.values)
     factors = [f for k in sorted(keys) if (f := _factor(k, rows, sizes)) is not None]
     factors.sort(key=lambda f: (not (f.in_key and f.entries > 1), -f.wasted_bytes,
                                 -f.wasted_seconds, -f.entries, f.component, f.item))
@@ -452,39 +546,64 @@ def _model_drift(model: str, rows: Sequence[_Row], sizes: Mapping[str, int]) -> 
 def drift_of(inputs: Inputs, model: str | None = None) -> DriftReport:
     """Drift over gathered inputs (see :func:`drift`)."""
     problems = list(inputs.problems)
+    caps: list[str] = []
     by_digest: dict[tuple[str, str, str], Manifest] = {}
     for m in inputs.manifests:
         cur = by_digest.get((m.tree, m.key, m.digest))
         if cur is None or m.rank < cur.rank:
             by_digest[m.tree, m.key, m.digest] = m
     named: set[tuple[str, str, str]] = set()
-    starts = _starts_from_ledgers(inputs, named, problems) if inputs.ledgers else {}
-    basis = "ledger" if starts else "manifests"
-    orphans = [m for m in inputs.manifests if (m.tree, m.key, m.digest) not in named]
-    starts.update({f"manifest:{sid}": st for sid, st in
-                   _starts_from_manifests(orphans).items()})
     rows: dict[str, list[_Row]] = {}
-    missing = 0
-    for sid, st in starts.items():
-        ms = [found for t, (_, k, d) in sorted(st.picks.items())
-              if (found := by_digest.get((t, k, d))) is not None]
-        if not ms:
-            missing += 1
-            continue
-        name = next((n for x in ms if (n := checkpoint_of(x.data.get("model"))[0])), "unknown")
+    flat: dict[tuple[tuple[str, str, str], ...], tuple[str, Any]] = {}
+    counts = {"missing": 0, "ledger": 0, "left": 0}
+
+    def add(sid: str, st: _Start) -> None:
+        picks = tuple((t, k, d) for t, (_, k, d) in sorted(st.picks.items())
+                      if (t, k, d) in by_digest)
+        if not picks:
+            counts["missing"] += 1
+            return
+        got = flat.get(picks)
+        if got is None:
+            ms = [by_digest[p] for p in picks]
+            name = next((n for x in ms if (n := checkpoint_of(x.data.get("model"))[0])),
+                        "unknown")
+            got = flat[picks] = (name, _flatten(ms))
+        name, (values, hashes, outside, recorded) = got
         if model is not None and model not in name:
-            continue
-        values, hashes, outside, recorded = _flatten(ms)
-        values["host", "name"] = st.host
+            return
+        if sum(map(len, rows.values())) >= MAX_ROWS:
+            counts["left"] += 1
+            return
         rows.setdefault(name, []).append(_Row(sid, st.host, st.keys, values, hashes, outside,
                                               recorded, st.compile_seconds))
-    if missing:
-        problems.append(f"{missing} start(s) without a readable manifest (written before the "
-                        "recorder, or their entries are gone) are not compared")
+
+    if inputs.ledgers:
+        for sid, st in _starts_from_ledgers(inputs, by_digest, named, problems, caps):
+            counts["ledger"] += 1
+            add(sid, st)
+    basis = "ledger" if counts["ledger"] else "manifests"
+    orphans = [m for m in inputs.manifests if (m.tree, m.key, m.digest) not in named]
+    for sid, st in _starts_from_manifests(orphans).items():
+        add(f"manifest:{sid}", st)
+    if counts["missing"]:
+        problems.append(f"{counts['missing']} start(s) without a readable manifest (written "
+                        "before the recorder, or their entries are gone) are not compared")
+    if counts["left"]:
+        caps.append(f"{counts['left']:,} start(s) with a manifest past the first "
+                    f"{MAX_ROWS:,} are not compared (counted here only)")
     sizes = {e.key: e.size_bytes for e in inputs.entries}
     models = [_model_drift(name, rs, sizes) for name, rs in rows.items()]
     models.sort(key=lambda m: (-sum(f.wasted_bytes for f in m.factors), -m.starts, m.model))
-    return DriftReport(inputs.source, inputs.kind, basis, tuple(models), tuple(problems))
+    for md in models:
+        many = [f for f in md.factors if len(f.values) > MAX_VALUES]
+        if many:
+            caps.append(f"{md.model}: {len(many)} factor(s) with more than {MAX_VALUES:,} "
+                        f"values ({', '.join(f'{f.component} {f.item}' for f in many[:3])}"
+                        f"{', ...' if len(many) > 3 else ''}): the most common listed, the "
+                        "rest as one '<N other values>'")
+    return DriftReport(inputs.source, inputs.kind, basis, tuple(models), tuple(problems),
+                       tuple(caps))
 
 
 def drift(source: str | os.PathLike[str] | None = None, *, model: str | None = None,

@@ -31,9 +31,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from vllm_cache_tools.analyze import stats_tally
 from vllm_cache_tools.analyze.inputs import EntryFacts, Inputs, gather
 from vllm_cache_tools.analyze.stats_read import jobs_default, read_all
-from vllm_cache_tools.analyze import stats_tally
 from vllm_cache_tools.analyze.stats_tally import (
     MAX_GROUPS,
     MAX_PROBLEMS,
@@ -43,8 +43,8 @@ from vllm_cache_tools.analyze.stats_tally import (
     sum_accs,
 )
 
-__all__ = ["GROUPINGS", "MAX_GROUPS", "MAX_PROBLEMS", "UNKNOWN_MODEL", "Counters", "Group", "StatsReport",
-           "UnusedEntry", "jobs_default", "stats", "stats_of"]
+__all__ = ["GROUPINGS", "MAX_GROUPS", "MAX_PROBLEMS", "UNKNOWN_MODEL", "Counters", "Group",
+           "StatsReport", "UnusedEntry", "jobs_default", "stats", "stats_of"]
 
 GROUPINGS = ("model", "host", "day", "entry")
 
@@ -252,9 +252,9 @@ def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None,
         (part.other, part.others)
     caps = list(part.spilled)
     if others:
-        caps.insert(0, f"--by {by}: {others:,} more {_NOUN[by]} than the {stats_tally.MAX_GROUPS:,} shown "
-                    f"one by one (those with the most starts); the rest are summed up in the "
-                    f"row '{others:,} other {_NOUN[by]}'")
+        caps.insert(0, f"--by {by}: {others:,} more {_NOUN[by]} than the "
+                    f"{stats_tally.MAX_GROUPS:,} shown one by one (those with the most "
+                    f"starts); the rest are summed up in the row '{others:,} other {_NOUN[by]}'")
     events: dict[str, dict[str, int]] = {}
     for (tree, ev), n in sorted(part.events.items()):
         events.setdefault(tree, {})[ev] = n

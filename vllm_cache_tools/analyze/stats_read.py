@@ -23,7 +23,6 @@ from pathlib import Path
 
 from vllm_cache_tools.analyze import stats_memo
 from vllm_cache_tools.analyze.stats_tally import (
-    MAX_GROUPS,
     MAX_PROBLEMS,
     MAX_STARTS,
     _Partial,
@@ -31,6 +30,7 @@ from vllm_cache_tools.analyze.stats_tally import (
     _Tally,
 )
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, LEDGER_DIRNAME, STATE_DIRNAME
+from vllm_cache_tools.read.ledger_spill import Spill, parts_for
 from vllm_cache_tools.read.ledger_stream import (
     Complete,
     LedgerProblem,
@@ -39,7 +39,6 @@ from vllm_cache_tools.read.ledger_stream import (
     read_batches,
     read_from,
 )
-from vllm_cache_tools.read.ledger_spill import Spill, parts_for
 from vllm_cache_tools.store.locate import display_path
 
 
@@ -127,9 +126,9 @@ def _host_key(r: StatsEvent) -> str:
     return r.host
 
 
-def _start_key(level: int) -> Callable[[StatsEvent], tuple[int, str]]:
-    def key(r: StatsEvent) -> tuple[int, str]:
-        return level, r.start or f"{r.host}:{r.pid}"
+def _start_key(level: int) -> Callable[[StatsEvent], str]:
+    def key(r: StatsEvent) -> str:
+        return f"{level}:{r.start or f'{r.host}:{r.pid}'}"
     return key
 
 

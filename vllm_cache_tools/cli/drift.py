@@ -42,6 +42,7 @@ def _render(r: DriftReport) -> str:
     if not r.models:
         out.append("no start with a recorder manifest: install vllm-cache-tools where vLLM "
                    "runs (its recorder plugin is on by default) and start vLLM")
+    out += [f"limit: {c}" for c in r.caps]
     for m in r.models:
         splitting = [f for f in m.factors if f.in_key and f.entries > 1]
         out += ["", f"{m.model}: {m.starts} start(s), {m.entries} entries "

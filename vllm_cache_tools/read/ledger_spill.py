@@ -15,15 +15,17 @@ the spill is closed, whatever happened."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import struct
 import tempfile
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from types import TracebackType
 
 import msgspec
+import xxhash
 
 from vllm_cache_tools.read.errors import UnreadableError
 from vllm_cache_tools.read.ledger_stream import StatsEvent
@@ -42,6 +44,7 @@ class _Packed(StatsEvent, array_like=True, frozen=True, gc=False):
 _ENCODER = msgspec.msgpack.Encoder()
 _DECODER = msgspec.msgpack.Decoder(list[_Packed])
 _astuple = msgspec.structs.astuple
+_xxh = xxhash.xxh3_64_intdigest
 
 
 class SpillError(UnreadableError):
@@ -49,10 +52,10 @@ class SpillError(UnreadableError):
 
 
 class Spill:
-    """Events partitioned by ``key(event)`` into ``parts`` temporary files; use as a context
-    manager (the files go when it ends)."""
+    """Events partitioned by a stable hash of ``key(event)`` into ``parts`` temporary files;
+    use as a context manager (the files go when it ends)."""
 
-    def __init__(self, parts: int, key: Callable[[StatsEvent], Hashable],
+    def __init__(self, parts: int, key: Callable[[StatsEvent], str],
                  prefix: str = "vllm-cache-ledger-") -> None:
         self.parts = max(1, min(parts, MAX_PARTS))
         self.key = key
@@ -85,7 +88,9 @@ class Spill:
     def add(self, rows: Sequence[StatsEvent]) -> None:
         n, key, buf = self.parts, self.key, self._buf
         for r in rows:
-            i = hash(key(r)) % n
+            # A stable hash (not Python's, salted per process): the same ledger gives the same
+            # parts, so the order starts are met in, and any tie it breaks, is reproducible.
+            i = _xxh(key(r).encode("utf-8", "surrogatepass")) % n
             b = buf[i]
             b.append(_astuple(r))
             if len(b) >= FRAME_EVENTS:
@@ -136,17 +141,13 @@ class Spill:
 
     def drop(self, i: int) -> None:
         """Remove part ``i`` once it was counted (the folder shrinks as the count goes)."""
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(self._dir / f"{i}.part")
-        except OSError:
-            pass
 
     def close(self) -> None:
         for f in self._files:
-            try:
+            with contextlib.suppress(OSError):
                 f.close()
-            except OSError:
-                pass
         self._files = []
         shutil.rmtree(self._dir, ignore_errors=True)
 

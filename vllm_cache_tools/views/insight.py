@@ -65,4 +65,5 @@ def drift_document(r: DriftReport) -> dict[str, Any]:
                     "size_bytes": m.size_bytes,
                     "factors": [factor_json(f) for f in m.factors]} for m in r.models],
         "problems": list(r.problems),
+        "caps": list(r.caps),
     })
