@@ -35,6 +35,7 @@ values (the rest summed up as ``<N other values>``). Every limit reached is one 
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import json
 import os
@@ -227,8 +228,13 @@ def _damaged(bad: int, found: list[str], problems: list[str]) -> None:
         problems.append(f"{bad} damaged ledger line(s) skipped (vllm-cache stats lists them)")
 
 
+@functools.lru_cache(maxsize=4096)
 def _rank_order(rank: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in re.findall(r"\d+", rank)) or (1 << 30,)
+    """``rank_1_0`` -> (1, 0) (a few names in a fleet, asked once per event: cached)."""
+    return tuple(int(x) for x in _DIGITS.findall(rank)) or (1 << 30,)
+
+
+_DIGITS = re.compile(r"\d+")
 
 
 def _starts_from_manifests(manifests: Iterable[Manifest]) -> dict[str, _Start]:

@@ -154,7 +154,7 @@ def _spilled(paths: Sequence[tuple[Path, str]], since: float | None, by: str,
             out.merge(_part(sp, i, since, by, models, len(paths) > 1, 1))
             sp.drop(i)
             if by in ("host", "entry"):  # groups by host (--by entry: for the totals)
-                out.fold()
+                out.fold(slack=2)
             out.fold_hosts()
         names = ", ".join(label for _, label in paths)
         out.spilled.append(
