@@ -15,7 +15,9 @@ and is measured there: wall seconds, MB/s over the ledger's bytes, and peak RSS 
 the child since its exec, workers included by taking the largest of the process tree's
 peaks, as :mod:`tests.fuzz.isolated` measures). Beside them, in the same run, two references
 over the same file: ``wc -l`` (reading the bytes) and a Python loop decoding every line with
-``json.loads`` (what any reader of JSON lines pays). Exit status 1 when a command needs 300 MB
+``json.loads`` (what any reader of JSON lines pays); each command's time is also given as a
+ratio to that loop's (``x json``: the machine's load, shared by both, mostly cancels). Exit
+status 1 when a command needs 300 MB
 or more, fails, or does not say where a cap was reached."""
 
 from __future__ import annotations
@@ -181,6 +183,9 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--quick", action="store_true", help="64 MiB, 60,000 hosts")
     ap.add_argument("--only", default=None, help="comma-separated: wc,json,stats,host,drift")
+    ap.add_argument("--before", type=Path, default=None, help="another checkout of this "
+                    "project (e.g. the main branch): its stats, stats --by host and drift "
+                    "are measured too, in the same run, for a before/after table")
     a = ap.parse_args()
     if a.quick:
         a.mib, a.hosts = 64, 60_000
@@ -195,6 +200,16 @@ def main() -> int:
     else:
         root = a.root
         meta = json.loads((root / "synth.json").read_text())
+    try:
+        return _run(a, root, meta)
+    finally:
+        if tmp is not None and not a.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif tmp is not None:
+            print(f"kept {root} (remove it when done)")
+
+
+def _run(a: argparse.Namespace, root: Path, meta: dict[str, Any]) -> int:
     ledger = root / "torch_compile_cache" / ".vllm-cache-tools" / "ledger" / "fleet.jsonl"
     size_mb = ledger.stat().st_size / 1e6
     env = {**os.environ, "VLLM_CACHE_TOOLS_STATS_MEMO": "0"}
@@ -208,6 +223,12 @@ def main() -> int:
                                      "--json"]),
         "drift": ("drift", [exe, "drift", "--root", str(root), "--json"]),
     }
+    if a.before is not None:
+        old = [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv.pop(1)); "
+               "from vllm_cache_tools.cli import main; main()", str(a.before.resolve())]
+        for name in ("stats", "host", "drift"):
+            label, cmd = runs[name]
+            runs[f"before-{name}"] = (f"{label} (before)", [*old, *cmd[1:]])
     only = a.only.split(",") if a.only else list(runs)
     ok = True
     results: dict[str, Any] = {"ledger": meta, "cpus": os.cpu_count(),
@@ -220,34 +241,36 @@ def main() -> int:
         r = measure(cmd, env)
         good = r["rc"] == 0 and r["peak_mb"] < GOAL_MB
         note = ""
-        if name in ("stats", "host", "drift") and r["rc"] == 0:
+        base = name.removeprefix("before-")
+        if base in ("stats", "host", "drift") and r["rc"] == 0:
             doc = json.loads(r["stdout"])
-            if name in ("stats", "host"):
+            if base in ("stats", "host"):
                 counted = sum(n for tree in doc["events"].values() for n in tree.values())
                 good = good and counted == meta["events"] and \
                     doc["totals"]["starts"] == meta["starts"]
                 note = f"{counted:,} events, {doc['totals']['starts']:,} starts, " \
                     f"{doc['hosts']:,} hosts, {len(doc['groups'])} groups"
             caps = doc.get("caps", [])
-            if name == "host" and meta["hosts"] > 10_000:
+            if name == "host" and meta["hosts"] > 10_000:  # (before: no caps)
                 good = good and any("host" in c for c in caps)
             if caps:
                 note += f"; caps: {' | '.join(caps)}"
         elif r["rc"] != 0:
             note = r["stderr"].strip().splitlines()[-1] if r["stderr"].strip() else ""
-        ok = ok and (good or name in ("wc", "json"))
+        ok = ok and (good or name in ("wc", "json") or name.startswith("before-"))
         results[name] = {k: v for k, v in r.items() if k not in ("stdout", "stderr")}
         results[name]["mb_s"] = round(size_mb / r["wall_s"], 1)
-        print(f"{label:<32} {r['wall_s']:7.2f} s  {size_mb / r['wall_s']:7.1f} MB/s  peak RSS "
+        ref = results.get("json", {}).get("wall_s")
+        if ref and name != "json":
+            results[name]["x_json"] = round(r["wall_s"] / ref, 2)
+        ratio = f"{r['wall_s'] / ref:5.2f}x json" if ref and name != "json" else " " * 11
+        print(f"{label:<35} {r['wall_s']:7.2f} s  {size_mb / r['wall_s']:7.1f} MB/s  {ratio}  "
+              f"peak RSS "
               f"{r['peak_mb']:7.1f} MB  {'ok' if good else 'OVER/WRONG'}  {note}", flush=True)
     results["load_avg_end"] = os.getloadavg()[0]
     bench = REPO / ".bench"
     bench.mkdir(exist_ok=True)
     (bench / "hostile_ledgers.json").write_text(json.dumps(results, indent=1))
-    if tmp is not None and not a.keep:
-        shutil.rmtree(tmp, ignore_errors=True)
-    elif tmp is not None:
-        print(f"kept {root} (remove it when done)")
     return 0 if ok else 1
 
 
