@@ -52,8 +52,8 @@ def write_ledger(root: Path, mib: int, hosts: int, seed: int = 0) -> dict[str, i
     from ``hosts`` hosts; returns what was written."""
     shutil.copytree(SAMPLE, root, symlinks=True)
     ledger = root / "torch_compile_cache" / ".vllm-cache-tools" / "ledger"
-    for f in ledger.glob("*.jsonl"):
-        f.unlink()
+    for old in ledger.glob("*.jsonl"):
+        old.unlink()
     ledger.mkdir(parents=True, exist_ok=True)
     real_aot, real_backend = _keys(root)
     rng = random.Random(seed)
