@@ -96,3 +96,32 @@ def test_audit_names_the_undeclared_variable(fleet: ScenarioRun) -> None:
     x = run_cli("explain", aot[:16], aot[:16], "--root", str(fleet.vllm_root))
     assert "same key: vLLM cannot see this change" in x.stdout, x.stdout + x.stderr
     assert UNDECLARED in x.stdout
+
+
+def test_over_the_caps_the_real_ledgers_count_the_same(fleet: ScenarioRun,
+                                                         monkeypatch: pytest.MonkeyPatch
+                                                         ) -> None:
+    """Issue 23: the real ledgers counted in parts on disk and with hosts folded past a cap
+    of 1 give the same totals, events and seconds; the folded host is one row and each cap
+    one line. drift read in parts names the same factors."""
+    import vllm_cache_tools.analyze.drift as D
+    import vllm_cache_tools.analyze.stats_read as S
+    import vllm_cache_tools.analyze.stats_tally as T
+
+    whole = {by: stats(fleet.vllm_root, by=by) for by in ("host", "model", "entry")}
+    before = drift(fleet.vllm_root)
+    monkeypatch.setattr(S, "MAX_STARTS", 1)
+    monkeypatch.setattr(S, "SPILL_PART_BYTES", 1)
+    monkeypatch.setattr(T, "MAX_GROUPS", 1)
+    monkeypatch.setattr(D, "MAX_STARTS", 1)
+    for by, one in whole.items():
+        r = stats(fleet.vllm_root, by=by)
+        assert (r.totals, r.events, r.hosts, r.never_hit) == (
+            one.totals, one.events, one.hosts, one.never_hit), by
+        assert any("starts at once; counted in" in c for c in r.caps), r.caps
+    r = stats(fleet.vllm_root, by="host")
+    assert [(g.name, g.others, g.counters.starts) for g in r.groups] == [
+        ("pod-a", 0, 2), ("1 other host", 1, 1)]
+    assert r.caps[0].startswith("--by host: 1 host more than the 1 shown one by one")
+    parts = drift(fleet.vllm_root)
+    assert parts.models == before.models and parts.caps and not before.caps

@@ -417,7 +417,8 @@ def test_over_the_caps_counts_stay_exact_and_say_so(tmp_path: Path,
             rest = one.groups[5:]
             assert other.counters.starts == sum(g.counters.starts or 0 for g in rest)
             assert other.counters.hits == sum(g.counters.hits or 0 for g in rest)
-            assert r.caps[0].startswith("--by host: 7 more hosts than the 5 shown one by one")
+            assert r.caps[0] == ("--by host: 7 hosts more than the 5 shown one by one (those with "
+                                  "the most starts), summed up in the last row, '7 other hosts'")
         else:
             assert r.groups == one.groups
     res = subprocess.run([sys.executable, "-c", (
@@ -425,5 +426,5 @@ def test_over_the_caps_counts_stay_exact_and_say_so(tmp_path: Path,
         "from vllm_cache_tools.cli import main; sys.argv[1:] = sys.argv[2:]; main()"),
         "x", "stats", "--root", str(root), "--by", "host"], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
-    assert "  limit: --by host: 7 more hosts than the 5 shown" in res.stdout
+    assert "  limit: --by host: 7 hosts more than the 5 shown" in res.stdout
     assert "7 other hosts" in res.stdout and not res.stderr

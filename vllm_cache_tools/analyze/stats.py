@@ -148,14 +148,19 @@ def _model_sizes(entries: Iterable[EntryFacts]) -> dict[str, tuple[int, int]]:
     return out
 
 
-_NOUN = {"model": "models", "host": "hosts", "day": "days", "entry": "entries"}
+_NOUN = {"model": ("model", "models"), "host": ("host", "hosts"), "day": ("day", "days"),
+         "entry": ("entry", "entries")}
+
+
+def _n_of(n: int, by: str) -> str:
+    return f"{n:,} {_NOUN[by][n != 1]}"
 
 
 def _other(by: str, acc: list[Any] | None, n: int) -> tuple[Group, ...]:
     """The row summing up the groups past :data:`MAX_GROUPS` (none when none were)."""
     if acc is None or not n:
         return ()
-    return (Group(by, f"{n:,} other {_NOUN[by]}", _counters(acc), others=n),)
+    return (Group(by, f"{n:,} other {_NOUN[by][n != 1]}", _counters(acc), others=n),)
 
 
 def _groups(by: str, accs: Mapping[str, list[Any]], inputs: Inputs,
@@ -252,9 +257,10 @@ def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None,
         (part.other, part.others)
     caps = list(part.spilled)
     if others:
-        caps.insert(0, f"--by {by}: {others:,} more {_NOUN[by]} than the "
+        caps.insert(0, f"--by {by}: {_n_of(others, by)} more than the "
                     f"{stats_tally.MAX_GROUPS:,} shown one by one (those with the most "
-                    f"starts); the rest are summed up in the row '{others:,} other {_NOUN[by]}'")
+                    f"starts), summed up in the last row, "
+                    f"'{others:,} other {_NOUN[by][others != 1]}'")
     events: dict[str, dict[str, int]] = {}
     for (tree, ev), n in sorted(part.events.items()):
         events.setdefault(tree, {})[ev] = n
