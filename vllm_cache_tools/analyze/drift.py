@@ -123,7 +123,7 @@ class DriftReport:
 
 # ---- starts ---------------------------------------------------------------------------------
 
-@dataclass
+@dataclass(slots=True)
 class _Start:
     host: str
     picks: dict[str, tuple[tuple[int, ...], str, str]] = field(default_factory=dict)

@@ -17,6 +17,7 @@ import concurrent.futures
 import contextlib
 import gc
 import multiprocessing
+import operator
 import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -122,8 +123,7 @@ MAX_LEVEL = 3
 RESPLIT_PARTS = 8
 
 
-def _host_key(r: StatsEvent) -> str:
-    return r.host
+_host_key: Callable[[StatsEvent], str] = operator.attrgetter("host")
 
 
 def _start_key(level: int) -> Callable[[StatsEvent], str]:

@@ -62,7 +62,7 @@ class Spill:
         self.events = 0
         self.bytes = 0
         self._dir = Path(tempfile.mkdtemp(prefix=prefix))
-        self._buf: list[list[tuple[object, ...]]] = [[] for _ in range(self.parts)]
+        self._buf: list[list[StatsEvent]] = [[] for _ in range(self.parts)]
         self._files = []
         try:
             for i in range(self.parts):
@@ -86,14 +86,14 @@ class Spill:
         return self._dir
 
     def add(self, rows: Sequence[StatsEvent]) -> None:
-        n, key, buf = self.parts, self.key, self._buf
-        for r in rows:
-            # A stable hash (not Python's, salted per process): the same ledger gives the same
-            # parts, so the order starts are met in, and any tie it breaks, is reproducible.
-            i = _xxh(key(r).encode("utf-8", "surrogatepass")) % n
+        n, key, buf, full = self.parts, self.key, self._buf, FRAME_EVENTS
+        # A stable hash (not Python's, salted per process): the same ledger gives the same
+        # parts, so the order starts are met in, and any tie it breaks, is reproducible.
+        for i, r in zip([_xxh(key(r).encode("utf-8", "surrogatepass")) % n for r in rows],
+                        rows, strict=True):
             b = buf[i]
-            b.append(_astuple(r))
-            if len(b) >= FRAME_EVENTS:
+            b.append(r)
+            if len(b) >= full:
                 self._flush(i)
         self.events += len(rows)
 
@@ -101,7 +101,7 @@ class Spill:
         b = self._buf[i]
         if not b:
             return
-        data = _ENCODER.encode(b)
+        data = _ENCODER.encode([_astuple(r) for r in b])
         b.clear()
         try:
             self._files[i].write(_HEAD.pack(len(data)))
