@@ -259,17 +259,18 @@ def test_over_the_caps_starts_are_read_in_parts_and_limits_are_said(
     """Issue 23: ledgers with more starts than fit are read in parts on disk (the same
     report), and every limit that cuts something is one line in ``caps`` (and the CLI's)."""
     import vllm_cache_tools.analyze.drift as D
+    import vllm_cache_tools.analyze.drift_starts as DS
 
     whole = drift(fleet.root)
     assert whole.caps == ()
-    monkeypatch.setattr(D, "MAX_STARTS", 2)
-    monkeypatch.setattr(D, "SPILL_PART_BYTES", 1)
+    monkeypatch.setattr(DS, "MAX_STARTS", 2)
+    monkeypatch.setattr(DS, "SPILL_PART_BYTES", 1)
     parts = drift(fleet.root)
     assert parts.models == whole.models and parts.basis == whole.basis
     assert len(parts.caps) == 1 and re.match(
         r"the ledgers hold more than 2 starts: read in \d+ parts by start \(.* in a temporary "
         r"folder, removed\), exactly$", parts.caps[0]), parts.caps
-    monkeypatch.setattr(D, "MAX_STARTS", 100)
+    monkeypatch.setattr(DS, "MAX_STARTS", 100)
     monkeypatch.setattr(D, "MAX_VALUES", 1)
     monkeypatch.setattr(D, "MAX_ROWS", 4)
     few = drift(fleet.root)  # the first 4 starts in file order: s1, s2, o1 (pod-a), s3

@@ -104,7 +104,7 @@ def test_over_the_caps_the_real_ledgers_count_the_same(fleet: ScenarioRun,
     """Issue 23: the real ledgers counted in parts on disk and with hosts folded past a cap
     of 1 give the same totals, events and seconds; the folded host is one row and each cap
     one line. drift read in parts names the same factors."""
-    import vllm_cache_tools.analyze.drift as D
+    import vllm_cache_tools.analyze.drift_starts as D
     import vllm_cache_tools.analyze.stats_read as S
     import vllm_cache_tools.analyze.stats_tally as T
 

@@ -25,7 +25,7 @@ its most common value cost: the entries only they used (bytes) and their compile
 start that differs in two such factors is counted in both.
 
 Memory is bounded (issue 23): the ledgers are read into starts a part at a time when they
-hold more than :data:`MAX_STARTS` starts (partitioned by start on disk,
+hold more than :data:`~.drift_starts.MAX_STARTS` starts (partitioned by start on disk,
 :class:`~vllm_cache_tools.read.ledger_spill.Spill`: exact); only manifests present in the
 source are remembered as named; starts that recorded the same manifests share one copy of
 their factors. At most :data:`MAX_ROWS` starts are compared (the first read; the others are
@@ -35,20 +35,22 @@ values (the rest summed up as ``<N other values>``). Every limit reached is one 
 
 from __future__ import annotations
 
-import functools
 import ipaddress
 import json
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from vllm_cache_tools import redaction
+from vllm_cache_tools.analyze.drift_starts import (
+    Start,
+    starts_from_ledgers,
+    starts_from_manifests,
+)
 from vllm_cache_tools.analyze.inputs import Inputs, gather
 from vllm_cache_tools.layout import RUNTIME_FIELDS
-from vllm_cache_tools.read.ledger_spill import Spill, parts_for
-from vllm_cache_tools.read.ledger_stream import LedgerProblem, StatsEvent, read_batches
 from vllm_cache_tools.read.manifest import Manifest
 from vllm_cache_tools.store.entries import checkpoint_of
 
@@ -61,11 +63,6 @@ UNHASHED_FIELDS_FIELD = "unhashed_fields"
 
 PER_HOST, PER_RUN, PER_INSTALL, SETTING = "per host", "per run", "per install", "setting"
 
-MAX_STARTS = 100_000
-"""Starts held at once while the ledgers are read (~1 KB each); past it the ledgers are read
-again into parts on disk (by start), each part's starts resolved and dropped."""
-SPILL_PART_BYTES = 32 << 20
-"""Ledger bytes per part (~35,000 starts of the recorder's lines)."""
 MAX_ROWS = 50_000
 """Starts with a manifest compared (every factor is judged over every start: time grows with
 both); past it starts are counted, not compared, and the report says how many."""
@@ -119,143 +116,6 @@ class DriftReport:
     caps: tuple[str, ...] = ()
     """One line per limit reached (ledgers read in parts, starts not compared, values
     summed up), so nothing is cut without saying so."""
-
-
-# ---- starts ---------------------------------------------------------------------------------
-
-@dataclass(slots=True)
-class _Start:
-    host: str
-    picks: dict[str, tuple[tuple[int, ...], str, str]] = field(default_factory=dict)
-    """tree -> (rank order, key, manifest digest) of the lowest rank seen."""
-    keys: set[tuple[str, str]] = field(default_factory=set)
-    work: dict[str, float] = field(default_factory=dict)
-    """worker -> backend seconds on misses"""
-
-    def pick(self, tree: str, rank: str, key: str, digest: str) -> None:
-        order = _rank_order(rank)
-        cur = self.picks.get(tree)
-        if cur is None or order < cur[0]:
-            self.picks[tree] = (order, key, digest)
-
-    @property
-    def compile_seconds(self) -> float:
-        return max(self.work.values(), default=0.0)
-
-
-def _add_rows(starts: dict[str, _Start], rows: Sequence[StatsEvent],
-              wanted: Mapping[tuple[str, str, str], Any], named: set[tuple[str, str, str]]
-              ) -> None:
-    for r in rows:
-        host, key, tree, manifest = r.host, r.key, r.tree, r.manifest
-        sid = r.start or f"{host}:{r.pid}"
-        st = starts.get(sid)
-        if st is None:
-            st = starts[sid] = _Start(host)
-        st.keys.add((tree, key))
-        if manifest:
-            st.pick(tree, r.rank, key, manifest)
-            if (tree, key, manifest) in wanted:  # only manifests the source has: bounded
-                named.add((tree, key, manifest))
-        if tree == "backend" and r.event in ("miss", "load-failure"):
-            w = f"{host}:{r.pid}"
-            st.work[w] = st.work.get(w, 0.0) + (r.seconds or 0.0) + (r.dynamo_s or 0.0)
-
-
-def _starts_from_ledgers(inputs: Inputs, wanted: Mapping[tuple[str, str, str], Any],
-                         named: set[tuple[str, str, str]], problems: list[str],
-                         caps: list[str]) -> Iterator[tuple[str, _Start]]:
-    """Starts from the ledgers, each once (in parts on disk when there are more than
-    :data:`MAX_STARTS`); ``named`` gets every (tree, key, manifest) of ``wanted`` an event
-    names (complete once this is exhausted)."""
-    bad = [0]
-    found: list[str] = []
-
-    def batches() -> Iterator[list[StatsEvent]]:
-        bad[0] = 0
-        found.clear()
-        for path in inputs.ledgers:
-            for b in read_batches(path):
-                if isinstance(b, LedgerProblem):
-                    if b.line == 0:  # the whole file (unreadable, not a regular file)
-                        found.append(str(b))
-                    else:
-                        bad[0] += 1
-                    continue
-                yield b
-
-    starts: dict[str, _Start] = {}
-    for b in batches():
-        _add_rows(starts, b, wanted, named)
-        if len(starts) > MAX_STARTS:
-            break
-    else:
-        yield from starts.items()
-        _damaged(bad[0], found, problems)
-        return
-    starts.clear()
-    size = sum(_size(p) for p in inputs.ledgers)
-    with Spill(parts_for(size, SPILL_PART_BYTES), _start_of, "vllm-cache-drift-") as sp:
-        for b in batches():
-            sp.add(b)
-        sp.finish()
-        for i in range(sp.parts):
-            part: dict[str, _Start] = {}
-            for b in sp.read(i):
-                _add_rows(part, b, wanted, named)
-            yield from part.items()
-            sp.drop(i)
-        caps.append(f"the ledgers hold more than {MAX_STARTS:,} starts: read in {sp.parts} "
-                    f"parts by start ({sp.bytes / 1e6:,.0f} MB in a temporary folder, "
-                    "removed), exactly")
-    _damaged(bad[0], found, problems)
-
-
-def _start_of(r: StatsEvent) -> str:
-    return r.start or f"{r.host}:{r.pid}"
-
-
-def _size(p: os.PathLike[str]) -> int:
-    try:
-        return os.stat(p).st_size
-    except OSError:
-        return 0
-
-
-def _damaged(bad: int, found: list[str], problems: list[str]) -> None:
-    problems += found
-    if bad:
-        problems.append(f"{bad} damaged ledger line(s) skipped (vllm-cache stats lists them)")
-
-
-@functools.lru_cache(maxsize=4096)
-def _rank_order(rank: str) -> tuple[int, ...]:
-    """``rank_1_0`` -> (1, 0) (a few names in a fleet, asked once per event: cached)."""
-    return tuple(int(x) for x in _DIGITS.findall(rank)) or (1 << 30,)
-
-
-_DIGITS = re.compile(r"\d+")
-
-
-def _starts_from_manifests(manifests: Iterable[Manifest]) -> dict[str, _Start]:
-    """Each manifest's first writer (its host and pid) as a start; only the lowest rank of
-    each entry (the other ranks' workers are the same starts)."""
-    ms = list(manifests)
-    lowest: dict[tuple[str, str], tuple[int, ...]] = {}
-    for m in ms:
-        o = _rank_order(m.rank)
-        if o < lowest.get((m.tree, m.key), (1 << 31,)):
-            lowest[m.tree, m.key] = o
-    starts: dict[str, _Start] = {}
-    for m in ms:
-        if _rank_order(m.rank) != lowest[m.tree, m.key]:
-            continue
-        host = str(m.data.get("host") or "?")
-        sid = f"{host}:{m.data.get('pid')}"
-        st = starts.setdefault(sid, _Start(host))
-        st.keys.add((m.tree, m.key))
-        st.pick(m.tree, m.rank, m.key, m.digest)
-    return starts
 
 
 # ---- factors of one start -------------------------------------------------------------------
@@ -563,7 +423,7 @@ def drift_of(inputs: Inputs, model: str | None = None) -> DriftReport:
     flat: dict[tuple[tuple[str, str, str], ...], tuple[str, Any]] = {}
     counts = {"missing": 0, "ledger": 0, "left": 0}
 
-    def add(sid: str, st: _Start) -> None:
+    def add(sid: str, st: Start) -> None:
         picks = tuple((t, k, d) for t, (_, k, d) in sorted(st.picks.items())
                       if (t, k, d) in by_digest)
         if not picks:
@@ -585,12 +445,12 @@ def drift_of(inputs: Inputs, model: str | None = None) -> DriftReport:
                                               recorded, st.compile_seconds))
 
     if inputs.ledgers:
-        for sid, st in _starts_from_ledgers(inputs, by_digest, named, problems, caps):
+        for sid, st in starts_from_ledgers(inputs, by_digest, named, problems, caps):
             counts["ledger"] += 1
             add(sid, st)
     basis = "ledger" if counts["ledger"] else "manifests"
     orphans = [m for m in inputs.manifests if (m.tree, m.key, m.digest) not in named]
-    for sid, st in _starts_from_manifests(orphans).items():
+    for sid, st in starts_from_manifests(orphans).items():
         add(f"manifest:{sid}", st)
     if counts["missing"]:
         problems.append(f"{counts['missing']} start(s) without a readable manifest (written "
