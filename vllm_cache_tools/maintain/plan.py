@@ -30,7 +30,6 @@ from pathlib import Path
 from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.keys.compat import Environment
 from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
-from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.maintain.evidence import (
     busy_entries,
     entry_rel_path,
@@ -45,7 +44,7 @@ from vllm_cache_tools.maintain.trash import entry_tree, is_dir_stat
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.in_use import held_unseen
-from vllm_cache_tools.store.locate import SYMLINKED_COMPILE_CACHE, CacheRoot, display_path
+from vllm_cache_tools.store.locate import CacheRoot, display_path, not_a_cache_root
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import CacheInfo, Entry, Layout
 from vllm_cache_tools.units import fmt_duration
@@ -77,13 +76,9 @@ def check_prunable_root(root: CacheRoot, force: bool = False, verb: str = "prune
     if real == home:
         raise RootRefused(f"refusing to {verb} your home folder {display_path(vllm_root)} "
                           "(pass --force if it really is a vLLM cache root)")
-    if not any(os.path.isdir(os.path.join(real, n)) and not os.path.islink(os.path.join(real, n))
-               for n in (COMPILE_CACHE_DIRNAME, AOT_DIRNAME)):
-        cc = os.path.join(real, COMPILE_CACHE_DIRNAME)
-        if os.path.islink(cc):  # was: "no torch_compile_cache folder", where one is seen
-            raise RootRefused(f"{display_path(vllm_root)}: {SYMLINKED_COMPILE_CACHE}")
-        raise RootRefused(f"{display_path(vllm_root)} does not look like a vLLM cache root "
-                          f"(no {COMPILE_CACHE_DIRNAME} folder; pass --force to {verb} it anyway)")
+    why = not_a_cache_root(root, verb)
+    if why is not None:
+        raise RootRefused(why)
 
 
 # --------------------------------------------------------------------------------------------
