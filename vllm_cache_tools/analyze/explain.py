@@ -431,14 +431,11 @@ def same_start_backends(events: Iterable[LedgerEvent], aot_key: str) -> set[str]
     """Keys of the backend entries that the starts which used AOT entry ``aot_key`` used too,
     from the recorder's ledger (a start: one host and start id, or one process where the
     recorder wrote no start id; events with neither are no evidence)."""
-    def start(e: LedgerEvent) -> tuple[str, str] | None:
-        if e.start:
-            return e.host, e.start
-        return (e.host, f"pid {e.pid}") if e.pid is not None else None
+    from vllm_cache_tools.store.usage import start_of
 
     evs = list(events)
-    starts = {start(e) for e in evs if e.tree == "aot" and e.key == aot_key} - {None}
-    return {e.key for e in evs if e.tree == "backend" and start(e) in starts}
+    starts = {start_of(e) for e in evs if e.tree == "aot" and e.key == aot_key} - {None}
+    return {e.key for e in evs if e.tree == "backend" and start_of(e) in starts}
 
 
 class MixedTrees(VctError, ValueError):
