@@ -167,18 +167,27 @@ def start_units(entries: list[Entry], starts: tuple[StartUse, ...]) -> list[list
 def _select_keep(c: Choosing) -> None:
     """Keep the entries of the ``keep`` most recently used starts of each model, both trees
     together. A start is what the recorder's ledger says one vLLM start used (its backend and
-    AOT entries are kept or removed as one unit, ordered by the last use of any of them: the
+    AOT entries are kept or removed as one unit, ordered by the ledger's last decision of any
+    of them: the
     live start's backend entry was removed while its AOT entry was being hit, and an older
     start's backend entry kept); entries no recorded start used count alone, per tree, as
     before the pairing (``keep`` of each tree)."""
     keep = c.policies.keep
     assert keep is not None
     by_model: dict[str, list[tuple[float, list[Entry]]]] = {}
+    decided: dict[str, float] = {}
+    for s in c.starts:
+        for k in s.keys:
+            decided[k] = max(decided.get(k, 0.0), s.last)
     for unit in start_units(c.entries, c.starts):
         mf = next((m for m in map(model_identity, unit) if m is not None), None)
         if mf is None:  # no evidence which model it is: never counted
             continue
-        t = max(c.lu[id(e)][0] or 0.0 for e in unit)
+        # A unit the ledger knows is as recent as its last recorded start: a later atime
+        # there is a read by anything (a copy, a backup, a scan), not a start; it ordered
+        # the starts of a copied root by the order cp read them.
+        known = [decided[e.key] for e in unit if e.key in decided]
+        t = max(known) if known else max(c.lu[id(e)][0] or 0.0 for e in unit)
         by_model.setdefault(mf, []).append((t, unit))
         if len(unit) > 1:
             for e in unit:
