@@ -35,6 +35,7 @@ from vllm_cache_tools.layout import short_key
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.read.manifest import LedgerEvent, Manifest
 from vllm_cache_tools.store.types import Cause, Entry
+from vllm_cache_tools.store.usage import start_of
 
 
 @dataclass(frozen=True)
@@ -431,8 +432,6 @@ def same_start_backends(events: Iterable[LedgerEvent], aot_key: str) -> set[str]
     """Keys of the backend entries that the starts which used AOT entry ``aot_key`` used too,
     from the recorder's ledger (a start: one host and start id, or one process where the
     recorder wrote no start id; events with neither are no evidence)."""
-    from vllm_cache_tools.store.usage import start_of
-
     evs = list(events)
     starts = {start_of(e) for e in evs if e.tree == "aot" and e.key == aot_key} - {None}
     return {e.key for e in evs if e.tree == "backend" and start_of(e) in starts}
