@@ -128,3 +128,14 @@ def test_recipes_run(real_compile: ScenarioRun, s3: str, tmp_path: Path) -> None
     assert res.returncode == 0, (res.stdout, res.stderr)
     assert "MISS" in res.stdout and "nothing fetched" in res.stdout
     shutil.rmtree(tmp_path / "pod2", ignore_errors=True)
+
+    # Kubernetes without a GPU in the init container: static checks only, everything placed.
+    nogpu = _runnable(recipe("k8s-no-gpu"))
+    with model_lock():
+        restore_pristine_sources()
+        res = _sh(nogpu, env_for(tmp_path / "pod3", **{**pod_env, "VLLM_CACHE_ROOT": str(
+            tmp_path / "pod3")}), tmp_path)
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    assert "placed" in res.stdout and "--check" not in res.stdout
+    assert {p.name for p in (tmp_path / "pod3" / "torch_compile_cache").iterdir()} >= {
+        p.name for p in (warm_root / "torch_compile_cache").iterdir() if len(p.name) == 10}

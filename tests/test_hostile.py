@@ -194,7 +194,10 @@ def test_bad_roots_exit_2_with_one_line(tmp_path: Path) -> None:
     assert r.returncode == 2 and "not a directory" in r.stderr
     r = run_cli("ls", env={"VLLM_CACHE_ROOT": str(tmp_path / "nope2")})
     assert r.returncode == 2 and "VLLM_CACHE_ROOT" in r.stderr
-    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty").mkdir()  # no cache root: refused as prune refuses it (issue 25)
+    r = run_cli("ls", "--root", str(tmp_path / "empty"))
+    assert r.returncode == 2 and "does not look like a vLLM cache root" in r.stderr
+    (tmp_path / "empty" / "torch_compile_cache").mkdir()
     r = run_cli("ls", "--root", str(tmp_path / "empty"))
     assert r.returncode == 0 and "No compile-cache entries" in r.stdout
 

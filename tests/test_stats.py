@@ -378,6 +378,7 @@ def test_since_older_than_1970_is_every_event(tmp_path: Path) -> None:
     assert json.loads(res.stdout)["totals"]["starts"] == 3
 
 
+<<<<<<< HEAD
 # ---- bounded memory (issue 23): spilled parts and folded groups ---------------------------
 
 def _capped(monkeypatch: pytest.MonkeyPatch, starts: int, groups: int) -> None:
@@ -428,3 +429,36 @@ def test_over_the_caps_counts_stay_exact_and_say_so(tmp_path: Path,
     assert res.returncode == 0, res.stderr
     assert "  limit: --by host: 7 hosts more than the 5 shown" in res.stdout
     assert "7 other hosts" in res.stdout and not res.stderr
+=======
+def test_net_saved_is_the_headline_and_a_costly_hit_is_a_regression(tmp_path: Path) -> None:
+    """Issue 25: "saved 6.4m by hits" beside "loading 5.7m spent by hits" overstated the
+    benefit. The net figure (compile time avoided minus loading) leads; a group whose hits
+    cost more loading than their compile is a regression line."""
+    t = 1.8e9
+    slow = [x.replace('"seconds": 2.0', '"seconds": 50.0') for x in
+            start_lines("pod-b", "s3", t + 200, "hit")]
+    pod_a = (start_lines("pod-a", "s1", t, "miss", compile_s=30.0)
+             + start_lines("pod-a", "s2", t + 100, "hit"))
+    root = root_with(tmp_path, {"pod-a": pod_a, "pod-b": slow})
+    r = stats(root, by="host")
+    c = r.totals
+    assert (c.saved_seconds, c.load_seconds) == (pytest.approx(62.0), pytest.approx(52.0))
+    assert c.net_seconds == pytest.approx(10.0) and not c.regression
+    by = {g.name: g.counters for g in r.groups}
+    assert by["pod-a"].net_seconds == pytest.approx(29.0) and not by["pod-a"].regression
+    assert by["pod-b"].net_seconds == pytest.approx(-19.0) and by["pod-b"].regression
+    assert [g.name for g in r.regressions] == ["pod-b"]
+    res = run_cli("stats", str(root), "--by", "host")
+    assert res.returncode == 0, res.stderr
+    lines = res.stdout.splitlines()
+    net = next(i for i, x in enumerate(lines) if x.strip().startswith("net saved"))
+    assert lines[net + 1].strip().startswith("gross saved") and "1.0m" in lines[net + 1]
+    assert lines[net + 2].strip().startswith("loading") and "52" in lines[net + 2]
+    assert "regression: host pod-b: 1 hit(s) spent 50s loading, compiling took 31s" \
+        in res.stdout, res.stdout
+    assert [x.split()[-3] for x in lines if x.startswith("pod-")] == ["29s", "-19s"]
+    d = json.loads(run_cli("stats", str(root), "--by", "host", "--json").stdout)
+    assert d["totals"]["net_seconds"] == pytest.approx(10.0)
+    assert [(g["name"], g["regression"]) for g in d["groups"]] == [
+        ("pod-a", False), ("pod-b", True)]
+>>>>>>> r3-h8

@@ -503,6 +503,15 @@ SCENARIOS: dict[str, Scenario] = {
         Start.make(env=JIT_CACHE_ENV, compile_mode=True),
         Start.make(env={**JIT_CACHE_ENV, "VLLM_DISABLE_COMPILE_CACHE": "1"}, compile_mode=True),
     )),
+    # prune --keep N (issue 25): three starts of one model with the recorder on, each its own
+    # entries in both trees, then the first again (a hit in the AOT tree): the live start is
+    # the oldest compile, so its backend entry was decided before the other two starts'.
+    "keep": Scenario("keep", (
+        Start.make(env=RECORD_ENV, compile_mode=True),
+        Start.make(env=RECORD_ENV, compile_mode=True, max_model_len=64),
+        Start.make(env={**LONG_LEN_ENV, **RECORD_ENV}, compile_mode=True),
+        Start.make(env=RECORD_ENV, compile_mode=True),
+    ), recorder=True),
     # The recorder cannot write its ledger or snapshots (a file where its folder goes):
     # vLLM must start and compile as usual.
     "recorder-blocked": Scenario("recorder-blocked", (

@@ -28,12 +28,14 @@ from vllm_cache_tools.analyze.manifest_diff import (
     inductor_causes,
     pick_pair,
 )
+from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.keys.hardware import hardware_detail
 from vllm_cache_tools.keys.source_link import linked_aot_entries
 from vllm_cache_tools.layout import short_key
 from vllm_cache_tools.read.aot_model import AotModelInfo
 from vllm_cache_tools.read.manifest import LedgerEvent, Manifest
 from vllm_cache_tools.store.types import Cause, Entry
+from vllm_cache_tools.store.usage import start_of
 
 
 @dataclass(frozen=True)
@@ -430,14 +432,29 @@ def same_start_backends(events: Iterable[LedgerEvent], aot_key: str) -> set[str]
     """Keys of the backend entries that the starts which used AOT entry ``aot_key`` used too,
     from the recorder's ledger (a start: one host and start id, or one process where the
     recorder wrote no start id; events with neither are no evidence)."""
-    def start(e: LedgerEvent) -> tuple[str, str] | None:
-        if e.start:
-            return e.host, e.start
-        return (e.host, f"pid {e.pid}") if e.pid is not None else None
-
     evs = list(events)
-    starts = {start(e) for e in evs if e.tree == "aot" and e.key == aot_key} - {None}
-    return {e.key for e in evs if e.tree == "backend" and start(e) in starts}
+    starts = {start_of(e) for e in evs if e.tree == "aot" and e.key == aot_key} - {None}
+    return {e.key for e in evs if e.tree == "backend" and start_of(e) in starts}
+
+
+class MixedTrees(VctError, ValueError):
+    """``explain`` of a backend entry and an AOT entry: their keys hash different factors, so
+    no cause list can say why one is not the other (it printed no headline, exit 1)."""
+
+
+def mixed_trees_message(a: Entry, b: Entry, events: Iterable[LedgerEvent] = ()) -> str:
+    """One line for :class:`MixedTrees`: which side is which, and, when the recorder's ledger
+    pairs the AOT side with its start's backend entry, the comparison that would answer."""
+    back, aot = (a, b) if a.layout == "backend" else (b, a)
+    msg = (f"{short_key(a.key)} is {'a backend' if a is back else 'an AOT'} entry and "
+           f"{short_key(b.key)} {'a backend' if b is back else 'an AOT'} entry: explain "
+           "compares two entries of one tree (two backend keys, or two AOT keys)")
+    sibling = sorted(same_start_backends(events, aot.key) - {back.key})
+    if len(sibling) == 1:
+        pair = (back.key, sibling[0]) if a is back else (sibling[0], back.key)
+        msg += (f"; the backend entry of {short_key(aot.key)}'s start is {sibling[0]} "
+                f"(recorder ledger): vllm-cache explain {pair[0]} {pair[1]}")
+    return msg
 
 
 _NOT_STORED = "env and config are not stored in the AOT tree"
@@ -491,7 +508,8 @@ def explain(a: str | os.PathLike[str], b: str | os.PathLike[str],
     unique key prefixes looked up under ``root`` (default: resolved like vLLM), or entry
     folders, possibly of two roots). Both are read whole; the AOT entries of their roots are
     the evidence for code changes. Raises ``EntryNotFound``, ``AmbiguousKey`` or
-    ``RootError`` (:mod:`vllm_cache_tools.store.scan`). What ``vllm-cache explain A B`` prints,
+    ``RootError`` (:mod:`vllm_cache_tools.store.scan`), :class:`MixedTrees` for one entry
+    of each tree. What ``vllm-cache explain A B`` prints,
     as data (values unredacted: the CLI hides secrets when it renders)."""
     # The one function here that reads the store: the rest stays pure.
     from vllm_cache_tools.read.manifest import read_ledger
@@ -502,6 +520,9 @@ def explain(a: str | os.PathLike[str], b: str | os.PathLike[str],
 
     pa, pb = locate_entry(os.fspath(a), root), locate_entry(os.fspath(b), root)
     ea, eb = read_entry(pa), read_entry(pb)
+    if ea.layout != eb.layout:
+        aot_path = pa if ea.layout == "aot" else pb
+        raise MixedTrees(mixed_trees_message(ea, eb, read_ledger(aot_path.parent.parent)[0]))
     others = []
     backends: dict[Path, list[Path]] = {}
     # Each side's own root: an entry of another root needs its own AOT sibling to itemise a

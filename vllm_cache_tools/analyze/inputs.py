@@ -31,7 +31,12 @@ from vllm_cache_tools.layout import (
     short_key,
 )
 from vllm_cache_tools.read.errors import ReadError
-from vllm_cache_tools.read.manifest import Manifest, read_manifest, read_manifests
+from vllm_cache_tools.read.manifest import (
+    Manifest,
+    manifest_paths,
+    read_manifest,
+    read_manifests,
+)
 from vllm_cache_tools.store.entries import checkpoint_of, read_aot_entry, read_backend_entry
 from vllm_cache_tools.store.locate import (
     SYMLINKED_COMPILE_CACHE,
@@ -64,6 +69,16 @@ class EntryFacts:
     """Where it was found (a path or a store URL), for messages."""
     path: Path | None = None
     """The entry folder, when it is on this machine."""
+    recorded: bool | None = None
+    """It carries a recorder manifest (``vct-manifest.*.json``): a recorder wrote it, here or
+    on the host it was packed or pushed from. ``None``: not looked (an entry on this machine:
+    :func:`carries_manifests` looks when asked)."""
+
+    def carries_manifests(self) -> bool:
+        if self.recorded is not None:
+            return self.recorded
+        return self.path is not None and \
+            next(manifest_paths(self.path, self.layout), None) is not None
 
 
 @dataclass(frozen=True)
@@ -198,7 +213,9 @@ def _gather_remote(url: str, manifests: bool, options: Mapping[str, Any] | None,
         raise InputError(str(exc)) from None
     entries = [EntryFacts(s.record.key, s.record.layout, s.record.size_bytes,
                           s.record.checkpoint or s.record.model, s.pushed_at,
-                          f"{url}/{s.record.path}") for s in found]
+                          f"{url}/{s.record.path}",
+                          recorded=any(is_manifest_name(f.path.rsplit("/", 1)[-1])
+                                       for f in s.record.files)) for s in found]
     ms: list[Manifest] = []
     if manifests:
         with tempfile.TemporaryDirectory(prefix="vct-drift-") as tmp:

@@ -14,6 +14,7 @@ from vllm_cache_tools.cli.fleetout import (
     byte_bar,
     check_usage,
     entries_line,
+    footprint_line,
     out,
     passthrough,
     refuse,
@@ -42,5 +43,5 @@ StorageOpt = Annotated[list[str] | None, typer.Option(
 
 
 __all__ = ["JobsOpt", "JsonOpt", "PythonOpt", "RootOpt", "StorageOpt", "UsageOpt", "byte_bar",
-           "check_usage", "entries_line", "out", "passthrough", "refuse", "render_check",
-           "render_placements", "run"]
+           "check_usage", "entries_line", "footprint_line", "out", "passthrough", "refuse",
+           "render_check", "render_placements", "run"]

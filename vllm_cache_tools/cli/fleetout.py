@@ -12,6 +12,7 @@ from typing import Any, NoReturn, TypeVar
 
 from vllm_cache_tools.cli.common import fail, write_out
 from vllm_cache_tools.cli.stageline import wanted
+from vllm_cache_tools.fleet.records import Footprint, footprint
 from vllm_cache_tools.units import human_size
 
 T = TypeVar("T")
@@ -102,10 +103,20 @@ def render_placements(placements: Sequence[Any]) -> str:
                    for p in placements)
 
 
-def entries_line(records: Sequence[Any]) -> str:
-    size = sum(r.size_bytes for r in records)
-    files = sum(len(r.files) for r in records)
-    return f"{len(records)} entries, {files} files, {human_size(size)}"
+def footprint_line(fp: Footprint) -> str:
+    """What a set of entries holds, in the words and order ``ls`` uses for entries (file
+    sizes, not disk use), with the recorder snapshots that go along apart: the same numbers
+    for one bundle in pack, unpack, push, pull and ls."""
+    line = f"{fp.entries} entries, {human_size(fp.size_bytes)} total, {fp.files} files"
+    if fp.snapshot_files:
+        line += (f" (+ {fp.snapshot_files} recorder snapshot files, "
+                 f"{human_size(fp.snapshot_bytes)})")
+    return line
+
+
+def entries_line(records: Sequence[Any], extras: Sequence[Any] = ()) -> str:
+    """:func:`footprint_line` of entry records (and snapshot records)."""
+    return footprint_line(footprint(records, extras))
 
 
 def out(text: str) -> None:
@@ -116,5 +127,5 @@ def refuse(message: str) -> NoReturn:
     fail(message, 1)
 
 
-__all__ = ["byte_bar", "check_usage", "entries_line", "out", "passthrough", "refuse",
-           "render_check", "render_placements", "run"]
+__all__ = ["byte_bar", "check_usage", "entries_line", "footprint_line", "out", "passthrough",
+           "refuse", "render_check", "render_placements", "run"]

@@ -76,6 +76,14 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
         fail(str(exc))
     finally:
         progress.close()
+    if not info.entries and info.root_source == "--root":
+        from vllm_cache_tools.store.locate import CacheRoot, not_a_cache_root
+
+        # A named folder that is no cache root listed nothing, exit 0 (a typo'd path looked
+        # like an empty cache); prune refuses the same folder in the same words.
+        why = not_a_cache_root(CacheRoot(info.root, info.root_source), None)
+        if why is not None:
+            fail(why)
     entries = [e for e in info.entries if pred is None or pred(e)]
     if refs:
         from vllm_cache_tools.store.lookup import locate_entry

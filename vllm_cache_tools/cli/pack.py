@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 
 from vllm_cache_tools.cli.common import print_json
-from vllm_cache_tools.cli.fleetcommon import JsonOpt, byte_bar, out, run
+from vllm_cache_tools.cli.fleetcommon import JsonOpt, byte_bar, footprint_line, out, run
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.units import human_size
 
@@ -62,8 +62,9 @@ def pack(
         return
     if str(output) == "-":
         return
-    out(f"packed {len(r.entries)} entries ({r.files} files, {human_size(r.raw_bytes)}) into "
-        f"{r.path}: {human_size(r.size_bytes)}, sha256 {r.sha256}\n")
+    assert r.footprint is not None
+    out(f"packed {footprint_line(r.footprint)} into {r.path}: "
+        f"{human_size(r.size_bytes)} compressed, sha256 {r.sha256}\n")
     from vllm_cache_tools.cli.render import key_column
 
     keys, w = key_column(e.key for e in r.entries)

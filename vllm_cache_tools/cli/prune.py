@@ -103,7 +103,7 @@ def render_plan(plan: PrunePlan, dry_run: bool) -> None:
     for model, group in plan.groups():
         layouts = sorted({p.layout for p in group})
         head = f"model {model}" if model else "model unknown"
-        if model and len(layouts) > 1:
+        if model and len(layouts) > 1 and not any(p.same_start for p in group):
             head += (" (backend and AOT entries of one model; which of them came from the same "
                      "start is not recorded)")
         _p("")
@@ -116,6 +116,9 @@ def render_plan(plan: PrunePlan, dry_run: bool) -> None:
                f"{used}")
             for r in p.reasons:
                 _p(f"      - {r}")
+            if p.same_start:
+                _p("      = one start with " + ", ".join(map(short_key, p.same_start))
+                   + " (recorder ledger)")
             if p.same_sources_aot:
                 _p("      = same traced sources as aot "
                    + ", ".join(map(short_key, p.same_sources_aot))

@@ -24,6 +24,7 @@ from vllm_cache_tools.cli.fleetout import (
     byte_bar,
     check_usage,
     entries_line,
+    footprint_line,
     out,
     render_check,
     render_placements,
@@ -93,7 +94,8 @@ def run_pull(url: str, refs: Sequence[str] = (), vllm_args: Sequence[str] = (), 
 
         print_json(pull_document(r))
     else:
-        out(f"{r.url}: {entries_line(r.selected)} selected\n")
+        out(f"{r.url}: {footprint_line(r.footprint) if r.footprint else entries_line(r.selected)}"
+            " selected\n")
         if r.check is not None:
             out(render_check(r.check))
         if r.refused:

@@ -7,7 +7,15 @@ from typing import Annotated
 import typer
 
 from vllm_cache_tools.cli.common import fail, print_json
-from vllm_cache_tools.cli.fleetcommon import JobsOpt, JsonOpt, StorageOpt, byte_bar, out, run
+from vllm_cache_tools.cli.fleetcommon import (
+    JobsOpt,
+    JsonOpt,
+    StorageOpt,
+    byte_bar,
+    footprint_line,
+    out,
+    run,
+)
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.units import human_size
 
@@ -63,7 +71,10 @@ def push(
             out(f"{e.action:<8} {e.layout:<7} {keys[e.key]:<{w}}"
                 + (f"  ({e.detail})" if e.detail else "") + "\n")
         saved = r.logical_bytes - r.bytes_uploaded
-        out(f"{r.url}: {r.blobs_uploaded} blobs uploaded ({human_size(r.bytes_uploaded)}), "
+        if r.footprint is not None:
+            out(f"{r.url}: {footprint_line(r.footprint)}\n")
+        out(f"  as {r.blobs_uploaded + r.blobs_present} distinct blobs (one per content): "
+            f"{r.blobs_uploaded} uploaded ({human_size(r.bytes_uploaded)}), "
             f"{r.blobs_present} already there; {human_size(saved)} of "
             f"{human_size(r.logical_bytes)} not sent; {r.seconds:.1f} s\n")
     raise typer.Exit(1 if any(e.action == "refused" for e in r.entries) else 0)

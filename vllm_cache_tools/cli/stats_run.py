@@ -95,7 +95,11 @@ NEVER_HIT_SHOWN = 10
 
 
 def _secs(s: float | None) -> str:
-    return "-" if s is None else fmt_duration(s)
+    """Seconds as durations; a negative net (hits that cost more than they saved) keeps
+    its sign."""
+    if s is None:
+        return "-"
+    return "-" + fmt_duration(-s) if s < 0 else fmt_duration(s)
 
 
 def _pct(c: Counters) -> str:
@@ -129,9 +133,12 @@ def _summary(r: StatsReport) -> list[str]:
         out.append(f"  compiling       {_secs(t.compile_seconds):>9}  on misses{timed}")
         unknown = (f" (+{t.saved_unknown} hit(s) on entries never timed)"
                    if t.saved_unknown else "")
-        out.append(f"  saved           {_secs(t.saved_seconds):>9}  by hits, each credited "
+        out.append(f"  net saved       {_secs(t.net_seconds):>9}  compile time avoided minus "
+                   "time spent loading")
+        out.append(f"    gross saved   {_secs(t.saved_seconds):>9}  by hits, each credited "
                    f"with its entry's compile time{unknown}")
-        out.append(f"  loading         {_secs(t.load_seconds):>9}  spent by hits")
+        out.append(f"    loading       {_secs(t.load_seconds):>9}  spent by hits")
+        out += _regressions(r)
     else:
         none = (f"{r.ledgers} ledger(s) without a readable event" if r.ledgers else
                 "no recorder ledger")
@@ -142,6 +149,8 @@ def _summary(r: StatsReport) -> list[str]:
     out.append(f"  cache           {r.entries:,} entries, {human_size(r.size_bytes)}"
                + (f"; {len(r.never_hit)} never hit since written ({human_size(never)})"
                   if r.never_hit else "")
+               + (f"; {r.placed} placed by unpack/pull (recorder manifests came with them; "
+                  "no start here used them yet)" if r.placed and r.basis == "ledger" else "")
                + (f"; {r.untracked} written with the recorder off" if r.untracked and
                   r.basis == "ledger" else ""))
     if r.duplicates:
@@ -149,6 +158,28 @@ def _summary(r: StatsReport) -> list[str]:
                    "host's ledger, counted once")
     out += [f"  unknown: {u}" for u in r.unknown]
     out += [f"  limit: {c}" for c in r.caps]
+    return out
+
+
+MAX_REGRESSIONS = 10
+"""Regression lines shown (--json lists all groups with ``regression``)."""
+
+
+def _regressions(r: StatsReport) -> list[str]:
+    """A line where hits cost more loading than the compiles they avoided: for all starts,
+    then per group (with ``--by entry``, per entry)."""
+    out = []
+    t = r.totals
+    if t.regression:
+        out.append(f"  regression: hits spent {_secs(t.load_seconds)} loading, more than the "
+                   f"{_secs(t.saved_seconds)} their compiles took")
+    groups = r.regressions
+    for g in groups[:MAX_REGRESSIONS]:
+        c = g.counters
+        out.append(f"  regression: {r.by} {g.name}: {c.hits} hit(s) spent "
+                   f"{_secs(c.load_seconds)} loading, compiling took {_secs(c.saved_seconds)}")
+    if len(groups) > MAX_REGRESSIONS:
+        out.append(f"  ... and {len(groups) - MAX_REGRESSIONS} more regressions (--json)")
     return out
 
 
@@ -170,12 +201,12 @@ def _groups(r: StatsReport, width: int | None, keys: dict[str, str]) -> list[str
     cols = [Column(label, shrink_to=40), Column("STARTS", "right", drop=None),
             Column("HITS", "right"), Column("MISSES", "right"),
             Column("LOADFAIL", "right", drop=3), Column("HIT%", "right"),
-            Column("COMPILING", "right", drop=4), Column("SAVED", "right", drop=2),
+            Column("COMPILING", "right", drop=4), Column("NET", "right", drop=2),
             Column("ENTRIES", "right", drop=5), Column("SIZE", "right", drop=1)]
     rows = [[keys.get(g.name, g.name) if r.by == "entry" else g.name,
              _num(g.counters.starts), _num(g.counters.hits), _num(g.counters.misses),
              _num(g.counters.load_failures), _pct(g.counters),
-             _secs(g.counters.compile_seconds), _secs(g.counters.saved_seconds),
+             _secs(g.counters.compile_seconds), _secs(g.counters.net_seconds),
              _num(g.entries), human_size(g.size_bytes)] for g in r.groups]
     return ["", f"by {r.by}:", *render(cols, rows, width)]
 

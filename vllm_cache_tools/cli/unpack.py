@@ -15,14 +15,13 @@ from vllm_cache_tools.cli.fleetcommon import (
     UsageOpt,
     byte_bar,
     check_usage,
-    entries_line,
+    footprint_line,
     out,
     passthrough,
     render_check,
     render_placements,
     run,
 )
-from vllm_cache_tools.units import human_size
 
 
 def unpack(
@@ -78,13 +77,13 @@ def unpack(
         print_json(unpack_document(r))
     else:
         m = r.manifest
-        out(f"bundle {shown}: {entries_line(m.entries)} ({m.created_by or 'unknown tool'}, "
+        out(f"bundle {shown}: {footprint_line(m.footprint)} ({m.created_by or 'unknown tool'}, "
             f"format {m.format_version})\n")
         out(render_check(r.check))
         if r.refused:
             out("nothing placed (--force places anyway)\n")
         elif r.checked_only:
-            out(f"--check: nothing placed ({human_size(m.size_bytes)} would be)\n")
+            out("--check: nothing placed (all of the above would be)\n")
         else:
             out(render_placements(r.placements))
     code = 0

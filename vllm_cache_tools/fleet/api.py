@@ -20,7 +20,13 @@ from typing import TYPE_CHECKING, Any
 from vllm_cache_tools.fleet.checks import HitCheck, hit_check, static_check
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.here import Here, look_here
-from vllm_cache_tools.fleet.records import DEFAULT_LEVEL, BundleManifest, EntryRecord
+from vllm_cache_tools.fleet.records import (
+    DEFAULT_LEVEL,
+    BundleManifest,
+    EntryRecord,
+    Footprint,
+    footprint,
+)
 from vllm_cache_tools.fleet.remote import DEFAULT_WORKERS, Store
 from vllm_cache_tools.fleet.remote_ops import (
     PushResult,
@@ -52,6 +58,8 @@ class PackResult:
     entries: tuple[EntryRecord, ...]
     files: int
     seconds: float
+    footprint: Footprint | None = None
+    """Entries and snapshots packed, counted as every verb counts them."""
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,8 @@ class PullResult:
     checked_only: bool
     refused: bool
     seconds: float
+    footprint: Footprint | None = None
+    """The selected entries and their snapshots, counted as every verb counts them."""
 
     @property
     def ok(self) -> bool:
@@ -115,7 +125,8 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
         raise FleetError(f"cannot write {out}: {exc.strerror or exc}") from None
     return PackResult(w.path, w.sha256, w.size_bytes, total, sel.records,
                       sum(len(fs) for fs in sel.files) + len(sel.extras),
-                      time.perf_counter() - t0)
+                      time.perf_counter() - t0,
+                      footprint(sel.records, [x.record for x in sel.extras]))
 
 
 def _check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
@@ -247,10 +258,11 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     if if_hit and check.verdict == "hit":
         chosen = [e for e in chosen if e.record.key in check.used]
     records = tuple(e.record for e in chosen)
+    fp = footprint(records, [x for e in chosen for x in e.extras])
     refused = not check.would_hit and not force
     if check_only or refused or not chosen:
         return PullResult(store.url, croot.vllm_root, check, (), records, 0, check_only,
-                          refused and not check_only, time.perf_counter() - t0)
+                          refused and not check_only, time.perf_counter() - t0, fp)
     from vllm_cache_tools.fleet.place import (
         Placement,
         Staging,
@@ -267,7 +279,7 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     todo = [e for e in chosen if e.record.key not in same]
     if not todo:
         return PullResult(store.url, croot.vllm_root, check, kept_same, records, 0, False,
-                          False, time.perf_counter() - t0)
+                          False, time.perf_counter() - t0, fp)
     try:
         with _new_folders_undone(croot.vllm_root) as kept, Staging(croot.vllm_root) as st:
             got = download(store, todo, st, workers=workers, progress=progress)
@@ -280,7 +292,7 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     order = {r.key: i for i, r in enumerate(records)}
     placements = tuple(sorted(kept_same + placed, key=lambda p: order.get(p.key, 0)))
     return PullResult(store.url, croot.vllm_root, check, placements, records, got, False, False,
-                      time.perf_counter() - t0)
+                      time.perf_counter() - t0, fp)
 
 
 __all__ = ["PackResult", "PullResult", "UnpackResult", "pack", "pull", "push", "unpack"]

@@ -29,6 +29,26 @@ MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _BUF = 1 << 20
 
 
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_OTHER_KINDS = ((b"\x1f\x8b", "a gzip file"), (b"\xfd7zXZ\x00", "an xz file"),
+                (b"BZh", "a bzip2 file"), (b"PK\x03\x04", "a zip file"))
+"""Leading bytes of archives a bundle is mistaken for (``x.tar.gz`` was "truncated or corrupt
+bundle (unknown frame descriptor)", as if a bundle had been damaged)."""
+
+
+def archive_kind_problem(head: bytes) -> str | None:
+    """Why a file starting with ``head`` is not a bundle at all, or ``None`` when it starts
+    like one (a zstd frame; a bundle's damage is found while reading it)."""
+    if head.startswith(_ZSTD_MAGIC):
+        return None
+    kind = next((k for magic, k in _OTHER_KINDS if head.startswith(magic)), None)
+    if kind is None and len(head) >= 262 and head[257:262] == b"ustar":
+        kind = "an uncompressed tar"
+    if kind is None:
+        kind = "empty" if not head else "no zstd frame at its start"
+    return f"not a zstd bundle ({kind}; bundles are made by `vllm-cache pack`)"
+
+
 @contextmanager
 def _open_tar(path: Path) -> Iterator[tarfile.TarFile]:
     try:
@@ -36,6 +56,13 @@ def _open_tar(path: Path) -> Iterator[tarfile.TarFile]:
     except OSError as exc:
         raise BundleError(f"cannot read {path}: {exc.strerror or exc}") from None
     try:
+        try:
+            head = f.peek(512)  # type: ignore[attr-defined]  # a BufferedReader: pipes too
+        except OSError as exc:
+            raise BundleError(f"cannot read {path}: {exc.strerror or exc}") from None
+        why = archive_kind_problem(head) if len(head) >= 4 or not head else None
+        if why is not None:
+            raise BundleError(f"{path}: {why}")
         reader = _Prefetch(zstandard.ZstdDecompressor().stream_reader(
             f, read_size=_BUF, read_across_frames=True))
         try:

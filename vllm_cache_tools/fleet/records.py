@@ -10,7 +10,7 @@ store describe an entry identically. No times: the same entries give the same by
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,6 +111,39 @@ class EntryRecord:
 
 
 @dataclass(frozen=True)
+class Footprint:
+    """The one count of what a set of entries holds, for every verb that moves them (``pack``,
+    ``unpack``, ``push``, ``pull``) and as ``ls`` counts entries: the files of the entry
+    folders (every rank, manifests included) and their bytes as file sizes (logical bytes;
+    ``ls`` adds the on-disk bytes where the files are on this machine), and apart from them
+    the recorder's source snapshots that go along (files outside the entry folders). The
+    verbs printed four different pairs for one bundle (entries only, entries with snapshots,
+    blobs after deduplication) without saying which."""
+
+    entries: int
+    files: int
+    size_bytes: int
+    snapshot_files: int = 0
+    snapshot_bytes: int = 0
+
+    @property
+    def total_files(self) -> int:
+        return self.files + self.snapshot_files
+
+    @property
+    def total_bytes(self) -> int:
+        return self.size_bytes + self.snapshot_bytes
+
+
+def footprint(records: Sequence[EntryRecord], extras: Sequence[FileRecord] = ()) -> Footprint:
+    """:class:`Footprint` of entry records and the snapshots that go with them (each snapshot
+    once: two entries of one start name the same files)."""
+    snaps = {f.path: f.size for f in extras}
+    return Footprint(len(records), sum(len(r.files) for r in records),
+                     sum(r.size_bytes for r in records), len(snaps), sum(snaps.values()))
+
+
+@dataclass(frozen=True)
 class BundleManifest:
     """The bundle's first member: what it holds and what it was built for."""
 
@@ -126,6 +159,10 @@ class BundleManifest:
     @property
     def size_bytes(self) -> int:
         return sum(e.size_bytes for e in self.entries) + sum(f.size for f in self.extras)
+
+    @property
+    def footprint(self) -> Footprint:
+        return footprint(self.entries, self.extras)
 
     @property
     def files(self) -> int:

@@ -124,17 +124,79 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300]
 
 
-def store_error(exc: BaseException, url: str, what: str) -> FleetError:
-    """One line for a backend's exception (never its credentials)."""
+SCHEMES = ("file", *BACKENDS)
+"""What a store URL may start with: the layout needs listing and atomic writes, which plain
+http:// has not (it was "http:// stores need ?: pip install ?", or a DNS error)."""
+
+
+def check_scheme(url: str) -> None:
+    """Refuse a URL whose scheme is no store of ours, in one line."""
+    scheme = url.split("://", 1)[0].lower()
+    if scheme not in SCHEMES:
+        raise StoreError(f"{url}: {scheme}:// is not a store vllm-cache can use (s3://, gs:// "
+                         "or file:///path; an S3-compatible server serves s3:// with "
+                         "AWS_ENDPOINT_URL)")
+
+
+def endpoint_of(url: str, storage_options: Mapping[str, Any] | None = None) -> str | None:
+    """The S3 endpoint a store talks to when one is set (``endpoint_url`` in the storage
+    options or their ``client_kwargs``, else ``AWS_ENDPOINT_URL``); ``None`` for AWS itself
+    and for other schemes."""
+    if BACKENDS.get(url.split("://", 1)[0].lower(), ("", ""))[1] != "s3":
+        return None
+    opts = dict(storage_options or {})
+    ck = opts.get("client_kwargs")
+    for v in (opts.get("endpoint_url"), ck.get("endpoint_url") if isinstance(ck, dict) else None,
+              os.environ.get("AWS_ENDPOINT_URL_S3"), os.environ.get("AWS_ENDPOINT_URL")):
+        if isinstance(v, str) and v:
+            return v
+    return None
+
+
+def unreachable(endpoint: str, timeout: float = 3.0) -> str | None:
+    """Why a TCP connection to ``endpoint`` (``http[s]://host[:port]``) fails, or ``None``."""
+    import socket
+    from urllib.parse import urlsplit
+
+    try:
+        u = urlsplit(endpoint)
+        host, port = u.hostname, u.port or (443 if u.scheme == "https" else 80)
+    except ValueError as exc:
+        return f"not a URL: {exc}"
+    if not host:
+        return "no host in it"
+    try:
+        socket.create_connection((host, port), timeout=timeout).close()
+    except OSError as exc:
+        return exc.strerror or type(exc).__name__
+    return None
+
+
+def store_error(exc: BaseException, url: str, what: str,
+                endpoint: str | None = None) -> FleetError:
+    """One line for a backend's exception (never its credentials). ``endpoint``: the S3
+    endpoint set for the store (default: ``AWS_ENDPOINT_URL``), checked when the backend
+    says it found no credentials: botocore asks for them before it connects, so an endpoint
+    that cannot be reached was reported as "no credentials found"."""
     if isinstance(exc, FleetError):
         return exc
     name = type(exc).__name__
     text = _first_line(exc)
     if "Credentials" in name or "credentials" in text.lower():
+        ep = endpoint or endpoint_of(url)
+        why = unreachable(ep) if ep else None
+        if ep and why:
+            return StoreError(f"{url}: cannot reach the endpoint {ep} ({why}) while {what}; "
+                              "no credentials were found either")
         return StoreError(f"{url}: no credentials found (AWS_ACCESS_KEY_ID with "
                           "AWS_SECRET_ACCESS_KEY, AWS_PROFILE, ~/.aws, or --storage-option)")
+    if isinstance(exc, ConnectionError) or "Connect" in name:
+        return StoreError(f"{url}: cannot reach the store while {what} ({text})")
     if isinstance(exc, PermissionError) or "AccessDenied" in text or "Forbidden" in text:
         return StoreError(f"{url}: access denied while {what}")
+    if isinstance(exc, NotADirectoryError):
+        return StoreError(f"{url}: a file, not a folder, is in the store's path "
+                          f"while {what} ({exc.filename or text})")
     if isinstance(exc, FileNotFoundError) or "NoSuchBucket" in text:
         return StoreError(f"{url}: not found while {what} ({text})")
     return StoreError(f"{url}: {what} failed: {name}: {text}")
@@ -146,6 +208,8 @@ class Store:
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
         self.url = url.rstrip("/")
         scheme = url.split("://", 1)[0].lower()
+        check_scheme(url)
+        self.endpoint = endpoint_of(url, storage_options)
         for t in list(_importing):  # done at most once per scheme; joining again is free
             t.join()
         try:
@@ -160,9 +224,12 @@ class Store:
         except (ValueError, TypeError) as exc:
             raise StoreError(f"{url}: {_first_line(exc)}") from None
         except Exception as exc:
-            raise store_error(exc, self.url, "opening the store") from None
+            raise store_error(exc, self.url, "opening the store", self.endpoint) from None
         self.base = self.base.rstrip("/")
         self.local = "file" in _protocols(self.fs)
+        if self.local and os.path.lexists(self.base) and not os.path.isdir(self.base):
+            # push to a file path showed a raw NotADirectoryError
+            raise StoreError(f"{url}: {self.base} is a file, not a store folder")
         # fsspec shares one instance per URL and options in a process, with its listing
         # cache: another pusher's objects must be seen.
         self.fs.invalidate_cache()
@@ -181,7 +248,7 @@ class Store:
         except FleetError:
             raise
         except Exception as exc:
-            raise store_error(exc, self.url, what) from None
+            raise store_error(exc, self.url, what, self.endpoint) from None
 
     def exists(self, path: str) -> bool:
         return bool(self._do("looking up an object", self.fs.exists, path))
@@ -195,7 +262,7 @@ class Store:
         except FileNotFoundError:
             return None
         except Exception as exc:
-            raise store_error(exc, self.url, "reading an object") from None
+            raise store_error(exc, self.url, "reading an object", self.endpoint) from None
 
     def put_bytes(self, path: str, data: bytes) -> None:
         """Whole or not at all: an object PUT, or on a file system a temporary name then a
@@ -255,7 +322,7 @@ class Store:
                              "store does not have (pushed incompletely or pruned): nothing "
                              "placed; push the entry again") from None
         except Exception as exc:
-            raise store_error(exc, self.url, "downloading a blob") from None
+            raise store_error(exc, self.url, "downloading a blob", self.endpoint) from None
 
     # ---- the store marker and index objects ----
     def ensure_marker(self, create: bool) -> None:
@@ -289,7 +356,7 @@ class Store:
         except FileNotFoundError:
             return []
         except Exception as exc:
-            raise store_error(exc, self.url, "listing entries") from None
+            raise store_error(exc, self.url, "listing entries", self.endpoint) from None
         return sorted(p for p in found if p.endswith(".json"))
 
     def read_index(self, path: str) -> StoreEntry:

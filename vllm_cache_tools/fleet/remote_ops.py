@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_cache_tools.fleet.errors import FleetError, StoreError
-from vllm_cache_tools.fleet.records import FileRecord, entry_json
+from vllm_cache_tools.fleet.records import FileRecord, Footprint, entry_json, footprint
 from vllm_cache_tools.fleet.remote import (
     CHUNK,
     DEFAULT_WORKERS,
@@ -51,6 +51,9 @@ class PushResult:
     """What the pushed (or already present) entries and their snapshots hold, before
     deduplication: never less than ``bytes_uploaded``."""
     seconds: float
+    footprint: Footprint | None = None
+    """Those entries and snapshots, counted as every verb counts them (blobs are their
+    deduplicated contents)."""
 
 
 def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
@@ -140,7 +143,8 @@ def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
     return PushResult(store.url, tuple(results), len(missing) + len(gone),
                       len(blobs) - len(missing) - len(gone),
                       sum(blobs[s][1].size for s in [*missing, *gone]),
-                      _logical_bytes(sel, todo), time.perf_counter() - t0)
+                      _logical_bytes(sel, todo), time.perf_counter() - t0,
+                      footprint([sel.records[i] for i in todo], [x.record for x in sel.extras]))
 
 
 def _logical_bytes(sel: Selection, todo: Sequence[int]) -> int:

@@ -30,24 +30,25 @@ from pathlib import Path
 from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.keys.compat import Environment
 from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
-from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
+from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.maintain.evidence import (
     busy_entries,
     entry_rel_path,
     in_use_elsewhere,
     last_use,
-    ledger_last_used,
     model_file,
     owner_name,
 )
 from vllm_cache_tools.maintain.policies import POLICY_SELECTORS, Budget, Choosing, Policies
 from vllm_cache_tools.maintain.trash import entry_tree, is_dir_stat
 from vllm_cache_tools.read.aot_model import AotModelInfo
+from vllm_cache_tools.read.manifest import read_ledger
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.in_use import held_unseen
-from vllm_cache_tools.store.locate import SYMLINKED_COMPILE_CACHE, CacheRoot, display_path
+from vllm_cache_tools.store.locate import CacheRoot, display_path, not_a_cache_root
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import CacheInfo, Entry, Layout
+from vllm_cache_tools.store.usage import StartUse, starts_used, summarize
 from vllm_cache_tools.units import fmt_duration
 
 # --------------------------------------------------------------------------------------------
@@ -77,13 +78,9 @@ def check_prunable_root(root: CacheRoot, force: bool = False, verb: str = "prune
     if real == home:
         raise RootRefused(f"refusing to {verb} your home folder {display_path(vllm_root)} "
                           "(pass --force if it really is a vLLM cache root)")
-    if not any(os.path.isdir(os.path.join(real, n)) and not os.path.islink(os.path.join(real, n))
-               for n in (COMPILE_CACHE_DIRNAME, AOT_DIRNAME)):
-        cc = os.path.join(real, COMPILE_CACHE_DIRNAME)
-        if os.path.islink(cc):  # was: "no torch_compile_cache folder", where one is seen
-            raise RootRefused(f"{display_path(vllm_root)}: {SYMLINKED_COMPILE_CACHE}")
-        raise RootRefused(f"{display_path(vllm_root)} does not look like a vLLM cache root "
-                          f"(no {COMPILE_CACHE_DIRNAME} folder; pass --force to {verb} it anyway)")
+    why = not_a_cache_root(root, verb)
+    if why is not None:
+        raise RootRefused(why)
 
 
 # --------------------------------------------------------------------------------------------
@@ -128,6 +125,9 @@ class PlannedEntry:
     starts can share sources, so this is not proof of one start."""
     checkpoint: str | None = None
     """The served model (recorder manifests), when known."""
+    same_start: tuple[str, ...] = ()
+    """Keys of the entries (either tree) that one vLLM start used together with this one,
+    from the recorder's ledger: ``--keep`` keeps or removes them as one."""
 
 
 @dataclass(frozen=True)
@@ -164,13 +164,17 @@ class PrunePlan:
         return sum(p.files for p in self.entries)
 
     def groups(self) -> list[tuple[str | None, list[PlannedEntry]]]:
-        """Planned entries by the model source file both layouts record (AOT: the compiled
-        code object's file; backend: the ``# File:`` of ``computation_graph.py``). That a
-        backend key and an AOT entry came from one start cannot be proven from the store yet,
-        so they are grouped by model only, never paired."""
+        """Planned entries by the served model (recorder manifests), else the model source
+        file both layouts record (AOT: the compiled code object's file; backend: the
+        ``# File:`` of ``computation_graph.py``); the entries of one start (``same_start``,
+        from the recorder's ledger) share the group of the first of them."""
         groups: dict[str | None, list[PlannedEntry]] = {}
+        group_of: dict[str, str | None] = {}
         for p in self.entries:
-            groups.setdefault(p.checkpoint or p.model_file, []).append(p)
+            g = next((group_of[k] for k in p.same_start if k in group_of),
+                     p.checkpoint or p.model_file)
+            group_of[p.key] = g
+            groups.setdefault(g, []).append(p)
         return sorted(groups.items(), key=lambda kv: (kv[0] is None, kv[0] or ""))
 
 
@@ -182,6 +186,7 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
                *, environment: Environment | None = None, now: float | None = None,
                busy: Mapping[str, Sequence[int]] | None = None,
                ledger: Mapping[str, float] | None = None,
+               starts: Sequence[StartUse] | None = None,
                link_sources: bool = False) -> PrunePlan:
     """Build the plan. ``info`` should come from ``scan(check_in_use=False)``: in-use is
     judged here from ``busy`` (default: a fresh /proc look), so an in-use entry still shows
@@ -189,10 +194,14 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
     entries proven to share their traced sources (deep reads; bounded by ``LINK_LIMITS``)."""
     prot = protections or Protections()
     now = time.time() if now is None else now
-    ledger = ledger_last_used(info.root) if ledger is None else ledger
+    if ledger is None:
+        events = read_ledger(info.root / COMPILE_CACHE_DIRNAME)[0]
+        ledger = {k: u.last for k, u in summarize(events).items()}
+        starts = starts_used(events) if starts is None else starts
     busy = busy_entries(info.root) if busy is None else busy
     entries = [_with_every_folder(e) for e in info.entries]
-    c = Choosing(entries, policies, environment, now, {id(e): last_use(e, ledger) for e in entries})
+    c = Choosing(entries, policies, environment, now, {id(e): last_use(e, ledger) for e in entries},
+                 starts=tuple(starts or ()))
     for active, select in POLICY_SELECTORS.values():
         if active(policies):
             select(c)
@@ -208,6 +217,8 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
             skipped.append(Skip(e.key, e.layout, e.path, f"{why_not} [{'; '.join(reasons)}]"))
             continue
         pe = _planned(e, info.root, reasons, c.lu[id(e)])
+        if pe is not None and id(e) in c.same_start:
+            pe = replace(pe, same_start=c.same_start[id(e)])
         if pe is None:
             skipped.append(Skip(e.key, e.layout, e.path, "vanished while planning"))
         else:

@@ -11,8 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_cache_tools.keys.compat import Environment
+from vllm_cache_tools.layout import short_key
 from vllm_cache_tools.maintain.evidence import model_identity, unhittable_verdict
 from vllm_cache_tools.store.types import Entry
+from vllm_cache_tools.store.usage import StartUse
 from vllm_cache_tools.units import fmt_duration, format_size
 
 
@@ -93,6 +95,11 @@ class Choosing:
     undecided: list[tuple[Entry, str, str]] = field(default_factory=list)
     """(entry, question, why): entries a policy asked about but could not judge."""
     notes: list[str] = field(default_factory=list)
+    starts: tuple[StartUse, ...] = ()
+    """What each start of the recorder's ledger decided: the pairing of one start's backend
+    and AOT entries (``--keep``)."""
+    same_start: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    """id(entry) -> keys of the other entries of the root that a start used with it."""
 
     def choose(self, e: Entry, reason: str) -> None:
         self.chosen.setdefault(id(e), []).append(reason)
@@ -135,19 +142,72 @@ def _select_older(c: Choosing) -> None:
                         f"{fmt_duration(c.now - t)} ago ({src})")
 
 
+def start_units(entries: list[Entry], starts: tuple[StartUse, ...]) -> list[list[Entry]]:
+    """Entries joined when one start of the ledger used them together (its backend and AOT
+    entries, every rank), transitively; an entry no recorded start used is a unit alone."""
+    by_key = {e.key: i for i, e in enumerate(entries)}
+    parent = list(range(len(entries)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for s in starts:
+        idx = [by_key[k] for k in s.keys if k in by_key]
+        for i in idx[1:]:
+            parent[find(i)] = find(idx[0])
+    units: dict[int, list[Entry]] = {}
+    for i, e in enumerate(entries):
+        units.setdefault(find(i), []).append(e)
+    return list(units.values())
+
+
 def _select_keep(c: Choosing) -> None:
+    """Keep the entries of the ``keep`` most recently used starts of each model, both trees
+    together. A start is what the recorder's ledger says one vLLM start used (its backend and
+    AOT entries are kept or removed as one unit, ordered by the ledger's last decision of any
+    of them: the
+    live start's backend entry was removed while its AOT entry was being hit, and an older
+    start's backend entry kept); entries no recorded start used count alone, per tree, as
+    before the pairing (``keep`` of each tree)."""
     keep = c.policies.keep
     assert keep is not None
-    by_model: dict[tuple[str, str], list[Entry]] = {}
-    for e in c.entries:
-        mf = model_identity(e)
-        if mf is not None:  # no evidence which model it is: never counted
-            by_model.setdefault((e.layout, mf), []).append(e)
-    for (layout, mf), group in by_model.items():
-        group.sort(key=lambda x: -(c.lu[id(x)][0] or 0.0))
-        for i, e in enumerate(group[keep:], start=keep + 1):
-            c.choose(e, f"keep {keep} per model: {_ordinal(i)} most recently "
-                        f"used {layout} entry of {mf}")
+    by_model: dict[str, list[tuple[float, list[Entry]]]] = {}
+    decided: dict[str, float] = {}
+    for s in c.starts:
+        for k in s.keys:
+            decided[k] = max(decided.get(k, 0.0), s.last)
+    for unit in start_units(c.entries, c.starts):
+        mf = next((m for m in map(model_identity, unit) if m is not None), None)
+        if mf is None:  # no evidence which model it is: never counted
+            continue
+        # A unit the ledger knows is as recent as its last recorded start: a later atime
+        # there is a read by anything (a copy, a backup, a scan), not a start; it ordered
+        # the starts of a copied root by the order cp read them.
+        known = [decided[e.key] for e in unit if e.key in decided]
+        t = max(known) if known else max(c.lu[id(e)][0] or 0.0 for e in unit)
+        by_model.setdefault(mf, []).append((t, unit))
+        if len(unit) > 1:
+            for e in unit:
+                c.same_start[id(e)] = tuple(sorted(x.key for x in unit if x is not e))
+    for mf, units in by_model.items():
+        units.sort(key=lambda tu: (-tu[0], min(e.key for e in tu[1])))
+        kept: dict[str, int] = {}
+        for n, (_, unit) in enumerate(units, start=1):
+            layouts = {e.layout for e in unit}
+            if any(kept.get(layout, 0) < keep for layout in layouts):
+                for layout in layouts:
+                    kept[layout] = kept.get(layout, 0) + 1
+                continue
+            what = ("start" if len(unit) > 1 else f"{unit[0].layout} entry")
+            for e in unit:
+                c.choose(e, f"keep {keep} per model: of the {_ordinal(n)} most recently used "
+                            f"{what} of {mf}"
+                            + (" (with " + ", ".join(
+                                f"{x.layout} {short_key(x.key)}" for x in unit if x is not e)
+                               + ": one start, recorder ledger)" if len(unit) > 1 else ""))
 
 
 def _select_unhittable(c: Choosing) -> None:

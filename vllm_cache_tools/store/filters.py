@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, get_args
 
 from vllm_cache_tools.errors import UsageError
-from vllm_cache_tools.store.types import Entry
+from vllm_cache_tools.store.types import Entry, Layout, State
 from vllm_cache_tools.units import parse_age, parse_size
 
 Predicate = Callable[[Entry], bool]
@@ -37,6 +37,12 @@ _STR_FIELDS: dict[str, Callable[[Entry], Any]] = {
     "prefix": lambda e: " ".join(e.prefixes),
     "path": lambda e: str(e.path),
 }
+_CLOSED_FIELDS: dict[str, tuple[str, ...]] = {
+    "layout": get_args(Layout),
+    "state": get_args(State),
+}
+"""Text fields with a fixed set of values: ``=``/``!=`` against any other value is a typo
+(``state=compleet`` listed nothing, exit 0), refused with the values it could be."""
 _NUM_FIELDS: dict[str, Callable[[Entry], float]] = {
     "size": lambda e: e.size_bytes,
     "disk": lambda e: e.disk_bytes,
@@ -61,6 +67,10 @@ def parse_filter(expr: str, now: float | None = None) -> Predicate:
         if field in _STR_FIELDS:
             if op not in ("=", "!=", "~", "!~"):
                 raise UsageError(f"{field} is text: use =, !=, ~ or !~")
+            allowed = _CLOSED_FIELDS.get(field)
+            if allowed is not None and op in ("=", "!=") and value not in allowed:
+                raise UsageError(f"unknown {field} {value!r} in --filter "
+                                 f"(one of: {', '.join(allowed)})")
             preds.append(_text_pred(_STR_FIELDS[field], op, value))
         elif field in _NUM_FIELDS:
             if op in ("~", "!~"):

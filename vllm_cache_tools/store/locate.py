@@ -9,7 +9,7 @@ from pathlib import Path
 
 import platformdirs
 
-from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
+from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 
 
 @dataclass(frozen=True)
@@ -70,3 +70,20 @@ def display_path(p: str | os.PathLike[str]) -> str:
     """A path for messages and JSON: non-UTF-8 bytes shown as ``\\xNN`` instead of failing to
     print."""
     return os.fsencode(p).decode("utf-8", errors="backslashreplace")
+
+
+def not_a_cache_root(root: CacheRoot, verb: str | None) -> str | None:
+    """Why ``root`` does not look like a vLLM cache root (neither a ``torch_compile_cache``
+    nor an old ``torch_aot_compile`` folder in it), or ``None``: the one wording of ``prune``'s
+    refusal and of ``ls --root`` on such a folder (it listed nothing, exit 0). ``verb`` names
+    what ``--force`` would do anyway (``None`` where the verb has no ``--force``)."""
+    real = os.path.realpath(root.vllm_root)
+    if any(os.path.isdir(os.path.join(real, n)) and not os.path.islink(os.path.join(real, n))
+           for n in (COMPILE_CACHE_DIRNAME, AOT_DIRNAME)):
+        return None
+    if os.path.islink(os.path.join(real, COMPILE_CACHE_DIRNAME)):
+        # was: "no torch_compile_cache folder", where one is seen
+        return f"{display_path(root.vllm_root)}: {SYMLINKED_COMPILE_CACHE}"
+    force = f"; pass --force to {verb} it anyway" if verb else ""
+    return (f"{display_path(root.vllm_root)} does not look like a vLLM cache root "
+            f"(no {COMPILE_CACHE_DIRNAME} folder{force})")

@@ -41,6 +41,40 @@ def summarize(events: Iterable[LedgerEvent]) -> dict[str, Usage]:
     return out
 
 
+def start_of(e: LedgerEvent) -> tuple[str, str] | None:
+    """The vLLM start an event belongs to: its host and the recorder's start id, or its host
+    and process where the recorder wrote no start id; ``None`` (no evidence) with neither."""
+    if e.start:
+        return e.host, e.start
+    return (e.host, f"pid {e.pid}") if e.pid is not None else None
+
+
+@dataclass(frozen=True)
+class StartUse:
+    """What one vLLM start decided, from the ledger: the entries of both trees it compiled or
+    loaded (one start's backend and AOT entries are the recorder's proof that they belong
+    together) and its last decision."""
+
+    start: tuple[str, str]
+    keys: frozenset[str]
+    last: float
+
+
+def starts_used(events: Iterable[LedgerEvent]) -> list[StartUse]:
+    """Every start of the ledger with the entry keys it decided (``disabled`` events aside),
+    oldest first."""
+    keys: dict[tuple[str, str], set[str]] = {}
+    last: dict[tuple[str, str], float] = {}
+    for e in events:
+        s = start_of(e)
+        if s is None or e.event == "disabled":
+            continue
+        keys.setdefault(s, set()).add(e.key)
+        last[s] = max(last.get(s, e.time), e.time)
+    return sorted((StartUse(s, frozenset(k), last[s]) for s, k in keys.items()),
+                  key=lambda u: (u.last, u.start))
+
+
 def usage(compile_cache: Path) -> dict[str, Usage]:
     return summarize(read_ledger(compile_cache)[0])
 

@@ -8,7 +8,7 @@ from typing import Any
 from vllm_cache_tools.fleet.api import PackResult, PullResult, UnpackResult
 from vllm_cache_tools.fleet.checks import HitCheck
 from vllm_cache_tools.fleet.place import Placement
-from vllm_cache_tools.fleet.records import EntryRecord
+from vllm_cache_tools.fleet.records import EntryRecord, Footprint
 from vllm_cache_tools.fleet.remote_ops import PushResult, StorePrune
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.views.payloads import with_schema
@@ -39,10 +39,21 @@ def placement_json(p: Placement) -> dict[str, Any]:
             "detail": p.detail or None}
 
 
+def footprint_json(fp: Footprint | None) -> dict[str, int] | None:
+    """Entries, their files and bytes (file sizes), and the recorder snapshots that go along:
+    the one count every fleet verb shows (:class:`~vllm_cache_tools.fleet.records.Footprint`;
+    ``ls --json`` entries sum to the same files and bytes)."""
+    if fp is None:
+        return None
+    return {"entries": fp.entries, "files": fp.files, "size_bytes": fp.size_bytes,
+            "snapshot_files": fp.snapshot_files, "snapshot_bytes": fp.snapshot_bytes}
+
+
 def pack_document(r: PackResult) -> dict[str, Any]:
     return with_schema("pack", {
         "path": display_path(r.path), "sha256": r.sha256, "size_bytes": r.size_bytes,
         "raw_bytes": r.raw_bytes, "files": r.files, "seconds": round(r.seconds, 3),
+        "footprint": footprint_json(r.footprint),
         "entries": [record_summary(e) for e in r.entries]})
 
 
@@ -52,6 +63,7 @@ def unpack_document(r: UnpackResult) -> dict[str, Any]:
         "checked_only": r.checked_only, "refused": r.refused,
         "format_version": r.manifest.format_version, "created_by": r.manifest.created_by,
         "packed_on": dict(r.manifest.packed_on),
+        "footprint": footprint_json(r.manifest.footprint),
         "entries": [record_summary(e) for e in r.manifest.entries],
         "check": check_json(r.check),
         "placements": [placement_json(p) for p in r.placements],
@@ -64,7 +76,7 @@ def push_document(r: PushResult) -> dict[str, Any]:
                                    "detail": e.detail or None} for e in r.entries],
         "blobs_uploaded": r.blobs_uploaded, "blobs_present": r.blobs_present,
         "bytes_uploaded": r.bytes_uploaded, "logical_bytes": r.logical_bytes,
-        "seconds": round(r.seconds, 3)})
+        "footprint": footprint_json(r.footprint), "seconds": round(r.seconds, 3)})
 
 
 def pull_document(r: PullResult) -> dict[str, Any]:
@@ -72,6 +84,7 @@ def pull_document(r: PullResult) -> dict[str, Any]:
         "url": r.url, "root": display_path(r.root), "ok": r.ok,
         "checked_only": r.checked_only, "refused": r.refused,
         "selected": [record_summary(e) for e in r.selected],
+        "footprint": footprint_json(r.footprint),
         "check": check_json(r.check),
         "placements": [placement_json(p) for p in r.placements],
         "bytes_downloaded": r.bytes_downloaded, "seconds": round(r.seconds, 3)})

@@ -16,6 +16,8 @@ from vllm_cache_tools.views.payloads import with_schema
 def counters_json(c: Counters) -> dict[str, Any]:
     out = asdict(c)
     out["hit_ratio"] = None if c.hit_ratio is None else round(c.hit_ratio, 4)
+    out["net_seconds"] = c.net_seconds
+    out["regression"] = c.regression
     return out
 
 
@@ -39,6 +41,7 @@ def stats_document(r: StatsReport) -> dict[str, Any]:
         "entries": r.entries,
         "size_bytes": r.size_bytes,
         "untracked_entries": r.untracked,
+        "placed_entries": r.placed,
         "never_hit": [{"key": u.key, "layout": u.layout, "model": u.model,
                        "size_bytes": u.size_bytes, "written": iso(u.written)}
                       for u in r.never_hit],

@@ -17,7 +17,7 @@ def planned_json(p: PlannedEntry) -> dict[str, Any]:
             "size_bytes": p.size_bytes, "reasons": list(p.reasons),
             "last_used": iso(p.last_used), "last_used_source": p.last_used_source,
             "model": p.model, "checkpoint": p.checkpoint, "files": p.files,
-            "same_sources_aot": list(p.same_sources_aot)}
+            "same_sources_aot": list(p.same_sources_aot), "same_start": list(p.same_start)}
 
 
 def prune_report(plan: PrunePlan, result: PruneResult | None) -> dict[str, Any]:
