@@ -241,7 +241,10 @@ class Store:
 
     def _local_dir(self, rel_dir: str, create: bool = False) -> int:
         """An fd on a folder below a ``file://`` store, every component opened without
-        following a link (the store's own folder is the one the user named: followed)."""
+        following a link (the store's own folder is the one the user named: followed, and
+        made by a writer when missing)."""
+        if create:
+            os.makedirs(self.base, exist_ok=True)
         return safeio.open_dirs(self.base, rel_dir, create=create, mode=0o755)
 
     def index_path(self, layout: str, key: str) -> str:
