@@ -174,7 +174,7 @@ def test_oversized_index_objects_are_skipped_unread(tmp_path: Path) -> None:
     listing = store.listing()
     assert time.monotonic() - t0 < 10
     reasons = {s.key: s.reason for s in listing.skipped}
-    assert "over 16 MiB" in reasons[OTHER]
+    assert f"over {MAX_INDEX_BYTES >> 20} MiB" in reasons[OTHER]
     assert f"over the cap of {MAX_INDEX_FILES}" in reasons["0123456789"]
     assert BACKEND in {e.record.key for e in listing.entries}
     assert api.pull(url, [BACKEND], root=tmp_path / "pod", force=True).ok

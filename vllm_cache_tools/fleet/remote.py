@@ -70,9 +70,9 @@ DEFAULT_WORKERS = 8
 BACKENDS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"),
             "gcs": ("gcsfs", "gcs")}
 
-MAX_INDEX_BYTES = 16 << 20
+MAX_INDEX_BYTES = 32 << 20
 """An index object is read up to this size (one of a real entry: 15-20 KB; one listing
-100,000 files: 15.6 MB, parsed in ~1.5 s and ~75 MB here); a bigger one is skipped unread."""
+100,000 Inductor-like files: 16-20 MB); a bigger one is skipped unread."""
 MAX_INDEX_FILES = 100_000
 """Files (and snapshots) one index object may list: a pull of that many keeps its records
 and download plan well under 300 MB."""
