@@ -278,3 +278,14 @@ def test_free_space_is_checked_before_anything_is_written(tmp_path: Path, small_
     r = run_cli("pull", url, "--root", str(root), "--force")
     assert r.returncode == 0, r.stderr
     assert (root / "torch_compile_cache" / BACKEND).is_dir()
+
+
+def test_a_fifo_store_marker_does_not_hang_ls(tmp_path: Path) -> None:
+    """The marker is read like a blob: a FIFO there is one line, exit 2, at once."""
+    url, _ = _store(tmp_path)
+    marker = tmp_path / "store" / "vllm-cache-store.json"
+    marker.unlink()
+    os.mkfifo(marker)
+    r, took = _timed("ls", url)
+    assert r.returncode == 2 and "FIFO" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+    assert took < 10

@@ -418,7 +418,7 @@ class Store:
     # ---- the store marker and index objects ----
     def ensure_marker(self, create: bool) -> None:
         path = f"{self.base}/{MARKER}"
-        text = self.cat_if_exists(path)  # one request, not exists + cat (a round trip less)
+        text = self._marker_bytes(path)
         if text is not None:
             try:
                 data = json.loads(text)
@@ -439,6 +439,26 @@ class Store:
             return
         self.put_bytes(path, json.dumps({"format": STORE_FORMAT,
                                          "format_version": STORE_VERSION}).encode())
+
+    def _marker_bytes(self, path: str) -> bytes | None:
+        """The marker's bytes (one request, not exists + cat: a round trip less), or
+        ``None`` when there is none; in a ``file://`` store a regular file only, capped."""
+        if not self.local:
+            return self.cat_if_exists(path)
+        try:
+            fd = safeio.open_dirs(self.base)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise store_error(exc, self.url, "reading the store marker") from None
+        try:
+            return safeio.read_regular(MARKER, 64 << 10, dir_fd=fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"{self.url}: {MARKER}: {exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
 
     def index_paths(self) -> tuple[list[str], list[SkippedIndex]]:
         """The index objects' paths, and the ``.json`` objects under ``entries/`` whose names
