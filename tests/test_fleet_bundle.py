@@ -19,7 +19,7 @@ from tests.fleet_support import tree_digests
 from tests.realvllm.harness import ScenarioRun
 from vllm_cache_tools.fleet import api
 from vllm_cache_tools.fleet.bundle import read_manifest
-from vllm_cache_tools.fleet.errors import BundleError
+from vllm_cache_tools.fleet.errors import BundleError, FleetError
 from vllm_cache_tools.fleet.records import MANIFEST_NAME
 
 BACKEND_KEY_LEN = 10
@@ -240,8 +240,12 @@ def test_not_a_bundle(tmp_path: Path) -> None:
     assert res.stderr.count("\n") == 1
 
 
-def test_full_disk_mid_unpack_leaves_nothing_half_placed(bundle: Path, tmp_path: Path) -> None:
-    """A real full file system: a 1.5 MiB tmpfs for a bundle of ~5 MiB of files."""
+def test_full_disk_mid_unpack_leaves_nothing_half_placed(bundle: Path, tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real full file system: a 1.5 MiB tmpfs for a bundle of ~5 MiB of files. The free
+    space check refuses before anything is written (exit 1, issue 23); where the disk fills
+    during the unpack anyway (another writer: the check is passed by here), the ENOSPC is one
+    line and nothing is half placed."""
     mnt = tmp_path / "small"
     mnt.mkdir()
     if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1536k", "tmpfs",
@@ -250,9 +254,13 @@ def test_full_disk_mid_unpack_leaves_nothing_half_placed(bundle: Path, tmp_path:
     try:
         root = mnt / "root"
         res = run_cli("unpack", str(bundle), "--root", str(root))
-        assert res.returncode == 2, res.stdout
-        assert "No space left on device" in res.stderr and "nothing placed" in res.stderr
+        assert res.returncode == 1, res.stdout
+        assert "free with the margin" in res.stderr and "nothing written" in res.stderr
         assert res.stderr.count("\n") == 1
+        assert not root.exists()
+        monkeypatch.setattr(api, "check_free_space", lambda *a: None)
+        with pytest.raises(FleetError, match=r"No space left on device.*nothing placed"):
+            api.unpack(bundle, root=root)
         assert _entries(root) == set()
         # The root did not exist: the folders made for the staging folder go again.
         assert not root.exists()

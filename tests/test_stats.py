@@ -378,7 +378,6 @@ def test_since_older_than_1970_is_every_event(tmp_path: Path) -> None:
     assert json.loads(res.stdout)["totals"]["starts"] == 3
 
 
-<<<<<<< HEAD
 # ---- bounded memory (issue 23): spilled parts and folded groups ---------------------------
 
 def _capped(monkeypatch: pytest.MonkeyPatch, starts: int, groups: int) -> None:
@@ -429,7 +428,8 @@ def test_over_the_caps_counts_stay_exact_and_say_so(tmp_path: Path,
     assert res.returncode == 0, res.stderr
     assert "  limit: --by host: 7 hosts more than the 5 shown" in res.stdout
     assert "7 other hosts" in res.stdout and not res.stderr
-=======
+
+
 def test_net_saved_is_the_headline_and_a_costly_hit_is_a_regression(tmp_path: Path) -> None:
     """Issue 25: "saved 6.4m by hits" beside "loading 5.7m spent by hits" overstated the
     benefit. The net figure (compile time avoided minus loading) leads; a group whose hits
@@ -461,4 +461,3 @@ def test_net_saved_is_the_headline_and_a_costly_hit_is_a_regression(tmp_path: Pa
     assert d["totals"]["net_seconds"] == pytest.approx(10.0)
     assert [(g["name"], g["regression"]) for g in d["groups"]] == [
         ("pod-a", False), ("pod-b", True)]
->>>>>>> r3-h8

@@ -262,11 +262,13 @@ def touch_own(dir_fd: int, name: str) -> bool | None:
         os.close(fd)
 
 
-def read_regular(path: str | os.PathLike[str], cap: int, *, dir_fd: int | None = None,
-                 follow: bool = False) -> bytes:
-    """At most ``cap`` bytes of a regular file, opened without blocking (a FIFO or a device
-    is refused, never waited on); the last component is not followed unless ``follow``.
-    Raises OSError (``UnsafeTree`` for a non-regular file, ``EFBIG`` over the cap)."""
+def open_regular(path: str | os.PathLike[str], *, dir_fd: int | None = None,
+                 follow: bool = False) -> int:
+    """A blocking read fd on a regular file: opened with ``O_NONBLOCK`` (a FIFO is never
+    waited on in ``open``) and without following the last component unless ``follow``, then
+    ``fstat`` must show a regular file (a FIFO, socket, device or folder is refused, never
+    read), and only then is ``O_NONBLOCK`` cleared. Raises OSError (``UnsafeTree`` for a
+    symlink or a non-regular file)."""
     flags = _READ if not follow else _READ & ~os.O_NOFOLLOW
     try:
         fd = os.open(path, flags, dir_fd=dir_fd)
@@ -278,7 +280,28 @@ def read_regular(path: str | os.PathLike[str], cap: int, *, dir_fd: int | None =
     try:
         s = os.fstat(fd)
         if not stat.S_ISREG(s.st_mode):
-            raise UnsafeTree(errno.EINVAL, f"{os.fsdecode(path)} is not a regular file")
+            raise UnsafeTree(errno.EINVAL, f"{os.fsdecode(path)} is {_kind(s.st_mode)}, not "
+                             "a regular file (not read)")
+        _blocking(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _kind(mode: int) -> str:
+    return ("a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a folder" if stat.S_ISDIR(mode) else "not a regular file")
+
+
+def read_regular(path: str | os.PathLike[str], cap: int, *, dir_fd: int | None = None,
+                 follow: bool = False) -> bytes:
+    """At most ``cap`` bytes of a regular file (:func:`open_regular`: a FIFO or a device is
+    refused, never waited on; the last component is not followed unless ``follow``).
+    Raises OSError (``UnsafeTree`` for a non-regular file, ``EFBIG`` over the cap)."""
+    fd = open_regular(path, dir_fd=dir_fd, follow=follow)
+    try:
         chunks: list[bytes] = []
         got = 0
         while got <= cap:
@@ -604,5 +627,6 @@ def close_all(fds: Iterable[int | None]) -> None:
 
 __all__ = ["DIR_FLAGS", "RemoveResult", "UnsafeTree", "append_own", "check_writable_folder",
            "close_all", "create_exclusive", "ident", "is_group_shared", "link_over_at",
-           "open_dir", "open_dirs", "place_at", "read_regular", "remove_tree_at", "rename_at",
-           "replace_at", "same", "split_link_at", "touch_own", "unlink_at"]
+           "open_dir", "open_dirs", "open_regular", "place_at", "read_regular",
+           "remove_tree_at", "rename_at", "replace_at", "same", "split_link_at", "touch_own",
+           "unlink_at"]

@@ -32,6 +32,7 @@ from vllm_cache_tools.layout import (
 )
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import (
+    MAX_MANIFEST_BYTES,
     Manifest,
     manifest_paths,
     read_manifest,
@@ -208,7 +209,9 @@ def _gather_remote(url: str, manifests: bool, options: Mapping[str, Any] | None,
     try:
         store = Store(url, options)
         store.ensure_marker(create=False)
-        found = store.entries()
+        listing = store.listing()
+        found = listing.entries
+        problems += [x.warning for x in listing.skipped]
     except FleetError as exc:
         raise InputError(str(exc)) from None
     entries = [EntryFacts(s.record.key, s.record.layout, s.record.size_bytes,
@@ -227,7 +230,7 @@ def _gather_remote(url: str, manifests: bool, options: Mapping[str, Any] | None,
                     # Read through the manifest reader (its caps and checks), from a copy.
                     local = Path(tmp) / f"{f.sha256}.json"
                     try:
-                        local.write_bytes(store.cat(store.blob_path(f.sha256)))
+                        local.write_bytes(store.read_blob(f.sha256, MAX_MANIFEST_BYTES))
                         ms.append(read_manifest(local))
                     except (FleetError, ReadError, OSError) as exc:
                         problems.append(f"{url}: manifest of {short_key(s.record.key)}: {exc}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from vllm_cache_tools.cli.common import print_json
+from vllm_cache_tools.cli.common import print_json, warn
 from vllm_cache_tools.cli.fleetcommon import run
 from vllm_cache_tools.store.filters import parse_filter, sort_entries
 from vllm_cache_tools.store.types import Entry, TreeStats
@@ -41,7 +41,11 @@ def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
     sort_entries([], sort)
     store = run(lambda: Store(url))
     run(lambda: store.ensure_marker(create=False))
-    found = run(store.entries)
+    listing = run(store.listing)
+    found = listing.entries
+    problems = [x.warning for x in listing.skipped]
+    for w in problems:
+        warn(w)
     by_key = {(e.record.layout, e.record.key): e for e in found}
     allv = [_entry(e) for e in found]
     entries = sort_entries([e for e in allv if pred is None or pred(e)], sort)
@@ -58,7 +62,7 @@ def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
         print_json(with_schema("ls", {
             "root": store.url, "total_size_bytes": listed["size_bytes"], "totals": listed,
             "root_totals": listed if len(entries) == len(allv) else totals(allv),
-            "entries": rows, "problems": []}))
+            "entries": rows, "problems": problems}))
         return
     write = sys.stdout.write
     if not allv:

@@ -46,6 +46,13 @@ def prune_remote(
     opts = run(lambda: parse_storage_options(storage_option or []))
     r = run(lambda: prune_store(url, older_than_s=age, max_bytes=size, dry_run=not yes,
                                 grace_s=grace_s, storage_options=opts))
+    from vllm_cache_tools.cli.common import warn
+
+    for w in r.skipped:
+        warn(w)
+    if r.skipped:
+        warn("no blob removed while an index object cannot be read (which blobs it lists "
+             "is not known)")
     if json_out:
         print_json(prune_remote_document(r))
         return

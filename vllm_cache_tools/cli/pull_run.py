@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools.cli.common import fail, print_json
+from vllm_cache_tools.cli.common import fail, print_json, warn
 from vllm_cache_tools.cli.fleetout import (
     byte_bar,
     check_usage,
@@ -89,6 +89,8 @@ def run_pull(url: str, refs: Sequence[str] = (), vllm_args: Sequence[str] = (), 
                                 if_hit=if_hit, force=force, check_only=check, python=python,
                                 usage=usage, workers=jobs, storage_options=opts,
                                 progress=bar))
+    for w in r.skipped:
+        warn(w)
     if json_out:
         from vllm_cache_tools.views.fleet import pull_document
 

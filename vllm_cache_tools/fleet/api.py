@@ -31,10 +31,12 @@ from vllm_cache_tools.fleet.remote import DEFAULT_WORKERS, Store
 from vllm_cache_tools.fleet.remote_ops import (
     PushResult,
     download,
+    download_size,
     match_refs,
     with_linked,
 )
 from vllm_cache_tools.fleet.remote_ops import push as _push
+from vllm_cache_tools.fleet.transfer import check_free_space, terminate_as_exit
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, STATE_DIRNAME
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
 
@@ -92,6 +94,9 @@ class PullResult:
     seconds: float
     footprint: Footprint | None = None
     """The selected entries and their snapshots, counted as every verb counts them."""
+    skipped: tuple[str, ...] = ()
+    """One warning line per index object of the store that could not be used (that entry
+    is skipped; the others are listed and pulled)."""
 
     @property
     def ok(self) -> bool:
@@ -193,12 +198,16 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
     with ThreadPoolExecutor(1) as pool:
 
         def start_checks(man: BundleManifest) -> None:
+            # Before the first file is written (the staging folder is made, and empty).
+            check_free_space(croot.vllm_root, man.size_bytes, man.files,
+                             f"unpacking {path.name}")
             total[0] = man.size_bytes
             checking.append(pool.submit(_check, man.entries, man.packed_on, vllm_args,
                                         croot.vllm_root, python, usage))
 
         try:
-            with _new_folders_undone(croot.vllm_root) as kept, Staging(croot.vllm_root) as st:
+            with terminate_as_exit(), _new_folders_undone(croot.vllm_root) as kept, \
+                    Staging(croot.vllm_root) as st:
                 m = extract(path, st, tick, on_manifest=start_checks)
                 check = checking[0].result()
                 if not check.would_hit and not force:
@@ -244,14 +253,20 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
         store = Store(url, storage_options)
         # Every index object names the store format and version (read_index checks them):
         # the marker is read only to say why there is nothing (one round trip less).
-        entries = store.entries(workers)
-        if not entries:
+        listing = store.listing(workers)
+        entries = list(listing.entries)
+        if not entries and not listing.skipped:
             store.ensure_marker(create=False)
             raise FleetError(f"{store.url}: the store holds no entries")
         here = looking.result()
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-    chosen = with_linked(entries, match_refs(entries, refs) if refs else entries)
+    skipped = tuple(x.warning for x in listing.skipped)
+    chosen = with_linked(entries, match_refs(entries, refs, listing.skipped) if refs
+                         else entries)
+    if not chosen:
+        raise FleetError(f"{store.url}: no usable entries ({len(skipped)} index objects "
+                         f"skipped; the first: {listing.skipped[0].reason})")
     packed_on = chosen[0].packed_on
     check = _check([e.record for e in chosen], packed_on, vllm_args, croot.vllm_root,
                    python, usage, here)
@@ -262,7 +277,7 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     refused = not check.would_hit and not force
     if check_only or refused or not chosen:
         return PullResult(store.url, croot.vllm_root, check, (), records, 0, check_only,
-                          refused and not check_only, time.perf_counter() - t0, fp)
+                          refused and not check_only, time.perf_counter() - t0, fp, skipped)
     from vllm_cache_tools.fleet.place import (
         Placement,
         Staging,
@@ -279,9 +294,12 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     todo = [e for e in chosen if e.record.key not in same]
     if not todo:
         return PullResult(store.url, croot.vllm_root, check, kept_same, records, 0, False,
-                          False, time.perf_counter() - t0, fp)
+                          False, time.perf_counter() - t0, fp, skipped)
+    nbytes, nfiles = download_size(todo)
+    check_free_space(croot.vllm_root, nbytes, nfiles, f"pulling from {store.url}")
     try:
-        with _new_folders_undone(croot.vllm_root) as kept, Staging(croot.vllm_root) as st:
+        with terminate_as_exit(), _new_folders_undone(croot.vllm_root) as kept, \
+                Staging(croot.vllm_root) as st:
             got = download(store, todo, st, workers=workers, progress=progress)
             extras = {x.path: x for e in todo for x in e.extras}
             placed = place_entries(st, tuple(e.record for e in todo), extras.values())
@@ -292,7 +310,7 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     order = {r.key: i for i, r in enumerate(records)}
     placements = tuple(sorted(kept_same + placed, key=lambda p: order.get(p.key, 0)))
     return PullResult(store.url, croot.vllm_root, check, placements, records, got, False, False,
-                      time.perf_counter() - t0, fp)
+                      time.perf_counter() - t0, fp, skipped)
 
 
 __all__ = ["PackResult", "PullResult", "UnpackResult", "pack", "pull", "push", "unpack"]

@@ -23,6 +23,12 @@ class StoreError(FleetError):
     that is missing, a missing fsspec backend (e.g. ``s3fs`` for ``s3://``)."""
 
 
+class BadIndex(StoreError):
+    """One index object of a store that cannot be used (not JSON, not an index object, over
+    the caps, a symlink or FIFO, named for another entry): that entry is named and skipped;
+    the rest of the store lists and pulls. Raised only when that entry itself is asked for."""
+
+
 class Refused(FleetError):
     """Nothing was placed: the cache would not hit on this host, or an entry of the same key
     with other content is already there (``--force`` places anyway where that is safe)."""
@@ -30,4 +36,4 @@ class Refused(FleetError):
     exit_code = 1
 
 
-__all__ = ["BundleError", "FleetError", "Refused", "StoreError"]
+__all__ = ["BadIndex", "BundleError", "FleetError", "Refused", "StoreError"]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
+import fcntl
 import hashlib
 import os
 import secrets
@@ -38,6 +39,10 @@ STAGING_DIRNAME = "staging"
 """Under the recorder's state folder: staged unpacks and pulls (not entries)."""
 STALE_STAGING_S = 6 * 3600
 """Staging folders older than this were left by a killed run: removed by the next one."""
+UNLOCKED_STAGING_S = 60
+"""A staging folder whose ``flock`` nobody holds (its run was killed) is removed by the next
+run once it is this old (the new folder is locked right after ``mkdir``); where ``flock``
+does not work on folders (NFS), :data:`STALE_STAGING_S` decides."""
 _NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 LOCK_WAIT_S = 30.0
 
@@ -69,6 +74,8 @@ class Staging:
             self.name = f"{os.getpid()}.{secrets.token_hex(8)}"
             os.mkdir(self.name, 0o700, dir_fd=base)
             self.fd = safeio.open_dir(self.name, base)
+            with contextlib.suppress(OSError):  # held until the fd closes, or the run dies
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BaseException:
             os.close(base)
             raise
@@ -178,9 +185,27 @@ def _sweep_stale(base_fd: int) -> None:
     with os.scandir(base_fd) as it:
         names = [(e.name, e.stat(follow_symlinks=False)) for e in it]
     for name, s in names:
-        if stat.S_ISDIR(s.st_mode) and now - s.st_mtime > STALE_STAGING_S \
-                and s.st_uid == os.geteuid():
+        if not stat.S_ISDIR(s.st_mode) or s.st_uid != os.geteuid():
+            continue
+        age = now - s.st_mtime
+        if age > STALE_STAGING_S or (age > UNLOCKED_STAGING_S and _abandoned(base_fd, name)):
             safeio.remove_tree_at(base_fd, name, expect=safeio.ident(s))
+
+
+def _abandoned(base_fd: int, name: str) -> bool:
+    """Whether nobody holds the staging folder's lock (its run ended without removing it);
+    False when that cannot be told."""
+    try:
+        fd = safeio.open_dir(name, base_fd)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
 
 
 T = TypeVar("T")

@@ -17,16 +17,28 @@ is published last, after every blob it lists exists: an entry is visible only wh
 A pull checks every blob's size and sha256 before anything is placed (:mod:`.place`); a blob
 that the index lists but the store lacks is a one-line error with nothing placed.
 
+What a store may not do to a reader (issue 23): an index object is read up to
+:data:`MAX_INDEX_BYTES` and may list at most :data:`MAX_INDEX_FILES` files, through the bounded
+JSON reader of cache files; one that is malformed, over a cap, or named for another entry is
+named in a warning and skipped (:class:`StoreListing`), so the rest of the store still lists
+and pulls. In a ``file://`` store every path below the store's folder is opened fd-relative
+without following links, and a blob or index object must be a regular file (opened
+non-blocking, checked with ``fstat``): a symlink to ``/etc/shadow`` or a FIFO is refused, never
+read. Object names are checked against the layout above (a key, a sha256) before use.
+
 Credentials and endpoints come the standard way for each backend (for S3: ``AWS_*``
 variables including ``AWS_ENDPOINT_URL``, ``~/.aws``; or fsspec ``storage_options``) and are
 never printed."""
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
+import re
 import secrets
+import stat
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -34,8 +46,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools import __version__
-from vllm_cache_tools.fleet.errors import FleetError, StoreError
+from vllm_cache_tools import __version__, safeio
+from vllm_cache_tools.fleet.errors import BadIndex, FleetError, StoreError
 from vllm_cache_tools.fleet.records import (
     EntryRecord,
     FileRecord,
@@ -45,6 +57,8 @@ from vllm_cache_tools.fleet.records import (
     file_json,
 )
 from vllm_cache_tools.layout import short_key
+from vllm_cache_tools.read import jsontext
+from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.noatime import open_noatime
 
 STORE_FORMAT = "vllm-cache-store"
@@ -55,6 +69,15 @@ CHUNK = 8 << 20
 DEFAULT_WORKERS = 8
 BACKENDS = {"s3": ("s3fs", "s3"), "s3a": ("s3fs", "s3"), "gs": ("gcsfs", "gcs"),
             "gcs": ("gcsfs", "gcs")}
+
+MAX_INDEX_BYTES = 32 << 20
+"""An index object is read up to this size (one of a real entry: 15-20 KB; one listing
+100,000 Inductor-like files: 16-20 MB); a bigger one is skipped unread."""
+MAX_INDEX_FILES = 100_000
+"""Files (and snapshots) one index object may list: a pull of that many keeps its records
+and download plan well under 300 MB."""
+_INDEX_NAME = re.compile(r"^entries/(backend/[0-9a-f]{10}(?:-\d+)?|aot/[0-9a-f]{64})\.json$")
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 Progress = Callable[[int], None]
 
@@ -70,6 +93,39 @@ class StoreEntry:
     pushed_by: str = ""
     packed_on: Mapping[str, Any] = field(default_factory=dict, hash=False)
     url: str = ""
+
+
+@dataclass(frozen=True)
+class SkippedIndex:
+    """An index object that could not be used: its entry (when its name says which), and
+    why, in one line that names it."""
+
+    path: str
+    """Relative to the store, e.g. ``entries/aot/<key>.json``."""
+    layout: str | None
+    key: str | None
+    reason: str
+
+    @property
+    def warning(self) -> str:
+        return f"{self.reason}: skipped (the other entries are used)"
+
+
+@dataclass(frozen=True)
+class StoreListing:
+    """Every usable index object of a store, and the ones skipped."""
+
+    entries: tuple[StoreEntry, ...]
+    skipped: tuple[SkippedIndex, ...] = ()
+
+
+def index_name(rel: str) -> tuple[str, str] | None:
+    """``(layout, key)`` of an index object's path relative to the store, or ``None`` when
+    the path is not ``entries/backend/<10 hex>.json`` or ``entries/aot/<64 hex>.json``."""
+    if not _INDEX_NAME.match(rel):
+        return None
+    layout, _, name = rel[len("entries/"):].partition("/")
+    return layout, name[:-len(".json")]
 
 
 def is_url(text: str) -> bool:
@@ -236,7 +292,27 @@ class Store:
 
     # ---- paths ----
     def blob_path(self, sha: str) -> str:
+        if not _SHA256.match(sha):  # records are checked on reading; this is the last guard
+            raise StoreError(f"{self.url}: {sha[:80]!r} is not a blob name (a sha256)")
         return f"{self.base}/blobs/{sha[:2]}/{sha}"
+
+    def _rel(self, path: str) -> str:
+        """``path`` relative to the store's folder (every path this class makes is below
+        it)."""
+        if not path.startswith(self.base + "/"):
+            raise StoreError(f"{self.url}: {path} is outside the store")
+        rel = path[len(self.base) + 1:]
+        if not _NOT_PLAIN.isdisjoint(rel.split("/")):
+            raise StoreError(f"{self.url}: {rel!r} is not a plain path below the store")
+        return rel
+
+    def _local_dir(self, rel_dir: str, create: bool = False) -> int:
+        """An fd on a folder below a ``file://`` store, every component opened without
+        following a link (the store's own folder is the one the user named: followed, and
+        made by a writer when missing)."""
+        if create:
+            os.makedirs(self.base, exist_ok=True)
+        return safeio.open_dirs(self.base, rel_dir, create=create, mode=0o755)
 
     def index_path(self, layout: str, key: str) -> str:
         return f"{self.base}/entries/{layout}/{key}.json"
@@ -270,20 +346,29 @@ class Store:
         if not self.local:
             self._do("writing an object", self.fs.pipe_file, path, data)
             return
-        tmp = f"{path}.{secrets.token_hex(6)}.tmp"
-        self._do("writing a file", self._local_write, tmp, path, [data])
+        self._do("writing a file", self._local_write, path, [data])
 
-    def _local_write(self, tmp: str, path: str, chunks: Iterable[bytes]) -> None:
-        self.fs.makedirs(os.path.dirname(path), exist_ok=True)
+    def _local_write(self, path: str, chunks: Iterable[bytes]) -> None:
+        """A new file under a random name in the target's folder (opened without following
+        links, created with ``O_EXCL``), renamed over ``path``'s name."""
+        parent, _, name = self._rel(path).rpartition("/")
+        dfd = self._local_dir(parent, create=True)
+        tmp = f"{name}.{secrets.token_hex(6)}.tmp"
         try:
-            with open(tmp, "xb") as f:
-                for c in chunks:
-                    f.write(c)
-            os.replace(tmp, path)
+            fd = os.open(tmp, _NEW_FILE, 0o644, dir_fd=dfd)
+            try:
+                with open(fd, "wb", closefd=False) as f:
+                    for c in chunks:
+                        f.write(c)
+            finally:
+                os.close(fd)
+            os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
         except BaseException:
             with _suppress():
-                os.unlink(tmp)
+                os.unlink(tmp, dir_fd=dfd)
             raise
+        finally:
+            os.close(dfd)
 
     def put_file(self, path: str, source: Path, rec: FileRecord,
                  on_bytes: Progress | None = None) -> None:
@@ -300,8 +385,7 @@ class Store:
                     yield b
 
         if self.local:
-            tmp = f"{path}.{secrets.token_hex(6)}.tmp"
-            self._do("writing a file", self._local_write, tmp, path, chunks())
+            self._do("writing a file", self._local_write, path, chunks())
         else:
             def upload() -> None:
                 with self.fs.open(path, "wb", block_size=CHUNK) as out:
@@ -315,19 +399,93 @@ class Store:
                              "again")
 
     def open_blob(self, sha: str, key: str) -> Any:
+        """A reader of the blob ``sha`` (entry ``key`` lists it). In a ``file://`` store: a
+        regular file reached without following links, never a FIFO, device or symlink."""
+        where = f"{self.url}: entry {short_key(key)} lists blob {sha[:16]}"
         try:
-            return self.fs.open(self.blob_path(sha), "rb", block_size=CHUNK)
+            if not self.local:
+                return self.fs.open(self.blob_path(sha), "rb", block_size=CHUNK)
+            dfd = self._local_dir(self._rel(self.blob_path(sha)).rpartition("/")[0])
+            try:
+                fd = safeio.open_regular(sha, dir_fd=dfd)
+            finally:
+                os.close(dfd)
+            return os.fdopen(fd, "rb")
         except FileNotFoundError:
-            raise StoreError(f"{self.url}: entry {short_key(key)} lists blob {sha[:16]}, which the "
-                             "store does not have (pushed incompletely or pruned): nothing "
-                             "placed; push the entry again") from None
+            raise StoreError(f"{where}, which the store does not have (pushed incompletely or "
+                             "pruned): nothing placed; push the entry again") from None
+        except safeio.UnsafeTree as exc:
+            raise StoreError(f"{where}: {exc.strerror}: nothing placed") from None
+        except FleetError:
+            raise
         except Exception as exc:
             raise store_error(exc, self.url, "downloading a blob", self.endpoint) from None
+
+    def blob_listing(self) -> list[tuple[str, int, float | None]]:
+        """``(path, size, mtime)`` of every object under ``blobs/``; in a ``file://`` store
+        only regular files in real folders (a link planted there is not followed)."""
+        if not self.local:
+            try:
+                listed = self.fs.find(f"{self.base}/blobs", detail=True)
+            except FileNotFoundError:
+                return []
+            except Exception as exc:
+                raise store_error(exc, self.url, "listing blobs", self.endpoint) from None
+            return [(p, int(info.get("size") or 0), _mtime(info))
+                    for p, info in listed.items()]
+        out: list[tuple[str, int, float | None]] = []
+        try:
+            bfd = self._local_dir("blobs")
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise store_error(exc, self.url, "listing blobs", self.endpoint) from None
+        try:
+            with os.scandir(bfd) as it:
+                subs = [e.name for e in it if e.is_dir(follow_symlinks=False)]
+            for sub in subs:
+                try:
+                    sfd = safeio.open_dir(sub, bfd)
+                except OSError:
+                    continue
+                try:
+                    with os.scandir(sfd) as it:
+                        for e in it:
+                            st = e.stat(follow_symlinks=False)
+                            if stat.S_ISREG(st.st_mode):
+                                out.append((f"{self.base}/blobs/{sub}/{e.name}", st.st_size,
+                                            st.st_mtime))
+                finally:
+                    os.close(sfd)
+        finally:
+            os.close(bfd)
+        return out
+
+    def remove(self, path: str) -> None:
+        """Remove one object (in a ``file://`` store: its name, fd-relative, never through
+        a link)."""
+        if not self.local:
+            self.fs.rm_file(path)
+            return
+        parent, _, name = self._rel(path).rpartition("/")
+        dfd = self._local_dir(parent)
+        try:
+            os.unlink(name, dir_fd=dfd)
+        finally:
+            os.close(dfd)
+
+    def read_blob(self, sha: str, cap: int) -> bytes:
+        """A blob's bytes, at most ``cap`` (read as :meth:`open_blob` opens it)."""
+        with self.open_blob(sha, "?") as f:
+            data = bytes(self._do("downloading a blob", f.read, cap + 1))
+        if len(data) > cap:
+            raise StoreError(f"{self.url}: blob {sha[:16]} is over {cap} bytes (not read)")
+        return data
 
     # ---- the store marker and index objects ----
     def ensure_marker(self, create: bool) -> None:
         path = f"{self.base}/{MARKER}"
-        text = self.cat_if_exists(path)  # one request, not exists + cat (a round trip less)
+        text = self._marker_bytes(path)
         if text is not None:
             try:
                 data = json.loads(text)
@@ -349,50 +507,186 @@ class Store:
         self.put_bytes(path, json.dumps({"format": STORE_FORMAT,
                                          "format_version": STORE_VERSION}).encode())
 
-    def index_paths(self) -> list[str]:
+    def _marker_bytes(self, path: str) -> bytes | None:
+        """The marker's bytes (one request, not exists + cat: a round trip less), or
+        ``None`` when there is none; in a ``file://`` store a regular file only, capped."""
+        if not self.local:
+            return self.cat_if_exists(path)
+        try:
+            fd = safeio.open_dirs(self.base)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise store_error(exc, self.url, "reading the store marker", self.endpoint) from None
+        try:
+            return safeio.read_regular(MARKER, 64 << 10, dir_fd=fd)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StoreError(f"{self.url}: {MARKER}: {exc.strerror or exc}") from None
+        finally:
+            os.close(fd)
+
+    def index_paths(self) -> tuple[list[str], list[SkippedIndex]]:
+        """The index objects' paths, and the ``.json`` objects under ``entries/`` whose names
+        are not an entry's (named, never read). In a ``file://`` store the folders are
+        listed without following links."""
+        if self.local:
+            return self._local_index_paths()
         root = f"{self.base}/entries"
         try:
             found = self.fs.find(root)
         except FileNotFoundError:
-            return []
+            return [], []
         except Exception as exc:
             raise store_error(exc, self.url, "listing entries", self.endpoint) from None
-        return sorted(p for p in found if p.endswith(".json"))
+        good: list[str] = []
+        bad: list[SkippedIndex] = []
+        for p in sorted(found):
+            if not p.endswith(".json") or not p.startswith(self.base + "/"):
+                continue
+            rel = p[len(self.base) + 1:]
+            if index_name(rel) is None:
+                bad.append(SkippedIndex(rel, None, None, f"{self.url}: {rel[:200]!r} is not "
+                                        "named entries/<backend|aot>/<key>.json"))
+            else:
+                good.append(p)
+        return good, bad
+
+    def _local_index_paths(self) -> tuple[list[str], list[SkippedIndex]]:
+        good: list[str] = []
+        for layout in ("backend", "aot"):
+            try:
+                dfd = self._local_dir(f"entries/{layout}")
+            except FileNotFoundError:
+                continue
+            except safeio.UnsafeTree:
+                raise StoreError(f"{self.url}: entries/{layout} is a symlink or not a folder "
+                                 "(not followed)") from None
+            except OSError as exc:
+                raise store_error(exc, self.url, "listing entries", self.endpoint) from None
+            try:
+                with os.scandir(dfd) as it:
+                    names = [e.name for e in it]
+            finally:
+                os.close(dfd)
+            good += [f"{self.base}/entries/{layout}/{n}" for n in names
+                     if n.endswith(".json")]
+        good.sort()
+        bad = [SkippedIndex(self._rel(p), None, None, f"{self.url}: {self._rel(p)[:200]!r} is "
+                            "not named entries/<backend|aot>/<key>.json")
+               for p in good if index_name(self._rel(p)) is None]
+        return [p for p in good if index_name(self._rel(p)) is not None], bad
+
+    def _index_bytes(self, path: str) -> bytes:
+        """At most :data:`MAX_INDEX_BYTES` + 1 bytes of an index object."""
+        if not self.local:
+            return bytes(self._do("reading an index", lambda: self.fs.cat_file(
+                path, start=0, end=MAX_INDEX_BYTES + 1)))
+        parent, _, name = self._rel(path).rpartition("/")
+        try:
+            dfd = self._local_dir(parent)
+            try:
+                return safeio.read_regular(name, MAX_INDEX_BYTES, dir_fd=dfd)
+            finally:
+                os.close(dfd)
+        except safeio.UnsafeTree as exc:
+            raise BadIndex(f"{self.url}: index {name}: {exc.strerror}") from None
+        except OSError as exc:
+            if exc.errno == errno.EFBIG:
+                raise BadIndex(_over_cap(self.url, name)) from None
+            raise store_error(exc, self.url, "reading an index", self.endpoint) from None
 
     def read_index(self, path: str) -> StoreEntry:
+        """The index object at ``path``; :class:`BadIndex` (one line naming it) when it is
+        not a usable index of the entry its name says."""
+        name = os.path.basename(path)
+        raw = self._index_bytes(path)
+        if len(raw) > MAX_INDEX_BYTES:
+            raise BadIndex(_over_cap(self.url, name))
         try:
-            data = json.loads(self.cat(path))
+            data = jsontext.loads(raw, f"index {name}",
+                                  max_containers=2 * MAX_INDEX_FILES + 10_000)
             if not isinstance(data, dict) or data.get("format") != STORE_FORMAT:
                 raise ValueError("not an index object")
             if data.get("format_version") != STORE_VERSION:
-                raise StoreError(f"{self.url}: index {os.path.basename(path)} has format "
-                                 f"version {data.get('format_version')!r} (this vllm-cache "
-                                 f"reads {STORE_VERSION})")
-            rec = entry_from_json(data.get("entry"))
-            extras = tuple(extra_from_json(x) for x in data.get("extras") or [])
+                raise BadIndex(f"{self.url}: index {name} has format version "
+                               f"{data.get('format_version')!r} (this vllm-cache reads "
+                               f"{STORE_VERSION})")
+            entry, extra = data.get("entry"), data.get("extras") or []
+            n = (len(entry.get("files") or []) if isinstance(entry, dict) else 0) + (
+                len(extra) if isinstance(extra, list) else 0)
+            if n > MAX_INDEX_FILES:
+                raise BadIndex(f"{self.url}: index {name} lists {n} files, over the cap of "
+                               f"{MAX_INDEX_FILES}")
+            rec = entry_from_json(entry)
+            if not isinstance(extra, list):
+                raise ValueError("extras is not a list")
+            extras = tuple(extra_from_json(x) for x in extra)
+        except BadIndex:
+            raise
         except FleetError as exc:
-            if isinstance(exc, StoreError):
-                raise
-            raise StoreError(f"{self.url}: index {os.path.basename(path)}: {exc}") from None
+            raise BadIndex(f"{self.url}: index {name}: {exc}") from None
+        except ReadError as exc:
+            raise BadIndex(f"{self.url}: {exc}") from None
         except ValueError as exc:
-            raise StoreError(f"{self.url}: index {os.path.basename(path)} is not a vllm-cache "
-                             f"index object ({_first_line(exc)})") from None
+            raise BadIndex(f"{self.url}: index {name} is not a vllm-cache index object "
+                           f"({_first_line(exc)})") from None
         if path != self.index_path(rec.layout, rec.key):
-            raise StoreError(f"{self.url}: index {path} names entry {rec.key} of another place")
+            raise BadIndex(f"{self.url}: index {name} names entry {short_key(rec.key)} of "
+                           "another place")
         at = data.get("pushed_at")
+        packed_on = data.get("packed_on")
         return StoreEntry(rec, extras, float(at) if isinstance(at, (int, float)) else None,
-                          str(data.get("pushed_by") or ""), data.get("packed_on") or {},
-                          self.url)
+                          str(data.get("pushed_by") or ""),
+                          packed_on if isinstance(packed_on, dict) else {}, self.url)
+
+    def listing(self, workers: int = DEFAULT_WORKERS) -> StoreListing:
+        """Every index object read (``workers`` at a time); the unusable ones skipped and
+        named, in the order of their paths."""
+        paths, skipped = self.index_paths()
+
+        def one(path: str) -> StoreEntry | SkippedIndex:
+            try:
+                return self.read_index(path)
+            except BadIndex as exc:
+                rel = self._rel(path)
+                layout, key = index_name(rel) or (None, None)
+                return SkippedIndex(rel, layout, key, str(exc))
+
+        with ThreadPoolExecutor(max(1, workers)) as pool:
+            got = list(pool.map(one, paths))
+        return StoreListing(tuple(g for g in got if isinstance(g, StoreEntry)),
+                            tuple(skipped) + tuple(g for g in got
+                                                   if isinstance(g, SkippedIndex)))
 
     def entries(self, workers: int = DEFAULT_WORKERS) -> list[StoreEntry]:
-        paths = self.index_paths()
-        with ThreadPoolExecutor(max(1, workers)) as pool:
-            return list(pool.map(self.read_index, paths))
+        """The usable entries (:meth:`listing` without the skipped ones)."""
+        return list(self.listing(workers).entries)
+
+
+def _over_cap(url: str, name: str) -> str:
+    return f"{url}: index {name} is over {MAX_INDEX_BYTES >> 20} MiB (not read)"
+
+
+def _mtime(info: Mapping[str, Any]) -> float | None:
+    for k in ("mtime", "LastModified", "last_modified", "updated", "created"):
+        v = info.get(k)
+        if isinstance(v, (int, float)):
+            return float(v)
+        stamp = getattr(v, "timestamp", None)
+        if callable(stamp):
+            return float(stamp())
+    return None
 
 
 def _protocols(fs: Any) -> tuple[str, ...]:
     p = fs.protocol
     return (p,) if isinstance(p, str) else tuple(p)
+
+
+_NOT_PLAIN = frozenset({"", ".", ".."})
+_NEW_FILE = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class _suppress:
@@ -412,7 +706,7 @@ def index_bytes(rec: EntryRecord, extras: Sequence[FileRecord], packed_on: Mappi
                        "packed_on": dict(packed_on)}, sort_keys=True).encode()
 
 
-__all__ = ["BACKENDS", "CHUNK", "DEFAULT_WORKERS", "MARKER", "STORE_FORMAT", "STORE_VERSION",
-           "Store", "StoreEntry", "index_bytes", "is_url", "parse_storage_options",
-           "prefetch_backend",
-           "store_error"]
+__all__ = ["BACKENDS", "CHUNK", "DEFAULT_WORKERS", "MARKER", "MAX_INDEX_BYTES",
+           "MAX_INDEX_FILES", "STORE_FORMAT", "STORE_VERSION", "SkippedIndex", "Store",
+           "StoreEntry", "StoreListing", "index_bytes", "index_name", "is_url",
+           "parse_storage_options", "prefetch_backend", "store_error"]

@@ -6,18 +6,20 @@ each index last), pull's choice of entries (:func:`match_refs`, :func:`with_link
 from __future__ import annotations
 
 import os
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllm_cache_tools.fleet.errors import FleetError, StoreError
+from vllm_cache_tools.fleet.errors import BadIndex, FleetError, StoreError
 from vllm_cache_tools.fleet.records import FileRecord, Footprint, entry_json, footprint
 from vllm_cache_tools.fleet.remote import (
     CHUNK,
     DEFAULT_WORKERS,
+    SkippedIndex,
     Store,
     StoreEntry,
     index_bytes,
@@ -77,7 +79,15 @@ def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
     for i, rec in enumerate(sel.records):
         path = store.index_path(rec.layout, rec.key)
         if store.exists(path):
-            old = store.read_index(path)
+            try:
+                old = store.read_index(path)
+            except BadIndex as exc:
+                if not force:
+                    results.append(PushedEntry(rec.key, rec.layout, "refused",
+                                               f"{exc} (--force replaces it)"))
+                    continue
+                todo.append(i)
+                continue
             # Which entries of the other tree are proven linked depends on what was named
             # (a push of one backend entry links its AOT entries to it alone): the same
             # files with other links is this entry, its links the union of both.
@@ -157,22 +167,32 @@ def _logical_bytes(sel: Selection, todo: Sequence[int]) -> int:
 
 # ---- pull ------------------------------------------------------------------------------------
 
-def match_refs(entries: Sequence[StoreEntry], refs: Sequence[str]) -> list[StoreEntry]:
-    """Store entries named by keys or unique key prefixes (in either case, as locally)."""
+def match_refs(entries: Sequence[StoreEntry], refs: Sequence[str],
+               skipped: Sequence[SkippedIndex] = ()) -> list[StoreEntry]:
+    """Store entries named by keys or unique key prefixes (in either case, as locally). A ref
+    that names an entry whose index object was skipped fails with the reason it was."""
     out: list[StoreEntry] = []
     for ref in refs:
         key = key_prefix(ref) or ref
-        found = [e for e in entries if e.record.key.startswith(key)]
-        exact = [e for e in found if e.record.key == key]
+        found: list[StoreEntry | SkippedIndex] = [
+            *(e for e in entries if e.record.key.startswith(key)),
+            *(s for s in skipped if s.key is not None and s.key.startswith(key))]
+        exact = [x for x in found if _key_of(x) == key]
         if not found:
             raise FleetError(f"no entry of the store matches {ref!r}")
         if len(found) > 1 and len(exact) != 1:
             raise FleetError(f"key prefix {ref!r} is ambiguous in the store: "
-                             + ", ".join(short_key(e.record.key) for e in found[:5]))
+                             + ", ".join(short_key(_key_of(x)) for x in found[:5]))
         e = (exact or found)[0]
+        if isinstance(e, SkippedIndex):
+            raise BadIndex(f"{e.reason}: entry {short_key(_key_of(e))} cannot be pulled")
         if e not in out:
             out.append(e)
     return out
+
+
+def _key_of(x: StoreEntry | SkippedIndex) -> str:
+    return x.record.key if isinstance(x, StoreEntry) else x.key or ""
 
 
 def with_linked(entries: Sequence[StoreEntry], chosen: Sequence[StoreEntry]
@@ -186,11 +206,39 @@ def with_linked(entries: Sequence[StoreEntry], chosen: Sequence[StoreEntry]
     return out
 
 
+def download_size(chosen: Sequence[StoreEntry]) -> tuple[int, int]:
+    """``(bytes, files)`` that :func:`download` writes for ``chosen``: every entry file (a
+    blob listed twice is written twice) and each snapshot once."""
+    extras = {x.path: x.size for e in chosen for x in e.extras}
+    files = sum(len(e.record.files) for e in chosen) + len(extras)
+    return sum(e.record.size_bytes for e in chosen) + sum(extras.values()), files
+
+
+class _Stopped(Exception):
+    """Another blob failed: this one is abandoned (its partial file goes with the staging
+    folder)."""
+
+
+class _UntilStopped:
+    """A blob reader that gives up as soon as ``stop`` is set."""
+
+    def __init__(self, f: Any, stop: threading.Event) -> None:
+        self.f, self.stop = f, stop
+
+    def read(self, n: int = -1) -> bytes:
+        if self.stop.is_set():
+            raise _Stopped
+        return bytes(self.f.read(n))
+
+
 def download(store: Store, chosen: Sequence[StoreEntry], staging: Any, *,
              workers: int = DEFAULT_WORKERS,
              progress: Callable[[int, int], None] | None = None) -> int:
     """Write every file of ``chosen`` (and their snapshots) into ``staging``, each blob
-    fetched once and checked; returns the bytes downloaded."""
+    fetched once and checked; returns the bytes downloaded. The first missing or bad blob
+    ends the transfer: no blob is started after it, those under way stop at their next
+    read, and its error is raised (the caller removes the staging folder). At most
+    ``2 * workers`` blobs are queued at a time, however many an index lists."""
     jobs: dict[str, list[tuple[str, FileRecord, str]]] = {}
     for e in chosen:
         for f in e.record.files:
@@ -200,34 +248,67 @@ def download(store: Store, chosen: Sequence[StoreEntry], staging: Any, *,
                 jobs.setdefault(x.sha256, []).append((x.path, x, e.record.key))
     total = sum(v[0][1].size for v in jobs.values())
     done = [0]
+    stop = threading.Event()
+    failed: list[BaseException] = []
+    lock = threading.Lock()
 
     def tick(n: int) -> None:
-        done[0] += n
+        with lock:
+            done[0] += n
+            now = done[0]
         if progress is not None:
-            progress(done[0], total)
+            progress(now, total)
 
     def fetch(sha: str) -> None:
+        if stop.is_set():
+            return
+        try:
+            _fetch(sha)
+        except _Stopped:
+            pass
+        except BaseException as exc:
+            with lock:
+                if not stop.is_set():
+                    failed.append(exc)
+                    stop.set()
+
+    def _fetch(sha: str) -> None:
         targets = jobs[sha]
         first, rec, key = targets[0]
         f = store.open_blob(sha, key)
         try:
             try:
-                staging.write(first, f, rec, chunk=CHUNK, on_bytes=tick)
+                staging.write(first, _UntilStopped(f, stop), rec, chunk=CHUNK, on_bytes=tick)
             except FleetError as exc:
                 raise StoreError(f"{store.url}: blob {sha[:16]} of entry {short_key(key)}: {exc}: "
                                  "nothing placed") from None
-            except OSError:
+            except (OSError, _Stopped):
                 raise
             except Exception as exc:
                 raise store_error(exc, store.url, "downloading a blob") from None
         finally:
             f.close()
         for rel, rec2, _ in targets[1:]:
+            if stop.is_set():
+                return
             with open(staging.path / first, "rb") as src:
                 staging.write(rel, src, rec2)
 
     with ThreadPoolExecutor(max(1, workers)) as pool:
-        list(pool.map(fetch, sorted(jobs)))
+        pending: set[Future[None]] = set()
+        try:
+            for sha in sorted(jobs):
+                if stop.is_set():
+                    break
+                if len(pending) >= 2 * max(1, workers):
+                    _, pending = wait(pending, return_when=FIRST_COMPLETED)
+                pending.add(pool.submit(fetch, sha))
+            wait(pending)
+        except BaseException:  # a signal in this thread: the blobs under way stop too
+            stop.set()
+            raise
+    if failed:
+        raise failed[0]
     return total
 
 
@@ -240,6 +321,9 @@ class StorePrune:
     bytes_freed: int
     kept: int
     dry_run: bool
+    skipped: tuple[str, ...] = ()
+    """Warnings for the index objects that could not be read (their entries are kept, and
+    no blob is removed while one is there: which blobs it lists is not known)."""
 
 
 def prune_store(url: str, *, older_than_s: float | None = None, max_bytes: int | None = None,
@@ -253,7 +337,8 @@ def prune_store(url: str, *, older_than_s: float | None = None, max_bytes: int |
     store = Store(url, storage_options)
     store.ensure_marker(create=False)
     now = time.time() if now is None else now
-    entries = sorted(store.entries(), key=lambda e: e.pushed_at or 0.0)
+    listing = store.listing()
+    entries = sorted(listing.entries, key=lambda e: e.pushed_at or 0.0)
     drop: list[StoreEntry] = []
     if older_than_s is not None:
         drop += [e for e in entries if e.pushed_at is not None
@@ -266,42 +351,25 @@ def prune_store(url: str, *, older_than_s: float | None = None, max_bytes: int |
         while keep and size(keep) > max_bytes:
             drop.append(keep.pop(0))
     referenced = {f.sha256 for e in keep for f in (*e.record.files, *e.extras)}
-    blob_root = f"{store.base}/blobs"
-    try:
-        listed = store.fs.find(blob_root, detail=True)
-    except FileNotFoundError:
-        listed = {}
-    except Exception as exc:
-        raise store_error(exc, store.url, "listing blobs") from None
     doomed: list[tuple[str, int]] = []
-    for path, info in listed.items():
+    # The blobs of an index object that could not be read are not known: none is removed.
+    for path, nbytes, t in ([] if listing.skipped else store.blob_listing()):
         sha = path.rsplit("/", 1)[-1]
         if sha in referenced or sha.endswith(".tmp"):
             continue
-        t = _mtime(info)
         if t is not None and now - t < grace_s:
             continue
-        doomed.append((path, int(info.get("size") or 0)))
+        doomed.append((path, nbytes))
     if not dry_run:
         for e in drop:
-            store._do("removing an index", store.fs.rm_file,
+            store._do("removing an index", store.remove,
                       store.index_path(e.record.layout, e.record.key))
         for path, _ in doomed:
-            store._do("removing a blob", store.fs.rm_file, path)
+            store._do("removing a blob", store.remove, path)
     return StorePrune(store.url, tuple(e.record.key for e in drop), len(doomed),
-                      sum(n for _, n in doomed), len(keep), dry_run)
+                      sum(n for _, n in doomed), len(keep), dry_run,
+                      tuple(x.warning for x in listing.skipped))
 
 
-def _mtime(info: Mapping[str, Any]) -> float | None:
-    for k in ("mtime", "LastModified", "last_modified", "updated", "created"):
-        v = info.get(k)
-        if isinstance(v, (int, float)):
-            return float(v)
-        stamp = getattr(v, "timestamp", None)
-        if callable(stamp):
-            return float(stamp())
-    return None
-
-
-__all__ = ["PushResult", "PushedEntry", "StorePrune", "download", "match_refs", "prune_store",
-           "push", "with_linked"]
+__all__ = ["PushResult", "PushedEntry", "StorePrune", "download", "download_size", "match_refs",
+           "prune_store", "push", "with_linked"]

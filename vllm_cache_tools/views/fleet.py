@@ -87,10 +87,12 @@ def pull_document(r: PullResult) -> dict[str, Any]:
         "footprint": footprint_json(r.footprint),
         "check": check_json(r.check),
         "placements": [placement_json(p) for p in r.placements],
-        "bytes_downloaded": r.bytes_downloaded, "seconds": round(r.seconds, 3)})
+        "bytes_downloaded": r.bytes_downloaded, "seconds": round(r.seconds, 3),
+        "skipped": list(r.skipped)})
 
 
 def prune_remote_document(r: StorePrune) -> dict[str, Any]:
     return with_schema("prune-remote", {
         "url": r.url, "dry_run": r.dry_run, "removed": list(r.removed),
-        "blobs_removed": r.blobs_removed, "bytes_freed": r.bytes_freed, "kept": r.kept})
+        "blobs_removed": r.blobs_removed, "bytes_freed": r.bytes_freed, "kept": r.kept,
+        "skipped": list(r.skipped)})
