@@ -110,7 +110,7 @@ def test_tp2_round_trip_keeps_both_ranks(real_tp2: ScenarioRun, tmp_path: Path) 
     res = run_cli("unpack", str(tmp_path / "b.tzst"), "--root", str(root), "--json")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
-    assert doc["schema"] == "vllm-cache-tools/unpack/1"
+    assert doc["schema"] == "vllm-cache-tools/unpack/2"
     for e in doc["entries"]:
         assert {"rank_0_0", "rank_1_0"} <= set(e["ranks"]) or e["layout"] == "aot"
         assert tree_digests(root / e["path"]) == tree_digests(real_tp2.vllm_root / e["path"])

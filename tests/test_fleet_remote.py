@@ -60,7 +60,7 @@ def test_push_pull_round_trip_dedup_and_ls(real_tp2: ScenarioRun, store_url: str
     res = run_cli("pull", store_url, "--root", str(root), "--json")
     assert res.returncode == 0, res.stderr
     pulled = json.loads(res.stdout)
-    assert pulled["schema"] == "vllm-cache-tools/pull/1"
+    assert pulled["schema"] == "vllm-cache-tools/pull/2"
     assert {p["action"] for p in pulled["placements"]} == {"placed"}
     for e in pulled["selected"]:
         assert tree_digests(root / e["path"]) == tree_digests(real_tp2.vllm_root / e["path"])

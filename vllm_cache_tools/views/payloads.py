@@ -39,8 +39,8 @@ SCHEMAS: dict[str, str] = {
     "stats": f"{_PREFIX}/stats/1",
     "drift": f"{_PREFIX}/drift/1",
     "diff-graph": f"{_PREFIX}/diff-graph/1",
-    "pack": f"{_PREFIX}/pack/1", "unpack": f"{_PREFIX}/unpack/1", "push": f"{_PREFIX}/push/1",
-    "pull": f"{_PREFIX}/pull/1", "warm": f"{_PREFIX}/warm/1",
+    "pack": f"{_PREFIX}/pack/1", "unpack": f"{_PREFIX}/unpack/2", "push": f"{_PREFIX}/push/1",
+    "pull": f"{_PREFIX}/pull/2", "warm": f"{_PREFIX}/warm/1",
     "prune-remote": f"{_PREFIX}/prune-remote/1",
     "dedup": f"{_PREFIX}/dedup/1",
 }
