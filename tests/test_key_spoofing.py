@@ -125,3 +125,19 @@ def test_a_misnamed_snapshot_refuses_the_bundle(bundle: Path, tmp_path: Path) ->
     assert res.returncode == 2, (res.stdout, res.stderr)
     assert len(res.stderr.strip().splitlines()) == 1 and "snapshot" in res.stderr
     assert not (tmp_path / "root").exists()
+
+
+def test_a_misnamed_snapshot_is_skipped_when_read(tmp_path: Path) -> None:
+    """The read side (predict --for-host reads the recorder's snapshots): a snapshot whose
+    content is not its name's sha256 is not used."""
+    from vllm_cache_tools.read.manifest import misnamed_snapshot, source_snapshot
+
+    cc = tmp_path / "torch_compile_cache"
+    shutil.copytree(SAMPLE / "torch_compile_cache" / ".vllm-cache-tools",
+                    cc / ".vllm-cache-tools")
+    src = cc / ".vllm-cache-tools" / "sources"
+    a, b = sorted(p.name for p in src.iterdir())[:2]
+    assert source_snapshot(cc, a) is not None and not misnamed_snapshot(cc, a)
+    (src / a).write_bytes((src / b).read_bytes())  # b's content under a's name
+    assert source_snapshot(cc, a) is None and misnamed_snapshot(cc, a)
+    assert source_snapshot(cc, b) is not None
