@@ -13,7 +13,15 @@ import pytest
 
 from tests import spoof
 from tests.conftest import run_cli
+from tests.realvllm.harness import (
+    ScenarioRun,
+    model_lock,
+    restore_pristine_sources,
+    start_env,
+    venv_python,
+)
 from vllm_cache_tools.fleet import api
+from vllm_cache_tools.fleet.bundle import read_manifest
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
 BACKEND = "28fd362d4e"
@@ -141,3 +149,41 @@ def test_a_misnamed_snapshot_is_skipped_when_read(tmp_path: Path) -> None:
     (src / a).write_bytes((src / b).read_bytes())  # b's content under a's name
     assert source_snapshot(cc, a) is None and misnamed_snapshot(cc, a)
     assert source_snapshot(cc, b) is not None
+
+
+@pytest.mark.realvllm
+def test_with_the_vllm_arguments_a_mega_aot_key_is_proven_and_a_swap_refused(
+        real_compile: ScenarioRun, tmp_path: Path) -> None:
+    """The hit check's probe gives this host's Inductor factors (they hash to the backend
+    entry's compiler hash): a mega AOT key is then re-derived exactly. Start 0's AOT
+    artifact renamed to start 2's key (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, another env hash),
+    carried beside its own backend entry, is refused for start 2's arguments: vLLM would
+    have loaded it."""
+    s0, s2 = real_compile.scenario.starts[0], real_compile.scenario.starts[2]
+    src = real_compile.before(1)  # start 0's two entries
+    keys = sorted(p.name for p in (src / "torch_compile_cache").iterdir() if len(p.name) == 10)
+    honest = tmp_path / "honest.tar.zst"
+    api.pack(keys, honest, root=src)
+    aot0 = next(e.key for e in read_manifest(honest).entries if e.layout == "aot")
+    aot2 = next(p.name for p in (real_compile.compile_cache / "torch_aot_compile").iterdir()
+                if p.name != aot0)
+    swapped = spoof.rewrite(honest, tmp_path / "swapped.tar.zst", spoof.rename("aot", aot2))
+    with model_lock():
+        restore_pristine_sources()
+        for b, start, name in ((honest, s0, "a"), (swapped, s2, "b")):
+            root = tmp_path / name
+            res = run_cli("unpack", str(b), "--root", str(root), "--python",
+                          str(venv_python()), "--usage", "llm", "--json", "--",
+                          *start.serve_args(), env=start_env(root, start), inherit=False)
+            assert "Traceback" not in res.stderr, res.stderr
+            doc = json.loads(res.stdout)
+            aot = next(p for p in doc["placements"] if p["layout"] == "aot")
+            if b is honest:
+                assert res.returncode == 0, (res.stdout[-2000:], res.stderr)
+                assert (aot["action"], aot["key_proof"]) == ("placed", "proven"), aot
+            else:
+                assert doc["check"]["predicted"]["aot"] == aot2  # it would have loaded it
+                assert res.returncode == 1, (res.stdout[-2000:], res.stderr)
+                assert (aot["action"], aot["key_proof"]) == ("refused", "unproven"), aot
+                assert aot0[:12] in aot["detail"]
+                assert aot2 not in _placed(root)

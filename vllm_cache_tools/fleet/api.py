@@ -195,7 +195,8 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
                     return UnpackResult(path, croot.vllm_root, m, check, (), False, True,
                                         time.perf_counter() - t0)
                 proofs = prove_records(st.path, croot.vllm_root, m.entries,
-                                       inductor=check.inductor_reprs)
+                                       inductor=check.inductor_reprs,
+                                       vllm_version=check.vllm_version)
                 placed = place_entries(st, m.entries, m.extras, proofs=proofs, force=force)
                 kept[0] = True
         except OSError as exc:
@@ -278,7 +279,8 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
             extras = {x.path: x for e in todo for x in e.extras}
             recs = tuple(e.record for e in todo)
             proofs = prove_records(st.path, croot.vllm_root, recs,
-                                   inductor=check.inductor_reprs)
+                                   inductor=check.inductor_reprs,
+                                   vllm_version=check.vllm_version)
             placed = place_entries(st, recs, extras.values(), proofs=proofs, force=force)
             kept[0] = True
     except OSError as exc:

@@ -67,6 +67,8 @@ class HitCheck:
     inductor_reprs: tuple[str, ...] = ()
     """``str(get_inductor_factors())`` here, plain and as patched for AOT (hit check only):
     what re-derives a mega AOT entry's key (:mod:`vllm_cache_tools.keys.entry_proof`)."""
+    vllm_version: str | None = None
+    """vLLM's release here (hit check only): an input of the AOT key's model part."""
 
     @property
     def would_hit(self) -> bool:
@@ -306,7 +308,7 @@ def hit_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
                   if isinstance(r, str))
     return HitCheck("hit" if hit else "miss", tuple(findings), tuple(causes), tuple(used),
                     {"aot": aot_key, "backend": bkey}, static.environment,
-                    time.perf_counter() - t0, reprs)
+                    time.perf_counter() - t0, reprs, probe.get("vllm_version"))
 
 
 def _causes(p: Any, aots: Sequence[EntryRecord], backends: Sequence[EntryRecord],

@@ -46,11 +46,13 @@ def spellings(rec: EntryRecord) -> tuple[str, ...]:
 
 
 def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRecord], *,
-                  inductor: Sequence[str] = (), trust: TrustHook | None = None
-                  ) -> dict[tuple[str, str], KeyProof]:
+                  inductor: Sequence[str] = (), vllm_version: str | None = None,
+                  trust: TrustHook | None = None) -> dict[tuple[str, str], KeyProof]:
     """The proof of each record's key from its staged copy (``staged_root / rec.path``).
     An AOT entry's siblings are the staged backend entries and those of its ``linked`` keys
-    already in the root, each counted only where the source proof links the two."""
+    already in the root, each counted only where the source proof links the two.
+    ``inductor`` and ``vllm_version``: this host's, from the hit check's probe (what a mega
+    AOT key needs beyond its backend entry)."""
     out: dict[tuple[str, str], KeyProof] = {}
     staged: dict[str, Entry] = {}
     backends: list[tuple[Entry, KeyProof]] = []
@@ -65,7 +67,8 @@ def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRec
             p = prove_backend(e)
             out[("backend", rec.key)] = p
             backends.append((e, p))
-    versions = sorted({v for r in records if (v := r.versions.get("vllm"))})
+    versions = sorted({v for r in records if (v := r.versions.get("vllm"))}
+                      | ({vllm_version} if vllm_version else set()))
     for rec in records:
         e = staged.get(rec.key)
         if rec.layout != "aot" or e is None:

@@ -187,6 +187,7 @@ def prove_aot(e: Entry, siblings: Iterable[KeyProof], *, versions: Sequence[str]
     fw = _forward(e)
     m_env, m_cfg = _manifest_parts(e)
     linked: KeyProof | None = None
+    other: tuple[str, str] | None = None
     for s in siblings:
         if s.status != PROVEN or not (s.env_hash and s.config_hash):
             continue
@@ -194,17 +195,25 @@ def prove_aot(e: Entry, siblings: Iterable[KeyProof], *, versions: Sequence[str]
             continue  # another start's backend entry (same sources, other env/config)
         if fw is None:
             break
+        same_compiler = any(compiler_hash(r) == s.compiler_hash for r in inductor)
         for ver in vers:
             mk = model_hash_key(ver, *fw)
             if aot_key(s.env_hash, s.config_hash, mk) == e.key:
                 return KeyProof(e.key, "aot", PROVEN, f"sibling {s.key}", e.key,
                                 s.env_hash, s.config_hash)
-            same_compiler = any(compiler_hash(r) == s.compiler_hash for r in inductor)
             for r in inductor if same_compiler else ():
-                if _aot_key(s.env_hash, s.config_hash, mk, r) == e.key:
+                k = _aot_key(s.env_hash, s.config_hash, mk, r)
+                if k == e.key:
                     return KeyProof(e.key, "aot", PROVEN,
                                     f"sibling {s.key} and this host's Inductor factors",
                                     e.key, s.env_hash, s.config_hash)
+                if k is not None and other is None:
+                    other = (s.key, k)
+        if same_compiler and vers:
+            # Every part was at hand (this host's Inductor factors are the sibling's, by its
+            # compiler hash) and none gave the name: not linked, at most unproven (another
+            # vLLM release than the ones tried would give another model key).
+            continue
         linked = linked or KeyProof(
             e.key, "aot", LINKED, f"to {s.key}; its Inductor factors are not at hand: the "
             "vLLM arguments re-derive it", None,
@@ -213,6 +222,11 @@ def prove_aot(e: Entry, siblings: Iterable[KeyProof], *, versions: Sequence[str]
         return linked
     if fw is None:
         return KeyProof(e.key, "aot", UNPROVEN, "its model artifact could not be read")
+    if other is not None:
+        return KeyProof(e.key, "aot", UNPROVEN,
+                        f"backend entry {other[0]} of the same sources, with vLLM "
+                        f"{', '.join(vers)} and this host's Inductor factors, gives "
+                        f"{short_key(other[1])}", other[1])
     if m_env or m_cfg:
         return KeyProof(e.key, "aot", UNPROVEN,
                         "its recorder manifest names the Inductor factors of the key but not "
