@@ -187,3 +187,41 @@ def test_with_the_vllm_arguments_a_mega_aot_key_is_proven_and_a_swap_refused(
                 assert (aot["action"], aot["key_proof"]) == ("refused", "unproven"), aot
                 assert aot0[:12] in aot["detail"]
                 assert aot2 not in _placed(root)
+
+
+def test_show_and_verify_name_what_is_not_proven(bundle: Path, tmp_path: Path) -> None:
+    b = spoof.rewrite(bundle, tmp_path / "b.tar.zst",
+                      spoof.chain(spoof.only("aot"), spoof.strip_manifests("aot"),
+                                  spoof.rename("aot", OTHER_ENV_AOT)))
+    root = tmp_path / "root"
+    assert _unpack(b, root, "--force")[0] == 0
+    shown = json.loads(run_cli("show", OTHER_ENV_AOT[:12], "--root", str(root), "--json")
+                       .stdout)
+    assert shown["schema"] == "vllm-cache-tools/show/2"
+    assert shown["key_proof"]["status"] == "unproven"
+    res = run_cli("verify", "--root", str(root), "--json")
+    assert res.returncode == 0, res.stderr  # a note, not a failure
+    kinds = {(p["key"], p["kind"], p["note"]) for p in json.loads(res.stdout)["problems"]}
+    assert (OTHER_ENV_AOT, "key-unproven", True) in kinds
+    # A backend folder renamed on disk: show and verify both say what its content gives.
+    shutil.copytree(SAMPLE / "torch_compile_cache" / BACKEND,
+                    root / "torch_compile_cache" / "0123456789")
+    shown = json.loads(run_cli("show", "0123456789", "--root", str(root), "--json").stdout)
+    assert shown["key_proof"] == {"status": "mismatch", "how": "cache_key_factors.json",
+                                  "derived": BACKEND}
+
+
+def test_one_key_under_two_spellings_is_one_line_for_show_and_rm(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    shutil.copytree(SAMPLE, root)
+    shutil.copytree(root / "torch_compile_cache" / "torch_aot_compile" / AOT,
+                    root / "torch_aot_compile" / AOT)
+    for verb in (("show",), ("rm", "--yes")):
+        res = run_cli(*verb, AOT[:12], "--root", str(root))
+        assert res.returncode == 2, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1 and "2 places" in res.stderr
+    assert (root / "torch_aot_compile" / AOT).is_dir()  # nothing removed
+    res = run_cli("verify", "--root", str(root), "--json")
+    assert res.returncode == 1
+    assert any(p["kind"] == "ambiguous-key" and p["key"] == AOT
+               for p in json.loads(res.stdout)["problems"])

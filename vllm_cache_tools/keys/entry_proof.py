@@ -248,5 +248,27 @@ def same_start(backend: Entry, aot: Entry) -> bool:
     return not (env and f.env is not None and env != env_hash_from_factors(f.env))
 
 
+def prove_entry(e: Entry, backends: Iterable[Entry], *, versions: Sequence[str] = (),
+                inductor: Sequence[str] = ()) -> KeyProof:
+    """The proof of one entry read in full; ``backends``: backend entries (read in full) that
+    may be its siblings (each counted when proven, of the same start by its manifests, and
+    linked by the source proof)."""
+    from vllm_cache_tools.keys.source_link import linked_aot_entries
+
+    if e.layout == "backend":
+        return prove_backend(e)
+    sibs = []
+    for b in backends:
+        if b.layout == "backend" and same_start(b, e) and linked_aot_entries(b, [e]):
+            p = prove_backend(b)
+            if p.status == PROVEN:
+                sibs.append(p)
+    return prove_aot(e, sibs, versions=versions, inductor=inductor)
+
+
+def proof_json(p: KeyProof) -> dict[str, str | None]:
+    return {"status": p.status, "how": p.how, "derived": p.derived}
+
+
 __all__ = ["LINKED", "MISMATCH", "PLACEABLE", "PROVEN", "UNPROVEN", "KeyProof",
-           "prove_aot", "prove_backend", "same_start"]
+           "proof_json", "prove_aot", "prove_backend", "prove_entry", "same_start"]

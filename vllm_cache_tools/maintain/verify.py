@@ -47,15 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_cache_tools.keys import backend_key, env_hash_from_factors
-from vllm_cache_tools.keys.entry_proof import (
-    LINKED,
-    MISMATCH,
-    PROVEN,
-    prove_aot,
-    prove_backend,
-    same_start,
-)
-from vllm_cache_tools.keys.source_link import linked_aot_entries
+from vllm_cache_tools.keys.entry_proof import LINKED, MISMATCH, PROVEN, prove_entry
 from vllm_cache_tools.maintain.evidence import busy_entries, entry_rel_path
 from vllm_cache_tools.maintain.trash import entry_tree, open_dir
 from vllm_cache_tools.safeio import ident, unlink_at
@@ -199,15 +191,13 @@ def aot_key_problems(entries: Sequence[Entry]) -> list[VerifyProblem]:
     present under both of vLLM's AOT spellings (which of the two a start loads depends on
     its vLLM release)."""
     out: list[VerifyProblem] = []
-    backends = [(b, prove_backend(b)) for b in entries if b.layout == "backend"]
+    backends = [b for b in entries if b.layout == "backend"]
     places: dict[str, list[Entry]] = {}
     for e in entries:
         if e.layout != "aot":
             continue
         places.setdefault(e.key, []).append(e)
-        sibs = [p for b, p in backends if p.status == PROVEN and same_start(b, e)
-                and linked_aot_entries(b, [e])]
-        proof = prove_aot(e, sibs)
+        proof = prove_entry(e, backends)
         if proof.status == PROVEN:
             continue
         kind = {MISMATCH: "key-mismatch", LINKED: "key-linked"}.get(proof.status,

@@ -25,7 +25,7 @@ SCHEMAS: dict[str, str] = {
     "ls-by-owner": f"{_PREFIX}/ls-by-owner/1",
     "ls-all-caches": f"{_PREFIX}/ls-all-caches/1",
     "prune-cache": f"{_PREFIX}/prune-cache/1",
-    "show": f"{_PREFIX}/show/1",
+    "show": f"{_PREFIX}/show/2",
     "predict": f"{_PREFIX}/predict/1",
     "predict-for-host": f"{_PREFIX}/predict/1/for-host",
     "host-profile": f"{_PREFIX}/host-profile/1",
