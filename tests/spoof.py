@@ -118,6 +118,22 @@ def misnamed_snapshot() -> Edit:
     return edit
 
 
+def rename_in_store(store: Path, layout: str, old: str, new: str) -> None:
+    """A ``file://`` store's entry under another key: its index object moved and edited
+    (the blobs, content-addressed, untouched), the other entries' links following it."""
+    src = store / "entries" / layout / f"{old}.json"
+    doc = json.loads(src.read_text())
+    parent = doc["entry"]["path"].rpartition("/")[0]
+    doc["entry"]["key"], doc["entry"]["path"] = new, f"{parent}/{new}"
+    (store / "entries" / layout / f"{new}.json").write_text(json.dumps(doc))
+    src.unlink()
+    for p in (store / "entries").rglob("*.json"):
+        d = json.loads(p.read_text())
+        if old in d["entry"].get("linked", []):
+            d["entry"]["linked"] = [new if k == old else k for k in d["entry"]["linked"]]
+            p.write_text(json.dumps(d))
+
+
 def chain(*edits: Edit) -> Edit:
     def edit(doc: dict[str, Any], members: Members) -> Members:
         for e in edits:
@@ -127,4 +143,4 @@ def chain(*edits: Edit) -> Edit:
 
 
 __all__ = ["AOT_PARENT", "chain", "misnamed_snapshot", "old_spelling", "only", "rename",
-           "rewrite", "strip_manifests"]
+           "rename_in_store", "rewrite", "strip_manifests"]

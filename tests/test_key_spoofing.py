@@ -225,3 +225,20 @@ def test_one_key_under_two_spellings_is_one_line_for_show_and_rm(tmp_path: Path)
     assert res.returncode == 1
     assert any(p["kind"] == "ambiguous-key" and p["key"] == AOT
                for p in json.loads(res.stdout)["problems"])
+
+
+def test_pull_of_a_store_entry_under_another_key_is_refused(tmp_path: Path) -> None:
+    """The same proof on the pull side: a file:// store whose backend index object was
+    renamed (its blobs, content-addressed, all right)."""
+    store = tmp_path / "store"
+    assert run_cli("push", "--root", str(SAMPLE), BACKEND, f"file://{store}").returncode == 0
+    spoof.rename_in_store(store, "backend", BACKEND, "0123456789")
+    root = tmp_path / "root"
+    res = run_cli("pull", f"file://{store}", "0123456789", "--root", str(root), "--json")
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    doc = json.loads(res.stdout)
+    assert doc["schema"] == "vllm-cache-tools/pull/2"
+    p = next(p for p in doc["placements"] if p["layout"] == "backend")
+    assert (p["action"], p["key_proof"]) == ("refused", "mismatch")
+    assert BACKEND in p["detail"] and "0123456789" in p["detail"]
+    assert "0123456789" not in _placed(root)
