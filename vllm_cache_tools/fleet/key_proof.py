@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from vllm_cache_tools.fleet.records import EntryRecord
+from vllm_cache_tools.fleet.records import EntryRecord, FileRecord
 from vllm_cache_tools.keys.entry_proof import (
     MISMATCH,
     PROVEN,
@@ -124,5 +124,22 @@ def proof_of(proofs: Mapping[tuple[str, str], KeyProof], rec: EntryRecord) -> Ke
     return proofs.get((rec.layout, rec.key))
 
 
-__all__ = ["CURRENT_AOT_PARENT", "TrustHook", "gate", "proof_of", "prove_records",
-           "spellings"]
+def status_of(proof: KeyProof | None) -> str:
+    return proof.status if proof is not None else UNPROVEN
+
+
+def placed_note(proof: KeyProof | None) -> str:
+    """What a human should know about a placed entry's key: nothing when it was proven."""
+    if proof is None or proof.status == UNPROVEN:
+        return (proof.line() if proof else "key unproven") + ": placed because of --force"
+    return "" if proof.status == PROVEN else proof.line()
+
+
+def snapshot_named_by_content(x: FileRecord) -> bool:
+    """A recorder source snapshot is content-addressed: its name must be the sha256 of what
+    was staged (the staging write checked the content against ``x.sha256``)."""
+    return x.path.rpartition("/")[2] == x.sha256
+
+
+__all__ = ["CURRENT_AOT_PARENT", "TrustHook", "gate", "placed_note", "proof_of",
+           "prove_records", "snapshot_named_by_content", "spellings", "status_of"]

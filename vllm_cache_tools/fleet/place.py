@@ -29,9 +29,15 @@ from typing import IO, TypeVar
 
 from vllm_cache_tools import safeio
 from vllm_cache_tools.fleet.errors import FleetError
-from vllm_cache_tools.fleet.key_proof import gate, proof_of
+from vllm_cache_tools.fleet.key_proof import (
+    gate,
+    placed_note,
+    proof_of,
+    snapshot_named_by_content,
+    status_of,
+)
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord
-from vllm_cache_tools.keys.entry_proof import PROVEN, UNPROVEN, KeyProof
+from vllm_cache_tools.keys.entry_proof import KeyProof
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, STATE_DIRNAME
 from vllm_cache_tools.maintain.trash import EntryLocks, RootHandle
 from vllm_cache_tools.store.locate import display_path
@@ -344,7 +350,7 @@ def place_entries(staging: Staging, records: Sequence[EntryRecord],
     out: list[Placement] = []
     root = staging.vllm_root
     staging.close_dirs()
-    extras = [x for x in extras if _snapshot_named_by_content(staging, x)]
+    extras = [x for x in extras if snapshot_named_by_content(x)]
     flush_filesystem(staging.fd)
     with RootHandle(root) as h:
         trash = h.trash(create=True)
@@ -359,11 +365,11 @@ def place_entries(staging: Staging, records: Sequence[EntryRecord],
                 if why is not None:
                     out.append(Placement(rec.key, rec.layout,
                                          display_path(staging.vllm_root / rec.path),
-                                         "refused", why, _status(proof)))
+                                         "refused", why, status_of(proof)))
                     continue
                 p = _place_one(h, staging, rec, locks, lock_wait_s)
-                out.append(replace(p, proof=_status(proof),
-                                   detail=p.detail or _placed_note(proof)))
+                out.append(replace(p, proof=status_of(proof),
+                                   detail=p.detail or placed_note(proof)))
             for x in extras:
                 _place_extra(staging, x)
         finally:
@@ -411,23 +417,6 @@ def _place_one(h: RootHandle, staging: Staging, rec: EntryRecord, locks: EntryLo
     finally:
         os.close(dst_parent)
         os.close(src_parent)
-
-
-def _placed_note(proof: KeyProof | None) -> str:
-    """What a human should know about a placed entry's key: nothing when it was proven."""
-    if proof is None or proof.status == UNPROVEN:
-        return (proof.line() if proof else "key unproven") + ": placed because of --force"
-    return "" if proof.status == PROVEN else proof.line()
-
-
-def _status(proof: KeyProof | None) -> str:
-    return proof.status if proof is not None else UNPROVEN
-
-
-def _snapshot_named_by_content(staging: Staging, x: FileRecord) -> bool:
-    """A recorder source snapshot is content-addressed: its name must be the sha256 of what
-    was staged (the staging write checked the content against ``x.sha256``)."""
-    return x.path.rpartition("/")[2] == x.sha256
 
 
 def _place_extra(staging: Staging, x: FileRecord) -> None:
