@@ -242,3 +242,27 @@ def test_pull_of_a_store_entry_under_another_key_is_refused(tmp_path: Path) -> N
     assert (p["action"], p["key_proof"]) == ("refused", "mismatch")
     assert BACKEND in p["detail"] and "0123456789" in p["detail"]
     assert "0123456789" not in _placed(root)
+
+
+def test_a_recorder_manifest_proves_a_mega_aot_key_by_itself(tmp_path: Path) -> None:
+    """Manifests written by this recorder keep the exact Inductor factors of the AOT key
+    (key_parts.inductor_repr): the AOT entry alone, without its backend entry and without
+    the vLLM arguments, is proven; renamed, it is a mismatch naming its real key."""
+    from tests.realvllm.harness import SCENARIOS, run_scenario
+
+    run = run_scenario(SCENARIOS["sample"])
+    src = run.before(1)  # start 0's entries
+    keys = sorted(p.name for p in (src / "torch_compile_cache").iterdir() if len(p.name) == 10)
+    honest = tmp_path / "honest.tar.zst"
+    api.pack(keys, honest, root=src)
+    aot = next(e.key for e in read_manifest(honest).entries if e.layout == "aot")
+    alone = spoof.rewrite(honest, tmp_path / "alone.tar.zst", spoof.only("aot"))
+    rc, doc, err = _unpack(alone, tmp_path / "a")
+    assert rc == 0, err
+    (p,) = doc["placements"]
+    assert (p["action"], p["key_proof"]) == ("placed", "proven"), p
+    renamed = spoof.rewrite(alone, tmp_path / "renamed.tar.zst", spoof.rename("aot", "e" * 64))
+    rc, doc, _ = _unpack(renamed, tmp_path / "b", "--force")
+    (p,) = doc["placements"]
+    assert rc == 1 and (p["action"], p["key_proof"]) == ("refused", "mismatch")
+    assert aot[:12] in p["detail"]
