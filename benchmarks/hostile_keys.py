@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -39,15 +40,18 @@ OTHER_KEY_AOT = "f" * 64
 
 
 def _other_aot_key(root: Path, own: str) -> str:
+    """Another AOT key vLLM wrote (a later start's, in the whole root for a ``before-1``)."""
+    if root.name == "before-1" and (root.parent / "root").is_dir():
+        root = root.parent / "root"
     aot = root / "torch_compile_cache" / "torch_aot_compile"
     keys = sorted(p.name for p in aot.iterdir() if p.name != own) if aot.is_dir() else []
     return keys[0] if keys else OTHER_KEY_AOT
 
 
-def _kinds(root: Path, aot_key: str) -> list[tuple[str, spoof.Edit, Callable[[Path], None],
-                                                  bool]]:
+def _kinds(root: Path, aot_key: str, recorded: bool
+           ) -> list[tuple[str, spoof.Edit, Callable[[Path], None], bool]]:
     """(name, edit, root setup, the spoof's key is re-derivable: placed must be 0 even with
-    --force)."""
+    --force). ``recorded``: the AOT entry carries a recorder manifest."""
     other = _other_aot_key(root, aot_key)
 
     def second(r: Path) -> None:
@@ -62,8 +66,9 @@ def _kinds(root: Path, aot_key: str) -> list[tuple[str, spoof.Edit, Callable[[Pa
     return [
         ("backend files under another key", spoof.rename("backend", "0123456789"), nothing,
          True),
-        ("AOT under another env's key (recorder manifest kept)", spoof.rename("aot", other),
-         nothing, True),
+        ("AOT under another env's key (recorder manifest kept)" if recorded else
+         "AOT under another key, backend carried, no recorder (linked)",
+         spoof.rename("aot", other), nothing, recorded),
         ("AOT under another key, alone, no manifest (unproven)",
          spoof.chain(spoof.only("aot"), spoof.strip_manifests("aot"),
                      spoof.rename("aot", other)), nothing, False),
@@ -92,7 +97,10 @@ def run_root(root: Path, key: str, work: Path) -> dict[str, Any]:
     m = read_manifest(honest)
     aot = next((e.key for e in m.entries if e.layout == "aot"), None)
     rows: list[dict[str, Any]] = []
-    for n, (name, edit, setup, strict) in enumerate(_kinds(root, aot or OTHER_KEY_AOT)):
+    recorded = any("vct-manifest." in f.path for e in m.entries if e.layout == "aot"
+                   for f in e.files)
+    kinds = _kinds(root, aot or OTHER_KEY_AOT, recorded)
+    for n, (name, edit, setup, strict) in enumerate(kinds):
         if aot is None and "AOT" in name:
             continue
         b = work / f"spoof{n}.tar.zst"
@@ -138,18 +146,23 @@ def run_root(root: Path, key: str, work: Path) -> dict[str, Any]:
 
 def _harness_roots() -> list[tuple[Path, str]]:
     """The harness's "compile" and "compile-nomega" roots when generated (never generated
-    here), each with its first backend key."""
+    here), as start 0 left them (``before-1``: one start, one entry per tree; the whole root
+    holds other starts of the same sources, which the source proof alone links too), each
+    with its backend key."""
     home = Path(os.environ.get("VCT_TEST_HOME",
                                Path.home() / ".cache" / "vllm-cache-tools-tests"))
     out = []
     for name in ("compile", "compile-nomega"):
         found = sorted(p / "root" for p in (home / "caches").glob(f"{name}-*")
-                       if (p / "done.json").exists() and (p / "root").is_dir())
+                       if re.fullmatch(rf"{name}-[0-9a-f]{{16}}", p.name)
+                       and (p / "done.json").exists() and (p / "root").is_dir())
         if found:
-            cc = found[-1] / "torch_compile_cache"
-            keys = sorted(p.name for p in cc.iterdir() if len(p.name) == 10)
+            first = found[-1].parent / "before-1"
+            root = first if first.is_dir() else found[-1]
+            keys = sorted(p.name for p in (root / "torch_compile_cache").iterdir()
+                          if len(p.name) == 10)
             if keys:
-                out.append((found[-1], keys[0]))
+                out.append((root, keys[0]))
     return out
 
 
