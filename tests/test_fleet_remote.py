@@ -60,7 +60,7 @@ def test_push_pull_round_trip_dedup_and_ls(real_tp2: ScenarioRun, store_url: str
     res = run_cli("pull", store_url, "--root", str(root), "--json")
     assert res.returncode == 0, res.stderr
     pulled = json.loads(res.stdout)
-    assert pulled["schema"] == "vllm-cache-tools/pull/1"
+    assert pulled["schema"] == "vllm-cache-tools/pull/2"
     assert {p["action"] for p in pulled["placements"]} == {"placed"}
     for e in pulled["selected"]:
         assert tree_digests(root / e["path"]) == tree_digests(real_tp2.vllm_root / e["path"])
@@ -194,13 +194,15 @@ def test_push_again_through_another_entry_of_the_same_start(tmp_path: Path) -> N
     first = run_cli("push", "--root", str(root), "28fd", url, "--json")
     assert first.returncode == 0, first.stderr
     at = {e.record.key: e.pushed_at for e in Store(url).entries()}
-    again = run_cli("push", "--root", str(root), "b6a1", url, "--json")
+    # 0b85 is 28fd's own start's AOT entry (b6a1 has the same sources but another start's
+    # env hash in its recorder manifest: linked to 39ecaca4bf only).
+    again = run_cli("push", "--root", str(root), "0b85", url, "--json")
     assert again.returncode == 0, again.stdout + again.stderr
     actions = {e["key"][:10]: e["action"] for e in json.loads(again.stdout)["entries"]}
     assert set(actions.values()) <= {"present", "pushed"}, actions
     assert actions["28fd362d4e"] == "present"
-    aot = [e for e in Store(url).entries() if e.record.key.startswith("b6a1")]
-    assert aot[0].record.linked == ("28fd362d4e", "39ecaca4bf")
+    aot = [e for e in Store(url).entries() if e.record.key.startswith("0b85")]
+    assert aot[0].record.linked == ("28fd362d4e",)
     assert aot[0].pushed_at == at[aot[0].record.key]  # there already: not pushed again
 
 

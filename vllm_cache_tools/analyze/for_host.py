@@ -26,7 +26,7 @@ from vllm_cache_tools.keys.versions import backend_key, code_hash, env_hash, rec
 from vllm_cache_tools.layout import AOT_DIRNAME, short_key
 from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
-from vllm_cache_tools.read.manifest import source_snapshot
+from vllm_cache_tools.read.manifest import misnamed_snapshot, source_snapshot
 from vllm_cache_tools.read.noatime import read_source_text
 
 RECOMPUTED, RECORDED, NOT_REPRODUCIBLE = "recomputed", "recorded", "not reproducible"
@@ -289,9 +289,11 @@ def _code_factor(rec: HostRecord, recipe: Any, cc: Path | None = None,
         return _code_from_aot(rec, recipe, cc, aot_key_guess)
     cc = Path(rec.compile_cache) if rec.compile_cache else None
     files: dict[str, str | None] = {}
-    missing = 0
+    missing = misnamed = 0
     for path, sha in rec.traced_files:
         text = source_snapshot(cc, sha) if cc is not None and sha else None
+        if text is None and cc is not None and sha and misnamed_snapshot(cc, sha):
+            misnamed += 1  # not the recorder's: skipped
         if text is None and sha:
             local = read_source_text(path)  # the same path here, with the same content
             ok = local is not None and hashlib.sha256(local.encode()).hexdigest() == sha
@@ -302,6 +304,9 @@ def _code_factor(rec: HostRecord, recipe: Any, cc: Path | None = None,
     if missing or value != rec.code_hash:
         why = (f"{missing} of {len(files)} traced files' contents are not here" if missing
                else "recomputing it gave another value")
+        if misnamed:
+            why += (f" ({misnamed} recorder snapshot(s) whose content is not their name's "
+                    "sha256 were skipped)")
         return HostFactor("code_hash", rec.code_hash, RECORDED,
                           f"as that host's vLLM logged it; {why}; valid while those files "
                           "are unchanged there")

@@ -99,7 +99,7 @@ def render_placements(placements: Sequence[Any]) -> str:
 
     keys, w = key_column(p.key for p in placements)
     return "".join(f"{p.action:<9} {p.layout:<7} {keys.get(p.key or '', '-'):<{w}}  {p.path}"
-                   + (f"  ({p.detail})" if p.detail and p.action != "placed" else "") + "\n"
+                   + (f"  ({p.detail})" if p.detail else "") + "\n"
                    for p in placements)
 
 

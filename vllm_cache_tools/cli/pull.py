@@ -30,7 +30,8 @@ def pull(
     check: Annotated[bool, typer.Option("--check", help="Decide only: fetch nothing.")]
     = False,
     force: Annotated[bool, typer.Option(
-        "--force", help="Fetch even when the checks say vLLM would not use the entries.")]
+        "--force", help="Fetch even when the checks say vLLM would not use the entries, and "
+        "place entries whose key could not be re-derived from their files.")]
     = False,
     python: PythonOpt = None,
     usage: UsageOpt = "serve",

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from vllm_cache_tools.cli.common import console, print_json, redact_json
 from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.keys.entry_proof import proof_json, prove_entry
 from vllm_cache_tools.keys.source_link import same_source_aot_keys
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, short_key
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.lookup import locate_entry
 from vllm_cache_tools.store.scan import scan
+from vllm_cache_tools.store.types import Entry
 from vllm_cache_tools.store.usage import apply_usage, usage
 from vllm_cache_tools.units import human_age, human_size
 from vllm_cache_tools.views.payloads import entry_detail
@@ -39,12 +42,26 @@ def show(
         siblings = scan(path.parent, check_in_use=False).entries if path.parent.name == \
             COMPILE_CACHE_DIRNAME else ()
         data["same_sources_aot"] = same_source_aot_keys(entry, siblings, read_entry)
+    data["key_proof"] = proof_json(prove_entry(entry, _backend_siblings(entry, path)))
     # Factors and manifests are vLLM's (or an older recorder's) files: they may hold a secret.
     data = redact_json(data)
     if json_out:
         print_json(data)
         return
     _render(data, show_env=env)
+
+
+def _backend_siblings(entry: Entry, path: Path) -> list[Entry]:
+    """Backend entries of the root that may be an AOT entry's sibling: those whose graph
+    was traced from the file of its compiled forward (read in full)."""
+    info = entry.aot_info
+    cc = path.parent.parent
+    if entry.layout != "aot" or info is None or not info.filename \
+            or cc.name != COMPILE_CACHE_DIRNAME:
+        return []
+    tail = info.filename.split("site-packages/")[-1]
+    return [read_entry(b.path, deep=True) for b in scan(cc, check_in_use=False).entries
+            if b.layout == "backend" and b.model and tail in b.model]
 
 
 def _kv(con: Any, key: str, value: Any) -> None:
@@ -74,6 +91,10 @@ def _render(d: dict[str, Any], show_env: bool) -> None:
     _kv(con, "vllm", d["vllm_version"] or "unknown (not recorded by vLLM)")
     _kv(con, "hardware", d["hardware"])
     _kv(con, "model", d["model"])
+    kp = d.get("key_proof")
+    if kp:
+        _kv(con, "key proof", kp["status"] + f" ({kp['how']})"
+            + (f": its content gives {kp['derived']}" if kp["status"] == "mismatch" else ""))
     if d["layout"] == "backend":
         h = d.get("hashes")
         if h:

@@ -31,8 +31,9 @@ def unpack(
                                            show_default=False)],
     root: RootOpt = None,
     force: Annotated[bool, typer.Option(
-        "--force", help="Place even when the checks say vLLM would not use the entries "
-        "(an entry already there with other files is still never overwritten).")] = False,
+        "--force", help="Place even when the checks say vLLM would not use the entries, and "
+        "entries whose key could not be re-derived from their files (an entry already there "
+        "with other files, or whose files give another key, is still never placed).")] = False,
     check: Annotated[bool, typer.Option(
         "--check", help="Only check (integrity of the manifest, compatibility, relocation, "
         "and with -- args the hit): place nothing.")] = False,
@@ -50,10 +51,14 @@ def unpack(
     them (predict). A predicted miss is refused with its causes (--force places anyway).
     Files are written to a staging folder inside the root and every size and sha256 checked
     (a truncated or tampered bundle, a member outside its entry, a link or device: nothing
-    placed); then each entry is renamed into place under its lock. An entry already there
-    with the same files is left as is; with other files it is never overwritten.
+    placed); each entry's key is re-derived from its staged files (its factors, its
+    recorder manifest, or a backend entry of the same start): another key is refused, an
+    unproven one needs --force; only vLLM's current folder spelling is placed. Then each
+    entry is renamed into place under its lock. An entry already there with the same files
+    is left as is; with other files it is never overwritten.
     Exit status: 0 placed (or --check: would hit / compatible), 1 refused (would not hit,
-    or another entry of a key is there), 2 usage, bundle or I/O error."""
+    another entry of a key is there, or a key not proven from its files), 2 usage, bundle
+    or I/O error."""
     from vllm_cache_tools.fleet.api import unpack as do_unpack
     from vllm_cache_tools.views.fleet import unpack_document
 

@@ -173,6 +173,7 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
     """Check a bundle (integrity, compatibility, relocation, and with ``vllm_args`` whether
     the next start here would hit) and place its entries atomically."""
     from vllm_cache_tools.fleet.bundle_read import extract, read_manifest
+    from vllm_cache_tools.fleet.key_proof import prove_records
     from vllm_cache_tools.fleet.place import Staging, place_entries
 
     t0 = time.perf_counter()
@@ -213,7 +214,10 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
                 if not check.would_hit and not force:
                     return UnpackResult(path, croot.vllm_root, m, check, (), False, True,
                                         time.perf_counter() - t0)
-                placed = place_entries(st, m.entries, m.extras)
+                proofs = prove_records(st.path, croot.vllm_root, m.entries,
+                                       inductor=check.inductor_reprs,
+                                       vllm_version=check.vllm_version)
+                placed = place_entries(st, m.entries, m.extras, proofs=proofs, force=force)
                 kept[0] = True
         except OSError as exc:
             for c in checking:
@@ -278,6 +282,7 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     if check_only or refused or not chosen:
         return PullResult(store.url, croot.vllm_root, check, (), records, 0, check_only,
                           refused and not check_only, time.perf_counter() - t0, fp, skipped)
+    from vllm_cache_tools.fleet.key_proof import prove_records
     from vllm_cache_tools.fleet.place import (
         Placement,
         Staging,
@@ -302,7 +307,11 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
                 Staging(croot.vllm_root) as st:
             got = download(store, todo, st, workers=workers, progress=progress)
             extras = {x.path: x for e in todo for x in e.extras}
-            placed = place_entries(st, tuple(e.record for e in todo), extras.values())
+            recs = tuple(e.record for e in todo)
+            proofs = prove_records(st.path, croot.vllm_root, recs,
+                                   inductor=check.inductor_reprs,
+                                   vllm_version=check.vllm_version)
+            placed = place_entries(st, recs, extras.values(), proofs=proofs, force=force)
             kept[0] = True
     except OSError as exc:
         raise FleetError(f"pulling into {croot.vllm_root} failed: {exc.strerror or exc}: "

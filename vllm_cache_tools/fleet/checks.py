@@ -64,6 +64,11 @@ class HitCheck:
     """The keys predict computed for this host: ``aot``, ``backend``."""
     environment: str = ""
     seconds: float = 0.0
+    inductor_reprs: tuple[str, ...] = ()
+    """``str(get_inductor_factors())`` here, plain and as patched for AOT (hit check only):
+    what re-derives a mega AOT entry's key (:mod:`vllm_cache_tools.keys.entry_proof`)."""
+    vllm_version: str | None = None
+    """vLLM's release here (hit check only): an input of the AOT key's model part."""
 
     @property
     def would_hit(self) -> bool:
@@ -298,9 +303,12 @@ def hit_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
                                 + (" (or cannot be used: see above)" if want in by_key
                                    else "")))
         causes = _causes(p, aots, backends, probe)
+    ind = probe.get("inductor") or {}
+    reprs = tuple(r for r in (ind.get("plain_repr"), ind.get("in_aot_repr"))
+                  if isinstance(r, str))
     return HitCheck("hit" if hit else "miss", tuple(findings), tuple(causes), tuple(used),
                     {"aot": aot_key, "backend": bkey}, static.environment,
-                    time.perf_counter() - t0)
+                    time.perf_counter() - t0, reprs, probe.get("vllm_version"))
 
 
 def _causes(p: Any, aots: Sequence[EntryRecord], backends: Sequence[EntryRecord],

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from vllm_cache_tools.fleet.pack_memo import PackMemo
+from vllm_cache_tools.keys.entry_proof import same_start
 from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.types import Entry
@@ -77,7 +78,7 @@ def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
             ok = False
         else:
             fa = facts.full(ap)
-            ok = same_model_file(fb, fa) and proven(fb, fa)
+            ok = same_model_file(fb, fa) and same_start(fb, fa) and proven(fb, fa)
         facts.memo.put_proof(bfp, afp, ok)
         return ok
 

@@ -32,7 +32,9 @@ from vllm_cache_tools import __version__, safeio
 from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_json
 from vllm_cache_tools.store.locate import user_cache_dir
 
-FORMAT = 1
+FORMAT = 2
+"""2: a link proof also needs the AOT entry's recorder manifests to agree with the backend
+entry's env and config hashes (format 1's proofs linked every start of the same code)."""
 MAX_PROOFS = 100_000
 """Proof results kept at most (two xxh3 digests each); past it the memo starts afresh."""
 

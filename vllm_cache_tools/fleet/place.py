@@ -23,14 +23,22 @@ import secrets
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import IO, TypeVar
 
 from vllm_cache_tools import safeio
 from vllm_cache_tools.fleet.errors import FleetError
+from vllm_cache_tools.fleet.key_proof import (
+    gate,
+    placed_note,
+    proof_of,
+    snapshot_named_by_content,
+    status_of,
+)
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord
+from vllm_cache_tools.keys.entry_proof import KeyProof
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, STATE_DIRNAME
 from vllm_cache_tools.maintain.trash import EntryLocks, RootHandle
 from vllm_cache_tools.store.locate import display_path
@@ -58,6 +66,9 @@ class Placement:
     path: str
     action: str
     detail: str = ""
+    proof: str = ""
+    """Whether the key was re-derived from the entry's own files: ``proven``, ``linked``,
+    ``mismatch``, ``unproven`` (:mod:`vllm_cache_tools.keys.entry_proof`)."""
 
 
 class Staging:
@@ -355,12 +366,16 @@ def _lock(locks: EntryLocks, name: str, wait_s: float) -> bool:
 
 def place_entries(staging: Staging, records: Sequence[EntryRecord],
                   extras: Iterable[FileRecord] = (), *,
+                  proofs: Mapping[tuple[str, str], KeyProof], force: bool = False,
                   lock_wait_s: float = LOCK_WAIT_S) -> tuple[Placement, ...]:
     """Move each staged entry (``staging/<record.path>``) into its place in the root; put the
-    staged extras (content-addressed snapshots) in place when missing."""
+    staged extras (content-addressed snapshots) in place when missing. An entry is refused
+    where :func:`.key_proof.gate` says so (its key not proven from its staged files, or not
+    vLLM's current spelling of it, or a second spelling of a key present)."""
     out: list[Placement] = []
     root = staging.vllm_root
     staging.close_dirs()
+    extras = [x for x in extras if snapshot_named_by_content(x)]
     flush_filesystem(staging.fd)
     with RootHandle(root) as h:
         trash = h.trash(create=True)
@@ -370,7 +385,16 @@ def place_entries(staging: Staging, records: Sequence[EntryRecord],
         locks = EntryLocks(trash.locks_fd)
         try:
             for rec in records:
-                out.append(_place_one(h, staging, rec, locks, lock_wait_s))
+                proof = proof_of(proofs, rec)
+                why = gate(rec, proof, force=force, root_fd=h.root_fd)
+                if why is not None:
+                    out.append(Placement(rec.key, rec.layout,
+                                         display_path(staging.vllm_root / rec.path),
+                                         "refused", why, status_of(proof)))
+                    continue
+                p = _place_one(h, staging, rec, locks, lock_wait_s)
+                out.append(replace(p, proof=status_of(proof),
+                                   detail=p.detail or placed_note(proof)))
             for x in extras:
                 _place_extra(staging, x)
         finally:

@@ -328,6 +328,9 @@ def extra_from_json(d: Any) -> FileRecord:
     parent, _, name = f.path.rpartition("/")
     if parent != _SNAPSHOT_DIR or not _SHA256.match(name):
         raise BundleError(f"refused: extra file {f.path!r} is not a recorder source snapshot")
+    if name != f.sha256:
+        raise BundleError(f"refused: source snapshot {name[:12]} holds content of sha256 "
+                          f"{f.sha256[:12]} (snapshots are named by their content's sha256)")
     return f
 
 

@@ -16,7 +16,10 @@ only):
 - ``missing-artifact``: ``vllm_compile_cache.py`` names an artifact that is not there;
 - ``no-artifacts``: ``cache_key_factors.json`` but no compiled graph or artifact table;
 - ``corrupt``: factors JSON or artifact table unreadable;
-- ``key-mismatch``: the recorded factors do not re-hash to the folder name;
+- ``key-mismatch``: the recorded factors do not re-hash to the folder name (backend), or the
+  AOT entry's recorder manifest names another folder or its parts give another key;
+- ``ambiguous-key``: one AOT key under both spellings (``<root>/torch_aot_compile`` and
+  ``torch_compile_cache/torch_aot_compile``);
 - ``unreadable``: a file or folder we may not read (another user's 0600 ``model`` on a shared
   root): nothing is known about it, so it is never called corrupt and never removed;
 - ``symlink``: a symlink inside an entry (never followed);
@@ -25,7 +28,9 @@ only):
 
 Notes (reported, never a failure): ``graph-only``, a backend folder holding factors and the
 traced graph but no compiled graph (normal with the AOT tree's mega artifact: vLLM loads the
-compiled model from the AOT entry, never from this folder).
+compiled model from the AOT entry, never from this folder); ``key-linked`` and
+``key-unproven``, an AOT entry whose key could not be re-derived from its content (linked: a
+proven backend entry of the same start reproduces its sources; unproven: nothing does).
 
 ``key-mismatch`` is reported, not fixed: the recipe is vLLM 0.32-0.33's, and an entry written
 by another version may be named by another recipe (docs/recipes.md).
@@ -42,6 +47,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_cache_tools.keys import backend_key, env_hash_from_factors
+from vllm_cache_tools.keys.entry_proof import LINKED, MISMATCH, PROVEN, prove_entry
 from vllm_cache_tools.maintain.evidence import busy_entries, entry_rel_path
 from vllm_cache_tools.maintain.trash import entry_tree, open_dir
 from vllm_cache_tools.safeio import ident, unlink_at
@@ -53,7 +59,7 @@ from vllm_cache_tools.units import fmt_duration
 FIXABLE = frozenset({"empty-model", "truncated-model", "corrupt-model", "not-aot-model",
                      "missing-model", "missing-artifact", "no-artifacts", "corrupt"})
 """Kinds that make ``--fix`` remove the whole entry."""
-NOTES = frozenset({"graph-only"})
+NOTES = frozenset({"graph-only", "key-linked", "key-unproven"})
 """Kinds reported for information: not a failure (exit 0)."""
 _SUFFIX = re.compile(r"-\d+$")  # vLLM 0.9.0-0.9.1 "<key>-<n>"
 
@@ -179,6 +185,33 @@ def _key_mismatches(e: Entry) -> list[VerifyProblem]:
     return out
 
 
+def aot_key_problems(entries: Sequence[Entry]) -> list[VerifyProblem]:
+    """AOT entries whose key is not re-derived from their content (:mod:`..keys.entry_proof`:
+    their recorder manifest, or a backend entry of the same start in this root), and keys
+    present under both of vLLM's AOT spellings (which of the two a start loads depends on
+    its vLLM release)."""
+    out: list[VerifyProblem] = []
+    backends = [b for b in entries if b.layout == "backend"]
+    places: dict[str, list[Entry]] = {}
+    for e in entries:
+        if e.layout != "aot":
+            continue
+        places.setdefault(e.key, []).append(e)
+        proof = prove_entry(e, backends)
+        if proof.status == PROVEN:
+            continue
+        kind = {MISMATCH: "key-mismatch", LINKED: "key-linked"}.get(proof.status,
+                                                                    "key-unproven")
+        out.append(VerifyProblem(e.key, e.layout, display_path(e.path), kind, proof.line()))
+    for key, es in places.items():
+        if len(es) > 1:
+            out.append(VerifyProblem(key, "aot", display_path(es[0].path), "ambiguous-key",
+                                     "the same key under both AOT spellings ("
+                                     + " and ".join(display_path(x.path) for x in es)
+                                     + "): remove the one this vLLM does not read"))
+    return out
+
+
 def verify(root: str | Path | CacheRoot | None = None, *, now: float | None = None,
            busy: Mapping[str, Sequence[int]] | None = None) -> VerifyReport:
     """Check every entry under the root (deep read). Entries that are in use or were
@@ -199,6 +232,7 @@ def verify(root: str | Path | CacheRoot | None = None, *, now: float | None = No
     # an unreadable folder of the root.
     problems += [VerifyProblem("", "root", p.path, p.kind, p.detail) for p in info.problems
                  if p.kind in UNREAD_KINDS]  # layout root, no key
+    problems += aot_key_problems(info.entries)
     return VerifyReport(info.root, info.root_source, len(info.entries), tuple(problems),
                         info.entries)
 

@@ -5,6 +5,7 @@ be read is reported, never guessed at. A ledger line is judged by the one record
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -139,12 +140,28 @@ def read_manifests(entry_path: Path, layout: str) -> tuple[list[Manifest], list[
 
 
 def source_snapshot(compile_cache: Path, sha256: str) -> str | None:
-    """A traced file's content as the recorder saved it (``None`` when not kept)."""
+    """A traced file's content as the recorder saved it (``None`` when not kept, and when
+    the file's content is not what its name says: snapshots are content-addressed, and one
+    whose sha256 differs from its name was not written by the recorder; see
+    :func:`misnamed_snapshot`)."""
+    raw = _snapshot_bytes(compile_cache, sha256)
+    if raw is None or hashlib.sha256(raw).hexdigest() != sha256:
+        return None
+    return raw.decode("utf-8", errors="replace")
+
+
+def misnamed_snapshot(compile_cache: Path, sha256: str) -> bool:
+    """Whether the snapshot named ``sha256`` is there with other content (a reader skips it
+    with a warning)."""
+    raw = _snapshot_bytes(compile_cache, sha256)
+    return raw is not None and hashlib.sha256(raw).hexdigest() != sha256
+
+
+def _snapshot_bytes(compile_cache: Path, sha256: str) -> bytes | None:
     if not all(c in "0123456789abcdef" for c in sha256) or len(sha256) != 64:
         return None
     try:
-        return read_noatime(compile_cache / STATE_DIRNAME / SOURCES_DIRNAME / sha256).decode(
-            "utf-8", errors="replace")
+        return read_noatime(compile_cache / STATE_DIRNAME / SOURCES_DIRNAME / sha256)
     except OSError:
         return None
 

@@ -223,7 +223,11 @@ def _aot_manifest(mod: ModuleType, model: Any, path: str) -> dict[str, Any]:
         verified = hashlib.sha256(str([*factors, mk]).encode()).hexdigest() == key
     manifest["key_parts"] = None if factors is None else {
         "env_hash": factors[0], "config_hash": factors[1], "model_hash_key": mk,
-        "inductor_in_key": len(factors) > 2, "verified": verified}
+        "inductor_in_key": len(factors) > 2, "verified": verified,
+        # Exactly what enters the key (str of the Inductor factors' list): the named fields
+        # under "inductor" are JSON and cannot give it back, so without it a mega AOT key
+        # cannot be re-derived from the manifest (keys/entry_proof.py).
+        "inductor_repr": str(list(factors[2:])) if len(factors) > 2 else None}
     manifest["inductor"] = (capture.inductor_json(factors[2:])
                             if factors is not None and len(factors) > 2 else None)
     code = getattr(fwd, "__code__", None)

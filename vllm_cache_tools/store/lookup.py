@@ -32,6 +32,13 @@ class AmbiguousKey(VctError, LookupError):
         self.candidates = candidates
 
     def __str__(self) -> str:
+        names = {p.name for _, p in self.candidates}
+        if len(names) == 1:
+            # One key in two places (vLLM 0.11.1-0.16's <root>/torch_aot_compile beside
+            # 0.17+'s torch_compile_cache/torch_aot_compile): one line naming both paths.
+            where = " and ".join(display_path(p) for _, p in self.candidates)
+            return (f"key {self.candidates[0][1].name[:12]} is in {len(self.candidates)} "
+                    f"places ({where}): name the folder by its path")
         lines = "\n".join(f"  {layout:8} {p.name}" for layout, p in self.candidates)
         return f"key prefix {self.ref!r} is ambiguous; candidates:\n{lines}"
 

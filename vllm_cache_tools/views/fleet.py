@@ -36,7 +36,7 @@ def check_json(c: HitCheck | None) -> dict[str, Any] | None:
 
 def placement_json(p: Placement) -> dict[str, Any]:
     return {"key": p.key, "layout": p.layout, "path": p.path, "action": p.action,
-            "detail": p.detail or None}
+            "detail": p.detail or None, "key_proof": p.proof or None}
 
 
 def footprint_json(fp: Footprint | None) -> dict[str, int] | None:

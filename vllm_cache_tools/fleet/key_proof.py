@@ -1,0 +1,145 @@
+"""What is placed is what its name says: before ``unpack`` or ``pull`` moves a staged entry into
+the root, its key is re-derived from the staged files (:mod:`vllm_cache_tools.keys.entry_proof`),
+and its folder must be vLLM's current spelling of the key with no other spelling of that key
+in the root. Reading the staged copy (not the record) is the point: the record is what the
+bundle or store says, the staged files are what vLLM would load.
+
+``gate`` says, per record, why it may not be placed (or ``None``): a key mismatch always; an
+unproven key unless ``--force`` (or a trusted signature, through :data:`TrustHook`, which the
+signing work fills in); an old or second spelling always."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from vllm_cache_tools.fleet.records import EntryRecord, FileRecord
+from vllm_cache_tools.keys.entry_proof import (
+    MISMATCH,
+    PROVEN,
+    UNPROVEN,
+    KeyProof,
+    prove_aot,
+    prove_backend,
+)
+from vllm_cache_tools.keys.source_link import linked_aot_entries
+from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
+from vllm_cache_tools.store.entries import read_entry
+from vllm_cache_tools.store.types import Entry
+
+TrustHook = Callable[[EntryRecord], str | None]
+"""Given a record whose key could not be proven from its content, the name of a trusted
+signature that covers it, or ``None``. None is installed yet (the signing issue adds one);
+``--force`` is the only other way to place an unproven entry."""
+
+CURRENT_AOT_PARENT = f"{COMPILE_CACHE_DIRNAME}/{AOT_DIRNAME}"
+"""vLLM 0.17+ keeps the AOT tree inside ``torch_compile_cache``; the 0.11.1-0.16 spelling
+(``<root>/torch_aot_compile``) is read but never written."""
+
+
+def spellings(rec: EntryRecord) -> tuple[str, ...]:
+    """Every path a vLLM release may look the record's key up at (relative to the root)."""
+    if rec.layout == "backend":
+        return (f"{COMPILE_CACHE_DIRNAME}/{rec.key}",)
+    return (f"{CURRENT_AOT_PARENT}/{rec.key}", f"{AOT_DIRNAME}/{rec.key}")
+
+
+def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRecord], *,
+                  inductor: Sequence[str] = (), vllm_version: str | None = None,
+                  trust: TrustHook | None = None) -> dict[tuple[str, str], KeyProof]:
+    """The proof of each record's key from its staged copy (``staged_root / rec.path``).
+    An AOT entry's siblings are the staged backend entries and those of its ``linked`` keys
+    already in the root, each counted only where the source proof links the two.
+    ``inductor`` and ``vllm_version``: this host's, from the hit check's probe (what a mega
+    AOT key needs beyond its backend entry)."""
+    out: dict[tuple[str, str], KeyProof] = {}
+    staged: dict[str, Entry] = {}
+    backends: list[tuple[Entry, KeyProof]] = []
+    for rec in records:
+        e = _read(staged_root / rec.path)
+        if e is None:
+            out[(rec.layout, rec.key)] = KeyProof(rec.key, rec.layout, UNPROVEN,
+                                                  "its staged copy could not be read")
+            continue
+        staged[rec.key] = e
+        if rec.layout == "backend":
+            p = prove_backend(e)
+            out[("backend", rec.key)] = p
+            backends.append((e, p))
+    versions = sorted({v for r in records if (v := r.versions.get("vllm"))}
+                      | ({vllm_version} if vllm_version else set()))
+    for rec in records:
+        e = staged.get(rec.key)
+        if rec.layout != "aot" or e is None:
+            continue
+        cands = list(backends)
+        have = {b.key for b, _ in cands}
+        for k in rec.linked:
+            if k not in have and (b := _read(vllm_root / COMPILE_CACHE_DIRNAME / k)):
+                cands.append((b, prove_backend(b)))
+        sibs = [p for b, p in cands if p.status == PROVEN and linked_aot_entries(b, [e])]
+        out[("aot", rec.key)] = prove_aot(e, sibs, versions=versions, inductor=inductor)
+    if trust is not None:
+        for rec in records:
+            p = out[(rec.layout, rec.key)]
+            if p.status == UNPROVEN and (sig := trust(rec)):
+                out[(rec.layout, rec.key)] = KeyProof(rec.key, rec.layout, PROVEN,
+                                                      f"trusted signature {sig}", rec.key)
+    return out
+
+
+def _read(path: Path) -> Entry | None:
+    try:
+        return read_entry(path, deep=True) if path.is_dir() and not path.is_symlink() else None
+    except OSError:
+        return None
+
+
+def gate(rec: EntryRecord, proof: KeyProof | None, *, force: bool, root_fd: int) -> str | None:
+    """Why ``rec`` may not be placed, in one line; ``None`` when it may."""
+    current = spellings(rec)[0]
+    if rec.path != current:
+        return (f"{rec.path} is not where this vLLM keeps the key ({current}): only the "
+                "current spelling is placed")
+    for other in spellings(rec)[1:]:
+        try:
+            os.stat(other, dir_fd=root_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            pass
+        return (f"{other} is already in the root: a second spelling of the key would make "
+                "it ambiguous")
+    if proof is None:
+        return None if force else "key unproven (not checked): --force places it"
+    if proof.status == MISMATCH:
+        return proof.line()
+    if not proof.placeable and not force:
+        return f"{proof.line()}: --force places it"
+    return None
+
+
+def proof_of(proofs: Mapping[tuple[str, str], KeyProof], rec: EntryRecord) -> KeyProof | None:
+    return proofs.get((rec.layout, rec.key))
+
+
+def status_of(proof: KeyProof | None) -> str:
+    return proof.status if proof is not None else UNPROVEN
+
+
+def placed_note(proof: KeyProof | None) -> str:
+    """What a human should know about a placed entry's key: nothing when it was proven."""
+    if proof is None or proof.status == UNPROVEN:
+        return (proof.line() if proof else "key unproven") + ": placed because of --force"
+    return "" if proof.status == PROVEN else proof.line()
+
+
+def snapshot_named_by_content(x: FileRecord) -> bool:
+    """A recorder source snapshot is content-addressed: its name must be the sha256 of what
+    was staged (the staging write checked the content against ``x.sha256``)."""
+    return x.path.rpartition("/")[2] == x.sha256
+
+
+__all__ = ["CURRENT_AOT_PARENT", "TrustHook", "gate", "placed_note", "proof_of",
+           "prove_records", "snapshot_named_by_content", "spellings", "status_of"]
