@@ -45,6 +45,7 @@ from vllm_cache_tools.fleet.records import (
     file_json,
 )
 from vllm_cache_tools.layout import short_key
+from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.read.noatime import open_noatime
 
 STORE_FORMAT = "vllm-cache-store"
@@ -113,7 +114,7 @@ def parse_storage_options(items: Iterable[str]) -> dict[str, Any]:
         if not sep or not k:
             raise FleetError(f"storage option {k or item!r} is not KEY=VALUE")
         try:
-            out[k] = json.loads(v)
+            out[k] = jsontext.loads(v, f"storage option {k}")
         except ValueError:
             out[k] = v
     return out
@@ -263,7 +264,7 @@ class Store:
         text = self.cat_if_exists(path)  # one request, not exists + cat (a round trip less)
         if text is not None:
             try:
-                data = json.loads(text)
+                data = jsontext.loads(text, MARKER)
             except ValueError:
                 data = None
             if not isinstance(data, dict) or data.get("format") != STORE_FORMAT:
@@ -294,7 +295,8 @@ class Store:
 
     def read_index(self, path: str) -> StoreEntry:
         try:
-            data = json.loads(self.cat(path))
+            data = jsontext.loads(self.cat(path), f"index {os.path.basename(path)}",
+                                  max_containers=None)
             if not isinstance(data, dict) or data.get("format") != STORE_FORMAT:
                 raise ValueError("not an index object")
             if data.get("format_version") != STORE_VERSION:
