@@ -16,6 +16,8 @@ from pathlib import Path
 
 import pytest
 import zstandard
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tests.conftest import run_cli
 from vllm_cache_tools.read import jsontext
@@ -57,6 +59,22 @@ def test_text_depth_is_exact_for_valid_json(value: object) -> None:
         for raw in (text, text.encode()):
             assert not jsontext.text_depth_over(raw, d)
             assert jsontext.text_depth_over(raw, d - 1) == (d > 0)
+
+
+_TEXT = st.text(alphabet='[]{}"\\ab\u00e9\u202e', max_size=8)
+_JSON = st.recursive(st.none() | st.integers() | _TEXT,
+                     lambda kids: st.lists(kids, max_size=4)
+                     | st.dictionaries(_TEXT, kids, max_size=4), max_leaves=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_JSON)
+def test_text_depth_matches_the_parsed_depth(value: object) -> None:
+    """Strings full of brackets, quotes and backslashes never fool the check."""
+    d = _depth(value)
+    raw = json.dumps(value, ensure_ascii=False)
+    assert not jsontext.text_depth_over(raw, d)
+    assert jsontext.text_depth_over(raw, d - 1) == (d > 0)
 
 
 @pytest.mark.parametrize("raw", [DEEP, DEEP_OBJ, DEEP.decode(), b"[" * 50_000])
