@@ -248,14 +248,14 @@ def shared_place_problem(loc: CacheLocation, caller: int | None = None) -> str |
 
 
 def check_place(loc: CacheLocation, caller: int | None = None) -> PlaceCheck:
-    """Why ``loc`` must not be read or pruned, when it lies in a folder other users can
-    write in (``/tmp``, ``/var/tmp``, ``$TMPDIR``, a folder of another user): there anyone may
-    plant its name (a symlink to ``/var/lib``, to a victim's home, a folder of their own).
-    As OpenSSH's StrictModes: it must be a real folder (``lstat``, never a link), owned by
-    the user it is named for or by the caller, and writable by nobody else (group-writable
-    only through its owner's private group, as ``umask 002`` makes it; torch and Triton make
-    their folders with ``os.makedirs``' default mode minus the umask). ``None``: fine, not
-    there, or in a folder only its owner (and root) can change."""
+    """Why ``loc`` must not be read or pruned, when it lies in a folder everyone can write in
+    (``/tmp``, ``/var/tmp``, ``$TMPDIR``): there anyone may plant its name (a symlink to
+    ``/var/lib``, to a victim's home, a folder of their own). As OpenSSH's StrictModes: it
+    must be a real folder (``lstat``, never a link), owned by the user it is named for or by
+    the caller, and writable by nobody else (group-writable only through its owner's private
+    group, as ``umask 002`` makes it; torch and Triton make their folders with
+    ``os.makedirs``' default mode minus the umask). ``problem`` is ``None`` when fine, not
+    there, or not in such a folder."""
     why, exposed, s = _check_place(loc, caller)
     return PlaceCheck(why, exposed, (s.st_dev, s.st_ino) if s is not None else None)
 
@@ -270,9 +270,11 @@ def _check_place(loc: CacheLocation, caller: int | None
         ps = os.stat(os.path.dirname(path))  # followed: $TMPDIR may be the user's own link
     except OSError:
         return None, False, None
-    exposed = others_can_write(ps, frozenset({caller}))
-    if exposed is None:
+    if not ps.st_mode & st.S_IWOTH:
+        # Not a folder everyone can write in. A group-shared folder (a team's vLLM root,
+        # setgid) is trusted as its group is: safeio's rules cover writing there.
         return None, False, None
+    exposed = "writable by everyone"
     try:
         s = os.lstat(path)
     except OSError:
