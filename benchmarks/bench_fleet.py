@@ -188,15 +188,15 @@ def main() -> int:
             return lambda: (shutil.rmtree(p, ignore_errors=True), p.mkdir())  # type: ignore
 
         t = interleaved({
-            "pack": (lambda: api.pack(keys, work / "b.tar.zst", root=many), None),
+            "pack": (lambda: api.pack(keys, work / "b.tar.zst", root=many, force=True), None),
             "tar": (lambda: tar_zstd(["-cf", str(work / "t.tar.zst"), "-C", str(many),
                                       *dirs]), None),
-            "write": (lambda: write_bundle(sel, work / "s.tar.zst"), None),
-            "pack_sync": (lambda: api.pack(keys, work / "c.tar.zst", root=many, sync=True),
-                          None),
+            "write": (lambda: write_bundle(sel, work / "s.tar.zst", force=True), None),
+            "pack_sync": (lambda: api.pack(keys, work / "c.tar.zst", root=many, sync=True,
+                                           force=True), None),
             # The first pack of these entries: no memo (every pickle read, every file
             # hashed); the memo it writes is removed again by the next run's `before`.
-            "pack_cold": (lambda: api.pack(keys, work / "d.tar.zst", root=many),
+            "pack_cold": (lambda: api.pack(keys, work / "d.tar.zst", root=many, force=True),
                           lambda: memo.unlink(missing_ok=True)),
         }, ns.repeat)
         t_pack, t_tar, t_stream, t_pack_sync = t["pack"], t["tar"], t["write"], t["pack_sync"]
@@ -335,7 +335,7 @@ def main() -> int:
             try:
                 single = work / "one.tar.zst"
                 one = [p.name for p in entry_dirs(src)]
-                api.pack(one, single, root=src)
+                api.pack(one, single, root=src, force=True)
                 push_url = fresh() + "/one"
                 api.push(one, push_url, root=src)
                 args = start.serve_args()

@@ -88,7 +88,7 @@ def test_a_root_path_that_is_not_utf8_packs_without_a_memo(tmp_path: Path) -> No
     root = Path(os.fsdecode(bytes(tmp_path) + b"/r\xffoot"))
     shutil.copytree(sample, root, symlinks=True)
     out = tmp_path / "b.tar.zst"
-    for _ in range(2):
-        r = run_cli("pack", "28fd", "--root", os.fsdecode(root), "-o", str(out))
+    for again in ((), ("--force",)):  # the second run replaces the first bundle
+        r = run_cli("pack", "28fd", "--root", os.fsdecode(root), "-o", str(out), *again)
         assert r.returncode == 0, r.stderr
         assert out.stat().st_size > 0

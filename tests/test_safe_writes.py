@@ -279,3 +279,58 @@ def test_state_folders_made_in_a_shared_root_stay_shared(tmp_path: Path) -> None
     events, problems = read_ledger(cc)
     assert len(events) == 2 and not problems
     assert (cc / STATE_DIRNAME / LEDGER_DIRNAME / f"{HOST}.{user.uid}.jsonl").exists()
+
+
+# ---- safeio.NamedOutput: files at a path a user names (issue 23 item 2) ---------------------
+
+def _names(d: Path) -> set[str]:
+    return {p.name for p in d.iterdir()}
+
+
+def test_named_output_new_file_whole_or_nothing(tmp_path: Path) -> None:
+    with safeio.NamedOutput(tmp_path / "out.bin") as out:
+        out.write(b"abc")
+        assert _names(tmp_path) != {"out.bin"}  # only the random name while being written
+    assert (tmp_path / "out.bin").read_bytes() == b"abc" and _names(tmp_path) == {"out.bin"}
+    with pytest.raises(RuntimeError), safeio.NamedOutput(tmp_path / "b.bin") as out:
+        out.write(b"half")
+        raise RuntimeError("failed half-way")
+    assert _names(tmp_path) == {"out.bin"}  # nothing left behind
+
+
+@pytest.mark.parametrize("kind", ["symlink", "file", "hardlink", "fifo", "dangling"])
+def test_named_output_never_writes_through_a_taken_name(kind: str, tmp_path: Path) -> None:
+    victim = make_victim(tmp_path / "victim")
+    before = tree_state(victim)
+    name = tmp_path / "out"
+    if kind == "symlink":
+        name.symlink_to(victim / "notes")
+    elif kind == "dangling":
+        name.symlink_to(victim / "new-file")
+    elif kind == "hardlink":
+        os.link(victim / "notes", name)
+    elif kind == "fifo":
+        os.mkfifo(name)
+    else:
+        name.write_bytes(b"someone's")
+    for atomic in (True, False):
+        with pytest.raises(safeio.OutputExists, match="--force replaces it"):
+            safeio.NamedOutput(name, atomic=atomic)
+    with safeio.NamedOutput(name, force=True) as out:
+        out.write(b"mine")
+    assert not name.is_symlink() and name.read_bytes() == b"mine"
+    assert changed(before, tree_state(victim)) == []
+    assert _names(tmp_path) == {"victim", "out"}
+
+
+def test_named_output_log_appears_at_once_and_is_kept(tmp_path: Path) -> None:
+    log = tmp_path / "warm.log"
+    out = safeio.NamedOutput(log, atomic=False)
+    assert log.exists() and log.read_bytes() == b""  # followable while it grows
+    out.write(b"line 1\nline 2\n")
+    assert out.read_back(7) == b"line 2\n"
+    out.abort()  # a failed run's log is kept
+    assert log.read_bytes() == b"line 1\nline 2\n" and _names(tmp_path) == {"warm.log"}
+    with pytest.raises(safeio.OutputExists):
+        safeio.NamedOutput.refuse_taken(log)
+    safeio.NamedOutput.refuse_taken(log, force=True)

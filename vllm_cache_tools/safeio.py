@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import io
 import os
 import secrets
 import stat
@@ -315,6 +316,145 @@ def read_regular(path: str | os.PathLike[str], cap: int, *, dir_fd: int | None =
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+# ---- files at a path a user named ---------------------------------------------------------
+
+class OutputExists(FileExistsError):
+    """The name a user gave for an output is taken (by anything: a file, a symlink, a FIFO)
+    and replacing it was not asked for."""
+
+
+_TAKEN = "exists (not replaced; --force replaces it)"
+
+
+class NamedOutput:
+    """A file written at a path a user named (``pack -o``, ``host-profile -o``, ``warm
+    --log``): the one way this package writes there (issue 23, item 2: ``warm --log F`` in a
+    shared sticky folder truncated root's file through a planted symlink).
+
+    The folder named is followed (the user named it); the final name never is, and no file
+    this call did not create is ever opened for writing: bytes go to a new inode made with
+    ``O_CREAT | O_EXCL | O_NOFOLLOW`` under a random name beside the target. Then:
+
+    * ``atomic`` (a bundle, a profile): the name appears when :meth:`commit` is called, whole,
+      by ``link(2)`` without following (the name taken -> :class:`OutputExists`, nothing
+      replaced) or, with ``force``, by ``rename(2)`` over it (the name is replaced, whatever
+      it was; a symlink's target is untouched). :meth:`abort` removes the new file.
+    * not ``atomic`` (a log, read while it grows): the new file takes the name at once, the
+      same two ways; :meth:`abort` keeps it (a failed run's log is what the user needs).
+
+    Root and users are treated alike (no check depends on who runs it or on
+    ``fs.protected_symlinks``). Before publishing, the random name is checked to be still
+    our inode. Use as a context manager: commit on success, abort on an exception."""
+
+    def __init__(self, path: str | os.PathLike[str], *, force: bool = False,
+                 atomic: bool = True, mode: int = 0o644) -> None:
+        self.path = os.fspath(path)
+        self.force, self.atomic = force, atomic
+        folder, self.name = os.path.split(os.path.abspath(self.path))
+        if not self.name or self.path.endswith("/"):
+            raise IsADirectoryError(errno.EISDIR, "names a folder, not a file")
+        self.dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        self.fd = -1
+        self.tmp: str | None = None
+        try:
+            if not force:
+                self._check_free()
+            self.tmp, self.fd = self._new(mode)
+            if not atomic:
+                self._publish()
+        except BaseException:
+            self._close(remove=True)
+            raise
+
+    def _check_free(self) -> None:
+        try:
+            os.stat(self.name, dir_fd=self.dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        raise OutputExists(errno.EEXIST, _TAKEN)
+
+    def _new(self, mode: int) -> tuple[str, int]:
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        for _ in range(16):
+            tmp = _tmp_name(self.name)
+            try:
+                return tmp, os.open(tmp, flags, mode, dir_fd=self.dir_fd)
+            except FileExistsError:
+                continue
+        raise FileExistsError(errno.EEXIST, f"no free temporary name for {self.name}")
+
+    def _publish(self) -> None:
+        tmp = self.tmp
+        assert tmp is not None
+        if not same(os.stat(tmp, dir_fd=self.dir_fd, follow_symlinks=False),
+                    ident(os.fstat(self.fd))):
+            raise UnsafeTree(errno.EPERM, f"{tmp} was replaced while being written")
+        if self.force:
+            os.rename(tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+        else:
+            try:
+                os.link(tmp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd,
+                        follow_symlinks=False)
+            except FileExistsError:
+                raise OutputExists(errno.EEXIST, _TAKEN) from None
+            unlink_at(self.dir_fd, tmp)
+        self.tmp = None
+
+    @staticmethod
+    def refuse_taken(path: str | os.PathLike[str], force: bool = False) -> None:
+        """Raise :class:`OutputExists` now, before long work, if the name is taken and
+        ``force`` is not given (the check is made again when the file is put in place)."""
+        if force:
+            return
+        try:
+            os.lstat(path)
+        except FileNotFoundError:
+            return
+        raise OutputExists(errno.EEXIST, _TAKEN)
+
+    def write(self, data: bytes) -> None:
+        _write_all(self.fd, data)
+
+    def file(self) -> io.FileIO:
+        """A file object on the new file (closing it leaves this output open)."""
+        return io.FileIO(self.fd, "r+b", closefd=False)
+
+    def read_back(self, cap: int) -> bytes:
+        """The last ``cap`` bytes written (a log read back through our own fd, not its name)."""
+        end = os.fstat(self.fd).st_size
+        return os.pread(self.fd, cap, max(0, end - cap))
+
+    def commit(self) -> None:
+        try:
+            if self.tmp is not None:
+                self._publish()
+        finally:
+            self._close(remove=True)
+
+    def abort(self) -> None:
+        self._close(remove=self.atomic)
+
+    def _close(self, remove: bool) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if remove and self.tmp is not None:
+            unlink_at(self.dir_fd, self.tmp)
+            self.tmp = None
+        if self.dir_fd >= 0:
+            os.close(self.dir_fd)
+            self.dir_fd = -1
+
+    def __enter__(self) -> NamedOutput:
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        if exc_type is None:
+            self.commit()
+        else:
+            self.abort()
 
 
 # ---- removal and moves --------------------------------------------------------------------
@@ -625,7 +765,8 @@ def close_all(fds: Iterable[int | None]) -> None:
             os.close(fd)
 
 
-__all__ = ["DIR_FLAGS", "RemoveResult", "UnsafeTree", "append_own", "check_writable_folder",
+__all__ = ["DIR_FLAGS", "NamedOutput", "OutputExists", "RemoveResult", "UnsafeTree",
+           "append_own", "check_writable_folder",
            "close_all", "create_exclusive", "ident", "is_group_shared", "link_over_at",
            "open_dir", "open_dirs", "open_regular", "place_at", "read_regular",
            "remove_tree_at", "rename_at", "replace_at", "same", "split_link_at", "touch_own",

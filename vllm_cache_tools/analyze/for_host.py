@@ -13,7 +13,6 @@ listed beside it.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from vllm_cache_tools.keys.hardware import PLATFORM_ENV
 from vllm_cache_tools.keys.recipes import aot_key, model_hash_key
 from vllm_cache_tools.keys.versions import backend_key, code_hash, env_hash, recipes_for
 from vllm_cache_tools.layout import AOT_DIRNAME, short_key
+from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.read.aot_model import AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import misnamed_snapshot, source_snapshot
@@ -153,7 +153,7 @@ def _same_value(given: Any, recorded: Any) -> bool:
         return str(given).lower() == str(recorded).lower()
     if isinstance(given, str) and given.lstrip().startswith("{"):
         try:
-            obj = json.loads(given)
+            obj = jsontext.loads(given, "a given value")
         except ValueError:
             return False
         return isinstance(recorded, dict) and all(

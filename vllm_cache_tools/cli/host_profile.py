@@ -48,6 +48,9 @@ def host_profile_cmd(
         "one).")] = None,
     usage: Annotated[str, typer.Option(
         "--usage", help="serve or llm (as for predict).")] = "serve",
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing -o FILE (it is replaced as a name, never "
+        "written through).")] = False,
 ) -> None:
     """Record what this host's vLLM keys depend on, for `predict --for-host` elsewhere.
 
@@ -61,12 +64,14 @@ def host_profile_cmd(
     to_stdout = output is not None and str(output) == "-"  # as pack's -o -
     if to_stdout and json_out:
         fail("--json prints to stdout, where -o - writes the profile: give one of them")
+    if output is not None and not to_stdout:
+        write_profile(output, None, force=force)  # a taken name: refused before the work
     doc = host_profile_document(host_profile(list(ctx.args), python=python, usage=usage))
     if to_stdout:
         write_out(profile_text(doc))
         return
     if output is not None:
-        write_profile(output, doc)
+        write_profile(output, doc, force=force)
     if json_out:
         print_json(doc)
         return

@@ -12,7 +12,11 @@ from vllm_cache_tools.cli.common import fail, print_json, warn
 from vllm_cache_tools.cli.render import Column, render
 from vllm_cache_tools.maintain.evidence import owner_name
 from vllm_cache_tools.store.caches.kinds import UNDERSTOOD
-from vllm_cache_tools.store.caches.listing import CacheListing, list_all_caches
+from vllm_cache_tools.store.caches.listing import (
+    SKIPPED_SHARED,
+    CacheListing,
+    list_all_caches,
+)
 from vllm_cache_tools.store.locate import display_path, resolve_root
 from vllm_cache_tools.store.scan import RootError, check_root
 from vllm_cache_tools.units import human_age, human_size
@@ -41,14 +45,15 @@ def _last(m: float | None, a: float | None) -> float | None:
 
 def _summary_row(c: CacheListing) -> list[str]:
     path = display_path(c.location.path)
-    if c.location.link_target:
+    unsafe = any(p.startswith(SKIPPED_SHARED) for p in c.problems)
+    if c.location.link_target and not unsafe:
         path += f" -> {c.location.link_target}"
     if not c.exists:
         return [c.kind, "-", "-", "-", "-", "-", "-", c.location.source, path + " (none)"]
     s = c.stats
     if s is None:
-        why = "not walked" if any(p.startswith("not walked") for p in c.problems) else \
-            "unreadable"
+        why = "skipped: not safe" if unsafe else "not walked" if any(
+            p.startswith("not walked") for p in c.problems) else "unreadable"
         return [c.kind, "?", "?", "?", "?", "?", "?", c.location.source, f"{path} ({why})"]
     n = len(c.vllm.entries) if c.vllm is not None else len(c.items)
     owners = "+".join(owner_name(u) for u in s.owners) or "-"

@@ -31,6 +31,9 @@ def pack(
     sync: Annotated[bool, typer.Option(
         "--sync", help="Flush the bundle to disk (fsync) before exiting; without it, as with "
         "tar, a power loss can leave a torn bundle, which unpack refuses.")] = False,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing -o FILE (it is replaced as a name, never "
+        "written through).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Pack entries into one .tar.zst bundle.
@@ -41,7 +44,8 @@ def pack(
     inside lists every file's size and sha256, the key parts, the vLLM / torch / Triton /
     Python versions, the hardware and the traced files' paths. The same entries give the
     same bytes (sorted members, fixed times and owners). Entries that are partial, corrupt or
-    unreadable are refused (exit 1).
+    unreadable are refused (exit 1). An existing -o FILE (or a symlink there) is refused
+    without --force.
     Exit status: 0 packed, 1 refused, 2 usage or I/O error."""
     import sys
 
@@ -56,7 +60,7 @@ def pack(
     with byte_bar("packing", not json_out and str(output) != "-") as bar:
         r = run(lambda: do_pack(refs or [], output, root=root, model=model,
                                 filter_expr=filter_expr, level=level, progress=bar,
-                                sync=sync))
+                                sync=sync, force=force))
     if json_out:
         print_json(pack_document(r))
         return

@@ -28,7 +28,10 @@ def warm(
     timeout: Annotated[float, typer.Option("--timeout", help="Give up after this many "
                                            "seconds.")] = 3600.0,
     log: Annotated[Path | None, typer.Option(
-        "--log", help="Write vLLM's output here (default: stderr).")] = None,
+        "--log", help="Write vLLM's output to this new file (default: stderr).")] = None,
+    force: Annotated[bool, typer.Option(
+        "--force", help="Replace an existing --log FILE (it is replaced as a name, never "
+        "written through).")] = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Fill the cache for these vLLM arguments without real weights and without serving.
@@ -50,7 +53,7 @@ def warm(
         fail("give the vLLM arguments after --, e.g. vllm-cache warm -- MODEL "
              "--max-model-len 4096")
     r = run(lambda: do_warm(args, root=root, python=python, usage=usage, timeout=timeout,
-                            log=log))
+                            log=log, force=force))
     if json_out:
         print_json(with_schema("warm", {
             "root": str(r.root), "outcome": r.outcome, "seconds": round(r.seconds, 3),

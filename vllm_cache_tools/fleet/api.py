@@ -38,6 +38,7 @@ from vllm_cache_tools.fleet.remote_ops import (
 from vllm_cache_tools.fleet.remote_ops import push as _push
 from vllm_cache_tools.fleet.transfer import check_free_space, terminate_as_exit
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, STATE_DIRNAME
+from vllm_cache_tools.safeio import NamedOutput
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
 
 # The bundle format (zstandard, tarfile), the selection (deep readers, key checks) and
@@ -106,13 +107,21 @@ class PullResult:
 def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
          root: str | os.PathLike[str] | CacheRoot | None = None, model: str | None = None,
          filter_expr: str | None = None, level: int = DEFAULT_LEVEL,
-         progress: BytesProgress | None = None, sync: bool = False) -> PackResult:
+         progress: BytesProgress | None = None, sync: bool = False,
+         force: bool = False) -> PackResult:
     """Pack the named entries, their linked partners, manifests and snapshots into one
-    deterministic ``.tar.zst`` (``sync``: on disk before this returns, fsync)."""
+    deterministic ``.tar.zst`` (``sync``: on disk before this returns, fsync). An existing
+    ``output`` is refused unless ``force`` (then replaced, never written through)."""
     from vllm_cache_tools.fleet.bundle import write_bundle
     from vllm_cache_tools.fleet.selection import select
 
     t0 = time.perf_counter()
+    out = Path(os.fspath(output))
+    if str(out) != "-":
+        try:
+            NamedOutput.refuse_taken(out, force)  # before the work; checked again at the end
+        except OSError as exc:
+            raise FleetError(f"cannot write {out}: {exc.strerror or exc}") from None
     sel = select(root, refs, model=model, filter_expr=filter_expr)
     total = sum(f.record.size for fs in sel.files for f in fs) + sum(
         x.record.size for x in sel.extras)
@@ -123,9 +132,8 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
         if progress is not None:
             progress(done[0], total)
 
-    out = Path(os.fspath(output))
     try:
-        w = write_bundle(sel, out, level, tick, sync=sync)
+        w = write_bundle(sel, out, level, tick, sync=sync, force=force)
     except OSError as exc:
         raise FleetError(f"cannot write {out}: {exc.strerror or exc}") from None
     return PackResult(w.path, w.sha256, w.size_bytes, total, sel.records,

@@ -20,7 +20,6 @@ import hashlib
 import io
 import json
 import os
-import secrets
 import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -42,6 +41,7 @@ from vllm_cache_tools.fleet.records import (
 )
 from vllm_cache_tools.fleet.selection import LocalFile, Selection, file_ident
 from vllm_cache_tools.read.noatime import open_noatime
+from vllm_cache_tools.safeio import NamedOutput
 
 _BUF = 1 << 20
 
@@ -209,20 +209,23 @@ class Written:
 
 
 def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
-                 on_bytes: Callable[[int], None] | None = None, sync: bool = False) -> Written:
-    """Write the bundle to ``out`` atomically (a temporary name beside it, then rename);
-    ``-`` writes to stdout. ``sync``: fsync the file before the rename. Off by default, as
-    ``tar`` and ``zstd`` do: under another writer's load one fsync of a 3 MB bundle took
-    0.4 s here (more than writing it), and a bundle torn by a power loss is never used (its
-    zstd checksum and manifest digests refuse it, whole)."""
+                 on_bytes: Callable[[int], None] | None = None, sync: bool = False,
+                 force: bool = False) -> Written:
+    """Write the bundle to ``out`` atomically, through :class:`~vllm_cache_tools.safeio.
+    NamedOutput` (a new file beside it, put in place whole; an existing name, a planted
+    symlink too, is refused unless ``force``, then replaced as a name, never written
+    through); ``-`` writes to stdout. ``sync``: fsync the file before it is put in place.
+    Off by default, as ``tar`` and ``zstd`` do: under another writer's load one fsync of a
+    3 MB bundle took 0.4 s here (more than writing it), and a bundle torn by a power loss is
+    never used (its zstd checksum and manifest digests refuse it, whole)."""
     manifest = selection_manifest(sel)
     head = manifest_bytes(manifest)
     to_stdout = str(out) == "-"
-    tmp = out.with_name(f".{out.name}.{secrets.token_hex(6)}.tmp")
+    target = None if to_stdout else NamedOutput(out, force=force)
     digest = hashlib.sha256()
     size = 0
     raw: IO[bytes]
-    raw = os.fdopen(os.dup(1), "wb") if to_stdout else open(tmp, "xb")  # noqa: SIM115
+    raw = os.fdopen(os.dup(1), "wb") if target is None else target.file()
     try:
         class Sink(io.RawIOBase):
             def writable(self) -> bool:
@@ -260,16 +263,16 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
                     on_bytes(lf.record.size)
             tar.close()
         raw.flush()
-        if sync and not to_stdout:
+        if sync and target is not None:
             os.fsync(raw.fileno())
     except BaseException:
         raw.close()
-        if not to_stdout:
-            tmp.unlink(missing_ok=True)
+        if target is not None:
+            target.abort()
         raise
     raw.close()
-    if not to_stdout:
-        os.replace(tmp, out)
+    if target is not None:
+        target.commit()
     return Written(out, digest.hexdigest(), size)
 
 

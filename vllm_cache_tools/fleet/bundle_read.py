@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import tarfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,6 +23,7 @@ from vllm_cache_tools.fleet.records import (
     FileRecord,
     manifest_from_json,
 )
+from vllm_cache_tools.read import jsontext
 
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
 _BUF = 1 << 20
@@ -223,9 +223,10 @@ def _read_manifest(tar: tarfile.TarFile, path: Path) -> BundleManifest:
     f = tar.extractfile(first)
     assert f is not None
     try:
-        data = json.loads(f.read())
-    except ValueError as exc:
-        raise BundleError(f"{path}: bundle manifest is not JSON ({_why(exc)})") from None
+        # No container cap: a manifest lists every file it carries (its byte cap bounds it).
+        data = jsontext.loads(f.read(), "bundle manifest", max_containers=None)
+    except ValueError as exc:  # ReadError: one line naming the bundle manifest
+        raise BundleError(f"{path}: {_why(exc)}") from None
     return manifest_from_json(data)
 
 

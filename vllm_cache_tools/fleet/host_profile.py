@@ -22,7 +22,7 @@ from typing import Any
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.host import cpu_facts
 from vllm_cache_tools.live.host_profile import collect
-from vllm_cache_tools.safeio import open_dir, replace_at
+from vllm_cache_tools.safeio import NamedOutput
 from vllm_cache_tools.units import iso
 
 KIND = "host-profile"
@@ -49,15 +49,18 @@ def profile_text(doc: dict[str, Any]) -> str:
     return json.dumps(doc, indent=1) + "\n"
 
 
-def write_profile(path: str | os.PathLike[str], doc: dict[str, Any]) -> None:
-    """Write ``doc`` to ``path`` atomically (the name replaced, never followed)."""
+def write_profile(path: str | os.PathLike[str], doc: dict[str, Any] | None, *,
+                  force: bool = False) -> None:
+    """Write ``doc`` to ``path`` atomically (:class:`~vllm_cache_tools.safeio.NamedOutput`:
+    an existing name is refused unless ``force``, then replaced, never followed).
+    ``doc=None``: only refuse a taken name now, before the profile is collected."""
     p = os.fspath(path)
     try:
-        fd = open_dir(os.path.dirname(os.path.abspath(p)))
-        try:
-            replace_at(fd, os.path.basename(p), profile_text(doc).encode(), 0o644)
-        finally:
-            os.close(fd)
+        if doc is None:
+            NamedOutput.refuse_taken(p, force)
+            return
+        with NamedOutput(p, force=force) as out:
+            out.write(profile_text(doc).encode())
     except OSError as exc:
         raise HostProfileError(f"host-profile: cannot write {p}: {exc.strerror or exc}"
                                ) from None

@@ -30,6 +30,7 @@ from filelock import FileLock, Timeout
 
 from vllm_cache_tools import __version__, safeio
 from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_json
+from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.store.locate import user_cache_dir
 
 FORMAT = 2
@@ -92,7 +93,8 @@ class PackMemo:
             hit = _DECODE_ENTRY(raw)
             if hit[0] != fp:
                 return None
-            return entry_from_json(json.loads(hit[1])), hit[2]
+            return entry_from_json(jsontext.loads(hit[1], "pack memo",
+                                                  max_containers=None)), hit[2]
         except (ValueError, msgspec.DecodeError):  # BundleError too: never trusted blindly
             return None
 

@@ -169,7 +169,7 @@ def parse_storage_options(items: Iterable[str]) -> dict[str, Any]:
         if not sep or not k:
             raise FleetError(f"storage option {k or item!r} is not KEY=VALUE")
         try:
-            out[k] = json.loads(v)
+            out[k] = jsontext.loads(v, f"storage option {k}")
         except ValueError:
             out[k] = v
     return out
@@ -488,7 +488,7 @@ class Store:
         text = self._marker_bytes(path)
         if text is not None:
             try:
-                data = json.loads(text)
+                data = jsontext.loads(text, MARKER)
             except ValueError:
                 data = None
             if not isinstance(data, dict) or data.get("format") != STORE_FORMAT:

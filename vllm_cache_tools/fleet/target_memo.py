@@ -27,6 +27,7 @@ from typing import Any
 
 from vllm_cache_tools import safeio
 from vllm_cache_tools.live.memo import DISABLE_VAR, enabled
+from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.store.locate import user_cache_dir
 
 FORMAT = 1
@@ -101,7 +102,7 @@ def load(exe: str, script: str) -> list[Any] | None:
     try:
         raw = safeio.read_regular(user_cache_dir() / DIRNAME / _memo_file(exe, script),
                                   MAX_BYTES)
-        doc = json.loads(raw)
+        doc = jsontext.loads(raw, "target memo")
         if doc.get("format") != FORMAT or not isinstance(doc.get("lines"), list):
             return None
         return doc["lines"] if _still(doc["deps"]) else None

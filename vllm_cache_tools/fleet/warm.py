@@ -14,12 +14,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from vllm_cache_tools.fleet.errors import FleetError
+from vllm_cache_tools.safeio import NamedOutput
 from vllm_cache_tools.store.locate import resolve_root
 from vllm_cache_tools.store.scan import RootError, scan
 
 CHILD = Path(__file__).resolve().parent / "warm_child.py"
 RESULT = "VLLM_CACHE_TOOLS_WARM "
 LOADED = "Directly load AOT compilation"
+MAX_LOG_READ = 64 * 1024 * 1024
+"""The end of vLLM's log read back for its result line (a DEBUG start writes ~5 MB)."""
 COMPILED = ("saved AOT compiled function", "Compiling a graph", "Computation graph saved")
 
 
@@ -58,10 +61,13 @@ def _snapshot(root: Path) -> dict[tuple[str, str], float | None]:
 def warm(vllm_args: Sequence[str], *, root: str | os.PathLike[str] | None = None,
          python: str | None = None, usage: str = "serve",
          env: Mapping[str, str] | None = None, timeout: float | None = None,
-         log: str | os.PathLike[str] | None = None) -> WarmResult:
+         log: str | os.PathLike[str] | None = None, force: bool = False) -> WarmResult:
     """Start vLLM's engine for ``vllm_args`` with dummy weights in ``python``'s environment
     (``env``: the environment vLLM would run in; ``VLLM_CACHE_ROOT`` is set to ``root``),
-    until it has compiled, then stop it; returns the entries written."""
+    until it has compiled, then stop it; returns the entries written. ``log``: a new file
+    for vLLM's output (:class:`~vllm_cache_tools.safeio.NamedOutput`, not atomic: it can be
+    followed while vLLM runs); an existing name is refused unless ``force``, then replaced,
+    never written through."""
     if not vllm_args:
         raise FleetError("give the vLLM arguments after --, e.g. vllm-cache warm -- MODEL "
                          "--max-model-len 4096")
@@ -82,18 +88,24 @@ def warm(vllm_args: Sequence[str], *, root: str | os.PathLike[str] | None = None
     # module names would shadow the standard library's in vLLM's process.
     cmd = [exe, "-c", CHILD.read_text(), json.dumps({"args": list(vllm_args), "usage": usage})]
     try:
-        log_file = open(log_path, "wb") if log_path else None  # noqa: SIM115 (closed below)
+        log_file = (NamedOutput(log_path, force=force, atomic=False)
+                    if log_path else None)
     except OSError as exc:
         raise FleetError(f"--log {log_path}: cannot write it: {exc.strerror or exc}") from None
+    text = ""
     try:
-        with (log_file or subprocess_pipe()) as out:
-            proc = subprocess.run(cmd, env=full_env, stdout=out, stderr=subprocess.STDOUT,
-                                  timeout=timeout, stdin=subprocess.DEVNULL)
+        proc = subprocess.run(cmd, env=full_env, stderr=subprocess.STDOUT,
+                              stdout=log_file.fd if log_file else sys.stderr.fileno(),
+                              timeout=timeout, stdin=subprocess.DEVNULL)
+        if log_file is not None:  # read back through our fd, not by its name
+            text = log_file.read_back(MAX_LOG_READ).decode(errors="replace")
     except subprocess.TimeoutExpired:
         raise FleetError(f"vLLM did not finish compiling within {timeout:.0f} s") from None
     except OSError as exc:
         raise FleetError(f"cannot run {exe}: {exc.strerror or exc}") from None
-    text = log_path.read_text(errors="replace") if log_path else ""
+    finally:
+        if log_file is not None:
+            log_file.commit()
     if proc.returncode != 0 or (log_path and RESULT not in text):
         tail = " | ".join(line.strip() for line in text.splitlines()[-3:]) if text else ""
         if "No module named 'vllm'" in text:
@@ -116,17 +128,6 @@ def warm(vllm_args: Sequence[str], *, root: str | os.PathLike[str] | None = None
     return WarmResult(croot.vllm_root, tuple(sorted(out_entries, key=lambda w: (w.layout,
                                                                                  w.key))),
                       outcome, time.perf_counter() - t0, engine_s, log_path)
-
-
-class subprocess_pipe:
-    """No log file asked for: vLLM's output goes to this process's stderr (a person sees
-    vLLM's progress); stdout stays for the report."""
-
-    def __enter__(self) -> int:
-        return sys.stderr.fileno()
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 __all__ = ["WarmResult", "WarmedEntry", "warm"]

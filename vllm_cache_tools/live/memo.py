@@ -136,7 +136,7 @@ def load(key: str, directory: Path) -> tuple[dict[str, Any] | None, str]:
             return None, "memo from another version"
     except FileNotFoundError:
         return None, "no memo for these inputs"
-    except (OSError, ValueError, KeyError, TypeError):
+    except (OSError, ValueError, KeyError, TypeError, RecursionError):
         return None, "memo unreadable"
     try:
         changed = stale_dependency(deps)

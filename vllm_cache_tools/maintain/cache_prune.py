@@ -18,19 +18,34 @@ half-way leaves such names; the next run removes those that are ours."""
 
 from __future__ import annotations
 
+import errno
 import os
 import stat as st
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.maintain.evidence import in_use_elsewhere, owner_name
-from vllm_cache_tools.safeio import ident, open_dirs, remove_tree_at, rename_at, unlink_at
-from vllm_cache_tools.store.caches.kinds import CacheKind, CacheLocation, dangerous_reason
+from vllm_cache_tools.safeio import (
+    UnsafeTree,
+    ident,
+    open_dir,
+    open_dirs,
+    remove_tree_at,
+    rename_at,
+    unlink_at,
+)
+from vllm_cache_tools.store.caches.kinds import (
+    CacheKind,
+    CacheLocation,
+    dangerous_reason,
+    shared_place_problem,
+)
 from vllm_cache_tools.store.caches.listing import (
+    SKIPPED_SHARED,
     TRASH_PREFIX,
     CacheItem,
     CacheListing,
@@ -72,6 +87,9 @@ class PlannedPart:
     reasons: tuple[str, ...]
     ident: tuple[int, int, int]
     newest_mtime: float | None
+    cache_dir_ident: tuple[int, int] | None = None
+    """``(st_dev, st_ino)`` of the cache folder as listed: removal opens ``cache_dir``'s last
+    component without following and goes on only if it is still that folder."""
 
     @property
     def path(self) -> Path:
@@ -142,10 +160,12 @@ def plan_cache_prune(kind: CacheKind, listings: Sequence[CacheListing],
     skipped: list[PartSkip] = []
     notes: list[str] = []
     candidates: list[tuple[CacheItem, Path, float | None, str]] = []
+    dir_ident: dict[Path, tuple[int, int] | None] = {}
     for c in listings:
         if not c.exists or c.stats is None:
             continue
         real = Path(os.path.realpath(c.location.path))
+        dir_ident[real] = c.ident
         for item in c.items:
             if item.name.startswith(TRASH_PREFIX):
                 continue
@@ -197,7 +217,7 @@ def plan_cache_prune(kind: CacheKind, listings: Sequence[CacheListing],
             continue
         parts.append(PlannedPart(kind, real, item.name, item.stats.size_bytes,
                                  item.stats.files, t, src, tuple(chosen[i]), ident(s),
-                                 item.stats.newest_mtime))
+                                 item.stats.newest_mtime, dir_ident.get(real)))
     parts.sort(key=lambda p: (p.last_used or 0.0, p.name))
     return CachePrunePlan(kind, tuple(c.location for c in listings), tuple(parts),
                           tuple(skipped), policies.describe(), grace_s, all_users, now, total,
@@ -258,12 +278,18 @@ def plan_cache_kind_prune(locations: Sequence[CacheLocation], policies: CachePol
     """Refuse dangerous folders, list each location afresh, then plan. Other users' default
     folders are left out unless ``all_users``."""
     chosen = [loc for loc in locations if all_users or loc.source != "other user"]
-    for loc in chosen:
-        if os.path.lexists(loc.path):
+    unsafe: list[PartSkip] = []
+    for loc in list(chosen):
+        why = shared_place_problem(loc)
+        if why is not None:  # a planted name: skipped, said, never followed (even --force)
+            unsafe.append(PartSkip(loc.path, f"{SKIPPED_SHARED}: {why}"))
+            chosen.remove(loc)
+        elif os.path.lexists(loc.path):
             check_prunable_cache_dir(loc, vllm_root, force)
     listings = [list_cache(loc, force=force) for loc in chosen]
     kind = locations[0].kind if locations else "vllm"
-    return plan_cache_prune(kind, listings, policies, grace_s=grace_s, all_users=all_users)
+    plan = plan_cache_prune(kind, listings, policies, grace_s=grace_s, all_users=all_users)
+    return replace(plan, skipped=(*unsafe, *plan.skipped)) if unsafe else plan
 
 
 def _finish_leftovers(fd: int, uid: int, all_users: bool) -> list[str]:
@@ -339,6 +365,23 @@ def _remove_part(fd: int, p: PlannedPart, plan: CachePrunePlan, busy: _Busy, uid
     return True, None
 
 
+def open_cache_dir(d: Path, expect: tuple[int, int] | None) -> int:
+    """An fd on the cache folder ``d`` (a resolved path): its parent followed, ``d`` itself
+    opened without following and, with ``expect``, only if it is still the folder listed and
+    checked (a name in a shared temp folder swapped for a link or another folder between the
+    plan and now is refused: every removal is fd-relative below this fd)."""
+    parent = open_dirs(d.parent)
+    try:
+        fd = open_dir(d.name, parent)
+    finally:
+        os.close(parent)
+    s = os.fstat(fd)
+    if expect is not None and (s.st_dev, s.st_ino) != tuple(expect):
+        os.close(fd)
+        raise UnsafeTree(errno.ESTALE, "replaced since the plan was made (not followed)")
+    return fd
+
+
 def execute_cache_plan(plan: CachePrunePlan, uid: int | None = None) -> CachePruneResult:
     uid = os.geteuid() if uid is None else uid
     deleted: list[str] = []
@@ -350,7 +393,7 @@ def execute_cache_plan(plan: CachePrunePlan, uid: int | None = None) -> CachePru
         by_dir.setdefault(p.cache_dir, []).append(p)
     for d, parts in by_dir.items():
         try:
-            fd = open_dirs(d)
+            fd = open_cache_dir(d, parts[0].cache_dir_ident)
         except OSError as exc:
             skipped += [PartSkip(p.path, f"cannot open {d}: {exc.strerror or exc}")
                         for p in parts]

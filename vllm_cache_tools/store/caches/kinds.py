@@ -7,9 +7,11 @@ with where the answer came from, so a listing can say ``TRITON_CACHE_DIR`` or ``
 from __future__ import annotations
 
 import getpass
+import grp
 import os
 import pwd
 import re
+import stat as st
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -193,6 +195,111 @@ def dangerous_reason(path: str | os.PathLike[str], vllm_root: Path | None = None
         if vr == real or vr.startswith(real.rstrip("/") + "/"):
             return f"it holds the vLLM cache root {vr}"
     return None
+
+
+def _uid_named(user: str | None) -> int | None:
+    """The uid a folder name's user part stands for (torch's ``uid_<n>`` when the user had
+    no name; ``_`` replaced characters cannot be undone, so such names match nobody)."""
+    if not user:
+        return None
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        m = re.fullmatch(r"uid_(\d{1,10})", user)
+        return int(m.group(1)) if m else None
+
+
+def _private_group(gid: int, uid: int) -> bool:
+    """The group is its owner's own (a user-private group: only that user in it), so a
+    group-writable folder there is writable by its owner alone (what ``umask 002`` makes)."""
+    try:
+        g = grp.getgrgid(gid)
+        pw = pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return pw.pw_gid == gid and all(m == pw.pw_name for m in g.gr_mem)
+
+
+def others_can_write(s: os.stat_result, allowed: frozenset[int]) -> str | None:
+    """Who besides ``allowed`` (and root) may add or replace names in the folder ``s``."""
+    if s.st_uid not in allowed and s.st_uid != 0:
+        return f"owned by {owner_of(s.st_uid)}"
+    if s.st_mode & st.S_IWOTH:
+        return "writable by everyone"
+    if s.st_mode & st.S_IWGRP and not _private_group(s.st_gid, s.st_uid):
+        return f"writable by group {_group_name(s.st_gid)}"
+    return None
+
+
+@dataclass(frozen=True)
+class PlaceCheck:
+    """:func:`check_place`'s answer."""
+
+    problem: str | None
+    exposed: bool
+    """In a folder other users can write in."""
+    ident: tuple[int, int] | None = None
+    """``(st_dev, st_ino)`` of the folder checked there (``lstat``)."""
+
+
+def shared_place_problem(loc: CacheLocation, caller: int | None = None) -> str | None:
+    """:func:`check_place`'s problem alone."""
+    return check_place(loc, caller).problem
+
+
+def check_place(loc: CacheLocation, caller: int | None = None) -> PlaceCheck:
+    """Why ``loc`` must not be read or pruned, when it lies in a folder everyone can write in
+    (``/tmp``, ``/var/tmp``, ``$TMPDIR``): there anyone may plant its name (a symlink to
+    ``/var/lib``, to a victim's home, a folder of their own). As OpenSSH's StrictModes: it
+    must be a real folder (``lstat``, never a link), owned by the user it is named for or by
+    the caller, and writable by nobody else (group-writable only through its owner's private
+    group, as ``umask 002`` makes it; torch and Triton make their folders with
+    ``os.makedirs``' default mode minus the umask). ``problem`` is ``None`` when fine, not
+    there, or not in such a folder."""
+    why, exposed, s = _check_place(loc, caller)
+    return PlaceCheck(why, exposed, (s.st_dev, s.st_ino) if s is not None else None)
+
+
+def _check_place(loc: CacheLocation, caller: int | None
+                 ) -> tuple[str | None, bool, os.stat_result | None]:
+    caller = os.geteuid() if caller is None else caller
+    path = os.path.abspath(loc.path)
+    owner = _uid_named(loc.user)
+    allowed = frozenset({caller} | ({owner} if owner is not None else set()))
+    try:
+        ps = os.stat(os.path.dirname(path))  # followed: $TMPDIR may be the user's own link
+    except OSError:
+        return None, False, None
+    if not ps.st_mode & st.S_IWOTH:
+        # Not a folder everyone can write in. A group-shared folder (a team's vLLM root,
+        # setgid) is trusted as its group is: safeio's rules cover writing there.
+        return None, False, None
+    exposed = "writable by everyone"
+    try:
+        s = os.lstat(path)
+    except OSError:
+        return None, True, None
+    where = f"in {os.path.dirname(path)} ({exposed})"
+    if st.S_ISLNK(s.st_mode):
+        try:
+            target = os.readlink(path)
+        except OSError:
+            target = "?"
+        return f"a symlink (-> {target}) {where}: not followed", True, s
+    if not st.S_ISDIR(s.st_mode):
+        return f"not a folder {where}", True, s
+    if s.st_uid not in allowed:
+        named = loc.user if owner is not None and owner != caller else "you"
+        return f"owned by {owner_of(s.st_uid)}, not by {named}, {where}", True, s
+    why = others_can_write(s, allowed)
+    return (f"{why}, {where}" if why is not None else None), True, s
+
+
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:
+        return f"gid {gid}"
 
 
 def owner_of(uid: int) -> str:

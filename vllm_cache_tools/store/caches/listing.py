@@ -11,7 +11,7 @@ import os
 import re
 import stat as st
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
@@ -22,6 +22,7 @@ from vllm_cache_tools.store.caches.kinds import (
     KINDS,
     CacheKind,
     CacheLocation,
+    check_place,
     dangerous_reason,
     locate_caches,
 )
@@ -31,6 +32,8 @@ from vllm_cache_tools.store.types import CacheInfo
 
 TRASH_PREFIX = ".vllm-cache-trash."
 """Parts ``prune --cache`` renamed aside and is removing (never listed as parts)."""
+SKIPPED_SHARED = "skipped (not safe to use)"
+"""How a listing's problem starts when the location failed the shared-folder check."""
 TRITON_META_PER_KERNEL = 8
 """Metadata files read per Triton folder (one per compiled kernel; usually one)."""
 
@@ -59,6 +62,9 @@ class CacheListing:
     problems: tuple[str, ...] = ()
     vllm: CacheInfo | None = None
     """For ``vllm``: the scan of both trees (its entries are the parts)."""
+    ident: tuple[int, int] | None = None
+    """``(st_dev, st_ino)`` of the folder listed: ``prune --cache`` removes only below that
+    same folder (opened again without following, compared)."""
 
     @property
     def kind(self) -> CacheKind:
@@ -125,8 +131,14 @@ def list_cache(loc: CacheLocation, *, use_index: bool = True, force: bool = Fals
                ) -> CacheListing:
     """One location: missing, unreadable, or its stats and (understood kinds) parts. A
     location that is ``/``, the home folder or above it, a temp or system folder is not
-    walked unless ``force`` (``prune --force``)."""
+    walked unless ``force`` (``prune --force``). One in a folder other users can write in
+    that fails :func:`~.kinds.shared_place_problem` (a planted symlink, someone else's
+    folder) is never walked, ``force`` or not: its one problem names the path and why."""
     problems: list[str] = []
+    place = check_place(loc)
+    if place.problem is not None:
+        return CacheListing(loc, True, problems=(
+            f"{SKIPPED_SHARED}: {loc.path}: {place.problem}",))
     try:
         s = os.stat(loc.path)  # a symlinked cache folder is followed: users make such links
     except FileNotFoundError:
@@ -134,6 +146,9 @@ def list_cache(loc: CacheLocation, *, use_index: bool = True, force: bool = Fals
     except OSError as exc:
         return CacheListing(loc, True, problems=(f"unreadable: {loc.path}: "
                                                  f"{exc.strerror or exc}",))
+    if place.exposed and (s.st_dev, s.st_ino) != place.ident:
+        return CacheListing(loc, True, problems=(
+            f"{SKIPPED_SHARED}: {loc.path}: replaced while it was being checked",))
     if not st.S_ISDIR(s.st_mode):
         return CacheListing(loc, True, problems=(f"not a folder: {loc.path}",))
     if loc.kind not in ("vllm", "vllm-other") and not force:
@@ -158,6 +173,7 @@ def list_cache(loc: CacheLocation, *, use_index: bool = True, force: bool = Fals
     if problem is not None:
         return CacheListing(loc, True, None, (), (*problems, problem))
     stats = merge_stats(s, [ps for _, ps in parts])
+    ident = (s.st_dev, s.st_ino)
     problems += [f"unreadable: {u}" for u in stats.unreadable[:20]]
     if loc.kind == "triton":  # kernel folders (a symlink is counted, never entered)
         items = tuple(_triton_item(real, n, ps) for n, ps in parts if ps.is_dir)
@@ -165,7 +181,7 @@ def list_cache(loc: CacheLocation, *, use_index: bool = True, force: bool = Fals
         items = tuple(CacheItem(n, Path(real, n), ps,
                                 what=inductor_part(n) if loc.kind == "inductor" else None)
                       for n, ps in parts)
-    return CacheListing(loc, True, stats, items, tuple(problems))
+    return CacheListing(loc, True, stats, items, tuple(problems), ident=ident)
 
 
 def list_all_caches(root: str | os.PathLike[str] | None = None, *,
@@ -177,7 +193,7 @@ def list_all_caches(root: str | os.PathLike[str] | None = None, *,
     listed = [list_cache(loc, use_index=use_index) for loc in locs]
     out = []
     for c in listed:
-        if not c.exists:
+        if not c.exists or c.stats is None:
             out.append(c)
             continue
         real = os.path.realpath(c.location.path)
@@ -187,8 +203,7 @@ def list_all_caches(root: str | os.PathLike[str] | None = None, *,
                   and _within(real, os.path.realpath(o.location.path))]
         notes = [f"inside the {o.kind} cache {o.location.path}: counted there too"
                  for o in inside]
-        out.append(c if not notes else CacheListing(c.location, c.exists, c.stats, c.items,
-                                                    (*c.problems, *notes), c.vllm))
+        out.append(c if not notes else replace(c, problems=(*c.problems, *notes)))
     return AllCaches(tuple(out))
 
 
