@@ -34,7 +34,8 @@ import zstandard
 
 from vllm_cache_tools.safetext import CONTROL_CHARS
 
-PASSWORD = "Hunter2Secret"  # noqa: S105 - the planted secret every output must hide
+PASSWORD = "Hunter2Secret"
+"""The planted secret every output must hide."""
 EVIL = "\x1b]0;pwned\x07\x1b[2J\x9b31m\x7f\u202eyp.evil\u2066"
 """Title set (OSC ... BEL), erase screen (CSI), a C1 CSI, DEL, a right-to-left override and
 an isolate: each must be shown escaped, never reach the terminal."""

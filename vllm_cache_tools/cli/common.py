@@ -22,7 +22,7 @@ import dataclasses
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TypeVar, cast
 
 from vllm_cache_tools.redaction import dumps as redacted_dumps
@@ -32,7 +32,7 @@ from vllm_cache_tools.redaction import (
     redact_text,
     redact_value,
 )
-from vllm_cache_tools.safetext import escape_controls, escape_controls_but_sgr
+from vllm_cache_tools.safetext import escape_controls, escape_controls_but_sgr, has_controls
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -56,6 +56,18 @@ def shown_cell(text: str) -> str:
     """One table cell or field as printed: secrets hidden while the value is whole, every
     control character escaped (a newline in a file name would forge a row)."""
     return escape_controls(redact_text(text))
+
+
+def shown_rows(rows: Sequence[Sequence[str]]) -> list[list[str]]:
+    """Every cell of ``rows`` as :func:`shown_cell` shows it; at the cost of two searches
+    over the distinct cells joined when none of them holds a secret's hint or a control
+    character (a table of 40k entries: 0.01 s instead of 0.2 s)."""
+    distinct = {c for r in rows for c in r}
+    joined = " ".join(distinct)  # no hint and no control spans a space
+    if redact_text(joined) is joined and not has_controls(joined):
+        return [list(r) for r in rows]
+    shown = {c: shown_cell(c) for c in distinct}
+    return [[shown[c] for c in r] for r in rows]
 
 
 def write_out(text: str) -> None:
@@ -84,6 +96,16 @@ def write_bold(text: str) -> None:
         body, nl = (text[:-1], "\n") if text.endswith("\n") else (text, "")
         text = f"\x1b[1m{body}\x1b[0m{nl}"
     sys.stdout.write(text)
+
+
+def write_table(title: str, lines: Sequence[str]) -> None:
+    """``title``, a blank line, then a table laid out by :func:`.render.render` (header bold
+    where :func:`styled`). Its cells were each passed through :func:`shown_cell` before they
+    were laid out, so the lines are only escaped again here, not redacted a second time (that
+    cost a table of 40k entries 0.4 s)."""
+    write_out(f"{shown_cell(title)}\n\n")
+    write_bold(lines[0] + "\n")
+    sys.stdout.write(escape_controls("".join(line + "\n" for line in lines[1:]), LAYOUT_CHARS))
 
 
 def fail(message: str, code: int = USAGE_ERROR) -> NoReturn:

@@ -9,7 +9,7 @@ from typing import Literal
 
 from rich.cells import cell_len
 
-from vllm_cache_tools.cli.common import shown_cell, write_bold, write_out
+from vllm_cache_tools.cli.common import shown_rows, write_table
 from vllm_cache_tools.layout import AOT_KEY_SHOWN
 
 GAP = "  "
@@ -119,9 +119,9 @@ def render(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int 
            ) -> list[str]:
     """Header and one line per row, aligned, no trailing blanks. With ``width`` the table fits
     it where the kept columns allow; a row is never wrapped onto a second line. Each cell
-    is shown as :func:`~vllm_cache_tools.cli.common.shown_cell` shows it (secrets hidden
+    is shown as :func:`~vllm_cache_tools.cli.common.shown_rows` shows it (secrets hidden
     before a column cuts a URL, control characters escaped) before it is measured."""
-    rows = [[shown_cell(c) for c in r] for r in rows]
+    rows = shown_rows(rows)
     keep, widths = fit(columns, rows, width)
 
     def line(cells: Sequence[str]) -> str:
@@ -146,6 +146,4 @@ def print_table(title: str, columns: Sequence[Column], rows: Sequence[Sequence[s
     tty = sys.stdout.isatty()
     width = None if wide or not tty else shutil.get_terminal_size((80, 24)).columns
     lines = render(columns, rows, width)
-    write_out(f"{shown_cell(title)}\n\n")
-    write_bold(lines[0] + "\n")
-    write_out("".join(line + "\n" for line in lines[1:]))
+    write_table(title, lines)
