@@ -32,6 +32,7 @@ from pathlib import Path
 
 import zstandard
 
+from tests.realvllm.harness import venv_python
 from vllm_cache_tools.safetext import CONTROL_CHARS
 
 PASSWORD = "Hunter2Secret"
@@ -96,8 +97,13 @@ def plant(real_root: Path, logs: Sequence[Path], tmp: Path, env: Mapping[str, st
     shutil.copytree(real_root, root, symlinks=True)
     cc = root / "torch_compile_cache"
     # A manifest: the served model (ls's MODEL, show, audit, stats/drift per model).
+    def served_by_evil(d: dict) -> None:  # type: ignore[type-arg]
+        d.setdefault("model", {})["model"] = MODEL_URL
+        if isinstance(d.get("versions"), dict) and isinstance(d["versions"].get("vllm"), str):
+            d["versions"]["vllm"] += EVIL
+
     for m in _manifests(cc):
-        _rewrite_json(m, lambda d: d.setdefault("model", {}).update(model=MODEL_URL))
+        _rewrite_json(m, served_by_evil)
     # A ledger line: the host name (stats --by host, drift).
     ledgers = sorted((cc / ".vllm-cache-tools" / "ledger").glob("*.jsonl"))
     line = json.loads(ledgers[0].read_text().splitlines()[0])
@@ -109,12 +115,12 @@ def plant(real_root: Path, logs: Sequence[Path], tmp: Path, env: Mapping[str, st
     prefix = next(p for p in sorted((cc / backend_key).glob("rank_*/*")) if p.is_dir())
     (prefix / f"notes{EVIL}.txt").write_text("planted\n")
     _forget_index(cc)
-    # Two logs: every path and model in them (log, log --compare, explain --logs).
+    # Two logs, their names too: every path in them (log, log --compare, explain --logs).
     out_logs = []
     for i, p in enumerate(logs[:2]):
         text = p.read_text(errors="replace").replace(str(real_root), str(real_root) + EVIL)
         text = text.replace("Using cache directory", f"Using cache directory{EVIL}")
-        q = tmp / f"vllm-{i}.log"
+        q = tmp / f"vllm-{i}{EVIL}.log"
         q.write_text(text)
         out_logs.append(q)
     # A bundle whose manifest carries escapes in what unpack compares and reports.
@@ -151,7 +157,7 @@ def _rewrite_bundle(src: Path, dst: Path) -> None:
     raw = zstandard.ZstdDecompressor().stream_reader(src.open("rb"), read_across_frames=True)
     with contextlib.closing(raw), tarfile.open(fileobj=raw, mode="r|") as tin, \
             dst.open("wb") as f, zstandard.ZstdCompressor().stream_writer(f) as zw, \
-            tarfile.open(fileobj=zw, mode="w|", format=tarfile.USTAR_FORMAT) as tout:
+            tarfile.open(fileobj=zw, mode="w|", format=tarfile.PAX_FORMAT) as tout:
         for member in tin:
             data = tin.extractfile(member).read() if member.isreg() else b""  # type: ignore[union-attr]
             if member.name == "vllm-cache-bundle.json":
@@ -235,7 +241,8 @@ def verbs(h: Hostile) -> dict[str, list[str]]:
         "explain --logs": ["explain", "--logs", str(h.logs[0]), str(h.logs[1])],
         "pack (refused: secret in a manifest)": ["pack", "--root", r, h.aot_key[:12], "-o",
                                                  str(h.root.parent / "refused.tzst")],
-        "unpack": ["unpack", str(h.bundle), "--root", str(h.root.parent / "unpacked")],
+        "unpack": ["unpack", str(h.bundle), "--root", str(h.root.parent / "unpacked"),
+                   "--python", str(venv_python())],
         "ls URL": ["ls", h.store],
         "stats URL": ["stats", h.store],
     }
