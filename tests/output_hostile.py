@@ -107,7 +107,7 @@ def plant(real_root: Path, logs: Sequence[Path], tmp: Path, env: Mapping[str, st
     # A ledger line: the host name (stats --by host, drift).
     ledgers = sorted((cc / ".vllm-cache-tools" / "ledger").glob("*.jsonl"))
     line = json.loads(ledgers[0].read_text().splitlines()[0])
-    line["host"] = "pod" + EVIL
+    line.update(host="pod" + EVIL, start="f" * 16, time=line["time"] + 1)
     with ledgers[0].open("a") as f:
         f.write(json.dumps(line) + "\n")
     # A file name inside a backend entry (show lists its files).
