@@ -6,7 +6,8 @@
     erase screen, C1 CSI, DEL, bidi override and isolate) and a password in a model URL
     (tests/output_hostile.py); counted: control characters that reached the terminal other
     than line breaks and tabs, plain (``TERM=dumb``) and styled (``xterm-256color``, the
-    tool's own SGR sequences left out). A figure per verb; the total must be 0.
+    tool's own SGR sequences and its transient progress bar's cursor moves left out). A figure
+    per verb; the total must be 0.
 (b) secrets in any output, bundle or store object: the password counted in every output of
     (a), in ``--json`` outputs of the same verbs, in a bundle packed and a store pushed from
     the real root, in a bundle manifest and an index object written from a record holding the
@@ -55,9 +56,9 @@ def _argv(checkout: Path | None) -> list[str]:
 
 
 def _count_raw(out: str, styled: bool) -> int:
-    from tests.output_hostile import _RAW, SGR
+    from tests.output_hostile import _RAW, TOOL_STYLING
 
-    text = SGR.sub("", out) if styled else out
+    text = TOOL_STYLING.sub("", out) if styled else out
     return sum(1 for c in _RAW.findall(text) if c not in "\n\t")
 
 

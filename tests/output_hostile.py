@@ -44,6 +44,10 @@ EVIL_SHOWN = "\\x1b]0;pwned\\x07"
 """How the start of :data:`EVIL` reads once escaped."""
 MODEL_URL = f"https://user:{PASSWORD}@models.example/m{EVIL}"
 SGR = re.compile(r"\x1b\[[0-9;]*m")
+TOOL_STYLING = re.compile(r"\x1b\[[0-9;]*m|\x1b\[\?25[lh]|\r\x1b\[2K|\x1b\[1A\x1b\[2K")
+"""What the tool itself writes on a styled terminal: SGR (bold, colour), and the transient
+progress bar of pack/unpack/push/pull (rich: cursor hidden and shown, the line erased after a
+carriage return, one line up). Its label and figures are the tool's own words and numbers."""
 _RAW = re.compile(f"[{CONTROL_CHARS}]")
 
 
@@ -209,9 +213,9 @@ def run_pty(argv: Sequence[str], env: Mapping[str, str], timeout: float = 300,
 
 def raw_controls(text: str, styled: bool = False) -> list[str]:
     """The control and bidi characters in ``text`` other than line breaks and tabs (and,
-    ``styled``, the SGR sequences rich and the table header write), as their escapes."""
+    ``styled``, the tool's own :data:`TOOL_STYLING`), as their escapes."""
     if styled:
-        text = SGR.sub("", text)
+        text = TOOL_STYLING.sub("", text)
     return sorted({repr(c) for c in _RAW.findall(text) if c not in "\n\t"})
 
 

@@ -123,7 +123,7 @@ def test_human_output_under_a_pty(hostile: Hostile, verb: str) -> None:
 
 @pytest.mark.realvllm
 @pytest.mark.parametrize("verb", ["ls", "show aot (manifest)", "stats --by host",
-                                  "explain --logs"])
+                                  "explain --logs", "unpack"])
 def test_styled_output_has_only_its_own_sgr(hostile: Hostile, verb: str) -> None:
     _, out = run_pty([cli(), *verbs(hostile)[verb]], human_env(os.environ, styled=True))
     assert raw_controls(out, styled=True) == [], out[-3000:]
