@@ -44,7 +44,7 @@ EVIL_SHOWN = "\\x1b]0;pwned\\x07"
 """How the start of :data:`EVIL` reads once escaped."""
 MODEL_URL = f"https://user:{PASSWORD}@models.example/m{EVIL}"
 SGR = re.compile(r"\x1b\[[0-9;]*m")
-TOOL_STYLING = re.compile(r"\x1b\[[0-9;]*m|\x1b\[\?25[lh]|\r\x1b\[2K|\x1b\[1A\x1b\[2K")
+TOOL_STYLING = re.compile(r"\x1b\[[0-9;]*m|\x1b\[\?25[lh]|\r?\x1b\[(?:1A|2K)")
 """What the tool itself writes on a styled terminal: SGR (bold, colour), and the transient
 progress bar of pack/unpack/push/pull (rich: cursor hidden and shown, the line erased after a
 carriage return, one line up). Its label and figures are the tool's own words and numbers."""
