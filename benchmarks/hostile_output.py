@@ -74,7 +74,7 @@ def _objects_secrets(h: object, tmp: Path) -> dict[str, int]:
 
     pw = PASSWORD.encode()
     out: dict[str, int] = {}
-    clean, root, aot_key = h.clean, h.root, h.aot_key  # type: ignore[attr-defined]
+    clean, aot_key = h.clean, h.aot_key  # type: ignore[attr-defined]
     rec = select(clean, [aot_key]).records[0]
     leaky = replace(rec, checkpoint=MODEL_URL,
                     env_factors={**rec.env_factors, "HF_TOKEN": "hf_" + PASSWORD * 3})
@@ -94,14 +94,29 @@ def _objects_secrets(h: object, tmp: Path) -> dict[str, int]:
                    env=env, capture_output=True, timeout=300, check=True)
     out["store pushed from the real root"] = sum(p.read_bytes().count(pw)
                                                  for p in store.rglob("*") if p.is_file())
-    left = tmp / "refused"
+    return {**out, **_left_by_pack_and_push(h, tmp / "refused", [cli()])}
+
+
+def _left_by_pack_and_push(h: object, left: Path, argv: list[str]) -> dict[str, int]:
+    """The password in what pack and push of the planted root write and print (the bundle
+    decompressed, every store object)."""
+    import zstandard
+
+    pw = PASSWORD.encode()
+    out: dict[str, int] = {}
     for verb in ("pack", "push"):
         target = [str(left / "b.tzst")] if verb == "pack" else [f"file://{left / 'store'}"]
-        args = [cli(), verb, "--root", str(root), aot_key, *(["-o"] if verb == "pack" else []),
-                *target]
-        res = subprocess.run(args, env=env, capture_output=True, timeout=300)
-        written = sum(p.read_bytes().count(pw) for p in left.rglob("*") if p.is_file()) \
-            if left.exists() else 0
+        args = [*argv, verb, "--root", str(h.root), h.aot_key,  # type: ignore[attr-defined]
+                *(["-o"] if verb == "pack" else []), *target]
+        res = subprocess.run(args, env=dict(os.environ), capture_output=True, timeout=300)
+        written = 0
+        for p in (left.rglob("*") if left.exists() else ()):
+            if p.is_file():
+                data = p.read_bytes()
+                if p.suffix == ".tzst":
+                    data = zstandard.ZstdDecompressor().stream_reader(
+                        p.open("rb"), read_across_frames=True).read()
+                written += data.count(pw)
         out[f"{verb} of the planted root (exit {res.returncode})"] = (
             written + (res.stdout + res.stderr).count(pw))
     return out
@@ -127,7 +142,9 @@ def main() -> int:
             for label, checkout in checkouts:
                 for styled in (False, True):
                     if name.startswith("unpack"):  # a fresh root for each run
-                        argv = [*argv[:-1], str(tmp / f"unpacked-{label}-{styled}")]
+                        i = argv.index("--root") + 1
+                        argv = [*argv[:i], str(tmp / f"unpacked-{label}-{styled}"),
+                                *argv[i + 1:]]
                     _, out = run_pty([*_argv(checkout), *argv], human_env(os.environ, styled))
                     key = f"{label} {'styled' if styled else 'plain'}"
                     row[f"{key} raw"] = _count_raw(out, styled)
@@ -140,8 +157,13 @@ def main() -> int:
                     row[f"{label} json raw"] = len(raw_controls(res.stdout))
             rows.append(row)
         objects = _objects_secrets(h, tmp)
-    figures = {"verbs": rows, "objects": objects, "seconds": round(time.monotonic() - t0, 1)}
+        before_objects = {} if args.before is None else _left_by_pack_and_push(
+            h, tmp / "before-objects", _argv(args.before.resolve()))
+    figures = {"verbs": rows, "objects": objects, "before_objects": before_objects,
+               "seconds": round(time.monotonic() - t0, 1)}
     _print(rows, objects, [c[0] for c in checkouts])
+    for k, v in before_objects.items():
+        print(f"  reference (--before): {v:>3}  {k}")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     bad = sum(int(v) for r in rows for k, v in r.items() if k.startswith("this ")
