@@ -104,6 +104,7 @@ def _left_by_pack_and_push(h: object, left: Path, argv: list[str]) -> dict[str, 
 
     pw = PASSWORD.encode()
     out: dict[str, int] = {}
+    left.mkdir(parents=True, exist_ok=True)
     for verb in ("pack", "push"):
         target = [str(left / "b.tzst")] if verb == "pack" else [f"file://{left / 'store'}"]
         args = [*argv, verb, "--root", str(h.root), h.aot_key,  # type: ignore[attr-defined]
