@@ -111,7 +111,8 @@ def _left_by_pack_and_push(h: object, left: Path, argv: list[str]) -> dict[str, 
                 *(["-o"] if verb == "pack" else []), *target]
         res = subprocess.run(args, env=dict(os.environ), capture_output=True, timeout=300)
         written = 0
-        for p in (left.rglob("*") if left.exists() else ()):
+        made = left / ("b.tzst" if verb == "pack" else "store")
+        for p in ([made] if made.is_file() else made.rglob("*") if made.exists() else ()):
             if p.is_file():
                 data = p.read_bytes()
                 if p.suffix == ".tzst":
