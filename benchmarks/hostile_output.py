@@ -143,9 +143,9 @@ def main() -> int:
             row: dict[str, object] = {"verb": name}
             for label, checkout in checkouts:
                 for styled in (False, True):
-                    if name.startswith("unpack"):  # a fresh root for each run
+                    if name.startswith(("unpack", "pull")):  # a fresh root for each run
                         i = argv.index("--root") + 1
-                        argv = [*argv[:i], str(tmp / f"unpacked-{label}-{styled}"),
+                        argv = [*argv[:i], str(tmp / f"{name.split()[0]}-{label}-{styled}"),
                                 *argv[i + 1:]]
                     _, out = run_pty([*_argv(checkout), *argv], human_env(os.environ, styled))
                     key = f"{label} {'styled' if styled else 'plain'}"

@@ -249,4 +249,9 @@ def verbs(h: Hostile) -> dict[str, list[str]]:
                    "--python", str(venv_python())],
         "ls URL": ["ls", h.store],
         "stats URL": ["stats", h.store],
+        "pull URL": ["pull", h.store, h.aot_key[:12], "--root", str(h.root.parent / "pulled"),
+                     "--python", str(venv_python())],
+        "explain (entries)": ["explain", "--root", r, *sorted(
+            p.name for p in (h.root / "torch_compile_cache").iterdir()
+            if re.fullmatch(r"[0-9a-f]{10}", p.name))[:2]],
     }

@@ -109,7 +109,7 @@ SHOWS_PLANTED = ("ls", "ls --wide", "show backend (file name)", "show aot (manif
     "ls", "ls --wide", "ls --by-owner", "show backend (file name)", "show aot (manifest)",
     "audit", "stats", "stats --by host", "drift", "verify", "prune --dry-run", "log",
     "log --compare", "explain --logs", "pack (refused: secret in a manifest)", "unpack",
-    "ls URL", "stats URL"])
+    "ls URL", "stats URL", "pull URL", "explain (entries)"])
 def test_human_output_under_a_pty(hostile: Hostile, verb: str) -> None:
     args = verbs(hostile)[verb]
     rc, out = run_pty([cli(), *args], human_env(os.environ))
