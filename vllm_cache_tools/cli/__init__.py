@@ -78,7 +78,9 @@ def main() -> None:
                 return
         build_command(verb if verb in COMMANDS else None)(prog_name="vllm-cache")
     except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
+        from vllm_cache_tools.cli.common import write_err
+
+        write_err("interrupted\n")
         sys.exit(130)
     except BrokenPipeError:
         sys.exit(0)

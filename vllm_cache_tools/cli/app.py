@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import copy
 import importlib
-import sys
 from typing import Annotated, Any
 
 import typer
@@ -50,7 +49,9 @@ def _version() -> str:
 
 def _show_version(value: bool) -> None:
     if value:
-        sys.stdout.write(f"vllm-cache {_version()}\n")
+        from vllm_cache_tools.cli.common import write_out
+
+        write_out(f"vllm-cache {_version()}\n")
         raise typer.Exit(0)
 
 

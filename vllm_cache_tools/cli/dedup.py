@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.common import print_json
+from vllm_cache_tools.cli.common import print_json, write_out
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.cli.prune import DryRunOpt, ForceOpt, JsonOpt, parse_grace
 from vllm_cache_tools.maintain.dedup import DedupPlan, DedupResult, execute_dedup, plan_dedup
@@ -27,7 +26,7 @@ GraceOpt = Annotated[str, typer.Option(
 
 
 def _p(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
+    write_out(line + "\n")
 
 
 def _render_plan(plan: DedupPlan, apply: bool) -> None:

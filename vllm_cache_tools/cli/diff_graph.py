@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
 
 from vllm_cache_tools.analyze.graph_diff import diff_graphs
-from vllm_cache_tools.cli.common import fail, print_json
+from vllm_cache_tools.cli.common import fail, print_json, write_out
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.read.noatime import read_noatime
 from vllm_cache_tools.store.lookup import locate_entry
@@ -45,17 +44,16 @@ def diff_graph(
             "shapes_removed": list(d.shapes_removed), "diff": d.diff}))
     else:
         if d.identical:
-            sys.stdout.write("graphs identical after normalising addresses and generated "
-                             "names\n")
+            write_out("graphs identical after normalising addresses and generated names\n")
         else:
-            sys.stdout.write(d.diff)
-            sys.stdout.write("\nsummary:\n")
+            write_out(d.diff)
+            write_out("\nsummary:\n")
             for k, v in d.ops_added.items():
-                sys.stdout.write(f"  + {v} x {k}\n")
+                write_out(f"  + {v} x {k}\n")
             for k, v in d.ops_removed.items():
-                sys.stdout.write(f"  - {v} x {k}\n")
+                write_out(f"  - {v} x {k}\n")
             for s in d.shapes_removed:
-                sys.stdout.write(f"  shape - {s}\n")
+                write_out(f"  shape - {s}\n")
             for s in d.shapes_added:
-                sys.stdout.write(f"  shape + {s}\n")
+                write_out(f"  shape + {s}\n")
     raise typer.Exit(0 if d.identical else 1)

@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from vllm_cache_tools.cli.common import fail, print_json, warn
+from vllm_cache_tools.cli.common import fail, print_json, warn, write_out
 from vllm_cache_tools.cli.render import Column, render
 from vllm_cache_tools.maintain.evidence import owner_name
 from vllm_cache_tools.store.caches.kinds import UNDERSTOOD
@@ -78,7 +78,7 @@ def ls_all_caches(root: Path | None, *, json_out: bool, rescan: bool, wide: bool
     if json_out:
         print_json(all_caches_report(info))
         return
-    out = sys.stdout.write
+    out = write_out
     tty = sys.stdout.isatty()
     width = None if wide or not tty else shutil.get_terminal_size((80, 24)).columns
     for line in render(SUMMARY_COLUMNS, [_summary_row(c) for c in info.caches], width):

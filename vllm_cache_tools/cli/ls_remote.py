@@ -3,10 +3,9 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from vllm_cache_tools.cli.common import print_json, warn
+from vllm_cache_tools.cli.common import print_json, warn, write_out
 from vllm_cache_tools.cli.fleetcommon import run
 from vllm_cache_tools.store.filters import parse_filter, sort_entries
 from vllm_cache_tools.store.types import Entry, TreeStats
@@ -64,7 +63,7 @@ def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
             "root_totals": listed if len(entries) == len(allv) else totals(allv),
             "entries": rows, "problems": problems}))
         return
-    write = sys.stdout.write
+    write = write_out
     if not allv:
         write(f"No entries in {store.url}.\n")
         return

@@ -12,12 +12,19 @@ left to typer, so help, errors and their exit codes stay typer's."""
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools.cli.common import DelayedProgress, fail, print_json, problem_line, warn
+from vllm_cache_tools.cli.common import (
+    DelayedProgress,
+    fail,
+    print_json,
+    problem_line,
+    warn,
+    write_json_text,
+    write_out,
+)
 from vllm_cache_tools.cli.plainargs import read_plain, run_printing, typed
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.scan import RootError, scan
@@ -115,7 +122,7 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
 
     for note in fs.notes:  # a shared filesystem, or atime not kept: stderr, like problems
         warn(f"note: {note}")
-    out = sys.stdout.write
+    out = write_out
     if not info.entries:
         out(f"No compile-cache entries under {display_path(info.root)} "
             f"(root from {info.root_source}).\n")
@@ -141,7 +148,7 @@ def _print_listing(head: dict[str, Any], entries: Sequence[Entry]) -> None:
     text = dumps(head, separators=(",", ":"))
     # Quotes inside strings are escaped, so only the key itself matches.
     cut = text.index(',"entries":[]') + len(',"entries":[')
-    write = sys.stdout.write
+    write = write_json_text
     write(text[:cut])
     # In batches: the redaction check looks at each distinct string of a batch once (field
     # names, states, models repeat), one entry at a time cost 4x the CPU. Rows kept in the
@@ -223,7 +230,7 @@ def _print_owners(root: Path, entries: Sequence[Entry], json_out: bool) -> None:
             Column("ON DISK", align="right"), Column("FILES", align="right"))
     lines = render(cols, [[o.owner, str(o.entries), human_size(o.size_bytes),
                            human_size(o.disk_bytes), str(o.files)] for o in rows], None)
-    sys.stdout.write(f"{display_path(root)}/torch_compile_cache by owner\n\n"
+    write_out(f"{display_path(root)}/torch_compile_cache by owner\n\n"
                      + "".join(line + "\n" for line in lines))
 
 

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.common import fail, print_json, warn
+from vllm_cache_tools.cli.common import fail, print_json, warn, write_err, write_out
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.errors import UsageError
 from vllm_cache_tools.keys.compat import Environment, detect_environment
@@ -81,14 +81,13 @@ def confirm(plan: PrunePlan | None, yes: bool, json_out: bool, *, tmp_files: int
              + look_only)
     what = [f"{n} entries ({format_size(plan.bytes)})" if plan is not None and n else "",
             f"{tmp_files} leftover *.tmp file(s)" if tmp_files else ""]
-    sys.stderr.write(f"Delete {' and '.join(w for w in what if w)}? [y/N] ")
-    sys.stderr.flush()
+    write_err(f"Delete {' and '.join(w for w in what if w)}? [y/N] ", flush=True)
     answer = sys.stdin.readline().strip().lower()
     return answer in ("y", "yes")
 
 
 def _p(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
+    write_out(line + "\n")
 
 
 def render_plan(plan: PrunePlan, dry_run: bool) -> None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import typer
 
-from vllm_cache_tools.cli.common import fail, print_json, warn
+from vllm_cache_tools.cli.common import fail, print_json, warn, write_err, write_out
 from vllm_cache_tools.maintain.cache_prune import (
     CachePolicies,
     CachePrunePlan,
@@ -33,7 +33,7 @@ def parse_kind(text: str) -> CacheKind:
 
 
 def _p(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
+    write_out(line + "\n")
 
 
 def render_cache_plan(plan: CachePrunePlan, dry_run: bool) -> None:
@@ -64,9 +64,8 @@ def _confirm(plan: CachePrunePlan, yes: bool) -> bool:
     if not sys.stdin.isatty():
         fail("not deleting without confirmation: stdin is not a terminal; pass --yes, or "
              "--dry-run to only see the plan")
-    sys.stderr.write(f"Delete {len(plan.parts)} {plan.kind} parts "
-                     f"({format_size(plan.bytes)})? [y/N] ")
-    sys.stderr.flush()
+    write_err(f"Delete {len(plan.parts)} {plan.kind} parts "
+              f"({format_size(plan.bytes)})? [y/N] ", flush=True)
     return sys.stdin.readline().strip().lower() in ("y", "yes")
 
 

@@ -9,6 +9,7 @@ from typing import Literal
 
 from rich.cells import cell_len
 
+from vllm_cache_tools.cli.common import shown_rows, write_table
 from vllm_cache_tools.layout import AOT_KEY_SHOWN
 
 GAP = "  "
@@ -117,7 +118,10 @@ def fit(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int | N
 def render(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int | None
            ) -> list[str]:
     """Header and one line per row, aligned, no trailing blanks. With ``width`` the table fits
-    it where the kept columns allow; a row is never wrapped onto a second line."""
+    it where the kept columns allow; a row is never wrapped onto a second line. Each cell
+    is shown as :func:`~vllm_cache_tools.cli.common.shown_rows` shows it (secrets hidden
+    before a column cuts a URL, control characters escaped) before it is measured."""
+    rows = shown_rows(rows)
     keep, widths = fit(columns, rows, width)
 
     def line(cells: Sequence[str]) -> str:
@@ -136,16 +140,10 @@ def print_table(title: str, columns: Sequence[Column], rows: Sequence[Sequence[s
     """``title``, a blank line, then the table on stdout: fitted to the terminal's width
     unless ``wide`` or stdout is no terminal, the header bold on a colour terminal
     (``NO_COLOR`` and ``TERM=dumb`` respected)."""
-    import os
     import shutil
     import sys
 
     tty = sys.stdout.isatty()
     width = None if wide or not tty else shutil.get_terminal_size((80, 24)).columns
     lines = render(columns, rows, width)
-    bold = tty and not os.environ.get("NO_COLOR") and os.environ.get("TERM") != "dumb"
-    write = sys.stdout.write
-    write(f"{title}\n\n")
-    write((f"\x1b[1m{lines[0]}\x1b[0m" if bold else lines[0]) + "\n")
-    for line in lines[1:]:
-        write(line + "\n")
+    write_table(title, lines)

@@ -12,6 +12,8 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import TextIO
 
+from vllm_cache_tools.safetext import escape_controls
+
 FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 ASCII_FRAMES = "|/-\\"
 CI_VARS = ("CI", "GITHUB_ACTIONS", "GITLAB_CI", "BUILDKITE", "JENKINS_URL", "TF_BUILD")
@@ -74,7 +76,7 @@ class StageLine:
             if self.stage:
                 secs = time.monotonic() - self._t0
                 frame = self.frames[i % len(self.frames)]
-                line = f"{frame} {self.prefix}{self.stage}  {secs:.1f} s"
+                line = escape_controls(f"{frame} {self.prefix}{self.stage}  {secs:.1f} s")
                 # One screen line, or the erase at the end would leave the wrapped part.
                 self._write("\r\x1b[2K" + line[:max(10, self._width() - 1)])
                 i += 1

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.common import fail, print_json
+from vllm_cache_tools.cli.common import fail, print_json, write_out
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.cli.prune import (
     AllUsersOpt,
@@ -39,7 +38,7 @@ from vllm_cache_tools.views.verify import verify_json
 
 
 def _p(line: str = "") -> None:
-    sys.stdout.write(line + "\n")
+    write_out(line + "\n")
 
 
 def _render(report: VerifyReport) -> None:

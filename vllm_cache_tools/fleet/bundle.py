@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import os
 import tarfile
 from collections.abc import Callable, Iterator
@@ -41,6 +40,7 @@ from vllm_cache_tools.fleet.records import (
 )
 from vllm_cache_tools.fleet.selection import LocalFile, Selection, file_ident
 from vllm_cache_tools.read.noatime import open_noatime
+from vllm_cache_tools.redaction import dumps as redacted_dumps
 from vllm_cache_tools.safeio import NamedOutput
 
 _BUF = 1 << 20
@@ -49,7 +49,8 @@ _BUF = 1 << 20
 def manifest_bytes(m: BundleManifest) -> bytes:
     # Compact: json's C encoder (indent= takes the Python one, a tenth of pack's CPU time
     # on 450 files). `tar -xOf B vllm-cache-bundle.json | jq` reads it.
-    return (json.dumps(manifest_json(m), sort_keys=True, separators=(",", ":"))
+    # redaction.dumps: no secret in clear, whatever built the records (select redacts them).
+    return (redacted_dumps(manifest_json(m), sort_keys=True, separators=(",", ":"))
             + "\n").encode()
 
 

@@ -60,6 +60,7 @@ from vllm_cache_tools.layout import short_key
 from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.noatime import open_noatime
+from vllm_cache_tools.redaction import dumps as redacted_dumps
 
 STORE_FORMAT = "vllm-cache-store"
 STORE_VERSION = 1
@@ -699,11 +700,12 @@ class _suppress:
 
 def index_bytes(rec: EntryRecord, extras: Sequence[FileRecord], packed_on: Mapping[str, Any],
                 pushed_at: float) -> bytes:
-    return json.dumps({"format": STORE_FORMAT, "format_version": STORE_VERSION,
-                       "entry": entry_json(rec), "extras": [file_json(x) for x in extras],
-                       "pushed_at": round(pushed_at, 3),
-                       "pushed_by": f"vllm-cache-tools {__version__}",
-                       "packed_on": dict(packed_on)}, sort_keys=True).encode()
+    # redaction.dumps: no secret in clear in an index object (select redacts the records).
+    return redacted_dumps({"format": STORE_FORMAT, "format_version": STORE_VERSION,
+                           "entry": entry_json(rec), "extras": [file_json(x) for x in extras],
+                           "pushed_at": round(pushed_at, 3),
+                           "pushed_by": f"vllm-cache-tools {__version__}",
+                           "packed_on": dict(packed_on)}, sort_keys=True).encode()
 
 
 __all__ = ["BACKENDS", "CHUNK", "DEFAULT_WORKERS", "MARKER", "MAX_INDEX_BYTES",
