@@ -32,7 +32,7 @@ from vllm_cache_tools import __version__, safeio
 from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_json
 from vllm_cache_tools.store.locate import user_cache_dir
 
-FORMAT = 1
+FORMAT = 2  # 2: records keep the manifest's key inputs (EntryRecord.recorded)
 MAX_PROOFS = 100_000
 """Proof results kept at most (two xxh3 digests each); past it the memo starts afresh."""
 
