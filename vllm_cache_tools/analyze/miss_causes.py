@@ -92,6 +92,27 @@ def neighbour_of_entry(e: Entry, evidence: str | None = None) -> Neighbour:
                      e.modified or 0.0)
 
 
+def key_parts_of_entry(e: Entry) -> KeyParts:
+    """An entry as the "now" side (``warm``: the entry vLLM just wrote, against those it did
+    not reuse): its stored factors and its newest manifest's config, Inductor factors and
+    traced files."""
+    n = neighbour_of_entry(e)
+    m = n.manifest or {}
+    info = e.aot_info
+    return KeyParts(
+        vllm_version=e.vllm_version, torch_version=e.torch_version,
+        env_factors=n.env, env_hash=n.key_parts.get("env_hash"),
+        config_hash=n.key_parts.get("config_hash"),
+        config_parts=m.get("config") if isinstance(m.get("config"), Mapping) else None,
+        file_digests={p: d for p, d in n.traced.items() if d is not None},
+        code_hash=n.key_parts.get("code_hash"), compiler_hash=n.key_parts.get("compiler_hash"),
+        compiler_factors=m.get("inductor") if isinstance(m.get("inductor"), Mapping) else None,
+        backend_key=e.key if e.layout == "backend" else None,
+        aot_key=e.key if e.layout == "aot" else None,
+        model_key_inputs=(e.vllm_version or "", info.qualname, info.firstlineno)
+        if info is not None and info.qualname and info.firstlineno is not None else None)
+
+
 def manifest_key_parts(data: Mapping[str, Any]) -> dict[str, str | None]:
     """The key parts a manifest records (an AOT manifest: env and config hashes)."""
     raw = data.get("key_parts")
@@ -296,5 +317,5 @@ def _same_parts(n: Neighbour, now: KeyParts, ev: str, wanted: str | None) -> Cau
                  "vLLM compiles again")
 
 
-__all__ = ["Neighbour", "closest", "manifest_key_parts", "manifest_traced", "miss_causes",
-           "neighbour_of_entry"]
+__all__ = ["Neighbour", "closest", "key_parts_of_entry", "manifest_key_parts",
+           "manifest_traced", "miss_causes", "neighbour_of_entry"]

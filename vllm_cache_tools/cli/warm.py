@@ -59,7 +59,9 @@ def warm(
                            "aot_key": f.aot_key, "backend_key": f.backend_key,
                            "seconds": f.seconds, "detail": f.detail} for f in r.functions],
             "entries": [{"key": e.key, "layout": e.layout, "state": e.state, "path": e.path,
-                         "new": e.new} for e in r.entries]}))
+                         "new": e.new} for e in r.entries],
+            "causes": [{"component": c.component, "item": c.item, "old": c.old, "new": c.new,
+                        "evidence": c.evidence, "detail": c.detail} for c in r.causes]}))
         return
     out(headline(r))
     from vllm_cache_tools.cli.render import key_column
@@ -76,6 +78,13 @@ def warm(
     for e in r.entries:
         out(f"  {'new' if e.new else 'rewritten':<11} {e.layout:<7} {keys_w[e.key]:<{w}}  "
             f"{e.state}\n")
+    if r.causes:
+        from vllm_cache_tools.analyze.explain import show_value
+
+        out("causes (why the entries already in the root were not reused)\n")
+        for c in r.causes:
+            out(f"  {c.component}: {c.item}: {show_value(c.old)} -> {show_value(c.new)} "
+                f"({c.evidence})" + (f" {c.detail}" if c.detail else "") + "\n")
 
 
 def headline(r: Any) -> str:

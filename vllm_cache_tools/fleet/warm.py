@@ -26,6 +26,7 @@ from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.read.logs import parse_lines
 from vllm_cache_tools.store.locate import resolve_root
 from vllm_cache_tools.store.scan import RootError, scan
+from vllm_cache_tools.store.types import Cause, Entry
 
 CHILD = Path(__file__).resolve().parent / "warm_child.py"
 RESULT = "VLLM_CACHE_TOOLS_WARM "
@@ -73,6 +74,9 @@ class WarmResult:
     functions: tuple[WarmedFunction, ...] = ()
     compile_seconds: float | None = None
     """vLLM's "init engine ... (compilation: N s)"."""
+    causes: tuple[Cause, ...] = ()
+    """Why vLLM compiled although the root held entries: the entry it wrote against the
+    closest one it did not reuse (:mod:`vllm_cache_tools.analyze.miss_causes`)."""
 
     @property
     def compiled(self) -> tuple[WarmedFunction, ...]:
@@ -200,10 +204,40 @@ def warm(vllm_args: Sequence[str], *, root: str | os.PathLike[str] | None = None
         # only what vLLM compiled counts as written.
         if new or (before[k] != e.modified and (k in saved or not functions)):
             out_entries.append(WarmedEntry(e.key, e.layout, e.state, str(e.path), new))
+    outcome = _overall(functions)
+    causes = (_why_compiled(after_info.entries, before, out_entries)
+              if outcome == "compiled" and before else ())
     return WarmResult(croot.vllm_root, tuple(sorted(out_entries, key=lambda w: (w.layout,
                                                                                  w.key))),
-                      _overall(functions), time.perf_counter() - t0, engine_s, log_path,
-                      functions, compile_s)
+                      outcome, time.perf_counter() - t0, engine_s, log_path,
+                      functions, compile_s, causes)
+
+
+def _why_compiled(entries: Sequence[Entry], before: Mapping[tuple[str, str], float | None],
+                  written: Sequence[WarmedEntry]) -> tuple[Cause, ...]:
+    """The cause engine, with the entry vLLM wrote (backend first: it stores every key part)
+    as this start and the entries that were there before as the ones it could have reused."""
+    from vllm_cache_tools.analyze.miss_causes import (
+        key_parts_of_entry,
+        miss_causes,
+        neighbour_of_entry,
+    )
+    from vllm_cache_tools.store.entries import read_entry
+
+    mine = {(w.layout, w.key) for w in written}
+    new = sorted((e for e in entries if (e.layout, e.key) in mine),
+                 key=lambda e: e.layout != "backend")
+    if not new:
+        return ()
+    now = read_entry(new[0].path)
+    olds = [read_entry(e.path) for e in entries if (e.layout, e.key) in before
+            and (e.layout, e.key) not in mine and e.layout == now.layout]
+    olds = olds or [read_entry(e.path) for e in entries if (e.layout, e.key) in before
+                    and (e.layout, e.key) not in mine]
+    if not olds:  # it rewrote the entries that were there (a load failure): their details say
+        return ()
+    return tuple(miss_causes([neighbour_of_entry(e) for e in olds], key_parts_of_entry(now),
+                             wanted=now.key))
 
 
 def _run_teed(cmd: Sequence[str], env: Mapping[str, str], log: IO[bytes],

@@ -1,0 +1,165 @@
+"""Every verb that decides names the cause of a miss (issue 25, item 1), on real caches: for
+each changed-factor start of the harness (an env variable, a config field, additional_config,
+an Inductor option, a traced file edited in place or above forward, two tensor-parallel
+ranks), ``predict`` from the root as that start found it, and ``unpack --check`` / ``pull
+--if-hit --check`` of that root's entries (a bundle, a local store) into an empty root, all
+with the start's own arguments and environment. Each must say MISS with at least one cause,
+and where a recorder manifest exists, the field itself, old -> new.
+
+``VCT_CAUSE_TABLE=FILE`` writes every (scenario, start, verb, causes) row as JSON lines: the
+table in docs/predict.md comes from it."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import run_cli
+from tests.realvllm.harness import (
+    SCENARIOS,
+    ScenarioRun,
+    applied_edit,
+    model_lock,
+    run_scenario,
+    start_env,
+    venv_python,
+)
+
+pytestmark = pytest.mark.realvllm
+
+Cause = tuple[str, str, Any, Any]
+Want = Callable[[list[dict[str, Any]]], bool]
+
+
+def _has(component: str, item: str, old: Any = ..., new: Any = ...) -> Want:
+    def ok(causes: list[dict[str, Any]]) -> bool:
+        return any(c["component"] == component and c["item"] == item
+                   and (old is ... or c["old"] == old) and (new is ... or c["new"] == new)
+                   for c in causes)
+    return ok
+
+
+def _ends(component: str, suffix: str) -> Want:
+    return lambda cs: any(c["component"] == component and str(c["item"]).endswith(suffix)
+                          for c in cs)
+
+
+def _mentions(component: str, text: str) -> Want:
+    return lambda cs: any(c["component"] == component and text in str(c["item"]) + " "
+                          + str(c["detail"]) for c in cs)
+
+
+def _keys(root: Path) -> list[str]:
+    cc = root / "torch_compile_cache"
+    out = [p.name for p in cc.iterdir() if len(p.name) == 10]
+    aot = cc / "torch_aot_compile"
+    return out + ([p.name for p in aot.iterdir()] if aot.is_dir() else [])
+
+
+def _row(scenario: str, i: int, factor: str, verb: str, causes: list[dict[str, Any]],
+         field_level: bool) -> None:
+    path = os.environ.get("VCT_CAUSE_TABLE")
+    if not path:
+        return
+    with open(path, "a") as f:
+        f.write(json.dumps({"scenario": scenario, "start": i, "factor": factor, "verb": verb,
+                            "field_level": field_level,
+                            "causes": [f"{c['component']}: {c['item']}: {c['old']!r} -> "
+                                       f"{c['new']!r}" for c in causes]}) + "\n")
+
+
+def _verbs(run: ScenarioRun, i: int, factor: str, want: Want, tmp: Path,
+           field_level: bool = True) -> None:
+    """predict, unpack --check and pull --if-hit --check for start ``i``: each a miss whose
+    causes are not empty and satisfy ``want`` (a field-level cause) when ``field_level``."""
+    start = run.scenario.starts[i]
+    args = start.serve_args()
+    py = ["--python", str(venv_python()), "--usage", "llm"]
+    src = run.before(i)
+    bundle = tmp / f"{run.scenario.name}-{i}.tar.zst"
+    store = tmp / f"store-{run.scenario.name}-{i}"
+    res = run_cli("pack", "--root", str(src), *_keys(src), "-o", str(bundle))
+    assert res.returncode == 0, res.stderr
+    res = run_cli("push", "--root", str(src), *_keys(src), str(store))
+    assert res.returncode == 0, res.stderr
+    target = tmp / f"pod-{run.scenario.name}-{i}"
+    with model_lock(), applied_edit(start.edit):
+        got: dict[str, list[dict[str, Any]]] = {}
+        r = run_cli("predict", "--root", str(src), *py, "--json", "--", *args,
+                    env=start_env(src, start), inherit=False)
+        assert r.returncode == 1, (r.stdout[-2000:], r.stderr)  # 1: a miss
+        d = json.loads(r.stdout)
+        assert d["hit"] is False
+        got["predict"] = d["causes"]
+        env = start_env(target, start)
+        r = run_cli("unpack", str(bundle), "--check", "--root", str(target), *py, "--json",
+                    "--", *args, env=env, inherit=False)
+        d = json.loads(r.stdout)
+        assert d["check"]["verdict"] == "miss", d["check"]
+        got["unpack --check"] = d["check"]["causes"]
+        r = run_cli("pull", str(store), "--root", str(target), "--if-hit", "--check", *py,
+                    "--json", "--", *args, env=env, inherit=False)
+        d = json.loads(r.stdout)
+        assert d["check"]["verdict"] == "miss", d["check"]
+        got["pull --if-hit"] = d["check"]["causes"]
+    for verb, causes in got.items():
+        _row(run.scenario.name, i, factor, verb, causes, field_level and want(causes))
+    for verb, causes in got.items():
+        assert causes, (verb, "a miss with an empty cause list")
+        if field_level:
+            assert want(causes), (verb, causes)
+
+
+@pytest.fixture(scope="module")
+def rec() -> ScenarioRun:
+    return run_scenario(SCENARIOS["recorder"])
+
+
+@pytest.fixture(scope="module")
+def variants() -> ScenarioRun:
+    return run_scenario(SCENARIOS["variants"])
+
+
+@pytest.fixture(scope="module")
+def sample() -> ScenarioRun:
+    return run_scenario(SCENARIOS["sample"])
+
+
+# With the recorder's manifests: the field itself, old -> new, in every verb.
+RECORDED = [
+    (2, "additional_config", _has("config", "additional_config.vct_probe", None, 1)),
+    (3, "config field", _has("config", "model_config.max_model_len", 128, 64)),
+    (5, "TP size", _has("config", "parallel_config.tensor_parallel_size", 1, 2)),
+    (6, "Inductor option", _mentions("compiler", "benchmark_kernel")),
+    (7, "traced file edit", _ends("code", "llama.py")),
+]
+
+
+@pytest.mark.parametrize(("i", "factor", "want"), RECORDED, ids=[r[1] for r in RECORDED])
+def test_recorded_miss_names_the_field_in_every_verb(rec: ScenarioRun, tmp_path: Path,
+                                                     i: int, factor: str, want: Want) -> None:
+    _verbs(rec, i, factor, want, tmp_path)
+
+
+def test_env_var_miss_names_the_variable(sample: ScenarioRun, tmp_path: Path) -> None:
+    _verbs(sample, 2, "env var", _has("env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", False, True),
+           tmp_path)
+
+
+# Without manifests: what the entry's files reveal, else the hash with what would settle it.
+UNRECORDED = [
+    (1, "config field", _mentions("config", "VLLM_CACHE_TOOLS_RECORD=1")),
+    (2, "Inductor option", _mentions("compiler", "TORCHINDUCTOR_BENCHMARK_KERNEL=1")),
+    (4, "forward moved", _has("code", "LlamaModel.forward first line")),
+]
+
+
+@pytest.mark.parametrize(("i", "factor", "want"), UNRECORDED, ids=[r[1] for r in UNRECORDED])
+def test_unrecorded_miss_says_what_would_settle_it(variants: ScenarioRun, tmp_path: Path,
+                                                   i: int, factor: str, want: Want) -> None:
+    _verbs(variants, i, factor, want, tmp_path)
