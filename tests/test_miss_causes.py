@@ -163,3 +163,26 @@ UNRECORDED = [
 def test_unrecorded_miss_says_what_would_settle_it(variants: ScenarioRun, tmp_path: Path,
                                                    i: int, factor: str, want: Want) -> None:
     _verbs(variants, i, factor, want, tmp_path)
+
+
+def test_after_rm_of_the_aot_entry_the_miss_says_it_is_absent(rec: ScenarioRun,
+                                                             tmp_path: Path) -> None:
+    """The backend entry of this start's keys stays, its AOT artifact is removed: vLLM
+    compiles again; predict used to say "backend tree hit ... vLLM compiles again" with no
+    cause."""
+    from tests.realvllm.harness import copy_root
+
+    start = rec.scenario.starts[1]  # same arguments as start 0, whose entries are in before(1)
+    root = copy_root(rec.before(1), tmp_path / "root")
+    aot = [p.name for p in (root / "torch_compile_cache" / "torch_aot_compile").iterdir()]
+    res = run_cli("rm", "--root", str(root), "--grace", "0", "--yes", *aot)
+    assert res.returncode == 0, res.stderr
+    with model_lock(), applied_edit(start.edit):
+        r = run_cli("predict", "--root", str(root), "--python", str(venv_python()),
+                    "--usage", "llm", "--json", "--", *start.serve_args(),
+                    env=start_env(root, start), inherit=False)
+    assert r.returncode == 1, (r.stdout[-2000:], r.stderr)
+    causes = json.loads(r.stdout)["causes"]
+    _row("recorder", 1, "AOT entry removed", "predict", causes, True)
+    assert [(c["component"], c["old"]) for c in causes] == [("cache", "absent")], causes
+    assert causes[0]["item"] == f"AOT entry {aot[0][:12]}"
