@@ -134,19 +134,28 @@ def manifest_traced(data: Mapping[str, Any] | None) -> dict[str, str | None]:
     return out
 
 
-def _score(n: Neighbour, now: KeyParts) -> tuple[int, int, float]:
+def _score(n: Neighbour, now: KeyParts) -> tuple[int, int, int, float]:
+    """Key parts equal, then sub-configs of equal hash (a manifest), then a manifest at all,
+    then the newest: the entry fewest fields away."""
     kp = n.key_parts
     same = sum(1 for k, v in (("env_hash", now.env_hash), ("config_hash", now.config_hash),
                               ("code_hash", now.code_hash),
                               ("compiler_hash", now.compiler_hash))
                if v is not None and kp.get(k) == v)
-    return same, int(n.manifest is not None), n.modified
+    cfg = (n.manifest or {}).get("config")
+    subs = 0
+    if isinstance(cfg, Mapping) and now.config_parts:
+        subs = sum(1 for name, part in now.config_parts.items()
+                   if isinstance(part, Mapping) and isinstance(cfg.get(name), Mapping)
+                   and part.get("hash") == cfg[name].get("hash"))
+    return same, subs, int(n.manifest is not None), n.modified
 
 
-def closest(neighbours: Iterable[Neighbour], now: KeyParts) -> Neighbour | None:
+def closest(neighbours: Iterable[Neighbour], now: KeyParts,
+            layout: str | None = None) -> Neighbour | None:
     """The entry sharing most key parts with this start (backend entries first: they store
-    every part), then one with a manifest, then the newest."""
-    ns = list(neighbours)
+    every part; ``layout``: of that tree only), then fewest fields away, then the newest."""
+    ns = [n for n in neighbours if layout is None or n.layout == layout]
     pool = [n for n in ns if n.layout == "backend" and n.key_parts] or ns
     return max(pool, key=lambda n: _score(n, now), default=None)
 
@@ -175,12 +184,17 @@ def miss_causes(neighbours: Sequence[Neighbour], now: KeyParts, *,
     out += _compiler(n, now, ev, mev, process_env or {})
     out += _code(n, now, ev)
     out += _aot_only(n, now, ev)
+    a = closest(neighbours, now, "aot") if n.layout == "backend" else None
+    if a is not None:  # what the AOT artifact records (versions, the forward's position)
+        out += [c for c in _aot_only(a, now, a.evidence) if not c.detail.startswith(
+            "not itemised")]
     itemised = {c.component for c in known}
-    out = [c for c in out if not (c.component in itemised
-                                  and c.detail.startswith("not itemised"))]
+    named = {(c.component, c.item) for c in known}
+    out = [c for c in out if (c.component, c.item) not in named and not (
+        c.component in itemised and c.detail.startswith("not itemised"))]
     if not out and not known:
         out.append(_same_parts(n, now, ev, wanted))
-    return out
+    return list({(c.component, c.item, repr(c.old), repr(c.new)): c for c in out}.values())
 
 
 def _differs(a: str | None, b: str | None) -> bool:

@@ -302,7 +302,7 @@ def hit_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
                                 f"{short_key(want or '?')}, which is not carried"
                                 + (" (or cannot be used: see above)" if want in by_key
                                    else "")))
-        causes = _causes(p, aots, backends, probe, want)
+        causes = _causes(p, aots, backends, probe, want, here.target)
     return HitCheck("hit" if hit else "miss", tuple(findings), tuple(causes), tuple(used),
                     {"aot": aot_key, "backend": bkey}, static.environment,
                     time.perf_counter() - t0)
@@ -326,16 +326,39 @@ def neighbour_of_record(r: EntryRecord) -> Neighbour:
 
 
 def _causes(p: Any, aots: Sequence[EntryRecord], backends: Sequence[EntryRecord],
-            probe: Mapping[str, Any], want: str | None) -> list[Cause]:
+            probe: Mapping[str, Any], want: str | None, t: Target) -> list[Cause]:
     """Why the carried entries are not the ones this start uses: the cause engine against
-    the closest carried entry (:mod:`vllm_cache_tools.analyze.miss_causes`)."""
+    the closest carried entry (:mod:`vllm_cache_tools.analyze.miss_causes`), after the
+    carried AOT artifact's traced files that differ here (vLLM's loader refuses it)."""
     kp = p.key_parts
     if p.parts.get("code_hash") and kp.code_hash != p.parts["code_hash"]:
         kp = replace(kp, code_hash=p.parts["code_hash"])  # found from the carried sources
-    return miss_causes([neighbour_of_record(r) for r in (*backends, *aots)], kp,
-                       world_size=probe.get("world_size"),
-                       rank_dir=f"rank_{probe['rank']}_{probe['dp_index']}",
-                       process_env=p.parts.get("process_env") or {}, wanted=want)
+    known = _source_causes([r for r in aots if r.key == want] or list(aots[:1]), t)
+    return [*known, *miss_causes([neighbour_of_record(r) for r in (*backends, *aots)], kp,
+                                 world_size=probe.get("world_size"),
+                                 rank_dir=f"rank_{probe['rank']}_{probe['dp_index']}",
+                                 process_env=p.parts.get("process_env") or {}, wanted=want,
+                                 known=known)]
+
+
+def _source_causes(aots: Sequence[EntryRecord], t: Target) -> list[Cause]:
+    """Traced files whose copy in a carried AOT artifact differs from the file here."""
+    here = here_prefix(t)
+    out: list[Cause] = []
+    for r in aots if here is not None else ():
+        for s in r.sources:
+            rel = s.module.replace(".", "/")
+            path = next((q for q in (f"{here}{rel}.py", f"{here}{rel}/__init__.py")
+                         if os.path.isfile(q)), None)
+            text = read_source_text(path) if path is not None else None
+            now = hashlib.sha256(text.encode()).hexdigest() if text is not None else None
+            if s.sha256 and now != s.sha256:
+                out.append(Cause("code", path or f"{here}{rel}.py",
+                                 f"sha256 {s.sha256[:12]}",
+                                 f"sha256 {now[:12]}" if now else "missing",
+                                 f"carried AOT entry {short_key(r.key)}: its compile-time "
+                                 "copy vs the file here", "vLLM's loader compares them"))
+    return out
 
 
 __all__ = ["Finding", "HitCheck", "Target", "compat_findings", "here_prefix", "hit_check",
