@@ -2,8 +2,8 @@
 each changed-factor start of the harness (an env variable, a config field, additional_config,
 an Inductor option, a traced file edited in place or above forward, two tensor-parallel
 ranks), ``predict`` from the root as that start found it, and ``unpack --check`` / ``pull
---if-hit --check`` of that root's entries (a bundle, a local store) into an empty root, all
-with the start's own arguments and environment. Each must say MISS with at least one cause,
+--if-hit --check`` of that root's entries (a bundle, a local store), all with the start's own
+arguments and environment. Each must say MISS with at least one cause,
 and where a recorder manifest exists, the field itself, old -> new.
 
 ``VCT_CAUSE_TABLE=FILE`` writes every (scenario, start, verb, causes) row as JSON lines: the
@@ -85,9 +85,11 @@ def _verbs(run: ScenarioRun, i: int, factor: str, want: Want, tmp: Path,
     store = tmp / f"store-{run.scenario.name}-{i}"
     res = run_cli("pack", "--root", str(src), *_keys(src), "-o", str(bundle))
     assert res.returncode == 0, res.stderr
-    res = run_cli("push", "--root", str(src), *_keys(src), str(store))
+    res = run_cli("push", "--root", str(src), *_keys(src), f"file://{store}")
     assert res.returncode == 0, res.stderr
-    target = tmp / f"pod-{run.scenario.name}-{i}"
+    # The checks place nothing: run against the same root as predict, they reuse its probe
+    # answer (memo) instead of probing and tracing afresh for an empty root.
+    target = src
     with model_lock(), applied_edit(start.edit):
         got: dict[str, list[dict[str, Any]]] = {}
         r = run_cli("predict", "--root", str(src), *py, "--json", "--", *args,
@@ -102,7 +104,7 @@ def _verbs(run: ScenarioRun, i: int, factor: str, want: Want, tmp: Path,
         d = json.loads(r.stdout)
         assert d["check"]["verdict"] == "miss", d["check"]
         got["unpack --check"] = d["check"]["causes"]
-        r = run_cli("pull", str(store), "--root", str(target), "--if-hit", "--check", *py,
+        r = run_cli("pull", f"file://{store}", "--root", str(target), "--if-hit", "--check", *py,
                     "--json", "--", *args, env=env, inherit=False)
         d = json.loads(r.stdout)
         assert d["check"]["verdict"] == "miss", d["check"]
