@@ -76,3 +76,28 @@ def test_warm_on_a_warm_root_says_loaded_nothing_compiled(sample: ScenarioRun,
     after = {p for p in root.rglob("*") if p.is_file() and ".vllm-cache-tools" not in p.parts}
     assert after - set(before), "the recorder wrote nothing in an entry: case not exercised"
     print(f"warm on a warm root: {doc['seconds']:.0f} s, load {fs[0]['seconds']} s")
+
+
+def test_warm_that_compiles_says_so_and_why(sample: ScenarioRun, tmp_path: Path) -> None:
+    """Start 2 sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 on a root holding start 0's entries: vLLM
+    compiles; warm says how many functions, their times, the entries written, and why the
+    entries already there were not reused (the variable, old -> new)."""
+    start = sample.scenario.starts[2]
+    root = copy_root(sample.before(2), tmp_path / "root")
+    log = tmp_path / "warm.log"
+    with model_lock():
+        restore_pristine_sources()
+        res = run_cli("warm", "--root", str(root), "--python", str(venv_python()), "--usage",
+                      "llm", "--log", str(log), "--json", "--", *start.serve_args(),
+                      env=start_env(root, start), inherit=False)
+    assert res.returncode == 0, (res.stderr, log.read_text(errors="replace")[-3000:])
+    doc = json.loads(res.stdout)
+    assert doc["outcome"] == "compiled", doc
+    fs = doc["functions"]
+    assert [f["outcome"] for f in fs] == ["compiled"] and fs[0]["seconds"] > 0, fs
+    assert {(e["layout"], e["new"]) for e in doc["entries"]} == {("backend", True),
+                                                                ("aot", True)}, doc
+    assert fs[0]["aot_key"] in {e["key"] for e in doc["entries"]}
+    assert [(c["component"], c["item"], c["old"], c["new"]) for c in doc["causes"]] == [
+        ("env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", False, True)], doc["causes"]
+    print(f"warm that compiles: {doc['seconds']:.0f} s, compile {fs[0]['seconds']} s")
