@@ -135,20 +135,26 @@ def manifest_traced(data: Mapping[str, Any] | None) -> dict[str, str | None]:
 
 
 def _score(n: Neighbour, now: KeyParts) -> tuple[int, int, int, float]:
-    """Key parts equal, then sub-configs of equal hash (a manifest), then a manifest at all,
-    then the newest: the entry fewest fields away."""
+    """Key parts equal, then fewest sub-configs of another hash (a manifest), then a
+    manifest at all, then the newest: the entry fewest fields away."""
     kp = n.key_parts
     same = sum(1 for k, v in (("env_hash", now.env_hash), ("config_hash", now.config_hash),
                               ("code_hash", now.code_hash),
                               ("compiler_hash", now.compiler_hash))
                if v is not None and kp.get(k) == v)
     cfg = (n.manifest or {}).get("config")
-    subs = 0
+    subs = -UNKNOWN_SUBS  # no manifest: how far its sub-configs are is unknown
     if isinstance(cfg, Mapping) and now.config_parts:
-        subs = sum(1 for name, part in now.config_parts.items()
-                   if isinstance(part, Mapping) and isinstance(cfg.get(name), Mapping)
-                   and part.get("hash") == cfg[name].get("hash"))
+        subs = -sum(1 for name in set(cfg) | set(now.config_parts)
+                    if _part_hash(cfg.get(name)) != _part_hash(now.config_parts.get(name)))
     return same, subs, int(n.manifest is not None), n.modified
+
+
+UNKNOWN_SUBS = 1 << 20
+
+
+def _part_hash(part: object) -> object:
+    return part.get("hash") if isinstance(part, Mapping) else None
 
 
 def closest(neighbours: Iterable[Neighbour], now: KeyParts,
