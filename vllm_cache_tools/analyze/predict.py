@@ -70,6 +70,12 @@ class Prediction:
     trace_run: TraceRun | None = field(default=None, repr=False, compare=False)
     """The cold-root trace (:mod:`vllm_cache_tools.live.trace`), when it ran."""
 
+    @property
+    def causes(self) -> tuple[Cause, ...]:
+        """Why a miss (never empty for one: :mod:`.miss_causes`), as ``--json`` names them
+        (``reasons`` is the old name)."""
+        return self.reasons
+
 
 def _aot_infos(aot_entries: list[Entry], limit: int = 64) -> dict[str, AotModelInfo]:
     """Full reads of the most recent AOT entries (their traced sources are evidence)."""
