@@ -67,3 +67,18 @@ def test_a_known_cause_is_not_repeated_nor_doubled_by_a_vague_one() -> None:
     assert miss_causes([n], _now(), known=known) == []
     cs = miss_causes([n], _now())
     assert _items(cs) == [("code", "code_hash", "old", "c")] and "settle" in cs[0].detail
+
+
+def test_a_file_a_graph_comment_does_not_name_is_not_called_untraced() -> None:
+    # The backend graph's "# File:" comments name only files with ops in the graph.
+    n = Neighbour("aaaaaaaaaa", "backend", "backend entry aaaaaaaaaa",
+                  {**PARTS, "config_hash": "new", "code_hash": "old"}, {"VLLM_X": 1},
+                  traced={"/v/llama.py": None})
+    now = _now(file_digests={"/v/llama.py": "1" * 64, "/v/linear.py": "2" * 64})
+    assert _items(miss_causes([n], now)) == [("code", "code_hash", "old", "c")]
+    full = Neighbour("aaaaaaaaaa", "backend", "backend entry aaaaaaaaaa",
+                     {**PARTS, "config_hash": "new", "code_hash": "old"}, {"VLLM_X": 1},
+                     traced={"/v/llama.py": "0" * 64}, traced_complete=True)
+    assert _items(miss_causes([full], now)) == [
+        ("code", "/v/linear.py", "not traced", "traced"),
+        ("code", "/v/llama.py", f"sha256 {'0' * 12}", f"sha256 {'1' * 12}")]

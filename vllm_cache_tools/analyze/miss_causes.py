@@ -62,6 +62,10 @@ class Neighbour:
     traced: Mapping[str, str | None] = field(default_factory=dict, hash=False)
     """Traced file path -> sha256 of its compile-time content (None: not known)."""
     modified: float = 0.0
+    traced_complete: bool = False
+    """``traced`` is the whole traced set (a recorder manifest's list, an AOT artifact's
+    sources), not only the files a graph's comments name: files missing from it were not
+    traced."""
 
 
 def neighbour_of_entry(e: Entry, evidence: str | None = None) -> Neighbour:
@@ -89,7 +93,7 @@ def neighbour_of_entry(e: Entry, evidence: str | None = None) -> Neighbour:
     return Neighbour(e.key, e.layout, evidence or f"{e.layout} entry {short_key(e.key)}",
                      parts, env, data, tuple(e.ranks), versions, forward,
                      {p: d for p, d in traced.items() if p.startswith("/")},
-                     e.modified or 0.0)
+                     e.modified or 0.0, bool(manifest_traced(data)))
 
 
 def key_parts_of_entry(e: Entry) -> KeyParts:
@@ -276,7 +280,10 @@ def _code(n: Neighbour, now: KeyParts, ev: str) -> list[Cause]:
     theirs, mine = dict(n.traced), dict(now.file_digests)
     found: list[Cause] = []
     if theirs and mine:
-        for p in sorted(set(theirs) | set(mine)):
+        # A graph's "# File:" comments name only the files with ops in it: a file missing
+        # from such a list says nothing.
+        paths = set(theirs) | set(mine) if n.traced_complete else set(theirs) & set(mine)
+        for p in sorted(paths):
             if p not in mine:
                 found.append(Cause("code", p, "traced", "not traced", ev,
                                    "the traced file set or its paths differ (another install "

@@ -322,7 +322,10 @@ def neighbour_of_record(r: EntryRecord) -> Neighbour:
         dict(renv) if isinstance(renv, Mapping) else None)
     return Neighbour(r.key, r.layout, f"carried {r.layout} entry {short_key(r.key)}", parts,
                      env, rec or None, r.ranks, dict(r.versions), r.forward,
-                     {p: d for p, d in traced.items() if p.startswith("/")})
+                     {p: d for p, d in traced.items() if p.startswith("/")},
+                     traced_complete=bool(manifest_traced(rec)) or (
+                         r.layout == "aot" and all(s.path for s in r.sources)
+                         and bool(r.sources)))
 
 
 def _causes(p: Any, aots: Sequence[EntryRecord], backends: Sequence[EntryRecord],
