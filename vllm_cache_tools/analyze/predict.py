@@ -38,7 +38,7 @@ from vllm_cache_tools.live.runner import (
 from vllm_cache_tools.live.trace_run import TraceRun, run_trace, trace_evidence
 from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
-from vllm_cache_tools.read.manifest import read_manifests
+from vllm_cache_tools.read.manifest import Manifest, read_manifests
 from vllm_cache_tools.read.noatime import read_source_text
 from vllm_cache_tools.store.entries import read_backend_entry, read_entry
 from vllm_cache_tools.store.locate import resolve_root
@@ -108,13 +108,23 @@ def _manifest_files(entries: Sequence[Entry], probe: Mapping[str, Any]
     model_file = fws[0].get("file") if fws else None
     if not model_file:
         return None
+    live = probe.get("config_parts") or {}
+
+    def rank(m: Manifest) -> tuple[int, float]:
+        # The start most like this one (fewest sub-configs of another hash: a TP=2 start
+        # traces communication files a TP=1 start does not), then the newest.
+        cfg = m.config
+        far = sum(1 for k in set(cfg) | set(live) if _part_hash(cfg.get(k)) !=
+                  _part_hash(live.get(k))) if live else 0
+        return -far, m.created or 0.0
+
     best = None
     for e in entries:
         if e.layout != "backend":
             continue
         for m in read_manifests(e.path, "backend")[0]:
             paths = [f.get("path") for f in m.data.get("traced_files") or []]
-            if model_file in paths and (best is None or (m.created or 0) > (best.created or 0)):
+            if model_file in paths and (best is None or rank(m) > rank(best)):
                 best = m
     if best is None:
         return None
@@ -125,6 +135,10 @@ def _manifest_files(entries: Sequence[Entry], probe: Mapping[str, Any]
             continue
         files[path] = read_source_text(path)  # None: vLLM hashes the path alone
     return files, best.digest
+
+
+def _part_hash(part: object) -> object:
+    return part.get("hash") if isinstance(part, Mapping) else None
 
 
 def _source_changes(info: AotModelInfo, modules: Mapping[str, Any]) -> list[Cause]:
