@@ -24,8 +24,6 @@ from vllm_cache_tools.analyze.explain_causes import (
 from vllm_cache_tools.analyze.manifest_diff import (
     compiler_causes,
     config_causes,
-    config_field_causes,
-    inductor_causes,
     pick_pair,
 )
 from vllm_cache_tools.errors import VctError
@@ -278,61 +276,42 @@ def latest_pair(entries: Sequence[Entry]) -> tuple[Entry, Entry, str] | None:
     return None
 
 
-def _live_config(m: Manifest | None, kp: Any) -> list[Cause]:
-    return config_field_causes(m.config if m else None, kp.config_parts,
-                               "recorder manifest vs live hashing")
-
-
-def _live_compiler(m: Manifest | None, kp: Any, backend: bool) -> list[Cause]:
-    # The backend hashed inside torch's aot_compile functorch patch; the live factors are not.
-    return inductor_causes(m.inductor if m else None, kp.compiler_factors,
-                           "recorder manifest vs live hashing", without_functorch=backend)
-
-
 def against_current(entry: Entry, prediction: Any) -> Explanation:
     """Why this environment, now, would miss (or hit) ``entry``: live hashing (predict) on
-    one side, the entry's stored factors (and its newest recorder manifest) on the other."""
+    one side, the entry's stored factors, files and newest recorder manifest on the other,
+    through the cause engine every deciding verb uses (:mod:`.miss_causes`); what it cannot
+    itemise is listed as unexplained, with what would settle it."""
+    from vllm_cache_tools.analyze.miss_causes import miss_causes, neighbour_of_entry
+
     kp = prediction.key_parts
-    causes: list[Cause] = []
-    unexplained: list[Unexplained] = []
     key = kp.backend_key if entry.layout == "backend" else kp.aot_key
     same = key == entry.key
-    f = entry.factors
-    m = entry.manifests[-1] if entry.manifests else None
-    if entry.layout == "backend" and f is not None:
-        causes += env_causes(f.env or {}, dict(kp.env_factors or {}),
-                             "cache_key_factors.json vs live compile_factors()")
-        if f.config_hash != kp.config_hash:
-            found = _live_config(m, kp)
-            causes += found
-            if not found:
-                unexplained.append(Unexplained("config", f"config hash {f.config_hash} -> "
-                                               f"{kp.config_hash}", "a recorder manifest of "
-                                               "the entry (live sub-config hashes are in "
-                                               "predict --json)"))
-        if f.compiler_hash != kp.compiler_hash:
-            found = _live_compiler(m, kp, backend=True)
-            causes += found
-            if not found:
-                unexplained.append(Unexplained("compiler", f"compiler hash {f.compiler_hash} "
-                                               f"-> {kp.compiler_hash}", "a recorder manifest"))
-        if kp.code_hash and f.code_hash != kp.code_hash:
-            unexplained.append(Unexplained("code", "code hash differs", "explain A B "
-                                           "against an entry of this environment"))
-    elif entry.layout == "aot" and entry.aot_info is not None:
-        causes += [c for c in prediction.reasons if c.component in ("code", "compiler")]
-        if not same and m is not None:
-            causes += env_causes(m.env, dict(kp.env_factors or {}),
-                                 "recorder manifest vs live compile_factors()")
-            causes += _live_config(m, kp)
-            if not any(c.component == "compiler" for c in causes):
-                causes += _live_compiler(m, kp, backend=False)
-        if not same and not causes:
-            unexplained.append(Unexplained("env/config", "AOT key differs; the AOT tree "
-                                           "stores neither env nor config", "its backend "
-                                           "sibling or a recorder manifest"))
-    return Explanation(entry.key, key or "(unknown)", same and not causes, tuple(causes),
-                       tuple(unexplained))
+    causes: list[Cause] = []
+    unexplained: list[Unexplained] = []
+    readable = entry.factors is not None if entry.layout == "backend" else \
+        entry.aot_info is not None
+    if not readable:
+        unexplained.append(Unexplained("all", _unread(entry, "cache_key_factors.json" if
+                                                      entry.layout == "backend" else "model"),
+                                       "an intact entry"))
+    else:
+        # The AOT loader's source check: the artifact at the same key may still be refused.
+        known = [c for c in prediction.reasons if c.component in ("code", "compiler")] \
+            if entry.layout == "aot" else []
+        probe = getattr(prediction, "probe", None) or {}
+        found = [] if same else miss_causes([neighbour_of_entry(entry, f"{entry.layout} entry "
+                                                f"{short_key(entry.key)} vs live hashing")],
+                            kp, world_size=probe.get("world_size"), wanted=key, known=known)
+        for c in [*known, *found]:
+            if c.detail.startswith(("not itemised", "also not itemised")):
+                settle = c.detail.split("; settle: ", 1)
+                unexplained.append(Unexplained(
+                    c.component, f"{c.item} {show_value(c.old)} -> {show_value(c.new)}",
+                    settle[1] if len(settle) > 1 else c.detail))
+            else:
+                causes.append(c)
+    return Explanation(entry.key, key or "(unknown)", same and not causes,
+                       tuple(sorted(_unique(causes), key=_rank)), tuple(unexplained))
 
 
 # --- logs ----------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from vllm_cache_tools.analyze.explain_causes import env_causes
+from vllm_cache_tools.analyze.miss_causes import miss_causes, neighbour_of_entry
 from vllm_cache_tools.keys import (
     aot_key,
     aot_source_hash,
@@ -38,9 +38,9 @@ from vllm_cache_tools.live.runner import (
 from vllm_cache_tools.live.trace_run import TraceRun, run_trace, trace_evidence
 from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
-from vllm_cache_tools.read.manifest import read_manifests
+from vllm_cache_tools.read.manifest import Manifest, read_manifests
 from vllm_cache_tools.read.noatime import read_source_text
-from vllm_cache_tools.store.entries import read_backend_entry
+from vllm_cache_tools.store.entries import read_backend_entry, read_entry
 from vllm_cache_tools.store.locate import resolve_root
 from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.store.types import Cause, Entry, KeyParts
@@ -69,6 +69,12 @@ class Prediction:
     probe_run: ProbeRun | None = field(default=None, repr=False, compare=False)
     trace_run: TraceRun | None = field(default=None, repr=False, compare=False)
     """The cold-root trace (:mod:`vllm_cache_tools.live.trace`), when it ran."""
+
+    @property
+    def causes(self) -> tuple[Cause, ...]:
+        """Why a miss (never empty for one: :mod:`.miss_causes`), as ``--json`` names them
+        (``reasons`` is the old name)."""
+        return self.reasons
 
 
 def _aot_infos(aot_entries: list[Entry], limit: int = 64) -> dict[str, AotModelInfo]:
@@ -102,13 +108,23 @@ def _manifest_files(entries: Sequence[Entry], probe: Mapping[str, Any]
     model_file = fws[0].get("file") if fws else None
     if not model_file:
         return None
+    live = probe.get("config_parts") or {}
+
+    def rank(m: Manifest) -> tuple[int, float]:
+        # The start most like this one (fewest sub-configs of another hash: a TP=2 start
+        # traces communication files a TP=1 start does not), then the newest.
+        cfg = m.config
+        far = sum(1 for k in set(cfg) | set(live) if _part_hash(cfg.get(k)) !=
+                  _part_hash(live.get(k))) if live else 0
+        return -far, m.created or 0.0
+
     best = None
     for e in entries:
         if e.layout != "backend":
             continue
         for m in read_manifests(e.path, "backend")[0]:
             paths = [f.get("path") for f in m.data.get("traced_files") or []]
-            if model_file in paths and (best is None or (m.created or 0) > (best.created or 0)):
+            if model_file in paths and (best is None or rank(m) > rank(best)):
                 best = m
     if best is None:
         return None
@@ -119,6 +135,10 @@ def _manifest_files(entries: Sequence[Entry], probe: Mapping[str, Any]
             continue
         files[path] = read_source_text(path)  # None: vLLM hashes the path alone
     return files, best.digest
+
+
+def _part_hash(part: object) -> object:
+    return part.get("hash") if isinstance(part, Mapping) else None
 
 
 def _source_changes(info: AotModelInfo, modules: Mapping[str, Any]) -> list[Cause]:
@@ -149,47 +169,6 @@ def _source_check(info: AotModelInfo, changed: Sequence[Cause]) -> str:
             f"compares them: {len(changed)} differ" if changed else
             f"the artifact's copies of {n} traced files match the files now, as vLLM's "
             "loader compares them")
-
-
-def _closest_backend(entries: list[Entry], parts: dict[str, Any]) -> Entry | None:
-    best: tuple[int, float] | None = None
-    chosen = None
-    for e in entries:
-        f = e.factors
-        if f is None:
-            continue
-        score = sum([f.config_hash == parts["config_hash"],
-                     f.compiler_hash == parts["compiler_hash"],
-                     f.code_hash == parts.get("code_hash"),
-                     (f.env or {}) == parts["env"]])
-        rank = (score, e.modified or 0.0)
-        if best is None or rank > best:
-            best, chosen = rank, e
-    return chosen
-
-
-def _diff_reasons(e: Entry, parts: dict[str, Any]) -> list[Cause]:
-    f = e.factors
-    assert f is not None
-    ev = f"cache_key_factors.json of {e.key}"
-    out = env_causes(f.env or {}, parts["env"], ev)  # same_value: the probe redacts values
-    if f.config_hash != parts["config_hash"]:
-        out.append(Cause("config", "config_hash", f.config_hash, parts["config_hash"], ev,
-                         "a vLLM config value differs; the recorder itemises fields"))
-    if f.compiler_hash != parts["compiler_hash"]:
-        hints = [f"{k}={v}" for k, v in sorted(parts.get("process_env", {}).items())
-                 if k.startswith(("TORCHINDUCTOR_", "TORCH_COMPILE_", "TRITON_"))
-                 and k not in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR",
-                               "TORCHINDUCTOR_COMPILE_THREADS")]
-        detail = "torch/triton/device or an Inductor/functorch option differs"
-        if hints:
-            detail += "; set in this environment: " + ", ".join(hints)
-        out.append(Cause("compiler", "compiler_hash", f.compiler_hash, parts["compiler_hash"],
-                         ev, detail))
-    if parts.get("code_hash") and f.code_hash != parts["code_hash"]:
-        out.append(Cause("code", "code_hash", f.code_hash, parts["code_hash"], ev,
-                         "a traced source file differs"))
-    return out
 
 
 @dataclass(frozen=True)
@@ -232,6 +211,8 @@ def _predict_aot(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo]
         moved = [Cause("code", f"{fw['qualname']} first line", i.firstlineno,
                        fw["firstlineno"], f"AOT entry {short_key(k)}", "forward moved: new AOT key")
                  for k, i in same_fw if i.firstlineno != fw["firstlineno"]]
+        if moved:  # the edit that moved it: the traced files against that entry's copies
+            moved += _source_changes(same_fw[0][1], probe["modules"])
         return out(False, "no artifact at this key", causes=moved)
     if chosen is None:
         return out(False, "artifact unreadable (corrupt)")
@@ -371,27 +352,54 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
                                       disabled, traced if trace else None)
     hit = aot.hit if probe["use_aot_compile"] else bool(backend.hit)
     reasons = list(aot.causes)
+    kp = _key_parts(probe, parts, files, backend, aot)
     if not hit:
-        reasons += _miss_causes(entries, parts, backend, disabled)
+        reasons += _miss_causes(entries, kp, probe, backend, aot, disabled, env)
     return Prediction(hit=hit, backend=backend, aot=aot.tree, parts=parts,
-                      reasons=tuple(reasons),
-                      key_parts=_key_parts(probe, parts, files, backend, aot),
+                      reasons=tuple(reasons), key_parts=kp,
                       probe=probe, probe_run=probe_run,
                       trace_run=trace_runs[0] if trace_runs else None)
 
 
-def _miss_causes(entries: Sequence[Entry], parts: Mapping[str, Any], backend: TreePrediction,
-                 disabled: bool) -> list[Cause]:
-    """Why a miss, against the closest backend entry (and a disabled cache)."""
-    out: list[Cause] = []
-    backs = [read_backend_entry(e.path, deep=True) for e in entries if e.layout == "backend"]
-    close = _closest_backend(backs, dict(parts))
-    if close is not None and close.key != backend.key:
-        out += _diff_reasons(close, dict(parts))
+def _miss_causes(entries: Sequence[Entry], kp: KeyParts, probe: Mapping[str, Any],
+                 backend: TreePrediction, aot: _AotOutcome, disabled: bool,
+                 env: Mapping[str, str]) -> list[Cause]:
+    """Why a miss: the cause engine (:mod:`.miss_causes`) against the closest entry of the
+    root (deep reads: their recorder manifests itemise fields), and a disabled cache."""
     if disabled:
-        out.append(Cause("cache", "disabled", None, True, "env/config",
-                         "VLLM_DISABLE_COMPILE_CACHE or force_disable_caches"))
-    return out
+        return [Cause("cache", "disabled", None, True, "env/config",
+                      "VLLM_DISABLE_COMPILE_CACHE or force_disable_caches")]
+    backs = [e for e in entries if e.layout == "backend"]
+    if backs:
+        deep = [read_backend_entry(e.path, deep=True) for e in backs]
+    else:  # the AOT tree alone (DYNAMO_TRACE_ONCE): its manifests hold env and config
+        newest = sorted((e for e in entries if e.layout == "aot"),
+                        key=lambda e: -(e.modified or 0))[:MAX_AOT_NEIGHBOURS]
+        deep = [read_entry(e.path) for e in newest]
+    neighbours = [neighbour_of_entry(e) for e in deep]
+    use_aot = bool(probe["use_aot_compile"])
+    wanted = aot.tree.key if use_aot and not backs else backend.key
+    known = list(aot.causes)
+    if use_aot and aot.tree.key is not None and not aot.causes and aot.tree.path:
+        what = f"AOT entry {short_key(aot.tree.key)}"
+        if os.path.exists(aot.tree.path):
+            # The artifact is there and vLLM still compiles (its loader cannot finish it).
+            known.append(Cause("cache", what, "present", "not loadable", "AOT tree",
+                               aot.tree.detail))
+        elif backend.key is not None and any(e.key == backend.key for e in backs):
+            known.append(Cause("cache", what, "absent", "needed", f"backend entry "
+                               f"{backend.key} (this start's key parts)",
+                               "the backend entry of this start's keys is here, its AOT "
+                               "artifact is not (removed by prune or rm, or never written): "
+                               "vLLM compiles again"))
+    return [*known[len(aot.causes):],
+            *miss_causes(neighbours, kp, world_size=probe.get("world_size"),
+                         rank_dir=f"rank_{probe['rank']}_{probe['dp_index']}",
+                         process_env=env, wanted=wanted, known=known)]
+
+
+MAX_AOT_NEIGHBOURS = 64
+"""AOT entries read whole for their manifests when a root has no backend tree."""
 
 
 def _key_parts(probe: Mapping[str, Any], parts: Mapping[str, Any],

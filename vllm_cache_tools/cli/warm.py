@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -57,15 +57,52 @@ def warm(
     if json_out:
         print_json(with_schema("warm", {
             "root": str(r.root), "outcome": r.outcome, "seconds": round(r.seconds, 3),
-            "engine_seconds": r.engine_seconds,
+            "engine_seconds": r.engine_seconds, "compile_seconds": r.compile_seconds,
+            "functions": [{"process": f.process, "tag": f.tag, "outcome": f.outcome,
+                           "aot_key": f.aot_key, "backend_key": f.backend_key,
+                           "seconds": f.seconds, "detail": f.detail} for f in r.functions],
             "entries": [{"key": e.key, "layout": e.layout, "state": e.state, "path": e.path,
-                         "new": e.new} for e in r.entries]}))
+                         "new": e.new} for e in r.entries],
+            "causes": [{"component": c.component, "item": c.item, "old": c.old, "new": c.new,
+                        "evidence": c.evidence, "detail": c.detail} for c in r.causes]}))
         return
-    out(f"warm: {r.outcome} in {r.seconds:.0f} s; {len(r.entries)} entries written under "
-        f"{r.root}\n")
+    out(headline(r))
     from vllm_cache_tools.cli.render import key_column
+    from vllm_cache_tools.layout import short_key
 
-    keys, w = key_column(e.key for e in r.entries)
+    for f in r.functions:
+        keys = ", ".join(x for x in (f"aot {short_key(f.aot_key)}" if f.aot_key else "",
+                                     f"backend {f.backend_key}" if f.backend_key else "")
+                         if x)
+        took = f" in {f.seconds:.1f} s" if f.seconds is not None else ""
+        out(f"  {f.outcome:<11} {f.tag or 'model'} ({f.process}){took}"
+            + (f"  {keys}" if keys else "") + (f"  [{f.detail}]" if f.detail else "") + "\n")
+    keys_w, w = key_column(e.key for e in r.entries)
     for e in r.entries:
-        out(f"  {'new' if e.new else 'changed':<8} {e.layout:<7} {keys[e.key]:<{w}}  "
+        out(f"  {'new' if e.new else 'rewritten':<11} {e.layout:<7} {keys_w[e.key]:<{w}}  "
             f"{e.state}\n")
+    if r.causes:
+        from vllm_cache_tools.analyze.explain import show_value
+
+        out("causes (why the entries already in the root were not reused)\n")
+        for c in r.causes:
+            out(f"  {c.component}: {c.item}: {show_value(c.old)} -> {show_value(c.new)} "
+                f"({c.evidence})" + (f" {c.detail}" if c.detail else "") + "\n")
+
+
+def headline(r: Any) -> str:
+    """One line: what vLLM did, as its log says it, and the entries it wrote."""
+    took = f" in {r.seconds:.0f} s"
+    comp = (f" (vLLM's compilation: {r.compile_seconds:.1f} s)"
+            if r.compile_seconds is not None else "")
+    if r.outcome == "loaded":
+        return (f"warm: loaded from the cache, nothing compiled{took}{comp}; "
+                f"{len(r.entries)} entries written under {r.root}\n")
+    if r.outcome == "compiled":
+        n = len(r.compiled)
+        return (f"warm: compiled {n} function{'s' if n != 1 else ''}{took}{comp}; "
+                f"{len(r.entries)} entries written under {r.root}\n")
+    if r.outcome == "disabled":
+        return f"warm: vLLM's compile cache is disabled: nothing kept{took}\n"
+    return (f"warm: vLLM's log names no compiled function (eager mode?){took}; "
+            f"{len(r.entries)} entries written under {r.root}\n")

@@ -21,10 +21,15 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from vllm_cache_tools.analyze.explain_causes import env_causes
+from vllm_cache_tools.analyze.miss_causes import (
+    Neighbour,
+    manifest_key_parts,
+    manifest_traced,
+    miss_causes,
+)
 from vllm_cache_tools.fleet.here import Here, Target, look_here, target
 from vllm_cache_tools.fleet.host import cpu_facts
 from vllm_cache_tools.fleet.records import EntryRecord
@@ -302,7 +307,7 @@ def hit_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
                                 f"{short_key(want or '?')}, which is not carried"
                                 + (" (or cannot be used: see above)" if want in by_key
                                    else "")))
-        causes = _causes(p, aots, backends, probe)
+        causes = _causes(p, aots, backends, probe, want, here.target)
     ind = probe.get("inductor") or {}
     reprs = tuple(r for r in (ind.get("plain_repr"), ind.get("in_aot_repr"))
                   if isinstance(r, str))
@@ -311,49 +316,59 @@ def hit_check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
                     time.perf_counter() - t0, reprs, probe.get("vllm_version"))
 
 
-def _causes(p: Any, aots: Sequence[EntryRecord], backends: Sequence[EntryRecord],
-            probe: Mapping[str, Any]) -> list[Cause]:
-    """Why the carried entries are not the ones this start uses, against the closest."""
-    out: list[Cause] = []
-    parts = p.parts
-    if backends:
-        def score(r: EntryRecord) -> int:
-            kp = r.key_parts
-            return sum([kp.get("config_hash") == parts["config_hash"],
-                        kp.get("compiler_hash") == parts["compiler_hash"],
-                        kp.get("env_hash") == parts["env_hash"],
-                        kp.get("code_hash") == parts.get("code_hash")])
+def neighbour_of_record(r: EntryRecord) -> Neighbour:
+    """A carried entry as the cause engine sees it: its key parts and env factors, what its
+    recorder manifest recorded (``recorded``), its traced files and their build-time copies."""
+    rec = dict(r.recorded)
+    parts = {k: v for k, v in r.key_parts.items() if v is not None} or \
+        manifest_key_parts(rec)
+    traced: dict[str, str | None] = dict.fromkeys(r.traced_files)
+    traced.update({s.path: s.sha256 for s in r.sources if s.path})
+    traced.update(manifest_traced(rec))
+    renv = rec.get("env")
+    env = dict(r.env_factors) if r.env_factors else (
+        dict(renv) if isinstance(renv, Mapping) else None)
+    return Neighbour(r.key, r.layout, f"carried {r.layout} entry {short_key(r.key)}", parts,
+                     env, rec or None, r.ranks, dict(r.versions), r.forward,
+                     {p: d for p, d in traced.items() if p.startswith("/")},
+                     traced_complete=bool(manifest_traced(rec)) or (
+                         r.layout == "aot" and all(s.path for s in r.sources)
+                         and bool(r.sources)))
 
-        b = max(backends, key=score)
-        ev = f"carried backend entry {b.key}"
-        kp = b.key_parts
-        if kp.get("env_hash") != parts["env_hash"]:
-            out += env_causes(dict(b.env_factors), dict(parts["env"]), ev) or [
-                Cause("env", "env_hash", kp.get("env_hash"), parts["env_hash"], ev)]
-        if kp.get("config_hash") != parts["config_hash"]:
-            out.append(Cause("config", "config_hash", kp.get("config_hash"),
-                             parts["config_hash"], ev,
-                             "a vLLM config value differs (model path, dtype, max_model_len, "
-                             "parallel sizes, compilation config...)"))
-        if kp.get("compiler_hash") != parts["compiler_hash"]:
-            out.append(Cause("compiler", "compiler_hash", kp.get("compiler_hash"),
-                             parts["compiler_hash"], ev,
-                             "torch/triton/device or an Inductor option differs"))
-        if parts.get("code_hash") and kp.get("code_hash") != parts["code_hash"]:
-            out.append(Cause("code", "code_hash", kp.get("code_hash"), parts["code_hash"], ev,
-                             "a traced file's path or content differs (relocation?)"))
-    fws = probe.get("forwards") or []
-    for a in aots[:1]:
-        ev = f"carried AOT entry {short_key(a.key)}"
-        if a.versions.get("vllm") and a.versions["vllm"] != parts["vllm_version"]:
-            out.append(Cause("vllm", "version", a.versions["vllm"], parts["vllm_version"], ev))
-        if a.versions.get("torch") and a.versions["torch"] != parts["torch_version"]:
-            out.append(Cause("compiler", "torch", a.versions["torch"], parts["torch_version"],
-                             ev))
-        if fws and a.forward and (a.forward[0], a.forward[1]) != (fws[0]["qualname"],
-                                                                  int(fws[0]["firstlineno"])):
-            out.append(Cause("code", f"{a.forward[0]} first line", a.forward[1],
-                             fws[0]["firstlineno"], ev, "forward moved: another AOT key"))
+
+def _causes(p: Any, aots: Sequence[EntryRecord], backends: Sequence[EntryRecord],
+            probe: Mapping[str, Any], want: str | None, t: Target) -> list[Cause]:
+    """Why the carried entries are not the ones this start uses: the cause engine against
+    the closest carried entry (:mod:`vllm_cache_tools.analyze.miss_causes`), after the
+    carried AOT artifact's traced files that differ here (vLLM's loader refuses it)."""
+    kp = p.key_parts
+    if p.parts.get("code_hash") and kp.code_hash != p.parts["code_hash"]:
+        kp = replace(kp, code_hash=p.parts["code_hash"])  # found from the carried sources
+    known = _source_causes([r for r in aots if r.key == want] or list(aots[:1]), t)
+    return [*known, *miss_causes([neighbour_of_record(r) for r in (*backends, *aots)], kp,
+                                 world_size=probe.get("world_size"),
+                                 rank_dir=f"rank_{probe['rank']}_{probe['dp_index']}",
+                                 process_env=p.parts.get("process_env") or {}, wanted=want,
+                                 known=known)]
+
+
+def _source_causes(aots: Sequence[EntryRecord], t: Target) -> list[Cause]:
+    """Traced files whose copy in a carried AOT artifact differs from the file here."""
+    here = here_prefix(t)
+    out: list[Cause] = []
+    for r in aots if here is not None else ():
+        for s in r.sources:
+            rel = s.module.replace(".", "/")
+            path = next((q for q in (f"{here}{rel}.py", f"{here}{rel}/__init__.py")
+                         if os.path.isfile(q)), None)
+            text = read_source_text(path) if path is not None else None
+            now = hashlib.sha256(text.encode()).hexdigest() if text is not None else None
+            if s.sha256 and now != s.sha256:
+                out.append(Cause("code", path or f"{here}{rel}.py",
+                                 f"sha256 {s.sha256[:12]}",
+                                 f"sha256 {now[:12]}" if now else "missing",
+                                 f"carried AOT entry {short_key(r.key)}: its compile-time "
+                                 "copy vs the file here", "vLLM's loader compares them"))
     return out
 
 

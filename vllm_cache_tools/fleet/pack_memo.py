@@ -33,9 +33,10 @@ from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_j
 from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.store.locate import user_cache_dir
 
-FORMAT = 2
+FORMAT = 3
 """2: a link proof also needs the AOT entry's recorder manifests to agree with the backend
-entry's env and config hashes (format 1's proofs linked every start of the same code)."""
+entry's env and config hashes (format 1's proofs linked every start of the same code); 3: records
+keep the manifest's key inputs (EntryRecord.recorded)."""
 MAX_PROOFS = 100_000
 """Proof results kept at most (two xxh3 digests each); past it the memo starts afresh."""
 

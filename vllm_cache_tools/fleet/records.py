@@ -99,6 +99,10 @@ class EntryRecord:
     loader: str | None = None
     linked: tuple[str, ...] = ()
     """Keys of the other tree's entries of the same start, proven by :mod:`..link`."""
+    recorded: Mapping[str, object] = field(default_factory=dict, hash=False)
+    """What the newest recorder manifest of the entry says of its keys (``config`` parts with
+    their fields, ``env``, ``inductor``, ``traced_files``, ``key_parts``; no times, no host):
+    a miss is itemised field by field before any byte moves. Empty without a manifest."""
 
     @property
     def size_bytes(self) -> int:
@@ -189,6 +193,7 @@ def entry_json(e: EntryRecord) -> dict[str, Any]:
                     for s in e.sources],
         "forward": list(e.forward) if e.forward else None, "loader": e.loader,
         "linked": list(e.linked), "files": [file_json(f) for f in e.files],
+        **({"recorded": dict(e.recorded)} if e.recorded else {}),
     }
 
 
@@ -320,7 +325,8 @@ def entry_from_json(d: Any) -> EntryRecord:
         traced_files=_str_list(d.get("traced_files"), "traced_files"),
         sources=tuple(sources), forward=forward,
         loader=_opt_str(d.get("loader"), "loader"),
-        linked=_str_list(d.get("linked"), "linked"))
+        linked=_str_list(d.get("linked"), "linked"),
+        recorded=_obj(d.get("recorded"), "recorded"))
 
 
 def extra_from_json(d: Any) -> FileRecord:

@@ -206,7 +206,20 @@ def record_of(e: Entry, root: Path, files: Sequence[LocalFile],
         traced_files=traced, sources=_sources(e, traced),
         forward=(info.qualname, info.firstlineno) if info and info.qualname
         and info.firstlineno is not None else None,
-        loader=info.loader if info else None, linked=tuple(sorted(linked)))
+        loader=info.loader if info else None, linked=tuple(sorted(linked)),
+        recorded=recorded_keys(e))
+
+
+RECORDED_FIELDS = ("config_hash", "config", "env", "inductor", "traced_files", "key_parts")
+"""What a record keeps of the entry's newest recorder manifest: its key inputs only (the
+manifest file itself travels too; times and hosts would make equal entries differ)."""
+
+
+def recorded_keys(e: Entry) -> dict[str, object]:
+    m = e.manifests[-1] if e.manifests else None
+    if m is None:
+        return {}
+    return {k: m.data[k] for k in RECORDED_FIELDS if m.data.get(k) is not None}
 
 
 Walked = list[tuple[str, Path, bool, tuple[int, ...]]]
