@@ -9,7 +9,7 @@ import typer
 
 from vllm_cache_tools.cli.common import console, print_json, redact_json
 from vllm_cache_tools.cli.ls import RootOpt
-from vllm_cache_tools.keys.entry_proof import proof_json, prove_entry
+from vllm_cache_tools.keys.entry_proof import prove_entry
 from vllm_cache_tools.keys.source_link import same_source_aot_keys
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, short_key
 from vllm_cache_tools.store.entries import read_entry
@@ -18,7 +18,7 @@ from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.store.types import Entry
 from vllm_cache_tools.store.usage import apply_usage, usage
 from vllm_cache_tools.units import human_age, human_size
-from vllm_cache_tools.views.payloads import entry_detail
+from vllm_cache_tools.views.payloads import entry_detail, key_proof_document
 
 
 def show(
@@ -42,7 +42,7 @@ def show(
         siblings = scan(path.parent, check_in_use=False).entries if path.parent.name == \
             COMPILE_CACHE_DIRNAME else ()
         data["same_sources_aot"] = same_source_aot_keys(entry, siblings, read_entry)
-    data["key_proof"] = proof_json(prove_entry(entry, _backend_siblings(entry, path)))
+    data["key_proof"] = key_proof_document(prove_entry(entry, _backend_siblings(entry, path)))
     # Factors and manifests are vLLM's (or an older recorder's) files: they may hold a secret.
     data = redact_json(data)
     if json_out:

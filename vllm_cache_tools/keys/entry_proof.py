@@ -266,9 +266,5 @@ def prove_entry(e: Entry, backends: Iterable[Entry], *, versions: Sequence[str] 
     return prove_aot(e, sibs, versions=versions, inductor=inductor)
 
 
-def proof_json(p: KeyProof) -> dict[str, str | None]:
-    return {"status": p.status, "how": p.how, "derived": p.derived}
-
-
 __all__ = ["LINKED", "MISMATCH", "PLACEABLE", "PROVEN", "UNPROVEN", "KeyProof",
-           "proof_json", "prove_aot", "prove_backend", "prove_entry", "same_start"]
+           "prove_aot", "prove_backend", "prove_entry", "same_start"]

@@ -13,6 +13,7 @@ from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
+from vllm_cache_tools.keys.entry_proof import KeyProof
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.summary import entry_summary as entry_summary
 from vllm_cache_tools.store.types import CacheInfo, Entry
@@ -44,6 +45,11 @@ SCHEMAS: dict[str, str] = {
     "prune-remote": f"{_PREFIX}/prune-remote/1",
     "dedup": f"{_PREFIX}/dedup/1",
 }
+
+
+def key_proof_document(p: KeyProof) -> dict[str, str | None]:
+    """``key_proof`` of ``show --json``: how the entry's folder name was re-derived."""
+    return {"status": p.status, "how": p.how, "derived": p.derived}
 
 
 def with_schema(kind: str, data: Mapping[str, Any]) -> dict[str, Any]:
