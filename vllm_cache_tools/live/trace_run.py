@@ -100,7 +100,7 @@ def run_trace(vllm_args: Sequence[str], env: Mapping[str, str], python: str | No
     data: dict[str, object] | None = None
     how = "off" if not use else "fresh"
     if use and not fresh:
-        data, how = probememo.load(key, memo_dir() / "traced")
+        data, how = probememo.load(key, memo_dir() / "traced", env)
         how = "hit" if data is not None else how
     kept = "memo off" if not use else "already kept"
     if data is None:
