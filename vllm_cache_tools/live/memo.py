@@ -126,12 +126,17 @@ def tool_changes(recorded: Mapping[str, Any], env: Mapping[str, str]) -> str | N
     return None
 
 
-def changed_reads(reads: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+def changed_reads(reads: Mapping[str, Any], env: Mapping[str, str], walked: bool = False
+                  ) -> str | None:
     """The first ignorable variable the probe saw read whose value differs in ``env`` (by
-    digest), or None."""
+    digest), or None. ``walked``: unknown code walked the whole environment, so an ignorable
+    variable set now that was not then counts too."""
     for name in sorted(reads):
         if value_digest(env.get(name)) != reads[name]:
             return name
+    if walked:
+        return next((k for k in sorted(env) if env_role(k) == "ignorable" and k not in reads),
+                    None)
     return None
 
 
@@ -234,8 +239,24 @@ def load(key: str, directory: Path, env: Mapping[str, str] | None = None
     """The memoized answer for ``key`` if every file it depended on is unchanged (and, given
     the environment ``env`` it is asked for, every ignorable variable the probe saw read
     has its value and every tool it started by name resolves to the same file), else None;
-    with a reason for the caller's report (names only, never values)."""
-    path = directory / f"{key}.json"
+    with a reason for the caller's report (names only, never values). One key may hold
+    several answers (:func:`variant`: a read ignorable variable's value, a tool's place):
+    the newest that fits answers; the newest one's reason is told when none does."""
+    candidates = [directory / f"{key}.json"]
+    with contextlib.suppress(OSError):
+        found = [(p.stat().st_mtime_ns, p) for p in directory.glob(f"{key}.*.json")]
+        candidates = [p for _, p in sorted(found, reverse=True)] + candidates
+    first: str | None = None
+    for path in candidates:
+        answer, why = _load_one(path, env)
+        if answer is not None:
+            return answer, why
+        if first is None or first == "no memo for these inputs":
+            first = why
+    return None, first or "no memo for these inputs"
+
+
+def _load_one(path: Path, env: Mapping[str, str] | None) -> tuple[dict[str, Any] | None, str]:
     try:
         doc = json.loads(_read_regular(path).decode("utf-8"))
         answer, deps = doc["answer"], doc["deps"]
@@ -253,7 +274,8 @@ def load(key: str, directory: Path, env: Mapping[str, str] | None = None
         return None, f"memo stale: {changed} changed"
     if env is not None:
         try:
-            var = changed_reads(deps.get("env_read") or {}, env)
+            var = changed_reads(deps.get("env_read") or {}, env,
+                                bool(deps.get("env_walked")))
             tool = tool_changes(deps.get("tools") or {}, env)
         except (AttributeError, TypeError, ValueError):
             return None, "memo unreadable"
@@ -263,6 +285,15 @@ def load(key: str, directory: Path, env: Mapping[str, str] | None = None
             return None, f"memo stale: PATH finds another {tool}"
     _touch(path)  # newest-used first when pruning
     return answer, "memo hit"
+
+
+def variant(deps: Mapping[str, Any]) -> str:
+    """What tells apart answers of one key: the digests of the ignorable variables the probe
+    read and where the tools it started resolved (checked against the environment at
+    :func:`load`)."""
+    blob = json.dumps([deps.get("env_read") or {}, deps.get("tools") or {}], sort_keys=True,
+                      default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 MEMO_CAP = 64 << 20
@@ -312,7 +343,7 @@ def save(key: str, answer: Mapping[str, Any], deps: Mapping[str, Any], directory
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump({"memo_version": MEMO_VERSION, "host": socket.gethostname(),
                        "answer": answer, "deps": deps}, f)
-        os.replace(tmp, d / f"{key}.json")
+        os.replace(tmp, d / f"{key}.{variant(deps)}.json")
     except OSError as exc:
         with contextlib.suppress(OSError, UnboundLocalError):
             os.unlink(tmp)

@@ -264,8 +264,8 @@ def _dependencies() -> dict[str, Any]:
     # (params.json, a tokenizer file) can change what vLLM decides without being opened.
     listed = _LISTED | {os.path.dirname(p) for p in _OPENED if not p.endswith((".py", ".pyc"))}
     dirs = _inputs(listed)
-    out = {"files": _rows(keep, False), "dirs": _rows(dirs, True),
-           "network": sorted(set(_NETWORK))}
+    out: dict[str, Any] = {"files": _rows(keep, False), "dirs": _rows(dirs, True),
+                           "network": sorted(set(_NETWORK))}
     memo = _memo_module()
     if memo is not None:
         # PATH's meaning for this answer: where each program started by name resolves.
