@@ -280,7 +280,10 @@ def _load_one(path: Path, env: Mapping[str, str] | None) -> tuple[dict[str, Any]
         except (AttributeError, TypeError, ValueError):
             return None, "memo unreadable"
         if var is not None:
-            return None, f"memo stale: {var} differs and the probe read it"
+            walkers = deps.get("env_walked")
+            how = (f"{', '.join(map(str, walkers[:3]))} walked the environment"
+                   if isinstance(walkers, list) and walkers else "the probe read it")
+            return None, f"memo stale: {var} differs and {how}"
         if tool is not None:
             return None, f"memo stale: PATH finds another {tool}"
     _touch(path)  # newest-used first when pruning

@@ -71,7 +71,8 @@ _OWN: tuple[str, ...] = ()
 opened by the probe, but their contents are bookkeeping, not inputs of the answer."""
 _OWN_DIRS: set[str] = set()
 _MADE: set[str] = set()
-"""Folders this process created (``os.mkdir``, ``tempfile.mkdtemp``): what lies in them is
+"""Folders and files this process created (``os.mkdir`` of a folder that was not there,
+``tempfile.mkdtemp`` / ``mkstemp``): what lies in them is
 its own output (Triton's driver helpers, built in a ``tempfile`` folder on GPU hosts and
 imported from there while vLLM imports, the folder gone before the answer), made from inputs
 recorded elsewhere: the helper's source (Triton's files), the compiler (``PATH``'s
@@ -133,10 +134,16 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
             if p is not None:
                 _LISTED.add(p)
                 _note(p, True)
-        elif event in ("os.mkdir", "tempfile.mkdtemp"):
-            if event == "tempfile.mkdtemp" or args[2] is None or args[2] == -1:
+        elif event in ("tempfile.mkdtemp", "tempfile.mkstemp"):
+            p = _abs(args[0])  # raised once made
+            if p is not None:
+                _MADE.add(p)
+        elif event == "os.mkdir":
+            # Raised before the call: a folder that is there already (makedirs with
+            # exist_ok) is not this process's.
+            if args[2] is None or args[2] == -1:
                 p = _abs(args[0])
-                if p is not None:
+                if p is not None and not os.path.lexists(p):
                     _MADE.add(p)
         elif event == "subprocess.Popen":
             exe, argv = args[0], args[1]
@@ -262,7 +269,9 @@ def _dependencies() -> dict[str, Any]:
     keep = _inputs(files)
     # The folder of each file read as data (a model's config.json): a file added beside it
     # (params.json, a tokenizer file) can change what vLLM decides without being opened.
-    listed = _LISTED | {os.path.dirname(p) for p in _OPENED if not p.endswith((".py", ".pyc"))}
+    # Not for what this process made itself (a tempfile in /tmp: /tmp's mtime is no input).
+    listed = _LISTED | {os.path.dirname(p) for p in _inputs(_OPENED)
+                        if not p.endswith((".py", ".pyc"))}
     dirs = _inputs(listed)
     out: dict[str, Any] = {"files": _rows(keep, False), "dirs": _rows(dirs, True),
                            "network": sorted(set(_NETWORK))}
@@ -1068,12 +1077,12 @@ def _neutral(name: str) -> bool:
     return memo is not None and memo.env_role(name) in ("ignorable", "root")
 
 
-def _ignorable_reads(memo: Any) -> tuple[dict[str, str | None], bool]:
+def _ignorable_reads(memo: Any) -> tuple[dict[str, str | None], list[str]]:
     """The ignorable variables (``memo.env_role``) that code other than a known scanner read
     while the probe imported and built the config, with a digest of their value now; and
-    whether unknown code walked the whole environment (then every ignorable variable
-    counts: fail safe)."""
-    walked = any(w.enumerated_by - set(STANDBY_SCANNERS) for w in _WATCHES)
+    the modules not known as scanners that walked the whole environment (then every
+    ignorable variable counts: fail safe)."""
+    walked = sorted({m for w in _WATCHES for m in w.enumerated_by} - set(STANDBY_SCANNERS))
     names: set[str] = set()
     for w in _WATCHES:
         for name, sites in w.readers.items():
