@@ -265,10 +265,12 @@ DECISION_MARKER = "Using cache directory"
 
 
 def run_vllm_to_decision(python: str, start_script: str, model: str,
-                         kwargs: dict[str, object], env: dict[str, str], work: Path
-                         ) -> tuple[float, str]:
+                         kwargs: dict[str, object], env: dict[str, str], work: Path,
+                         finish_s: float = 0.0) -> tuple[float, str, bool]:
     """vLLM's own start, from spawning it to its first "Using cache directory" line (its
-    cache decision); stopped there. Returns the seconds and that line."""
+    cache decision). Stopped there, or (``finish_s`` > 0) left to compile and save for at
+    most that long, so that its root holds a warm cache. Returns the seconds to the
+    decision, that line and whether the start finished."""
     spec = work / "spec.json"
     spec.write_text(json.dumps({"model_dir": model, "llm_kwargs": kwargs}))
     t0 = time.perf_counter()
@@ -277,12 +279,22 @@ def run_vllm_to_decision(python: str, start_script: str, model: str,
                             start_new_session=True)
     assert proc.stdout is not None
     tail: list[str] = []
+    decided: tuple[float, str] | None = None
     try:
         for line in proc.stdout:
             tail = [*tail, line][-20:]
-            if DECISION_MARKER in line or "Directly load AOT compilation" in line:
-                return time.perf_counter() - t0, line.strip()[-300:]
-        raise SystemExit("vLLM exited before its cache decision: " + "".join(tail))
+            if decided is None and (DECISION_MARKER in line
+                                    or "Directly load AOT compilation" in line):
+                decided = (time.perf_counter() - t0, line.strip()[-300:])
+                if finish_s <= 0:
+                    return (*decided, False)
+            if decided is not None and time.perf_counter() - t0 > decided[0] + finish_s:
+                return (*decided, False)
+            if "VLLM_CACHE_TOOLS_RESULT" in line and decided is not None:
+                return (*decided, True)
+        if decided is None:
+            raise SystemExit("vLLM exited before its cache decision: " + "".join(tail))
+        return (*decided, proc.wait() == 0)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
@@ -299,18 +311,29 @@ def wait_ready(run_dir: Path, timeout: float = 300.0) -> float:
     raise SystemExit("no standby came up")
 
 
+def run_cli(argv: list[str], env: dict[str, str]) -> tuple[float, int, str]:
+    t0 = time.perf_counter()
+    r = subprocess.run([*_cli(), *argv], env=env, capture_output=True, text=True,
+                       timeout=900)
+    return time.perf_counter() - t0, r.returncode, (r.stdout + r.stderr)[-600:]
+
+
 def decisions(python: str, model: str, args: list[str], kwargs: dict[str, object],
-              env: dict[str, str], work: Path, start_script: str | None) -> dict[str, object]:
+              env: dict[str, str], work: Path, start_script: str | None,
+              transfers: bool = False) -> dict[str, object]:
     """The issue-24 rows, each a whole CLI process, in one fresh memo folder: the floor
-    (twice: the first also writes byte-code), the first decision on a cold root, the same
-    arguments again (memo), again with shell/terminal/CI variables changed and an empty
-    folder put first on PATH (memo), a variable vLLM reads changed (standby), a second empty
-    root (memo), and vLLM's own time to its cache decision."""
+    (twice: the first also writes byte-code), the first decision on a cold root (the probe
+    and the tracer), the same arguments again (memo), again with shell/terminal/CI variables
+    changed and an empty folder put first on PATH (memo), a second empty root (memo); vLLM's
+    own time to its cache decision (its start then left to finish: a warm root); on that
+    root, a variable vLLM reads changed and new arguments (the standby); with
+    ``transfers``, ``unpack --check`` then ``unpack`` and ``pull --if-hit --check`` then
+    ``pull --if-hit`` of that root's entries into new roots."""
     run_dir = Path(tempfile.mkdtemp(prefix="vct-", dir="/tmp"))
     empty_bin = work / "empty-bin"
     empty_bin.mkdir(parents=True, exist_ok=True)
     penv = {**env, "XDG_CACHE_HOME": str(work / "xdg"), "XDG_RUNTIME_DIR": str(run_dir),
-            "VLLM_CACHE_TOOLS_PROBE_STANDBY": "600"}
+            "VLLM_CACHE_TOOLS_PROBE_STANDBY": "900"}
     out: dict[str, object] = {"cpus": os.cpu_count(), "load_average_start": os.getloadavg()}
     probes: dict[str, object] = {}
 
@@ -318,37 +341,67 @@ def decisions(python: str, model: str, args: list[str], kwargs: dict[str, object
         out[name] = round(seconds, 3)
         if probe is not None:
             probes[name] = {k: probe.get(k) for k in (
-                "memo", "served_by", "seconds", "kept", "standby", "hit", "keys",
-                "trace_seconds", "trace_memo")}
+                "memo", "served_by", "seconds", "kept", "standby", "hit", "keys")}
         print(f"{name}: {seconds:.2f} s {probes.get(name, '')}", flush=True)
 
+    roots = {n: work / n for n in ("root1", "root2", "root3", "root4", "root5")}
     try:
         row("floor_first", run_floor(python, model, kwargs, env))
         row("floor", run_floor(python, model, kwargs, env))
-        root1, root2 = work / "root1", work / "root2"
-        row("first_decision", *run_predict(python, root1, args, penv))
-        row("memo_same_args", *run_predict(python, root1, args, penv))
+        row("first_decision", *run_predict(python, roots["root1"], args, penv))
+        row("memo_same_args", *run_predict(python, roots["root1"], args, penv))
         changed = {**penv, **IGNORABLE_CHANGES,
                    "PATH": f"{empty_bin}{os.pathsep}{penv.get('PATH', os.defpath)}"}
-        row("memo_ignorable_vars_changed", *run_predict(python, root1, args, changed))
+        row("memo_ignorable_vars_changed", *run_predict(python, roots["root1"], args, changed))
+        row("memo_second_root", *run_predict(python, roots["root2"], args, penv))
+        if start_script is None:
+            return out
+        secs, line, finished = run_vllm_to_decision(
+            python, start_script, model, kwargs,
+            {**env, "VLLM_CACHE_ROOT": str(roots["root3"])}, work, finish_s=240.0)
+        row("vllm_to_decision", secs)
+        out["vllm_decision_line"], out["vllm_start_finished"] = line, finished
+        row("memo_warm_root", *run_predict(python, roots["root3"], args, penv))
         out["standby_ready_after_s"] = round(wait_ready(run_dir), 2)
         var, value = COUNTED_CHANGE
-        row("standby_counted_var_changed", *run_predict(python, root1, args,
+        row("standby_counted_var_changed", *run_predict(python, roots["root3"], args,
                                                         {**penv, var: value}))
-        row("memo_second_root", *run_predict(python, root2, args, penv))
-        if start_script is not None:
-            secs, line = run_vllm_to_decision(python, start_script, model, kwargs,
-                                              {**env, "VLLM_CACHE_ROOT": str(work / "root3")},
-                                              work)
-            row("vllm_to_decision", secs)
-            out["vllm_decision_line"] = line
+        out["standby_ready_again_after_s"] = round(wait_ready(run_dir), 2)
+        other = list(args)
+        other[other.index("--max-model-len") + 1] = "64"
+        row("standby_new_args", *run_predict(python, roots["root3"], other, penv))
+        if transfers:
+            _, probe = run_predict(python, roots["root3"], args, penv)
+            keys = [str(k) for k in probe["keys"] if k]  # type: ignore[attr-defined]
+            bundle, store = work / "b.tar.zst", f"file://{work / 'store'}"
+            run_cli(["pack", "--root", str(roots["root3"]), "-o", str(bundle), *keys], penv)
+            run_cli(["push", *keys, store, "--root", str(roots["root3"])], penv)
+            tail = ["--python", python, "--", *args]
+            for name, argv in (
+                    ("unpack_check", ["unpack", str(bundle), "--root", str(roots["root4"]),
+                                      "--check", *tail]),
+                    ("unpack_after_check", ["unpack", str(bundle), "--root",
+                                            str(roots["root4"]), *tail]),
+                    ("pull_if_hit_check", ["pull", store, "--root", str(roots["root5"]),
+                                           "--if-hit", "--check", *tail]),
+                    ("pull_if_hit_after_check", ["pull", store, "--root", str(roots["root5"]),
+                                                 "--if-hit", *tail])):
+                secs, rc, text = run_cli(argv, penv)
+                row(name, secs)
+                out[f"{name}_rc"] = rc
+                if rc != 0:
+                    out[f"{name}_said"] = text
     finally:
         kill_standbys(run_dir)
         shutil.rmtree(run_dir, ignore_errors=True)
-    out["probes"] = probes
-    out["load_average_end"] = os.getloadavg()
-    fl = float(out["floor"])  # type: ignore[arg-type]
-    out["first_decision_vs_floor"] = round(float(out["first_decision"]) / fl, 3)  # type: ignore[arg-type]
+        out["probes"] = probes
+        out["load_average_end"] = os.getloadavg()
+        if "first_decision" in out:
+            out["first_decision_vs_floor"] = round(
+                float(out["first_decision"]) / float(out["floor"]), 3)  # type: ignore[arg-type]
+        if "vllm_to_decision" in out:
+            out["first_decision_vs_vllm"] = round(
+                float(out["first_decision"]) / float(out["vllm_to_decision"]), 3)  # type: ignore[arg-type]
     return out
 
 
@@ -382,7 +435,7 @@ def cpu_decisions() -> int:
         with model_lock():
             env = start_env(tmp / "root3", start)
             result = decisions(str(venv_python()), str(model_dir()), start.serve_args(),
-                               start.kwargs(), env, tmp, str(START_SCRIPT))
+                               start.kwargs(), env, tmp, str(START_SCRIPT), transfers=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     (REPO / ".bench").mkdir(exist_ok=True)
