@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.realvllm.harness import SITE_DIR, ScenarioRun, start_env, venv_python
+from tests.realvllm.harness import SITE_DIR, ScenarioRun, model_lock, start_env, venv_python
 from tests.test_standby import _pids, _socket
 from vllm_cache_tools.live import memo as probememo
 from vllm_cache_tools.live import standby
@@ -82,7 +82,12 @@ def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 def test_module_built_and_removed_while_vllm_imports_keeps_memo_and_standby(
         real_compile: ScenarioRun, transient_env: dict[str, str], runtime: Path) -> None:
-    env, py = transient_env, str(venv_python())
+    with model_lock():  # no other test edits vLLM's sources meanwhile
+        _transient_case(real_compile, transient_env, runtime)
+
+
+def _transient_case(real_compile: ScenarioRun, env: dict[str, str], runtime: Path) -> None:
+    py = str(venv_python())
     args = real_compile.scenario.starts[1].serve_args()
     first = run_probe(args, env, py, "llm")
     assert first.served_by == "probe"

@@ -70,8 +70,9 @@ TOOLS = ("cc", "c++", "gcc", "g++", "clang", "clang++", "nvcc", "ptxas", "cuobjd
 """What ``PATH`` means to vLLM, Inductor and Triton: the compilers and tools they look up by
 name (Triton builds its driver helpers with ``cc``/``gcc``/``clang``; Inductor's C++ and
 CUDA builds; vLLM's platform probes; ``platform.architecture()`` runs ``file``). ``PATH``
-enters the memo key as where each resolves (file identity), not as its string; a tool the
-probe saw started by name is checked the same way (:func:`tool_changes`)."""
+counts as where each resolves (file identity), not as its string: the probe records that
+for these and for every program it saw started by name, and a memo whose tool resolves
+elsewhere now is not used (:func:`tool_changes`)."""
 
 
 def env_role(name: str) -> str:
@@ -194,8 +195,10 @@ def memo_key(request: Mapping[str, Any], env: Mapping[str, str], python: str,
              probe_source: bytes, cwd: str | None = None,
              machine: Mapping[str, Any] | None = None) -> str:
     """sha256 over everything the probe's answer depends on besides the files it reads: the
-    counted variables by value, ``PATH`` as where :data:`TOOLS` resolve on it, not the
-    ignorable ones or the cache root (:func:`env_role`)."""
+    counted variables by value, not the ignorable ones, ``PATH`` or the cache root
+    (:func:`env_role`). ``PATH`` is checked at :func:`load` as where :data:`TOOLS` and the
+    programs the probe started resolve (the probe records them in its ``deps["tools"]``),
+    so that the message names the tool."""
     exe = Path(python)
     venv_cfg = exe.parent.parent / "pyvenv.cfg"
     inputs = {
@@ -203,7 +206,7 @@ def memo_key(request: Mapping[str, Any], env: Mapping[str, str], python: str,
         "probe": hashlib.sha256(probe_source).hexdigest(),
         "request": dict(request),
         "env": counted_env(env),
-        "tools": resolve_tools(TOOLS, env.get(PATH_VAR)),
+        "path_kept_out": "checked at load: deps['tools']",
         "cwd": cwd if cwd is not None else os.getcwd(),
         "python": _file_id(str(exe)), "pyvenv": _file_id(str(venv_cfg)),
         "machine": dict(machine) if machine is not None else hardware(),

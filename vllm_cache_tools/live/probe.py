@@ -278,7 +278,8 @@ def _dependencies() -> dict[str, Any]:
     memo = _memo_module()
     if memo is not None:
         # PATH's meaning for this answer: where each program started by name resolves.
-        out["tools"] = memo.resolve_tools(_TOOLS_RUN, os.environ.get(memo.PATH_VAR))
+        out["tools"] = memo.resolve_tools(set(memo.TOOLS) | _TOOLS_RUN,
+                                          os.environ.get(memo.PATH_VAR))
         out["env_read"], out["env_walked"] = _ignorable_reads(memo)
     out["unstable"] = _unstable(keep) + _unstable(dirs)
     return out
