@@ -376,7 +376,7 @@ def decisions(python: str, model: str, args: list[str], kwargs: dict[str, object
             bundle, store = work / "b.tar.zst", f"file://{work / 'store'}"
             run_cli(["pack", "--root", str(roots["root3"]), "-o", str(bundle), *keys], penv)
             run_cli(["push", *keys, store, "--root", str(roots["root3"])], penv)
-            tail = ["--python", python, "--", *args]
+            tail = ["--python", python, "--usage", "llm", "--", *args]
             for name, argv in (
                     ("unpack_check", ["unpack", str(bundle), "--root", str(roots["root4"]),
                                       "--check", *tail]),
