@@ -369,7 +369,10 @@ def decisions(python: str, model: str, args: list[str], kwargs: dict[str, object
             return out
         secs, line, finished = run_vllm_to_decision(
             python, start_script, model, kwargs,
-            {**env, "VLLM_CACHE_ROOT": str(roots["root3"])}, work, finish_s=240.0)
+            # predict's environment (its XDG_CACHE_HOME: vLLM 0.22 hashes paths derived
+            # from it), less this tool's own switch
+            {**{k: v for k, v in penv.items() if k != "VLLM_CACHE_TOOLS_PROBE_STANDBY"},
+             "VLLM_CACHE_ROOT": str(roots["root3"])}, work, finish_s=240.0)
         row("vllm_to_decision", secs)
         out["vllm_decision_line"], out["vllm_start_finished"] = line, finished
         row("memo_warm_root", *run_predict(python, roots["root3"], args, penv))
