@@ -3,7 +3,9 @@
 The probe (:mod:`vllm_cache_tools.live.probe`) spends 6-9 s importing vLLM and torch to
 compute a handful of hashes. Its answer is a function of its request (vLLM arguments, usage,
 rank), the process environment, the working directory, the interpreter, the machine, and the
-files it read. The first five form the memo key (:func:`memo_key`); the files are listed by
+files it read. The first five form the memo key (:func:`memo_key`; of the environment, the
+variables that count: :func:`env_role`; ``PATH`` as where the tools resolve, checked at
+:func:`load`); the files are listed by
 the probe itself (every file it opened or imported a module from, every folder it listed,
 each with mtime, size and inode, absent ones included) and re-checked on every use
 (:func:`stale_dependency`), so editing a vLLM or torch source, a model's ``config.json``,
