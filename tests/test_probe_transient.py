@@ -12,12 +12,21 @@ import os
 import shutil
 import tempfile
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from tests.realvllm.harness import SITE_DIR, ScenarioRun, model_lock, start_env, venv_python
+from tests.realvllm.harness import (
+    SITE_DIR,
+    ScenarioRun,
+    model_lock,
+    run_start,
+    start_env,
+    venv_python,
+)
 from tests.test_standby import _pids, _socket
+from vllm_cache_tools.analyze.predict import predict
 from vllm_cache_tools.live import memo as probememo
 from vllm_cache_tools.live import standby
 from vllm_cache_tools.live.runner import memo_dir, run_probe
@@ -139,3 +148,40 @@ def test_ignorable_and_counted_variables_by_name() -> None:
     assert probememo.changed_reads({"CI": None}, {"CI": "1"}) == "CI"
     assert probememo.changed_reads({}, {"TERM": "x"}, walked=True) == "TERM"
     assert probememo.changed_reads({}, {"TERM": "x"}) is None
+
+
+def test_real_starts_follow_the_classification(real_compile: ScenarioRun,
+                                               tmp_path: Path) -> None:
+    """The classification proved against vLLM itself: a memo written in one environment,
+    then real starts with the ignorable variables changed (vLLM names the folder the memo
+    predicted; the memo still answers) and with a counted one changed (``CI``, which torch
+    reads: vLLM names another folder; the memo does not answer, a fresh probe names it)."""
+    start = real_compile.scenario.starts[1]
+    args, py = start.serve_args(), str(venv_python())
+    env = start_env(real_compile.before(1), start)
+    first = predict(args, env=env, root=tmp_path / "r0", python=py, usage="llm",
+                    standby=False)
+    assert first.backend.key is not None
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    ignorable = {"TERM": "dumb", "SHLVL": "9", "OLDPWD": "/x", "_": "/usr/bin/env",
+                 "COLUMNS": "41", "GITHUB_ACTIONS": "true",
+                 "PATH": f"{empty}{os.pathsep}{env['PATH']}"}
+    moved = replace(start, env=tuple(sorted({**dict(start.env), **ignorable}.items())))
+    rec = run_start(venv_python(), tmp_path / "r1", moved, tmp_path / "start-1.log")
+    assert rec.returncode == 0, rec.log.read_text()[-2000:]
+    assert f"/{first.backend.key}/rank_0_0" in rec.log.read_text()
+    again = predict(args, env={**env, **ignorable}, root=tmp_path / "r1", python=py,
+                    usage="llm", standby=False)
+    assert again.probe_run is not None and again.probe_run.memo == "hit"
+    assert again.backend.key == first.backend.key and again.hit
+    counted = replace(start, env=tuple(sorted({**dict(start.env), "CI": "1"}.items())))
+    rec = run_start(venv_python(), tmp_path / "r2", counted, tmp_path / "start-2.log")
+    assert rec.returncode == 0, rec.log.read_text()[-2000:]
+    log = rec.log.read_text()
+    assert f"/{first.backend.key}/rank_0_0" not in log  # CI moved vLLM's own key
+    ci = predict(args, env={**env, "CI": "1"}, root=tmp_path / "r2", python=py, usage="llm",
+                 standby=False)
+    assert ci.probe_run is not None
+    assert ci.probe_run.memo == "memo stale: CI differs and the probe read it"
+    assert ci.backend.key is not None and f"/{ci.backend.key}/rank_0_0" in log
