@@ -8,8 +8,10 @@ both alone; a variable torch reads (``CI``) and a PATH that finds another compil
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
+import subprocess
 import tempfile
 from collections.abc import Iterator
 from dataclasses import replace
@@ -19,9 +21,11 @@ import pytest
 
 from tests.realvllm.harness import (
     SITE_DIR,
+    START_SCRIPT,
     ScenarioRun,
+    Start,
+    model_dir,
     model_lock,
-    run_start,
     start_env,
     venv_python,
 )
@@ -150,12 +154,32 @@ def test_ignorable_and_counted_variables_by_name() -> None:
     assert probememo.changed_reads({}, {"TERM": "x"}) is None
 
 
+def _start(start: Start, root: Path, log: Path) -> str:
+    """A real vLLM start (as ``run_start``, whose own model lock would not nest in this
+    test's); its log."""
+    spec = log.with_suffix(".spec.json")
+    spec.write_text(json.dumps({"model_dir": str(model_dir()), "llm_kwargs": start.kwargs()}))
+    with open(log, "wb") as out:
+        rc = subprocess.run([str(venv_python()), str(START_SCRIPT), str(spec)],
+                            env=start_env(root, start), stdout=out, stderr=subprocess.STDOUT,
+                            timeout=900, cwd=str(log.parent)).returncode
+    text = log.read_text(errors="replace")
+    assert rc == 0, text[-2000:]
+    return text
+
+
 def test_real_starts_follow_the_classification(real_compile: ScenarioRun,
                                                tmp_path: Path) -> None:
     """The classification proved against vLLM itself: a memo written in one environment,
     then real starts with the ignorable variables changed (vLLM names the folder the memo
     predicted; the memo still answers) and with a counted one changed (``CI``, which torch
-    reads: vLLM names another folder; the memo does not answer, a fresh probe names it)."""
+    reads: vLLM names another folder; the memo does not answer, a fresh probe names it).
+    Under the model lock: another test's source edit would make the memo stale."""
+    with model_lock():
+        _real_starts(real_compile, tmp_path)
+
+
+def _real_starts(real_compile: ScenarioRun, tmp_path: Path) -> None:
     start = real_compile.scenario.starts[1]
     args, py = start.serve_args(), str(venv_python())
     env = start_env(real_compile.before(1), start)
@@ -168,17 +192,14 @@ def test_real_starts_follow_the_classification(real_compile: ScenarioRun,
                  "COLUMNS": "41", "GITHUB_ACTIONS": "true",
                  "PATH": f"{empty}{os.pathsep}{env['PATH']}"}
     moved = replace(start, env=tuple(sorted({**dict(start.env), **ignorable}.items())))
-    rec = run_start(venv_python(), tmp_path / "r1", moved, tmp_path / "start-1.log")
-    assert rec.returncode == 0, rec.log.read_text()[-2000:]
-    assert f"/{first.backend.key}/rank_0_0" in rec.log.read_text()
+    assert f"/{first.backend.key}/rank_0_0" in _start(moved, tmp_path / "r1",
+                                                       tmp_path / "start-1.log")
     again = predict(args, env={**env, **ignorable}, root=tmp_path / "r1", python=py,
                     usage="llm", standby=False)
     assert again.probe_run is not None and again.probe_run.memo == "hit"
     assert again.backend.key == first.backend.key and again.hit
     counted = replace(start, env=tuple(sorted({**dict(start.env), "CI": "1"}.items())))
-    rec = run_start(venv_python(), tmp_path / "r2", counted, tmp_path / "start-2.log")
-    assert rec.returncode == 0, rec.log.read_text()[-2000:]
-    log = rec.log.read_text()
+    log = _start(counted, tmp_path / "r2", tmp_path / "start-2.log")
     assert f"/{first.backend.key}/rank_0_0" not in log  # CI moved vLLM's own key
     ci = predict(args, env={**env, "CI": "1"}, root=tmp_path / "r2", python=py, usage="llm",
                  standby=False)
