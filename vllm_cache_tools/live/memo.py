@@ -195,7 +195,7 @@ def _file_id(path: str) -> list[Any]:
 
 def memo_key(request: Mapping[str, Any], env: Mapping[str, str], python: str,
              probe_source: bytes, cwd: str | None = None,
-             machine: Mapping[str, Any] | None = None) -> str:
+             machine: Mapping[str, Any] | None = None, classify: bool = True) -> str:
     """sha256 over everything the probe's answer depends on besides the files it reads: the
     counted variables by value, not the ignorable ones, ``PATH`` or the cache root
     (:func:`env_role`). ``PATH`` is checked at :func:`load` as where :data:`TOOLS` and the
@@ -207,7 +207,9 @@ def memo_key(request: Mapping[str, Any], env: Mapping[str, str], python: str,
         "memo_version": MEMO_VERSION,
         "probe": hashlib.sha256(probe_source).hexdigest(),
         "request": dict(request),
-        "env": counted_env(env),
+        # classify=False: every variable by value (the Inductor child's memo: torch's config
+        # modules read the environment at import, unwatched; CI among what they read).
+        "env": counted_env(env) if classify else dict(sorted(env.items())),
         "path_kept_out": "checked at load: deps['tools']",
         "cwd": cwd if cwd is not None else os.getcwd(),
         "python": _file_id(str(exe)), "pyvenv": _file_id(str(venv_cfg)),

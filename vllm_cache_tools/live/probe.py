@@ -826,7 +826,7 @@ class _Child:
                     source += f.read()
             rest = {k: v for k, v in payload.items() if k != "env"}
             self.key = self.mod.memo_key({"inductor_child": rest}, payload["env"],
-                                         sys.executable, source)
+                                         sys.executable, source, classify=False)
             if not self.memo.get("fresh"):
                 self.cached, _ = self.mod.load(self.key, Path(self.memo["dir"]),
                                                payload["env"])
