@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -35,7 +36,13 @@ from vllm_cache_tools.live.runner import (
     module_files,
     run_probe,
 )
-from vllm_cache_tools.live.trace_run import TraceRun, run_trace, trace_evidence
+from vllm_cache_tools.live.trace_run import (
+    TraceRun,
+    parallel_cpus,
+    run_trace,
+    speculate,
+    trace_evidence,
+)
 from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo, read_aot_model
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import Manifest, read_manifests
@@ -46,6 +53,27 @@ from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.store.types import Cause, Entry, KeyParts
 
 VLLM_COMPILE = 3
+PARALLEL_TRACE_MIN_CPUS = 4
+"""On a cold root the tracer starts beside the probe (not after it) where the host has this
+many CPUs: each of them keeps about two busy while it imports vLLM and torch; on fewer, two
+at once only share the same cores and the probe's answer (which may need no trace) comes
+later."""
+
+
+def _cold(compile_cache: Path) -> bool:
+    """No entry of either tree (nothing but our own dot-folders): the root holds no evidence
+    of the traced files, so the backend key will need a trace if vLLM compiles in
+    VLLM_COMPILE mode."""
+    try:
+        names = [n for n in os.listdir(compile_cache) if not n.startswith(".")]
+    except OSError:
+        return True
+    if any(n != AOT_DIRNAME for n in names):
+        return False
+    try:
+        return not any(not n.startswith(".") for n in os.listdir(compile_cache / AOT_DIRNAME))
+    except OSError:
+        return True
 
 
 @dataclass(frozen=True)
@@ -302,6 +330,21 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
                            f"{croot.source})")
     env["VLLM_CACHE_ROOT"] = str(croot.vllm_root)
     stages = StageRelay(progress)
+    early_trace = (speculate(vllm_args, env, python, usage, rank, memo=memo, fresh=fresh)
+                   if trace and parallel_cpus() >= PARALLEL_TRACE_MIN_CPUS
+                   and _cold(croot.compile_cache) else None)
+    try:
+        return _predict(vllm_args, env, croot, python, usage, rank, memo, fresh, standby,
+                        progress, trace, stages, early_trace)
+    finally:
+        if early_trace is not None:
+            early_trace[1].set()  # unused (or done): no tracer left running
+
+
+def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: str | None,
+             usage: str, rank: int, memo: bool, fresh: bool, standby: bool,
+             progress: Progress | None, trace: bool, stages: StageRelay,
+             early_trace: tuple[Future[TraceRun], threading.Event] | None) -> Prediction:
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(run_probe, vllm_args, env, python, usage, rank, memo=memo,
                               fresh=fresh, standby=standby,
@@ -344,7 +387,8 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
     def traced() -> TraceRun:
         if progress is not None:
             progress("tracing the model without compiling (no evidence in the root)")
-        trace_runs.append(run_trace(vllm_args, env, python, usage, rank, memo=memo,
+        trace_runs.append(early_trace[0].result() if early_trace is not None else
+                          run_trace(vllm_args, env, python, usage, rank, memo=memo,
                                     fresh=fresh))
         return trace_runs[0]
 

