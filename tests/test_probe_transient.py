@@ -196,7 +196,12 @@ def _real_starts(real_compile: ScenarioRun, tmp_path: Path) -> None:
                                                        tmp_path / "start-1.log")
     again = predict(args, env={**env, **ignorable}, root=tmp_path / "r1", python=py,
                     usage="llm", standby=False)
-    assert again.probe_run is not None and again.probe_run.memo == "hit"
+    assert again.probe_run is not None
+    # No variable discards it; a file may (another session reinstalling this package into
+    # the shared harness venv between the two predicts was seen: the memo is then stale by
+    # that file, as it must be).
+    memo = again.probe_run.memo
+    assert memo == "hit" or (memo.startswith("memo stale: /") and "differs" not in memo), memo
     assert again.backend.key == first.backend.key and again.hit
     counted = replace(start, env=tuple(sorted({**dict(start.env), "CI": "1"}.items())))
     log = _start(counted, tmp_path / "r2", tmp_path / "start-2.log")
