@@ -295,13 +295,20 @@ def test_predict_miss_causes_name_platform_variables_as_hardware() -> None:
     the same cause without its hardware-driven detail): the sample's cold-start entry against
     live parts that differ only in the thread binding."""
     from vllm_cache_tools import locate_entry, read_entry
-    from vllm_cache_tools.analyze.predict import _diff_reasons
+    from dataclasses import replace
+
+    from vllm_cache_tools.analyze.miss_causes import (
+        key_parts_of_entry,
+        miss_causes,
+        neighbour_of_entry,
+    )
 
     root = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
     e = read_entry(locate_entry("28fd362d4e", root))
     assert e.factors is not None and e.factors.env is not None
-    parts = {"env": {**e.factors.env, "VLLM_CPU_OMP_THREADS_BIND": "0|1"},
-             "config_hash": e.factors.config_hash, "compiler_hash": e.factors.compiler_hash}
-    (cause,) = _diff_reasons(e, parts)
+    now = replace(key_parts_of_entry(e),
+                  env_factors={**e.factors.env, "VLLM_CPU_OMP_THREADS_BIND": "0|1"},
+                  env_hash="0" * 64)
+    (cause,) = [c for c in miss_causes([neighbour_of_entry(e)], now) if c.component == "env"]
     assert (cause.item, cause.new) == ("VLLM_CPU_OMP_THREADS_BIND", "0|1")
     assert cause.detail == "hardware-driven: the CPU cores/NUMA nodes of that machine or pod"
