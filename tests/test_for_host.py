@@ -294,9 +294,9 @@ def test_predict_miss_causes_name_platform_variables_as_hardware() -> None:
     """predict's causes of a backend miss mark a machine-set variable as explain does (was:
     the same cause without its hardware-driven detail): the sample's cold-start entry against
     live parts that differ only in the thread binding."""
-    from vllm_cache_tools import locate_entry, read_entry
     from dataclasses import replace
 
+    from vllm_cache_tools import locate_entry, read_entry
     from vllm_cache_tools.analyze.miss_causes import (
         key_parts_of_entry,
         miss_causes,
