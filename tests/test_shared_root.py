@@ -145,7 +145,9 @@ def test_never_loadable_entries_have_a_state(real_cpu_default: ScenarioRun,
     assert r.returncode == 0 and "unloadable" in r.stdout
     r = run_cli("verify", "--root", str(root), "--json")
     data = _json(r)
-    assert r.returncode == 1 and [p["kind"] for p in data["problems"]] == ["unloadable"]
+    # Notes aside (the AOT entry, without a recorder manifest, is key-unproven: a note).
+    assert r.returncode == 1 and [p["kind"] for p in data["problems"]
+                                  if not p.get("note")] == ["unloadable"]
     _age(root, 86400)
     r = run_cli("prune", "--root", str(root), "--unhittable", "--dry-run", "--json")
     (p,) = _json(r)["plan"]["entries"]

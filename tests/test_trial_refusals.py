@@ -211,7 +211,8 @@ def test_warm_log_dash_is_refused_before_vllm_starts(tmp_path: Path) -> None:
     r = run_cli("warm", "--log", str(tmp_path), "--root", str(root), "--python", "/nonexistent",
                 "--", "some-model")
     assert r.returncode == 2 and r.stderr == (
-        f"vllm-cache: error: --log {tmp_path}: cannot write it: Is a directory\n"), r.stderr
+        f"vllm-cache: error: --log {tmp_path}: cannot write it: exists (not replaced; "
+        "--force replaces it)\n"), r.stderr
 
 
 def _without_manifests(root: Path) -> None:

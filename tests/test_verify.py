@@ -240,7 +240,7 @@ def test_every_verb_says_a_symlinked_compile_cache_is_not_followed(tmp_path: Pat
     root = _symlinked_root(tmp_path)[1]
     said = SYMLINKED_COMPILE_CACHE
     assert said == "torch_compile_cache is a symlink (not followed; pass its target as --root)"
-    for args in (["ls"], ["audit"], ["audit", "--json"], ["drift"]):
+    for args in (["audit"], ["audit", "--json"], ["drift"]):
         r = run_cli(*args, "--root", str(root))
         assert r.returncode == 0, (args, r.stderr)
         assert r.stderr.count("\n") == 1 and said in r.stderr, (args, r.stderr)
@@ -249,7 +249,8 @@ def test_every_verb_says_a_symlinked_compile_cache_is_not_followed(tmp_path: Pat
     # explain finds nothing to compare there: the symlink said, then that usage error (exit 2).
     r = run_cli("explain", "--root", str(root))
     assert r.returncode == 2 and said in r.stderr and "nothing to compare" in r.stderr, r.stderr
-    for args in (["show", "28fd"], ["pack", "28fd", "-o", str(tmp_path / "b.tar.zst")],
+    # ls refuses a folder that is no cache root in prune's words (issue 25): the link is that.
+    for args in (["ls"], ["show", "28fd"], ["pack", "28fd", "-o", str(tmp_path / "b.tar.zst")],
                  ["rm", "-n", "28fd"], ["prune", "--older-than", "1d", "-n"], ["dedup", "-n"],
                  ["stats"]):  # stats read the ledger through the link (3 starts, 0 entries)
         r = run_cli(*args, "--root", str(root))
