@@ -99,8 +99,14 @@ def s3(moto: MotoServer, monkeypatch: pytest.MonkeyPatch, request: pytest.Fixtur
     for k, v in moto.env.items():
         monkeypatch.setenv(k, v)
     import fsspec
+    import s3fs
 
     fsspec.config.conf.clear()
+    # Each test module that imports these fixtures gets its own moto server (a session
+    # fixture is per defining module), and s3fs caches filesystem instances without the
+    # endpoint (it comes from AWS_ENDPOINT_URL): a cached instance from an earlier module
+    # would still talk to that module's server ("The specified bucket does not exist").
+    s3fs.S3FileSystem.clear_instance_cache()
     name = "b" + str(abs(hash(request.node.nodeid)) % 10**10)
     return moto.bucket(name)
 
