@@ -215,9 +215,15 @@ def _predict_aot(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo]
                  r_dir: str, disabled: bool) -> _AotOutcome:
     """The AOT tree: its key from the probe's hashes, then whether vLLM's loader would take
     the artifact there (present, sources unchanged, a loader vLLM can finish)."""
-    if not (probe["use_aot_compile"] and probe["forwards"]):
+    if not probe["use_aot_compile"]:
         return _AotOutcome(TreePrediction(None, None, None,
                                           "AOT compile is off (VLLM_USE_AOT_COMPILE=0)"))
+    if not probe["forwards"]:
+        # The key hashes the compiled class's forward; never name a folder without it.
+        return _AotOutcome(TreePrediction(
+            None, None, None, "AOT key unknown: no @support_torch_compile forward found in "
+            "the model's module", "approximate: the compiled forward (its qualname and first "
+            "line, part of the AOT key) could not be read"))
     ind = probe["inductor"]
     fw = probe["forwards"][0]
     mk_inputs = (probe["vllm_version"], fw["qualname"], int(fw["firstlineno"]))
