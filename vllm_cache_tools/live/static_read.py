@@ -15,8 +15,9 @@ the import gives, and answers None otherwise (the probe then imports, as before)
   (``inspect.getmembers`` order); ``forward``'s first line is its ``def`` line (undecorated:
   ``co_firstlineno``). A compiled class without a ``forward`` of its own (qwen3's
   ``Qwen3Model(Qwen2Model)``) runs the one it inherits, which vLLM hashes: followed through
-  single bases bound by ``from X import Name`` (or defined in the module), else None. The module must bind each such class once, never alias or rebind
-  it, and use the name ``support_torch_compile`` only as such a decorator and in its import.
+  single bases bound by ``from X import Name`` (or defined in the module), else None. The
+  module must bind each such class once, never alias or rebind it, and use the name
+  ``support_torch_compile`` only as such a decorator and in its import.
 - KV layouts: the backend class's own ``supported_kv_cache_layouts`` is a classmethod whose
   body is one ``return`` of a tuple of ``KVCacheLayout.<NAME>`` (docstring and comments aside).
 """

@@ -185,6 +185,38 @@ def _dynamo_trace(cfg: Any, model: Any, device: str) -> tuple[list[str], str]:
     return sorted(files), fwd.__qualname__
 
 
+def _with_lora(cfg: Any, model: Any, device: str, caveats: list[str]) -> Any:
+    """The model as the runner holds it with LoRA on (vLLM 0.32 ``cpu_model_runner.load_model``
+    -> ``LoRAModelRunnerMixin.load_lora_model``): its layers replaced by LoRA layers that call
+    the platform's punica wrapper, whose files the worker traces (lora/layers/*,
+    punica_cpu.py). Another release without that manager: traced without them, said so."""
+    import torch
+
+    try:
+        from vllm.lora.worker_manager import LRUCacheWorkerLoRAManager
+    except ImportError:
+        caveats.append("LoRA: this vLLM has no LRUCacheWorkerLoRAManager; traced without the "
+                       "LoRA layers the runner adds")
+        return model
+    manager = LRUCacheWorkerLoRAManager(cfg, torch.device(device), model.embedding_modules)
+    model = manager.create_lora_manager(model, cfg)
+    # The profile run's mapping (``maybe_select_dummy_loras`` with no active LoRA:
+    # ``_set_active_loras``): every token on no adapter, ``is_prefill=True``. Dynamo
+    # specialises on the punica wrapper's ``no_lora`` / ``is_prefill`` flags it leaves: a
+    # fresh wrapper (decode, LoRA on) traces lora_ops.py and punica_base.py, which vLLM's
+    # worker does not.
+    try:
+        from vllm.lora.layers import LoRAMapping, LoRAMappingType
+    except ImportError:
+        caveats.append("LoRA: this vLLM's LoRA mapping types differ from 0.32's; traced "
+                       "with the wrapper's initial state, not the profile run's")
+        return model
+    n = int(cfg.scheduler_config.max_num_batched_tokens)
+    manager.set_active_adapters(set(), LoRAMapping(
+        (0,) * n, (0,), is_prefill=True, type=LoRAMappingType.LANGUAGE))
+    return model
+
+
 def traced_files(probe: Any, req: dict[str, Any]) -> dict[str, Any]:
     import torch
 
@@ -210,8 +242,6 @@ def traced_files(probe: Any, req: dict[str, Any]) -> dict[str, Any]:
                        "this trace feeds input_ids")
     if getattr(mc, "uses_mrope", False):
         caveats.append("M-RoPE positions (3 x tokens) where this trace feeds 1-D positions")
-    if getattr(cfg, "lora_config", None) is not None:
-        caveats.append("LoRA: the runner wraps layers after loading; traced without them")
     pc = cfg.parallel_config
     if pc.world_size > 1:
         caveats.append(f"{pc.world_size} ranks: traced in a one-process group, where "
@@ -245,6 +275,8 @@ def traced_files(probe: Any, req: dict[str, Any]) -> dict[str, Any]:
         t = time.perf_counter()
         process_weights_after_loading(model, cfg.model_config, torch.device(device))
         timings["process_weights_s"] = time.perf_counter() - t
+        if getattr(cfg, "lora_config", None) is not None:
+            model = _with_lora(cfg, model, device, caveats)
         t = time.perf_counter()
         probe.stage("tracing the model with Dynamo (no compile)")
         files, qualname = _dynamo_trace(cfg, model, device)
