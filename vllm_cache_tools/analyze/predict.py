@@ -8,6 +8,7 @@ recipes in :mod:`vllm_cache_tools.keys`, and hit/miss against the store.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import threading
@@ -400,6 +401,10 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
 
     backend, files = _predict_backend(probe, parts, entries, aot_infos, aot, cc, r_dir,
                                       disabled, traced if trace else None)
+    unknown = _built_config_unknown(probe, files)
+    if unknown is not None:
+        backend = _approximate(backend, unknown)
+        aot = dataclasses.replace(aot, tree=_approximate(aot.tree, unknown))
     hit = aot.hit if probe["use_aot_compile"] else bool(backend.hit)
     reasons = list(aot.causes)
     kp = _key_parts(probe, parts, files, backend, aot)
@@ -409,6 +414,42 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
                       reasons=tuple(reasons), key_parts=kp,
                       probe=probe, probe_run=probe_run,
                       trace_run=trace_runs[0] if trace_runs else None)
+
+
+MOE_LAYER_MARK = "/model_executor/layers/fused_moe/"
+"""Where vLLM's ``FusedMoE`` layer lives (0.2x-0.32); its runner appends the layer's name to
+``CompilationConfig.static_all_moe_layers`` when the worker builds the model."""
+
+
+def _built_config_unknown(probe: Mapping[str, Any], files: Mapping[str, str | None]
+                          ) -> str | None:
+    """Why the config hash may not be the worker's, or None. vLLM 0.32 hashes
+    ``CompilationConfig.static_all_moe_layers`` (an ``init=False`` field left out of its
+    ignore list), which each MoE layer fills while the worker builds the model
+    (``fused_moe/runner/moe_runner.py``): the probe's config, hashed before any layer exists,
+    holds an empty list. Measured on a tiny Mixtral (issue 26): the probe's ``af1d67fcf9``
+    became the worker's ``d7686bf985`` once the model was built on the meta device. Signs of
+    MoE layers: a traced file of the fused_moe package, or the model's module importing it."""
+    cc = ((probe.get("config_parts") or {}).get("compilation_config") or {}).get("fields") or {}
+    if "static_all_moe_layers" not in cc or cc["static_all_moe_layers"]:
+        return None
+    moe = any(MOE_LAYER_MARK in path for path in files)
+    fws = probe.get("forwards") or []
+    model_file = fws[0].get("file") if fws else None
+    if not moe and isinstance(model_file, str):
+        moe = "fused_moe" in (read_source_text(model_file) or "")
+    if not moe:
+        return None
+    return ("approximate: a model with MoE layers; this vLLM hashes "
+            "compilation_config.static_all_moe_layers, which the worker fills while it builds "
+            "the model and the probe's config does not hold, so the config hash (in both "
+            "keys) may not be the worker's")
+
+
+def _approximate(tree: TreePrediction, why: str) -> TreePrediction:
+    if tree.key is None:
+        return tree
+    return dataclasses.replace(tree, detail=f"{why}; {tree.detail}")
 
 
 def _miss_causes(entries: Sequence[Entry], kp: KeyParts, probe: Mapping[str, Any],
