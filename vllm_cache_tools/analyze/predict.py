@@ -388,20 +388,31 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
         "process_env": dict(env),
     }
     disabled = probe["cache_disabled"] or probe["force_disable_caches"]
-    aot = _predict_aot(probe, aot_infos, cc, r_dir, disabled)
     trace_runs: list[TraceRun] = []
 
-    def traced() -> TraceRun:
+    def traced(why: str = "no evidence in the root") -> TraceRun:
+        if trace_runs:
+            return trace_runs[0]
         if progress is not None:
-            progress("tracing the model without compiling (no evidence in the root)")
+            progress(f"tracing the model without compiling ({why})")
         trace_runs.append(early_trace[0].result() if early_trace is not None else
                           run_trace(vllm_args, env, python, usage, rank, memo=memo,
                                     fresh=fresh))
         return trace_runs[0]
 
+    if trace and _built_config_unknown(probe, {}) is not None:
+        # A MoE model: the worker's config hash is the one after it built the model.
+        run = traced("a MoE model: the config hash a worker that built it computes")
+        if (run.error is None and run.config_hash_built and run.moe_layers
+                and run.config_hash_unbuilt == probe["config_hash"]):
+            probe["config_hash"] = parts["config_hash"] = run.config_hash_built
+            probe["config_hash_from"] = (f"the probe's, with the {run.moe_layers} MoE layer "
+                                         "names the model build registers (traced now)")
+    aot = _predict_aot(probe, aot_infos, cc, r_dir, disabled)
     backend, files = _predict_backend(probe, parts, entries, aot_infos, aot, cc, r_dir,
                                       disabled, traced if trace else None)
-    unknown = _built_config_unknown(probe, files)
+    unknown = (None if probe.get("config_hash_from") else
+               _built_config_unknown(probe, files))
     if unknown is not None:
         backend = _approximate(backend, unknown)
         aot = dataclasses.replace(aot, tree=_approximate(aot.tree, unknown))
@@ -507,7 +518,8 @@ def _key_parts(probe: Mapping[str, Any], parts: Mapping[str, Any],
         compiler_hash=parts["compiler_hash"], compiler_factors=probe["inductor"]["plain"],
         backend_key=backend.key, aot_key=aot.tree.key, model_key_inputs=aot.model_key_inputs,
         provenance={"env": "live: envs.compile_factors()",
-                    "config": "live: VllmConfig.compute_hash() as the worker sees it",
+                    "config": probe.get("config_hash_from")
+                    or "live: VllmConfig.compute_hash() as the worker sees it",
                     "compiler": "live: get_inductor_factors() in a spawned child",
                     "code": backend.evidence or "unknown",
                     "recipes": "vLLM 0.20-0.33 (keys/recipes.py); checked against this "

@@ -113,6 +113,9 @@ def _build(cfg: Any, device: str) -> Any:
     from vllm.model_executor.model_loader.utils import initialize_model
 
     cfg.compilation_config.static_forward_context.clear()  # layers register themselves
+    moe = getattr(cfg.compilation_config, "static_all_moe_layers", None)
+    if isinstance(moe, list):
+        moe.clear()  # MoE layers append their names on each build; the worker builds once
     old = torch.get_default_dtype()
     try:
         with set_current_vllm_config(cfg):
@@ -281,12 +284,38 @@ def traced_files(probe: Any, req: dict[str, Any]) -> dict[str, Any]:
         probe.stage("tracing the model with Dynamo (no compile)")
         files, qualname = _dynamo_trace(cfg, model, device)
         timings["trace_s"] = time.perf_counter() - t
+        hashes = _built_config_hashes(probe, cfg)
     finally:
         if store is not None:
             shutil.rmtree(store, ignore_errors=True)
     timings["total_s"] = time.perf_counter() - t0
     return {"files": files, "forward": qualname, "exact": not caveats, "caveats": caveats,
-            "device": device, "weights_bytes": size, "timings": timings}
+            "device": device, "weights_bytes": size, "timings": timings, **hashes}
+
+
+def _built_config_hashes(probe: Any, cfg: Any) -> dict[str, Any]:
+    """The config hash a worker that built this model computes, and the same without the
+    MoE layer names the build registered (vLLM 0.32 hashes
+    ``compilation_config.static_all_moe_layers``, filled by each ``FusedMoE`` layer's runner
+    as the worker builds the model; the probe hashes the config before that). The KV layout
+    is resolved first, as the probe does before hashing, so the unbuilt hash is comparable
+    with the probe's: predict uses the built one only when they agree."""
+    moe = getattr(cfg.compilation_config, "static_all_moe_layers", None)
+    if not isinstance(moe, list):
+        return {}
+    try:
+        probe.resolve_kv_layout(cfg)
+        built = cfg.compute_hash()
+        names = list(moe)
+        moe.clear()
+        try:
+            unbuilt = cfg.compute_hash()
+        finally:
+            moe.extend(names)
+    except Exception:  # the trace's own answer stands without them
+        return {}
+    return {"config_hash_built": built, "config_hash_unbuilt": unbuilt,
+            "moe_layers": len(names)}
 
 
 def main() -> None:
