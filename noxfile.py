@@ -127,3 +127,14 @@ def matrix(session: nox.Session, vllm_cpu: str) -> None:
     session.install("-e", ".[test]")
     session.run("pytest", "-q", "-ra", "-m", "matrix", "tests", *session.posargs,
                 env={"VCT_TEST_VLLM_CPU": vllm_cpu})
+
+
+@nox.session(python="3.11")
+def truth(session: nox.Session) -> None:
+    """The truth matrix (issue 26), not part of ``tests``: one real vLLM start per case (tiny
+    random Llama, Qwen3, Mixtral made locally; LoRA; VLLM_COMPILE mode, each into its own
+    root, ~2-3 minutes each on 2 CPUs, cached under the harness home), then predict on an empty
+    root and on vLLM's root afterwards, each key compared with vLLM's log: prints the table of
+    docs/recipes.md ("Truth matrix"); exit 1 on a silently wrong key. Cases as posargs."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "tests.realvllm.truth", *session.posargs)

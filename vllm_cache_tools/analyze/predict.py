@@ -8,6 +8,7 @@ recipes in :mod:`vllm_cache_tools.keys`, and hit/miss against the store.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import threading
@@ -215,9 +216,15 @@ def _predict_aot(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo]
                  r_dir: str, disabled: bool) -> _AotOutcome:
     """The AOT tree: its key from the probe's hashes, then whether vLLM's loader would take
     the artifact there (present, sources unchanged, a loader vLLM can finish)."""
-    if not (probe["use_aot_compile"] and probe["forwards"]):
+    if not probe["use_aot_compile"]:
         return _AotOutcome(TreePrediction(None, None, None,
                                           "AOT compile is off (VLLM_USE_AOT_COMPILE=0)"))
+    if not probe["forwards"]:
+        # The key hashes the compiled class's forward; never name a folder without it.
+        return _AotOutcome(TreePrediction(
+            None, None, None, "AOT key unknown: no @support_torch_compile forward found in "
+            "the model's module", "approximate: the compiled forward (its qualname and first "
+            "line, part of the AOT key) could not be read"))
     ind = probe["inductor"]
     fw = probe["forwards"][0]
     mk_inputs = (probe["vllm_version"], fw["qualname"], int(fw["firstlineno"]))
@@ -381,19 +388,34 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
         "process_env": dict(env),
     }
     disabled = probe["cache_disabled"] or probe["force_disable_caches"]
-    aot = _predict_aot(probe, aot_infos, cc, r_dir, disabled)
     trace_runs: list[TraceRun] = []
 
-    def traced() -> TraceRun:
+    def traced(why: str = "no evidence in the root") -> TraceRun:
+        if trace_runs:
+            return trace_runs[0]
         if progress is not None:
-            progress("tracing the model without compiling (no evidence in the root)")
+            progress(f"tracing the model without compiling ({why})")
         trace_runs.append(early_trace[0].result() if early_trace is not None else
                           run_trace(vllm_args, env, python, usage, rank, memo=memo,
                                     fresh=fresh))
         return trace_runs[0]
 
+    if trace and _built_config_unknown(probe, {}) is not None:
+        # A MoE model: the worker's config hash is the one after it built the model.
+        run = traced("a MoE model: the config hash a worker that built it computes")
+        if (run.error is None and run.config_hash_built and run.moe_layers
+                and run.config_hash_unbuilt == probe["config_hash"]):
+            probe["config_hash"] = parts["config_hash"] = run.config_hash_built
+            probe["config_hash_from"] = (f"the probe's, with the {run.moe_layers} MoE layer "
+                                         "names the model build registers (traced now)")
+    aot = _predict_aot(probe, aot_infos, cc, r_dir, disabled)
     backend, files = _predict_backend(probe, parts, entries, aot_infos, aot, cc, r_dir,
                                       disabled, traced if trace else None)
+    unknown = (None if probe.get("config_hash_from") else
+               _built_config_unknown(probe, files))
+    if unknown is not None:
+        backend = _approximate(backend, unknown)
+        aot = dataclasses.replace(aot, tree=_approximate(aot.tree, unknown))
     hit = aot.hit if probe["use_aot_compile"] else bool(backend.hit)
     reasons = list(aot.causes)
     kp = _key_parts(probe, parts, files, backend, aot)
@@ -403,6 +425,42 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
                       reasons=tuple(reasons), key_parts=kp,
                       probe=probe, probe_run=probe_run,
                       trace_run=trace_runs[0] if trace_runs else None)
+
+
+MOE_LAYER_MARK = "/model_executor/layers/fused_moe/"
+"""Where vLLM's ``FusedMoE`` layer lives (0.2x-0.32); its runner appends the layer's name to
+``CompilationConfig.static_all_moe_layers`` when the worker builds the model."""
+
+
+def _built_config_unknown(probe: Mapping[str, Any], files: Mapping[str, str | None]
+                          ) -> str | None:
+    """Why the config hash may not be the worker's, or None. vLLM 0.32 hashes
+    ``CompilationConfig.static_all_moe_layers`` (an ``init=False`` field left out of its
+    ignore list), which each MoE layer fills while the worker builds the model
+    (``fused_moe/runner/moe_runner.py``): the probe's config, hashed before any layer exists,
+    holds an empty list. Measured on a tiny Mixtral (issue 26): the probe's ``af1d67fcf9``
+    became the worker's ``d7686bf985`` once the model was built on the meta device. Signs of
+    MoE layers: a traced file of the fused_moe package, or the model's module importing it."""
+    cc = ((probe.get("config_parts") or {}).get("compilation_config") or {}).get("fields") or {}
+    if "static_all_moe_layers" not in cc or cc["static_all_moe_layers"]:
+        return None
+    moe = any(MOE_LAYER_MARK in path for path in files)
+    fws = probe.get("forwards") or []
+    model_file = fws[0].get("file") if fws else None
+    if not moe and isinstance(model_file, str):
+        moe = "fused_moe" in (read_source_text(model_file) or "")
+    if not moe:
+        return None
+    return ("approximate: a model with MoE layers; this vLLM hashes "
+            "compilation_config.static_all_moe_layers, which the worker fills while it builds "
+            "the model and the probe's config does not hold, so the config hash (in both "
+            "keys) may not be the worker's")
+
+
+def _approximate(tree: TreePrediction, why: str) -> TreePrediction:
+    if tree.key is None:
+        return tree
+    return dataclasses.replace(tree, detail=f"{why}; {tree.detail}")
 
 
 def _miss_causes(entries: Sequence[Entry], kp: KeyParts, probe: Mapping[str, Any],
@@ -460,7 +518,8 @@ def _key_parts(probe: Mapping[str, Any], parts: Mapping[str, Any],
         compiler_hash=parts["compiler_hash"], compiler_factors=probe["inductor"]["plain"],
         backend_key=backend.key, aot_key=aot.tree.key, model_key_inputs=aot.model_key_inputs,
         provenance={"env": "live: envs.compile_factors()",
-                    "config": "live: VllmConfig.compute_hash() as the worker sees it",
+                    "config": probe.get("config_hash_from")
+                    or "live: VllmConfig.compute_hash() as the worker sees it",
                     "compiler": "live: get_inductor_factors() in a spawned child",
                     "code": backend.evidence or "unknown",
                     "recipes": "vLLM 0.20-0.33 (keys/recipes.py); checked against this "

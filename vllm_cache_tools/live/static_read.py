@@ -13,8 +13,11 @@ the import gives, and answers None otherwise (the probe then imports, as before)
   its module, each top-level class whose decorators include ``support_torch_compile`` (bare or
   called) and that defines an undecorated ``forward`` in its body counts, in name order
   (``inspect.getmembers`` order); ``forward``'s first line is its ``def`` line (undecorated:
-  ``co_firstlineno``). The module must bind each such class once, never alias or rebind
-  it, and use the name ``support_torch_compile`` only as such a decorator and in its import.
+  ``co_firstlineno``). A compiled class without a ``forward`` of its own (qwen3's
+  ``Qwen3Model(Qwen2Model)``) runs the one it inherits, which vLLM hashes: followed through
+  single bases bound by ``from X import Name`` (or defined in the module), else None. The
+  module must bind each such class once, never alias or rebind it, and use the name
+  ``support_torch_compile`` only as such a decorator and in its import.
 - KV layouts: the backend class's own ``supported_kv_cache_layouts`` is a classmethod whose
   body is one ``return`` of a tuple of ``KVCacheLayout.<NAME>`` (docstring and comments aside).
 """
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 import ast
 import importlib.util
-from typing import Any
+from typing import Any, Literal
 
 DECORATOR = "support_torch_compile"
 
@@ -93,14 +96,18 @@ def compiled_forwards(model_config: Any) -> list[dict[str, Any]] | None:
             if DECORATOR not in names:
                 continue
             decorator_uses += names.count(DECORATOR)
-            fwd = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
-                   and n.name == "forward"]
-            if len(fwd) != 1 or fwd[0].decorator_list or isinstance(fwd[0], ast.AsyncFunctionDef):
-                if fwd:
-                    return None  # a decorated or repeated forward: its code object differs
-                continue
-            out[node.name] = {"class": node.name, "qualname": f"{node.name}.forward",
-                              "firstlineno": fwd[0].lineno, "file": path}
+            fwd = _own_forward(node)
+            if fwd is None:
+                return None  # a decorated or repeated forward: its code object differs
+            if fwd is False:
+                # No forward of its own: vLLM hashes ``self.forward``, the one it inherits
+                # (Qwen3Model runs Qwen2Model.forward of qwen2.py).
+                fwd = _inherited_forward(module, tree, node, 0)
+                if fwd is None:
+                    return None
+            qualname, lineno = fwd
+            out[node.name] = {"class": node.name, "qualname": qualname,
+                              "firstlineno": lineno, "file": path}
         elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for t in targets:
@@ -121,6 +128,86 @@ def compiled_forwards(model_config: Any) -> list[dict[str, Any]] | None:
            and id(n) not in harmless for n in ast.walk(tree)):
         return None
     return [out[k] for k in sorted(out)]
+
+
+def _own_forward(node: ast.ClassDef) -> tuple[str, int] | Literal[False] | None:
+    """``(qualname, first line)`` of the undecorated ``forward`` defined in the class body,
+    False when the body defines none, None when its code object may differ from its ``def``
+    (decorated, async, defined twice)."""
+    fwd = [n for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+           and n.name == "forward"]
+    if not fwd:
+        return False
+    if len(fwd) != 1 or fwd[0].decorator_list or isinstance(fwd[0], ast.AsyncFunctionDef):
+        return None
+    return f"{node.name}.forward", fwd[0].lineno
+
+
+MAX_BASE_DEPTH = 4
+
+
+def _inherited_forward(module: str, tree: ast.Module, node: ast.ClassDef,
+                       depth: int) -> tuple[str, int] | None:
+    """The ``forward`` a class without its own inherits, when it has exactly one base, a
+    plain name bound once in its module (a class there, or ``from X import Name`` unaliased)
+    whose ``forward`` resolves the same way: the method resolution order is then the chain
+    of single bases. Anything else (several bases, keywords, an attribute base) -> None."""
+    if depth >= MAX_BASE_DEPTH or len(node.bases) != 1 or node.keywords:
+        return None
+    base = node.bases[0]
+    if not isinstance(base, ast.Name):
+        return None
+    local = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == base.id]
+    if local:
+        if len(local) != 1 or _imported_from_any(tree, module, base.id) is not None:
+            return None
+        where_module, where_tree, cls = module, tree, local[0]
+    else:
+        source = _imported_from_any(tree, module, base.id)
+        if source is None:
+            return None
+        parsed = _parse(source)
+        if parsed is None:
+            return None
+        where_module, where_tree = source, parsed[1]
+        found = [n for n in where_tree.body if isinstance(n, ast.ClassDef) and n.name == base.id]
+        if len(found) != 1:
+            return None
+        cls = found[0]
+    own = _own_forward(cls)
+    if own is None:
+        return None
+    if own is False:
+        return _inherited_forward(where_module, where_tree, cls, depth + 1)
+    return own
+
+
+def _imported_from_any(tree: ast.Module, module: str, name: str) -> str | None:
+    """The absolute module that ``from X import name`` (``X`` absolute or relative to
+    ``module``'s package, unaliased) binds ``name`` from at the top level of ``tree``, when
+    that is its only import there; None otherwise."""
+    package = module.rpartition(".")[0]
+    sources = []
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom) and any(
+                a.name == name and (a.asname or a.name) == name for a in node.names):
+            if node.level == 0 and node.module:
+                sources.append(node.module)
+            elif node.level > 0:
+                parts = package.split(".")
+                if node.level - 1 > len(parts) - 1:
+                    return None
+                root = ".".join(parts[:len(parts) - (node.level - 1)])
+                sources.append(f"{root}.{node.module}" if node.module else root)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)) and any(
+                (a.asname or a.name) == name for a in node.names):
+            return None
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and any(
+                isinstance(n, ast.Name) and n.id == name
+                for t in (node.targets if isinstance(node, ast.Assign) else [node.target])
+                for n in ast.walk(t)):
+            return None  # rebound after its import
+    return sources[0] if len(sources) == 1 else None
 
 
 def _harmless_uses(tree: ast.Module, names: set[str]) -> set[int]:

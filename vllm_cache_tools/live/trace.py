@@ -113,6 +113,9 @@ def _build(cfg: Any, device: str) -> Any:
     from vllm.model_executor.model_loader.utils import initialize_model
 
     cfg.compilation_config.static_forward_context.clear()  # layers register themselves
+    moe = getattr(cfg.compilation_config, "static_all_moe_layers", None)
+    if isinstance(moe, list):
+        moe.clear()  # MoE layers append their names on each build; the worker builds once
     old = torch.get_default_dtype()
     try:
         with set_current_vllm_config(cfg):
@@ -185,6 +188,38 @@ def _dynamo_trace(cfg: Any, model: Any, device: str) -> tuple[list[str], str]:
     return sorted(files), fwd.__qualname__
 
 
+def _with_lora(cfg: Any, model: Any, device: str, caveats: list[str]) -> Any:
+    """The model as the runner holds it with LoRA on (vLLM 0.32 ``cpu_model_runner.load_model``
+    -> ``LoRAModelRunnerMixin.load_lora_model``): its layers replaced by LoRA layers that call
+    the platform's punica wrapper, whose files the worker traces (lora/layers/*,
+    punica_cpu.py). Another release without that manager: traced without them, said so."""
+    import torch
+
+    try:
+        from vllm.lora.worker_manager import LRUCacheWorkerLoRAManager
+    except ImportError:
+        caveats.append("LoRA: this vLLM has no LRUCacheWorkerLoRAManager; traced without the "
+                       "LoRA layers the runner adds")
+        return model
+    manager = LRUCacheWorkerLoRAManager(cfg, torch.device(device), model.embedding_modules)
+    model = manager.create_lora_manager(model, cfg)
+    # The profile run's mapping (``maybe_select_dummy_loras`` with no active LoRA:
+    # ``_set_active_loras``): every token on no adapter, ``is_prefill=True``. Dynamo
+    # specialises on the punica wrapper's ``no_lora`` / ``is_prefill`` flags it leaves: a
+    # fresh wrapper (decode, LoRA on) traces lora_ops.py and punica_base.py, which vLLM's
+    # worker does not.
+    try:
+        from vllm.lora.layers import LoRAMapping, LoRAMappingType
+    except ImportError:
+        caveats.append("LoRA: this vLLM's LoRA mapping types differ from 0.32's; traced "
+                       "with the wrapper's initial state, not the profile run's")
+        return model
+    n = int(cfg.scheduler_config.max_num_batched_tokens)
+    manager.set_active_adapters(set(), LoRAMapping(
+        (0,) * n, (0,), is_prefill=True, type=LoRAMappingType.LANGUAGE))
+    return model
+
+
 def traced_files(probe: Any, req: dict[str, Any]) -> dict[str, Any]:
     import torch
 
@@ -210,8 +245,6 @@ def traced_files(probe: Any, req: dict[str, Any]) -> dict[str, Any]:
                        "this trace feeds input_ids")
     if getattr(mc, "uses_mrope", False):
         caveats.append("M-RoPE positions (3 x tokens) where this trace feeds 1-D positions")
-    if getattr(cfg, "lora_config", None) is not None:
-        caveats.append("LoRA: the runner wraps layers after loading; traced without them")
     pc = cfg.parallel_config
     if pc.world_size > 1:
         caveats.append(f"{pc.world_size} ranks: traced in a one-process group, where "
@@ -245,16 +278,44 @@ def traced_files(probe: Any, req: dict[str, Any]) -> dict[str, Any]:
         t = time.perf_counter()
         process_weights_after_loading(model, cfg.model_config, torch.device(device))
         timings["process_weights_s"] = time.perf_counter() - t
+        if getattr(cfg, "lora_config", None) is not None:
+            model = _with_lora(cfg, model, device, caveats)
         t = time.perf_counter()
         probe.stage("tracing the model with Dynamo (no compile)")
         files, qualname = _dynamo_trace(cfg, model, device)
         timings["trace_s"] = time.perf_counter() - t
+        hashes = _built_config_hashes(probe, cfg)
     finally:
         if store is not None:
             shutil.rmtree(store, ignore_errors=True)
     timings["total_s"] = time.perf_counter() - t0
     return {"files": files, "forward": qualname, "exact": not caveats, "caveats": caveats,
-            "device": device, "weights_bytes": size, "timings": timings}
+            "device": device, "weights_bytes": size, "timings": timings, **hashes}
+
+
+def _built_config_hashes(probe: Any, cfg: Any) -> dict[str, Any]:
+    """The config hash a worker that built this model computes, and the same without the
+    MoE layer names the build registered (vLLM 0.32 hashes
+    ``compilation_config.static_all_moe_layers``, filled by each ``FusedMoE`` layer's runner
+    as the worker builds the model; the probe hashes the config before that). The KV layout
+    is resolved first, as the probe does before hashing, so the unbuilt hash is comparable
+    with the probe's: predict uses the built one only when they agree."""
+    moe = getattr(cfg.compilation_config, "static_all_moe_layers", None)
+    if not isinstance(moe, list):
+        return {}
+    try:
+        probe.resolve_kv_layout(cfg)
+        built = cfg.compute_hash()
+        names = list(moe)
+        moe.clear()
+        try:
+            unbuilt = cfg.compute_hash()
+        finally:
+            moe.extend(names)
+    except Exception:  # the trace's own answer stands without them
+        return {}
+    return {"config_hash_built": built, "config_hash_unbuilt": unbuilt,
+            "moe_layers": len(names)}
 
 
 def main() -> None:

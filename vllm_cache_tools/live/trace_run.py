@@ -43,6 +43,13 @@ class TraceRun:
     memo: str = "off"
     kept: str = "memo off"
     error: str | None = None
+    config_hash_unbuilt: str | None = None
+    """``VllmConfig.compute_hash()`` after the build with the MoE layer names it registered
+    taken out (must equal the probe's, else the built one is not used)."""
+    config_hash_built: str | None = None
+    """The same with them: what a worker that built this model hashes (vLLM 0.32 hashes
+    ``compilation_config.static_all_moe_layers``)."""
+    moe_layers: int = 0
 
 
 def _invoke(req: Mapping[str, object], env: Mapping[str, str], exe: str,
@@ -141,7 +148,14 @@ def run_trace(vllm_args: Sequence[str], env: Mapping[str, str], python: str | No
                     caveats=tuple(str(c) for c in data.get("caveats") or []),  # type: ignore[attr-defined]
                     device=str(data.get("device") or ""),
                     timings=dict(timings) if isinstance(timings, dict) else {},
-                    seconds=seconds, memo=how, kept=kept)
+                    seconds=seconds, memo=how, kept=kept,
+                    config_hash_unbuilt=_str_or_none(data.get("config_hash_unbuilt")),
+                    config_hash_built=_str_or_none(data.get("config_hash_built")),
+                    moe_layers=int(data.get("moe_layers") or 0))  # type: ignore[call-overload]
+
+
+def _str_or_none(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def trace_evidence(run: TraceRun) -> str:

@@ -1,0 +1,81 @@
+"""Run one real vLLM start of a tiny random model of a chosen family (the truth matrix).
+
+Usage: python start_family.py SPEC.json
+SPEC: {"family": "llama"|"qwen3"|"mixtral", "model_dir": str, "llm_kwargs": {...}}
+Executed with the test venv's Python. Builds the model locally on first use (no hub), starts
+vLLM's offline engine, generates a few tokens, prints ``VLLM_CACHE_TOOLS_RESULT {json}``.
+Kept apart from start_vllm.py: that script's bytes key every cached scenario of the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+# Shapes the CPU attention kernel takes (FACTS.md: head_dim 64 works, 16 does not).
+_SHAPE = {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 256,
+          "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+          "max_position_embeddings": 256, "bos_token_id": 1, "eos_token_id": 2,
+          "torch_dtype": "float32"}
+
+
+def _config(family: str):  # type: ignore[no-untyped-def]
+    import transformers as tf
+
+    if family == "llama":
+        return tf.LlamaConfig(**_SHAPE), tf.LlamaForCausalLM
+    if family == "qwen3":
+        return tf.Qwen3Config(**_SHAPE, head_dim=64), tf.Qwen3ForCausalLM
+    if family == "mixtral":
+        return (tf.MixtralConfig(**_SHAPE, num_local_experts=4, num_experts_per_tok=2),
+                tf.MixtralForCausalLM)
+    raise SystemExit(f"unknown family {family!r}")
+
+
+def make_tiny_model(family: str, model_dir: str) -> None:
+    """A deterministic 2-layer model of ``family`` and a word-level tokenizer, written locally."""
+    if os.path.exists(os.path.join(model_dir, "config.json")):
+        return
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    torch.manual_seed(0)
+    tmp = model_dir + f".tmp{os.getpid()}"
+    os.makedirs(tmp, exist_ok=True)
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for i in range(3, 512):
+        vocab[f"w{i}"] = i
+    tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
+                                   eos_token="</s>")
+    fast.save_pretrained(tmp)
+    cfg, cls = _config(family)
+    model = cls(cfg).to(torch.float32)
+    model.save_pretrained(tmp, safe_serialization=True)
+    os.rename(tmp, model_dir)
+
+
+def main() -> None:
+    with open(sys.argv[1]) as f:
+        spec = json.load(f)
+    make_tiny_model(spec["family"], spec["model_dir"])
+    if spec.get("make_model_only"):
+        return
+    from vllm import LLM, SamplingParams
+
+    t0 = time.time()
+    kwargs = dict(spec["llm_kwargs"])
+    lora = kwargs.pop("_lora_request", None)
+    llm = LLM(model=spec["model_dir"], **kwargs)
+    t1 = time.time()
+    out = llm.generate(["w5 w6 w7"], SamplingParams(max_tokens=3, temperature=0.0))
+    result = {"init_s": t1 - t0, "text": out[0].outputs[0].text, "lora": lora}
+    print("VLLM_CACHE_TOOLS_RESULT " + json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

