@@ -24,7 +24,8 @@ from vllm_cache_tools.cli.plainargs import read_plain, run_printing, typed
 from vllm_cache_tools.units import fmt_duration, human_size, iso, parse_age
 
 _FLAGS = {"--json": "json_out", "--wide": "wide"}
-_VALUED = {"--root": "root", "--since": "since", "--by": "by", "--jobs": "jobs", "-j": "jobs"}
+_VALUED = {"--root": "root", "--since": "since", "--by": "by", "--jobs": "jobs", "-j": "jobs",
+           "--format": "fmt"}
 MAX_JOBS = 64
 
 
@@ -52,11 +53,14 @@ def run_argv(args: Sequence[str]) -> bool:
 
 def run_stats(source: str | None = None, root: Path | None = None, *, since: str | None = None,
               by: str = "model", json_out: bool = False, wide: bool = False,
-              jobs: int | None = None, storage_option: Sequence[str] | None = None) -> None:
+              jobs: int | None = None, storage_option: Sequence[str] | None = None,
+              fmt: str | None = None) -> None:
     """``vllm-cache stats`` (see :func:`vllm_cache_tools.cli.stats.stats_cmd` for the
     options)."""
     if by not in GROUPINGS:
         fail(f"--by must be one of {', '.join(GROUPINGS)}")
+    if fmt is not None:
+        check_metrics_options(fmt, by, json_out)
     if source is not None and root is not None:
         fail("give the source either as SOURCE or as --root, not both")
     cutoff = None
@@ -77,6 +81,11 @@ def run_stats(source: str | None = None, root: Path | None = None, *, since: str
         fail(str(exc))
     for p in report.problems:
         warn(p)
+    if fmt is not None:
+        from vllm_cache_tools.views.metrics import exposition
+
+        sys.stdout.write(exposition(report, fmt).decode())
+        return
     if json_out:
         from vllm_cache_tools.views.insight import stats_document
 
@@ -89,6 +98,20 @@ def run_stats(source: str | None = None, root: Path | None = None, *, since: str
     write_out("\n".join([*_summary(report), *_groups(report, width, keys),
                          *_never(report, width, keys)])
               + "\n")
+
+
+def check_metrics_options(fmt: str, by: str, json_out: bool = False) -> None:
+    """``--format`` asks for metrics: one of the exposition formats, grouped by a bounded
+    label (one line, exit 2, before anything is read)."""
+    from vllm_cache_tools.views.metrics import FORMATS, METRIC_BY
+
+    if fmt not in FORMATS:
+        fail(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if json_out:
+        fail("give either --json or --format, not both")
+    if by not in METRIC_BY:
+        fail(f"metrics group by {' or '.join(METRIC_BY)}, not {by} (one label value per "
+             f"{by} is unbounded)")
 
 
 NEVER_HIT_SHOWN = 10
