@@ -194,3 +194,45 @@ def negotiated(accept: str | None) -> str:
     OpenMetrics; curl and most tools get the text format)."""
     return "openmetrics" if accept and "application/openmetrics-text" in accept \
         else "prometheus"
+
+
+class CachedExposition:
+    """What ``serve-metrics`` answers: the report of ``count()`` encoded per format, counted
+    again at most every ``refresh`` seconds (a scrape between two counts costs a dictionary
+    lookup; concurrent scrapes after the answer expired count once). ``count`` raises for a
+    source that cannot be read; the next scrape tries again."""
+
+    def __init__(self, count: Callable[[], StatsReport], refresh: float,
+                 clock: Callable[[], float] | None = None) -> None:
+        import threading
+        import time
+
+        self._count = count
+        self.refresh = refresh
+        self._clock = clock or time.monotonic
+        self._lock = threading.Lock()
+        self._at: float | None = None
+        self._report: StatsReport | None = None
+        self._encoded: dict[str, bytes] = {}
+        self.counts = 0
+        """How many times the source was read (for tests and the benchmark)."""
+
+    def report(self) -> StatsReport:
+        with self._lock:
+            now = self._clock()
+            if self._report is None or self._at is None or now - self._at >= self.refresh:
+                report = self._count()  # raises: this scrape fails, the next reads again
+                self.counts += 1
+                self._report, self._at, self._encoded = report, self._clock(), {}
+            return self._report
+
+    def body(self, fmt: str) -> bytes:
+        report = self.report()
+        with self._lock:
+            if self._report is report and fmt in self._encoded:
+                return self._encoded[fmt]
+        data = exposition(report, fmt)
+        with self._lock:
+            if self._report is report:
+                self._encoded[fmt] = data
+        return data
