@@ -121,6 +121,22 @@ def test_by_host_bounded_by_the_hosts(fleet: ScenarioRun) -> None:
     assert sum(v for (n, _), v in got.items() if n == PREFIX + "entries") == 4
 
 
+def test_drift_counts_are_drifts_factors(fleet: ScenarioRun) -> None:
+    """The fleet's starts differ in a per-run worker id that vLLM hashes (two entries) and in
+    three things it does not (VLLM_HOST_IP, the host name, an undeclared VLLM_* variable):
+    test_insight_realvllm proves those against vLLM's own logs."""
+    res = run_cli("stats", str(fleet.vllm_root), "--format", "prometheus", "--drift")
+    assert res.returncode == 0, res.stderr
+    promtool_check(res.stdout)
+    got = samples(res.stdout)
+    model = next(dict(labels)["model"] for n, labels in got if n == PREFIX + "entries")
+    assert [value(got, "drift_factors", model=model, **{"class": c}) for c in
+            ("per_host", "per_run", "per_install", "setting")] == [0, 1, 0, 0]
+    assert value(got, "drift_unhashed_factors", model=model) == 3
+    res = run_cli("stats", str(fleet.vllm_root), "--drift")
+    assert res.returncode == 2 and "give it with --format" in res.stderr
+
+
 @pytest.mark.parametrize("args,says", [
     (["--format", "xml"], "--format must be one of openmetrics, prometheus"),
     (["--format", "openmetrics", "--by", "day"], "not day (one label value per day is "
@@ -271,7 +287,8 @@ def test_real_prometheus_scrapes_and_every_dashboard_expression_answers(
         exporter: tuple[Exporter, Path]) -> None:
     """Prometheus asks for OpenMetrics: it must take our exposition, and each dashboard
     expression (Grafana's variables filled in) must give a series."""
-    ex, _ = exporter
+    _, root = exporter
+    ex = start_exporter(str(root), "--drift")
     assert PROMETHEUS is not None
     port = _free_port()
     with tempfile.TemporaryDirectory(prefix="vct-prom-") as d:
@@ -314,9 +331,10 @@ def test_real_prometheus_scrapes_and_every_dashboard_expression_answers(
                 q = e.replace("$job", ".*").replace("$__range", "1h")
                 assert query(q), e
         finally:
-            prom.send_signal(signal.SIGTERM)
-            try:
-                prom.communicate(timeout=15)
-            except subprocess.TimeoutExpired:
-                prom.kill()
-                prom.communicate()
+            for p in (prom, ex.proc):
+                p.send_signal(signal.SIGTERM)
+                try:
+                    p.communicate(timeout=15)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.communicate()

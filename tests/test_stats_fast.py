@@ -21,7 +21,7 @@ PLAIN = [
     ["-j", "2", "--by=host"],
     ["--jobs=64", "s3://bucket/store", "--json"],
     ["some/root", "--format", "openmetrics", "--by", "host"],
-    ["--format=prometheus"],
+    ["--format=prometheus", "--drift"],
 ]
 LEFT_TO_TYPER = [
     ["--help"], ["-h"], ["--bogus"], ["--json", "--json"], ["--root"], ["--root", "-x"],

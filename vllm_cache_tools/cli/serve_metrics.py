@@ -42,21 +42,23 @@ def serve_metrics_cmd(
     refresh: Annotated[float, typer.Option(
         "--refresh", min=0.0, help="Read the source again at most every this many seconds; "
         "scrapes in between get the kept answer.")] = DEFAULT_REFRESH,
+    drift: Annotated[bool, typer.Option(
+        "--drift", help="Also the drift factor counts per model (reads every recorder "
+        "manifest at each refresh, as vllm-cache drift does).")] = False,
     storage_option: StorageOpt = None,
 ) -> None:
     """Serve the stats metrics (vllm_compile_cache_*) at http://HOST:PORT/metrics for
     Prometheus: OpenMetrics when the scraper asks for it, else the text format 0.0.4. Runs
     until SIGTERM or Ctrl-C."""
     run_serve_metrics(source, root, port=port, host=host, by=by, refresh=refresh,
-                      storage_option=storage_option)
+                      drift=drift, storage_option=storage_option)
 
 
 def run_serve_metrics(source: str | None, root: Path | None, *, port: int, host: str,
-                      by: str = "model", refresh: float = DEFAULT_REFRESH,
+                      by: str = "model", refresh: float = DEFAULT_REFRESH, drift: bool = False,
                       storage_option: Sequence[str] | None = None) -> None:
-    from vllm_cache_tools.analyze.stats import stats
-    from vllm_cache_tools.cli.stats_run import check_metrics_options
-    from vllm_cache_tools.views.metrics import CachedExposition
+    from vllm_cache_tools.cli.stats_run import check_metrics_options, count_metrics
+    from vllm_cache_tools.views.metrics import CachedExposition, problems
 
     check_metrics_options("openmetrics", by)
     if source is not None and root is not None:
@@ -68,12 +70,13 @@ def run_serve_metrics(source: str | None, root: Path | None, *, port: int, host:
 
         options = run(lambda: parse_storage_options(storage_option))
     where: str | Path | None = source if source is not None else root
-    answer = CachedExposition(lambda: stats(where, by=by, storage_options=options), refresh)
+    answer = CachedExposition(lambda: count_metrics(where, by, drift=drift,
+                                                    storage_options=options), refresh)
     try:
-        first = answer.report()  # a source that cannot be read fails here, before listening
+        first, drifted = answer.report()  # a source that cannot be read fails here
     except ValueError as exc:
         fail(str(exc))
-    for p in first.problems:
+    for p in problems(first, drifted):
         warn(p)
     server = _bind(host, port, answer)
     bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])

@@ -14,11 +14,12 @@ and control characters (:mod:`vllm_cache_tools.redaction`, :mod:`vllm_cache_tool
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeAlias
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
+from vllm_cache_tools.analyze.drift import DriftReport
 from vllm_cache_tools.analyze.stats import Counters, Group, StatsReport
 from vllm_cache_tools.redaction import redact_text
 from vllm_cache_tools.safetext import escape_controls
@@ -64,7 +65,14 @@ HELP: dict[str, str] = {
                 "entries); stats --json lists them",
     "source": "What the numbers are counted from: basis ledger (the recorder's ledgers) or "
               "files (no ledger: only entries and bytes)",
+    "drift_factors": "Factors in vLLM's key that took more than one value across a model's "
+                     "starts and split its cache into more entries, by class (vllm-cache drift "
+                     "names them and the fix)",
+    "drift_unhashed_factors": "Factors that differed between a model's starts while vLLM's key "
+                              "does not see them (no new entry; a hit may be stale: vllm-cache "
+                              "audit)",
 }
+DRIFT_CLASSES = ("per host", "per run", "per install", "setting")
 COUNTERS = ("starts", "hits", "misses", "load_failures", "compile_seconds", "load_seconds",
             "saved_seconds", "untimed_compiles", "untimed_hits")
 UNITS = {"compile_seconds": "seconds", "load_seconds": "seconds", "saved_seconds": "seconds",
@@ -94,11 +102,12 @@ def _group_label(g: Group) -> str:
 class StatsCollector(Collector):
     """The metric families of one report (a ``prometheus_client`` collector)."""
 
-    def __init__(self, report: StatsReport) -> None:
+    def __init__(self, report: StatsReport, drift: DriftReport | None = None) -> None:
         if report.by not in METRIC_BY:
             raise ValueError(f"metrics group by {' or '.join(METRIC_BY)}, not {report.by!r} "
                              "(one label value per day or entry is unbounded)")
         self.report = report
+        self.drift = drift
 
     def collect(self) -> Iterator[Any]:
         r = self.report
@@ -109,7 +118,9 @@ class StatsCollector(Collector):
         if r.basis == "ledger":
             yield from self._ledger()
         yield from self._sizes()
-        yield _gauge("problems", [], [([], len(r.problems))])
+        if self.drift is not None:
+            yield from self._drift(self.drift)
+        yield _gauge("problems", [], [([], len(problems(r, self.drift)))])
 
     def _ledger(self) -> Iterator[Any]:
         r = self.report
@@ -154,6 +165,27 @@ class StatsCollector(Collector):
                                                       for u in r.never_hit))])
 
 
+    def _drift(self, d: DriftReport) -> Iterator[Any]:
+        split: list[tuple[list[str], float]] = []
+        unhashed: list[tuple[list[str], float]] = []
+        for m in d.models:
+            name = _label(m.model)
+            fs = m.factors
+            for cls in DRIFT_CLASSES:
+                split.append(([name, cls.replace(" ", "_")],
+                              sum(1 for f in fs if f.kind == cls and f.in_key
+                                  and f.entries > 1)))
+            unhashed.append(([name], sum(1 for f in fs if not f.in_key)))
+        yield _gauge("drift_factors", ["model", "class"], split)
+        yield _gauge("drift_unhashed_factors", ["model"], unhashed)
+
+
+def problems(report: StatsReport, drift: DriftReport | None = None) -> list[str]:
+    """The problems of both reports, once each (both start from the gathered inputs')."""
+    seen = set(report.problems)
+    return [*report.problems, *(p for p in (drift.problems if drift else ()) if p not in seen)]
+
+
 def _outcomes(c: Counters) -> tuple[int, int, int, int]:
     return (c.hits or 0, c.misses or 0, c.load_failures or 0, c.disabled or 0)
 
@@ -171,11 +203,13 @@ def _gauge(name: str, labels: list[str], samples: list[tuple[list[str], float]]
     return fam
 
 
-def exposition(report: StatsReport, fmt: str = "openmetrics") -> bytes:
+def exposition(report: StatsReport, fmt: str = "openmetrics",
+               drift: DriftReport | None = None) -> bytes:
     """The report's metrics in ``fmt``: ``openmetrics`` (OpenMetrics 1.0, ending ``# EOF``)
-    or ``prometheus`` (text 0.0.4, for node_exporter's textfile collector and promtool)."""
+    or ``prometheus`` (text 0.0.4, for node_exporter's textfile collector and promtool);
+    with ``drift``, the drift factor counts of the same source too."""
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(StatsCollector(report))
+    registry.register(StatsCollector(report, drift))
     return encoder(fmt)(registry)
 
 
@@ -196,13 +230,17 @@ def negotiated(accept: str | None) -> str:
         else "prometheus"
 
 
+Measured: TypeAlias = tuple[StatsReport, DriftReport | None]
+"""What one count of a source gives: its stats, and its drift where asked for."""
+
+
 class CachedExposition:
     """What ``serve-metrics`` answers: the report of ``count()`` encoded per format, counted
     again at most every ``refresh`` seconds (a scrape between two counts costs a dictionary
     lookup; concurrent scrapes after the answer expired count once). ``count`` raises for a
     source that cannot be read; the next scrape tries again."""
 
-    def __init__(self, count: Callable[[], StatsReport], refresh: float,
+    def __init__(self, count: Callable[[], Measured], refresh: float,
                  clock: Callable[[], float] | None = None) -> None:
         import threading
         import time
@@ -212,12 +250,12 @@ class CachedExposition:
         self._clock = clock or time.monotonic
         self._lock = threading.Lock()
         self._at: float | None = None
-        self._report: StatsReport | None = None
+        self._report: Measured | None = None
         self._encoded: dict[str, bytes] = {}
         self.counts = 0
         """How many times the source was read (for tests and the benchmark)."""
 
-    def report(self) -> StatsReport:
+    def report(self) -> Measured:
         with self._lock:
             now = self._clock()
             if self._report is None or self._at is None or now - self._at >= self.refresh:
@@ -231,7 +269,7 @@ class CachedExposition:
         with self._lock:
             if self._report is report and fmt in self._encoded:
                 return self._encoded[fmt]
-        data = exposition(report, fmt)
+        data = exposition(report[0], fmt, report[1])
         with self._lock:
             if self._report is report:
                 self._encoded[fmt] = data
