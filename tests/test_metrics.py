@@ -338,3 +338,19 @@ def test_real_prometheus_scrapes_and_every_dashboard_expression_answers(
                 except subprocess.TimeoutExpired:
                     p.kill()
                     p.communicate()
+
+
+def test_a_store_gives_its_sizes_only(tmp_path: Path) -> None:
+    """A remote store (file://, pushed from the shipped example's real entries) holds no
+    ledger: its metrics are entries and bytes per model, said by basis="files"."""
+    url = f"file://{tmp_path / 'store'}"
+    push = run_cli("push", "--filter", "layout=aot", url, "--root",
+                   str(REPO / "examples" / "sample_cache"))
+    assert push.returncode == 0, push.stderr
+    res = run_cli("stats", url, "--format", "prometheus")
+    assert res.returncode == 0, res.stderr
+    promtool_check(res.stdout)
+    got = samples(res.stdout)
+    assert value(got, "source_info", basis="files", by="model", kind="remote") == 1
+    assert sum(v for (n, _), v in got.items() if n == PREFIX + "entries") == 4
+    assert not any(n.startswith(PREFIX + "starts") for n, _ in got)
