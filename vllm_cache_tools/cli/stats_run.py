@@ -97,7 +97,7 @@ def run_stats(source: str | None = None, root: Path | None = None, *, since: str
         for p in problems(report, drifted)[len(report.problems):]:
             warn(p)
 
-        sys.stdout.write(exposition(report, fmt, drifted).decode())
+        write_out(exposition(report, fmt, drifted).decode())  # labels already shown-safe
         return
     if json_out:
         from vllm_cache_tools.views.insight import stats_document
