@@ -72,30 +72,33 @@ def run_serve_metrics(source: str | None, root: Path | None, *, port: int, host:
     where: str | Path | None = source if source is not None else root
     answer = CachedExposition(lambda: count_metrics(where, by, drift=drift,
                                                     storage_options=options), refresh)
-    try:
-        first, drifted = answer.report()  # a source that cannot be read fails here
-    except ValueError as exc:
-        fail(str(exc))
-    for p in problems(first, drifted):
-        warn(p)
-    server = _bind(host, port, answer)
-    bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
-    shown_host = f"[{bound_host}]" if ":" in bound_host else bound_host
-    write_err(f"serving metrics of {first.source} at http://{shown_host}:{bound_port}/metrics "
-              f"(read again at most every {refresh:g} s; Ctrl-C or SIGTERM stops)\n",
-              flush=True)
 
     def stop(signum: int, frame: FrameType | None) -> None:
         raise KeyboardInterrupt
 
+    # Stopped the same way at any moment: while the source is first read, or serving.
     previous = signal.signal(signal.SIGTERM, stop)
+    server = None
     try:
+        server = _bind(host, port, answer)  # a taken port fails first, before any reading
+        try:
+            first, drifted = answer.report()  # a source that cannot be read fails here
+        except ValueError as exc:
+            fail(str(exc))
+        for p in problems(first, drifted):
+            warn(p)
+        bound_host, bound_port = str(server.server_address[0]), int(server.server_address[1])
+        shown_host = f"[{bound_host}]" if ":" in bound_host else bound_host
+        write_err(f"serving metrics of {first.source} at http://{shown_host}:{bound_port}"
+                  f"/metrics (read again at most every {refresh:g} s; Ctrl-C or SIGTERM "
+                  "stops)\n", flush=True)
         server.serve_forever(poll_interval=0.2)
     except KeyboardInterrupt:
         write_err("stopped\n", flush=True)
     finally:
         signal.signal(signal.SIGTERM, previous)
-        server.server_close()
+        if server is not None:
+            server.server_close()
 
 
 class _Server(ThreadingHTTPServer):

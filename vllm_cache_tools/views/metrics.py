@@ -75,6 +75,10 @@ HELP: dict[str, str] = {
 DRIFT_CLASSES = ("per host", "per run", "per install", "setting")
 COUNTERS = ("starts", "hits", "misses", "load_failures", "compile_seconds", "load_seconds",
             "saved_seconds", "untimed_compiles", "untimed_hits")
+PER_GROUP = {"compile_seconds": "compile_seconds", "load_seconds": "load_seconds",
+             "saved_seconds": "saved_seconds", "untimed_compiles": "compile_unknown",
+             "untimed_hits": "saved_unknown"}
+"""Counters per model (or host): metric -> the :class:`Counters` field it shows."""
 UNITS = {"compile_seconds": "seconds", "load_seconds": "seconds", "saved_seconds": "seconds",
          "net_saved_seconds": "seconds", "size_bytes": "bytes", "never_hit_bytes": "bytes",
          "last_event_timestamp_seconds": "seconds"}
@@ -126,17 +130,14 @@ class StatsCollector(Collector):
         r = self.report
         by = r.by
         starts = _counter("starts", [by, "outcome"])
-        rows: dict[str, list[tuple[list[str], float]]] = {n: [] for n in COUNTERS[4:]}
+        rows: dict[str, list[tuple[list[str], float]]] = {n: [] for n in PER_GROUP}
         net = []
         for g in r.groups:
             c, name = g.counters, _group_label(g)
             for outcome, n in zip(OUTCOMES, _outcomes(c), strict=True):
                 starts.add_metric([name, outcome], n)
-            rows["compile_seconds"].append(([name], c.compile_seconds or 0.0))
-            rows["load_seconds"].append(([name], c.load_seconds or 0.0))
-            rows["saved_seconds"].append(([name], c.saved_seconds or 0.0))
-            rows["untimed_compiles"].append(([name], c.compile_unknown or 0))
-            rows["untimed_hits"].append(([name], c.saved_unknown or 0))
+            for metric, field in PER_GROUP.items():
+                rows[metric].append(([name], getattr(c, field) or 0))
             net.append(([name], c.net_seconds or 0.0))
         yield starts
         for metric, event in (("hits", "hit"), ("misses", "miss"),
