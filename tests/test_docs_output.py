@@ -152,3 +152,11 @@ def test_cli_md_is_the_current_help() -> None:
     r = subprocess.run([sys.executable, str(REPO / "docs" / "gen_cli_docs.py"), "--check"],
                        capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0, r.stderr
+
+
+def test_metrics_doc_of_the_example_is_what_stats_prints() -> None:
+    """docs/metrics.md: the OpenMetrics text of the example is today's."""
+    cmd = "$ vllm-cache stats examples/sample_cache --format openmetrics"
+    r = run_cli(*cmd.split()[2:])
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == block("docs/metrics.md", cmd)

@@ -20,6 +20,8 @@ PLAIN = [
     ["some/folder", "--wide", "--since", "7d"],
     ["-j", "2", "--by=host"],
     ["--jobs=64", "s3://bucket/store", "--json"],
+    ["some/root", "--format", "openmetrics", "--by", "host"],
+    ["--format=prometheus", "--drift"],
 ]
 LEFT_TO_TYPER = [
     ["--help"], ["-h"], ["--bogus"], ["--json", "--json"], ["--root"], ["--root", "-x"],

@@ -154,6 +154,9 @@ class StatsReport:
     """Entries no ledger event here names that carry a recorder's manifests: written by a
     recorder elsewhere and placed here by ``unpack``/``pull`` (the manifests travel with
     them), not written with the recorder off."""
+    models: tuple[tuple[str, int, int], ...] = ()
+    """(model, entries, bytes) of the entries in the source, whatever ``by`` is (the
+    metrics give bytes per model beside counters per host)."""
 
     @property
     def regressions(self) -> tuple[Group, ...]:
@@ -167,6 +170,7 @@ def _counters(a: list[Any]) -> Counters:
 
 
 def _model_sizes(entries: Iterable[EntryFacts]) -> dict[str, tuple[int, int]]:
+    """model -> (entries, bytes)."""
     out: dict[str, tuple[int, int]] = {}
     for e in entries:
         n, b = out.get(e.model or UNKNOWN_MODEL, (0, 0))
@@ -245,7 +249,12 @@ def _from_files(inputs: Inputs, by: str, since: float | None, problems: list[str
     return StatsReport(inputs.source, inputs.kind, "files", since, by, counters(len(es)),
                        groups, {}, files, 0, None, None, 0, len(inputs.entries),
                        sum(e.size_bytes for e in inputs.entries), len(inputs.entries), (),
-                       unknown, tuple(problems))
+                       unknown, tuple(problems), models=_models(inputs))
+
+
+def _models(inputs: Inputs) -> tuple[tuple[str, int, int], ...]:
+    return tuple(sorted(((m, n, b) for m, (n, b) in _model_sizes(inputs.entries).items()),
+                        key=lambda x: (-x[2], x[0])))
 
 
 def _no_start(inputs: Inputs, by: str, since: float, files: int, problems: list[str]
@@ -254,7 +263,7 @@ def _no_start(inputs: Inputs, by: str, since: float, files: int, problems: list[
     return StatsReport(inputs.source, inputs.kind, "ledger", since, by, _counters(new_acc()),
                        _groups(by, {}, inputs), {}, files, 0, None, None, 0,
                        len(inputs.entries), sum(e.size_bytes for e in inputs.entries),
-                       0, (), (), tuple(problems))
+                       0, (), (), tuple(problems), models=_models(inputs))
 
 
 def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None,
@@ -306,7 +315,8 @@ def stats_of(inputs: Inputs, *, by: str = "model", since: float | None = None,
         _groups(by, accs, inputs, bool(others)) + _other(by, other, others), events, files,
         len(part.hosts) + part.more_hosts, first, last,
         part.duplicates, len(inputs.entries), sum(e.size_bytes for e in inputs.entries),
-        len(unnamed) - placed, tuple(never), (), tuple(problems), tuple(caps), placed=placed)
+        len(unnamed) - placed, tuple(never), (), tuple(problems), tuple(caps), placed=placed,
+        models=_models(inputs))
 
 
 def stats(source: str | os.PathLike[str] | None = None, *, by: str = "model",

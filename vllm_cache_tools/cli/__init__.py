@@ -35,6 +35,7 @@ COMMANDS: dict[str, tuple[str, str, dict[str, Any] | None]] = {
     # Fleet insight (vllm_cache_tools/analyze): hit statistics, what splits a model's cache.
     "stats": ("stats", "stats_cmd", None),
     "drift": ("drift", "drift_cmd", None),
+    "serve-metrics": ("serve_metrics", "serve_metrics_cmd", None),
 }
 
 

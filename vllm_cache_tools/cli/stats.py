@@ -22,6 +22,14 @@ def stats_cmd(
     by: Annotated[str, typer.Option(
         "--by", help="Group by model, host, day (UTC) or entry.")] = "model",
     json_out: Annotated[bool, typer.Option("--json", help="Machine-readable report.")] = False,
+    fmt: Annotated[str | None, typer.Option(
+        "--format", metavar="openmetrics|prometheus",
+        help="Prometheus metrics instead of the report: openmetrics (OpenMetrics 1.0, ends "
+        "'# EOF') or prometheus (text 0.0.4, what node_exporter's textfile collector reads); "
+        "--by model (default) or host.")] = None,
+    drift: Annotated[bool, typer.Option(
+        "--drift", help="With --format: also the drift factor counts per model (reads every "
+        "recorder manifest, as vllm-cache drift does).")] = False,
     wide: Annotated[bool, typer.Option("--wide", help="Every column, however wide.")] = False,
     jobs: Annotated[int | None, typer.Option(
         "--jobs", "-j", min=1, max=64, help="Worker processes for ledgers over 64 MB "
@@ -34,4 +42,4 @@ def stats_cmd(
     ledger in a folder of collected files (copies of one host's ledger merged without double
     counting); without any ledger, what the cache files prove (fewer columns, said so)."""
     run_stats(source, root, since=since, by=by, json_out=json_out, wide=wide, jobs=jobs,
-              storage_option=storage_option)
+              storage_option=storage_option, fmt=fmt, drift=drift)

@@ -16,15 +16,19 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_cache_tools.analyze.stats import GROUPINGS, Counters, StatsReport, stats
 from vllm_cache_tools.cli.common import fail, print_json, warn, write_out
 from vllm_cache_tools.cli.plainargs import read_plain, run_printing, typed
 from vllm_cache_tools.units import fmt_duration, human_size, iso, parse_age
 
-_FLAGS = {"--json": "json_out", "--wide": "wide"}
-_VALUED = {"--root": "root", "--since": "since", "--by": "by", "--jobs": "jobs", "-j": "jobs"}
+if TYPE_CHECKING:
+    from vllm_cache_tools.analyze.drift import DriftReport
+
+_FLAGS = {"--json": "json_out", "--wide": "wide", "--drift": "drift"}
+_VALUED = {"--root": "root", "--since": "since", "--by": "by", "--jobs": "jobs", "-j": "jobs",
+           "--format": "fmt"}
 MAX_JOBS = 64
 
 
@@ -52,11 +56,16 @@ def run_argv(args: Sequence[str]) -> bool:
 
 def run_stats(source: str | None = None, root: Path | None = None, *, since: str | None = None,
               by: str = "model", json_out: bool = False, wide: bool = False,
-              jobs: int | None = None, storage_option: Sequence[str] | None = None) -> None:
+              jobs: int | None = None, storage_option: Sequence[str] | None = None,
+              fmt: str | None = None, drift: bool = False) -> None:
     """``vllm-cache stats`` (see :func:`vllm_cache_tools.cli.stats.stats_cmd` for the
     options)."""
     if by not in GROUPINGS:
         fail(f"--by must be one of {', '.join(GROUPINGS)}")
+    if fmt is not None:
+        check_metrics_options(fmt, by, json_out)
+    elif drift:
+        fail("--drift adds drift's factor counts to the metrics: give it with --format")
     if source is not None and root is not None:
         fail("give the source either as SOURCE or as --root, not both")
     cutoff = None
@@ -72,11 +81,24 @@ def run_stats(source: str | None = None, root: Path | None = None, *, since: str
         options = run(lambda: parse_storage_options(storage_option))
     where: str | Path | None = source if source is not None else root
     try:
-        report = stats(where, by=by, since=cutoff, storage_options=options, jobs=jobs)
+        if drift:
+            report, drifted = count_metrics(where, by, drift=True, since=cutoff,
+                                            storage_options=options, jobs=jobs)
+        else:
+            report = stats(where, by=by, since=cutoff, storage_options=options, jobs=jobs)
+            drifted = None
     except ValueError as exc:  # also what the readers raise that is not one of ours
         fail(str(exc))
     for p in report.problems:
         warn(p)
+    if fmt is not None:
+        from vllm_cache_tools.views.metrics import exposition, problems
+
+        for p in problems(report, drifted)[len(report.problems):]:
+            warn(p)
+
+        write_out(exposition(report, fmt, drifted).decode())  # labels already shown-safe
+        return
     if json_out:
         from vllm_cache_tools.views.insight import stats_document
 
@@ -89,6 +111,36 @@ def run_stats(source: str | None = None, root: Path | None = None, *, since: str
     write_out("\n".join([*_summary(report), *_groups(report, width, keys),
                          *_never(report, width, keys)])
               + "\n")
+
+
+def check_metrics_options(fmt: str, by: str, json_out: bool = False) -> None:
+    """``--format`` asks for metrics: one of the exposition formats, grouped by a bounded
+    label (one line, exit 2, before anything is read)."""
+    from vllm_cache_tools.views.metrics import FORMATS, METRIC_BY
+
+    if fmt not in FORMATS:
+        fail(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    if json_out:
+        fail("give either --json or --format, not both")
+    if by not in METRIC_BY:
+        fail(f"metrics group by {' or '.join(METRIC_BY)}, not {by} (one label value per "
+             f"{by} is unbounded)")
+
+
+def count_metrics(where: str | Path | None, by: str, *, drift: bool = False,
+                  since: float | None = None, storage_options: Any = None,
+                  jobs: int | None = None) -> tuple[StatsReport, DriftReport | None]:
+    """What the metrics are rendered from: the source's stats and, with ``drift``, its drift
+    over the same gathered inputs (the manifests read once for both)."""
+    if not drift:
+        return stats(where, by=by, since=since, storage_options=storage_options,
+                     jobs=jobs), None
+    from vllm_cache_tools.analyze.drift import drift_of
+    from vllm_cache_tools.analyze.inputs import gather
+    from vllm_cache_tools.analyze.stats import stats_of
+
+    inputs = gather(where, manifests=True, storage_options=storage_options)
+    return stats_of(inputs, by=by, since=since, jobs=jobs), drift_of(inputs)
 
 
 NEVER_HIT_SHOWN = 10
