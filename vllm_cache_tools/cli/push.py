@@ -71,10 +71,14 @@ def push(
             out(f"{e.action:<8} {e.layout:<7} {keys[e.key]:<{w}}"
                 + (f"  ({e.detail})" if e.detail else "") + "\n")
         saved = r.logical_bytes - r.bytes_uploaded
+        refused = sum(e.action == "refused" for e in r.entries)
         if r.footprint is not None:
             out(f"{r.url}: {footprint_line(r.footprint)}\n")
         out(f"  as {r.blobs_uploaded + r.blobs_present} distinct blobs (one per content): "
             f"{r.blobs_uploaded} uploaded ({human_size(r.bytes_uploaded)}), "
             f"{r.blobs_present} already there; {human_size(saved)} of "
             f"{human_size(r.logical_bytes)} not sent; {r.seconds:.1f} s\n")
+        if r.pinned:
+            out(f"  tag {r.pinned}: an index of these {len(r.entries) - refused} entries "
+                "(pull it to get exactly them)\n")
     raise typer.Exit(1 if any(e.action == "refused" for e in r.entries) else 0)
