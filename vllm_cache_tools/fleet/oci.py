@@ -357,7 +357,7 @@ class OciFileSystem:
                 for d in index.get("manifests") or []:
                     p = (d.get("annotations") or {}).get(ANN + "path") if isinstance(
                         d, dict) else None
-                    if isinstance(p, str) and _ENTRY.match(p):
+                    if isinstance(p, str) and _OBJECT.match(p) and p.startswith("entries/"):
                         pins[p] = d
             self._pin = pins
         return self._pin
@@ -523,18 +523,23 @@ class OciFileSystem:
 
     # ---- the URL's tag ----
     def pin(self, rels: Iterable[str]) -> str | None:
-        """Tag the URL's tag as an index of the entry artifacts at ``rels`` (by digest);
-        ``None`` (and nothing written) when the URL has no tag."""
+        """Tag the URL's tag as an index of the entry artifacts at ``rels`` (by digest),
+        with every object beside each (``entries/aot/<key>.json.sig``: any path that starts
+        with the entry's path less ``.json``, then a dot), so a copy of the tag carries
+        them; ``None`` (and nothing written) when the URL has no tag."""
         if not self.tag:
             return None
+        entries = sorted(set(rels))
+        beside = [p for p in (tag_path(t) for t in self.tags()) if p is not None]
         descs = []
-        for rel in sorted(set(rels)):
+        for rel in entries + sorted(p for p in beside if p not in entries and any(
+                p.startswith(e[:-len(".json")] + ".") for e in entries)):
             got = self._manifest(path_tag(rel))
             if got is None:
                 raise StoreError(f"{self.display}: {rel} is not in the registry")
             digest, size, m = got
             descs.append({"mediaType": MEDIA_MANIFEST, "digest": digest, "size": size,
-                          "artifactType": ARTIFACT_ENTRY,
+                          "artifactType": m.get("artifactType") or ARTIFACT_OBJECT,
                           "annotations": {ANN + "path": rel, **{
                               k: v for k, v in (m.get("annotations") or {}).items()
                               if k in (ANN + "key", ANN + "layout")}}})
