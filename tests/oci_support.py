@@ -65,8 +65,8 @@ def auth_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry
     _needs(REGISTRY, "htpasswd")
     tmp = tmp_path_factory.mktemp("auth-registry")
     # bcrypt's lowest cost: the registry checks it on every request (cost 5 is the default)
-    pw = subprocess.run(["htpasswd", "-Bbn", "-C", "4", USER, PASSWORD], capture_output=True, text=True,
-                        check=True).stdout
+    pw = subprocess.run(["htpasswd", "-Bbn", "-C", "4", USER, PASSWORD],
+                        capture_output=True, text=True, check=True).stdout
     (tmp / "htpasswd").write_text(pw)
     server = Registry(tmp, "auth-registry", tmp / "htpasswd")
     try:
