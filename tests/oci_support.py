@@ -4,9 +4,8 @@ folder, deletes enabled (``prune-remote`` removes manifests); one more with htpa
 auth (a bcrypt file made by ``htpasswd -B``, as an operator makes it). ``skopeo`` (Debian) is
 the independent client of the interop tests.
 
-The binaries come from apt (``apt-get install docker-registry skopeo apache2-utils``; the nox
-``tests`` session installs them where apt is there and it runs as root): without them the
-tests skip, naming what is missing."""
+The binaries come from Debian (``apt-get install docker-registry skopeo apache2-utils``); nothing
+installs them for the tests: without them the registry tests skip, naming what is missing."""
 
 from __future__ import annotations
 
