@@ -216,7 +216,8 @@ class OciFileSystem:
                                           timeout=TIMEOUT, allow_redirects=True, **kw)
             except requests.exceptions.SSLError:
                 raise StoreError(f"{self.display}: TLS with {self.host} failed (a registry "
-                                 "over plain HTTP needs -o plain_http=true)") from None
+                                 "served over plain HTTP: push, pull and prune-remote take "
+                                 "-o plain_http=true)") from None
             except requests.exceptions.Timeout:
                 raise StoreError(f"{self.display}: {self.host} did not answer within "
                                  f"{TIMEOUT[1]:.0f} s") from None
