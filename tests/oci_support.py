@@ -13,6 +13,7 @@ import base64
 import json
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -32,9 +33,10 @@ def _needs(*exes: str) -> None:
 
 
 class Registry(LoopbackServer):
-    def __init__(self, tmp: Path, name: str, htpasswd: Path | None = None) -> None:
-        auth = (f"auth:\n  htpasswd:\n    realm: {name}\n    path: {htpasswd}\n"
-                if htpasswd else "")
+    def __init__(self, tmp: Path, name: str, htpasswd: Path | None = None,
+                 auth: str = "") -> None:
+        if htpasswd:
+            auth = f"auth:\n  htpasswd:\n    realm: {name}\n    path: {htpasswd}\n"
         config = tmp / "config.yml"
         config.write_text(
             "version: 0.1\nlog:\n  level: error\n  accesslog:\n    disabled: true\n"
@@ -83,3 +85,95 @@ def docker_config(folder: Path, host: str, user: str = USER, password: str = PAS
     path = folder / "config.json"
     path.write_text(json.dumps({"auths": {host: {"auth": auth}}}))
     return path
+
+
+class TokenService:
+    """A Docker-token-spec service on loopback (``GET /token?service=&scope=`` with Basic
+    credentials -> ``{"token": JWT}``), signing RS256 JWTs with a self-signed certificate sent
+    in ``x5c``, which distribution checks against its ``rootcertbundle``: the bearer
+    challenge a hosted registry gives, without one."""
+
+    def __init__(self, tmp: Path) -> None:
+        import datetime
+        import http.server
+        import threading
+
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import padding, rsa
+        from cryptography.x509.oid import NameOID
+
+        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+        name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "token-issuer")])
+        now = datetime.datetime.now(datetime.timezone.utc)
+        cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name)
+                .public_key(key.public_key()).serial_number(1)
+                .not_valid_before(now - datetime.timedelta(hours=1))
+                .not_valid_after(now + datetime.timedelta(days=1)).sign(key, hashes.SHA256()))
+        self.bundle = tmp / "token-root.pem"
+        self.bundle.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+        x5c = base64.b64encode(cert.public_bytes(serialization.Encoding.DER)).decode()
+        self.requests = 0
+        svc = self
+
+        def b64(data: bytes) -> str:
+            return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                from urllib.parse import parse_qs, urlsplit
+
+                svc.requests += 1
+                want = "Basic " + base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+                if self.headers.get("Authorization") != want:
+                    self.send_response(401)
+                    self.end_headers()
+                    return
+                q = parse_qs(urlsplit(self.path).query)
+                access = []
+                for scope in q.get("scope", []):
+                    kind, repo, actions = scope.split(":")
+                    access.append({"type": kind, "name": repo,
+                                   "actions": actions.split(",")})
+                t = int(time.time())
+                claims = {"iss": "token-issuer", "sub": USER, "aud": q["service"][0],
+                          "exp": t + 300, "nbf": t - 10, "iat": t, "jti": str(t),
+                          "access": access}
+                head = b64(json.dumps({"typ": "JWT", "alg": "RS256", "x5c": [x5c]}).encode())
+                body = b64(json.dumps(claims).encode())
+                sig = key.sign(f"{head}.{body}".encode(), padding.PKCS1v15(), hashes.SHA256())
+                out = json.dumps({"token": f"{head}.{body}.{b64(sig)}"}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(out)))
+                self.end_headers()
+                self.wfile.write(out)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.realm = f"http://127.0.0.1:{self.server.server_address[1]}/token"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture(scope="session")
+def token_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registry]:
+    """A registry behind bearer tokens from :class:`TokenService` (distribution's ``token``
+    auth)."""
+    _needs(REGISTRY)
+    pytest.importorskip("cryptography")
+    tmp = tmp_path_factory.mktemp("token-registry")
+    svc = TokenService(tmp)
+    auth = (f"auth:\n  token:\n    realm: {svc.realm}\n    service: test-registry\n"
+            f"    issuer: token-issuer\n    rootcertbundle: {svc.bundle}\n")
+    server = Registry(tmp, "token-registry", auth=auth)
+    try:
+        yield server
+    finally:
+        server.stop()
+        svc.stop()

@@ -18,6 +18,7 @@ from tests.fleet_support import tree_digests
 from tests.oci_support import PASSWORD, USER, Registry, _needs, docker_config
 from tests.oci_support import auth_registry as auth_registry
 from tests.oci_support import registry as registry
+from tests.oci_support import token_registry as token_registry
 from tests.realvllm.harness import (
     ScenarioRun,
     model_lock,
@@ -238,3 +239,22 @@ def test_pull_if_hit_from_a_registry(registry: Registry, real_compile: ScenarioR
     placed = {p["key"] for p in doc["placements"] if p["action"] == "placed"}
     assert aot in placed
     _same_entries({"selected": [e for e in doc["selected"] if e["key"] in placed]}, src, root)
+
+
+def test_bearer_token_challenge(token_registry: Registry, sample: Path, tmp_path: Path,
+                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A registry that answers 401 with ``Bearer realm=...``: the credentials go to the
+    token service (plain HTTP allowed: it is on loopback), the token to the registry."""
+    monkeypatch.delenv("REGISTRY_AUTH_FILE", raising=False)
+    monkeypatch.setenv("DOCKER_CONFIG", str(tmp_path / "none"))
+    key = next(k for k, layout in _keys(sample).items() if layout == "backend")
+    url = token_registry.url("team/tokens") + ":v1"
+    res = run_cli("ls", url)
+    assert res.returncode == 2 and "asks for credentials and none are set" in res.stderr
+    env = {"DOCKER_CONFIG": str(docker_config(tmp_path / "docker", token_registry.host).parent)}
+    res = run_cli("push", "--root", str(sample), key, url, env=env)
+    assert res.returncode == 0, res.stderr
+    res = run_cli("pull", url, "--root", str(tmp_path / "pod"), "--json", env=env)
+    assert res.returncode == 0, res.stderr
+    assert {p["action"] for p in json.loads(res.stdout)["placements"]} == {"placed"}
+    assert PASSWORD not in res.stdout + res.stderr

@@ -264,6 +264,10 @@ class OciFileSystem:
         import requests
 
         q = {k: v for k, v in params.items() if k in ("service", "scope")}
+        if q.get("scope", "").startswith(f"repository:{self.repo}:"):
+            # One token for every request of this store (pushes run 8 at a time: tokens of
+            # different scopes would replace each other); the service grants what it allows.
+            q["scope"] = f"repository:{self.repo}:pull,push,delete"
         try:
             r = requests.get(realm, params=q, timeout=TIMEOUT,
                              auth=creds if creds else None)
