@@ -37,11 +37,8 @@ only (not ``REGISTRY_AUTH_FILE``); what it would save here is the token dance, ~
 
 from __future__ import annotations
 
-import base64
 import hashlib
-import ipaddress
 import json
-import os
 import re
 import threading
 from collections.abc import Iterable, Mapping
@@ -49,6 +46,7 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from vllm_cache_tools.fleet.errors import StoreError
+from vllm_cache_tools.fleet.oci_auth import TIMEOUT, authorization, is_loopback
 from vllm_cache_tools.read import jsontext
 
 MEDIA_MANIFEST = "application/vnd.oci.image.manifest.v1+json"
@@ -61,8 +59,6 @@ ARTIFACT_PIN = "application/vnd.vllm-cache.pin.v1+json"
 MEDIA_FILE = "application/vnd.vllm-cache.file.v1"
 ANN = "io.github.vllm-cache-tools."
 """Prefix of our annotations (``key``, ``layout``, ``path``, ``vllm``, ``torch``, ...)."""
-TIMEOUT = (10.0, 60.0)
-"""Connect, then between two reads: a registry that accepts and says nothing is an error."""
 MAX_TAGS = 200_000
 """Tags one listing reads (pages of :data:`TAG_PAGE`); a longer list is refused in one line."""
 TAG_PAGE = 1000
@@ -76,15 +72,6 @@ _ENTRY_TAG = re.compile(r"^(backend|aot)-([0-9a-f]{10}(?:-\d+)?|[0-9a-f]{64})$")
 _OBJECT = re.compile(r"^[A-Za-z0-9.-]+(?:/[A-Za-z0-9.-]+)*$")
 _BLOB = re.compile(r"^blobs/[0-9a-f]{2}/([0-9a-f]{64})$")
 _BLANK = hashlib.sha256(b"").hexdigest()
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def parse_url(url: str) -> tuple[str, str, str | None]:
@@ -130,49 +117,6 @@ def tag_path(tag: str) -> str | None:
     if "." not in tag or not _OBJECT.match(path):
         return None
     return path
-
-
-def _auth_file() -> str:
-    if os.environ.get("REGISTRY_AUTH_FILE"):
-        return os.environ["REGISTRY_AUTH_FILE"]
-    base = os.environ.get("DOCKER_CONFIG") or os.path.join(os.path.expanduser("~"), ".docker")
-    return os.path.join(base, "config.json")
-
-
-def credentials(host: str) -> tuple[str, str] | None:
-    """``(user, password)`` for ``host`` from the standard auth file, or ``None``."""
-    path = _auth_file()
-    try:
-        with open(path, "rb") as f:
-            data = jsontext.loads(f.read(1 << 20), os.path.basename(path))
-    except FileNotFoundError:
-        return None
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"{path}: cannot read the registry credentials "
-                         f"({getattr(exc, 'strerror', None) or type(exc).__name__})") from None
-    auths = data.get("auths") if isinstance(data, dict) else None
-    if not isinstance(auths, dict):
-        return None
-    for name in (host, f"https://{host}", f"http://{host}", f"https://{host}/v2/",
-                 f"http://{host}/v2/"):
-        a = auths.get(name)
-        if not isinstance(a, dict):
-            continue
-        if isinstance(a.get("auth"), str) and a["auth"]:
-            try:
-                user, _, pw = base64.b64decode(a["auth"]).decode().partition(":")
-            except (ValueError, UnicodeDecodeError):
-                raise StoreError(f"{path}: the auth of {host} is not base64 of user:password"
-                                 ) from None
-            return user, pw
-        if isinstance(a.get("username"), str) and isinstance(a.get("password"), str):
-            return a["username"], a["password"]
-    return None
-
-
-def _challenge(header: str) -> tuple[str, dict[str, str]]:
-    scheme, _, rest = header.strip().partition(" ")
-    return scheme.lower(), dict(re.findall(r'(\w+)="([^"]*)"', rest))
 
 
 class OciFileSystem:
@@ -243,51 +187,8 @@ class OciFileSystem:
         return r
 
     def _authenticate(self, header: str) -> None:
-        scheme, params = _challenge(header)
-        creds = credentials(self.host)
-        if creds is None and scheme == "basic":
-            raise StoreError(f"{self.display}: the registry asks for credentials and none "
-                             f"are set for {self.host} (~/.docker/config.json or "
-                             "REGISTRY_AUTH_FILE)")
-        if scheme == "basic" and creds is not None:
-            self._auth = "Basic " + base64.b64encode(":".join(creds).encode()).decode()
-            return
-        if scheme != "bearer" or not params.get("realm"):
-            raise StoreError(f"{self.display}: the registry asks for an authentication this "
-                             f"tool does not speak ({scheme or 'none'})")
-        realm = params["realm"]
-        rhost = urlsplit(realm).hostname or ""
-        if not realm.startswith("https://") and not (self.insecure and (
-                is_loopback(rhost) or rhost == urlsplit(f"//{self.host}").hostname)):
-            raise StoreError(f"{self.display}: the registry's token service is not HTTPS: "
-                             "credentials not sent")
-        import requests
-
-        q = {k: v for k, v in params.items() if k in ("service", "scope")}
-        if q.get("scope", "").startswith(f"repository:{self.repo}:"):
-            # One token for every request of this store (pushes run 8 at a time: tokens of
-            # different scopes would replace each other); the service grants what it allows.
-            q["scope"] = f"repository:{self.repo}:pull,push,delete"
-        try:
-            r = requests.get(realm, params=q, timeout=TIMEOUT,
-                             auth=creds if creds else None)
-        except requests.exceptions.RequestException:
-            raise StoreError(f"{self.display}: cannot reach the registry's token service"
-                             ) from None
-        if r.status_code in (401, 403):
-            raise StoreError(f"{self.display}: the registry's token service refused the "
-                             f"credentials for {self.host}" if creds else
-                             f"{self.display}: the registry asks for credentials and none are "
-                             f"set for {self.host} (~/.docker/config.json or "
-                             "REGISTRY_AUTH_FILE)")
-        try:
-            tok = r.json()
-            token = tok.get("token") or tok.get("access_token")
-        except ValueError:
-            token = None
-        if not isinstance(token, str) or not token:
-            raise StoreError(f"{self.display}: the registry's token service gave no token")
-        self._auth = f"Bearer {token}"
+        self._auth = authorization(header, host=self.host, repo=self.repo,
+                                   display=self.display, insecure=self.insecure)
 
     def _error(self, method: str, r: Any) -> StoreError:
         code = ""
@@ -671,5 +572,5 @@ def _reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-__all__ = ["ANN", "ARTIFACT_ENTRY", "MAX_TAGS", "OciFileSystem", "credentials", "is_loopback",
-           "parse_url", "path_tag", "tag_path"]
+__all__ = ["ANN", "ARTIFACT_ENTRY", "MAX_TAGS", "OciFileSystem", "parse_url", "path_tag",
+           "tag_path"]
