@@ -258,3 +258,80 @@ def test_bearer_token_challenge(token_registry: Registry, sample: Path, tmp_path
     assert res.returncode == 0, res.stderr
     assert {p["action"] for p in json.loads(res.stdout)["placements"]} == {"placed"}
     assert PASSWORD not in res.stdout + res.stderr
+
+
+class _Hostile:
+    """A loopback HTTP server playing a hostile registry: ``hang`` accepts and never
+    answers; ``tags`` answers every tag-list page with 1000 new tags and a next link."""
+
+    def __init__(self, mode: str) -> None:
+        import http.server
+        import socket
+        import threading
+
+        self.stop_event = threading.Event()
+        if mode == "hang":
+            self.sock = socket.socket()
+            self.sock.bind(("127.0.0.1", 0))
+            self.sock.listen(8)
+            self.port = self.sock.getsockname()[1]
+            self.server = None
+            return
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                from urllib.parse import parse_qs, urlsplit
+
+                last = int((parse_qs(urlsplit(self.path).query).get("last") or ["0"])[0])
+                body = json.dumps({"name": "x", "tags": [
+                    f"t{i}" for i in range(last + 1, last + 1001)]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Link", f'</v2/x/tags/list?n=1000&last={last + 1000}>; '
+                                 'rel="next"')
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+        else:
+            self.sock.close()
+
+
+def test_a_registry_that_hangs_is_an_error_in_bounded_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import time
+
+    from vllm_cache_tools.fleet import oci
+
+    monkeypatch.setattr(oci, "TIMEOUT", (1.0, 1.0))
+    server = _Hostile("hang")
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(StoreError, match="did not answer within 1 s"):
+            Store(f"oci://127.0.0.1:{server.port}/x").listing()
+        assert time.monotonic() - t0 < 10
+    finally:
+        server.close()
+
+
+def test_an_endless_tag_list_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_cache_tools.fleet import oci
+
+    monkeypatch.setattr(oci, "MAX_TAGS", 5000)
+    server = _Hostile("tags")
+    try:
+        with pytest.raises(StoreError, match="over 5000 tags"):
+            Store(f"oci://127.0.0.1:{server.port}/x").listing()
+    finally:
+        server.close()
