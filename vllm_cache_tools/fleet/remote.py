@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_cache_tools import __version__, safeio
 from vllm_cache_tools.fleet.errors import BadIndex, FleetError, StoreError
@@ -61,6 +61,9 @@ from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.noatime import open_noatime
 from vllm_cache_tools.redaction import dumps as redacted_dumps
+
+if TYPE_CHECKING:
+    from vllm_cache_tools.fleet.oci import OciFileSystem
 
 STORE_FORMAT = "vllm-cache-store"
 STORE_VERSION = 1
@@ -273,15 +276,17 @@ class Store:
         for t in list(_importing):  # done at most once per scheme; joining again is free
             t.join()
         if scheme == "oci":  # a registry: fleet/oci.py maps the layout onto artifacts
-            from vllm_cache_tools.fleet.oci import OciFileSystem
+            from vllm_cache_tools.fleet.oci import OciFileSystem  # only for oci:// (10 ms)
 
             try:
-                self.fs: Any = OciFileSystem(url, storage_options)
+                self.oci: OciFileSystem | None = OciFileSystem(url, storage_options)
             except ImportError:
                 raise StoreError("oci:// stores need requests: pip install "
                                  "'vllm-cache-tools[oci]'") from None
-            self.base, self.local = self.fs.base, False
+            self.fs: Any = self.oci
+            self.base, self.local = self.oci.base, False
             return
+        self.oci = None
         try:
             from fsspec.core import url_to_fs  # type: ignore[import-untyped]
 
@@ -335,10 +340,9 @@ class Store:
         """An ``oci://`` store whose URL has a ``:TAG``: that tag made an index of these
         entries' artifacts (by digest), so an operator pins a model/version with it. The
         tag, or ``None`` for every other store (nothing written)."""
-        pin = getattr(self.fs, "pin", None)
-        if pin is None:
+        if self.oci is None:
             return None
-        return pin([self._rel(self.index_path(r.layout, r.key)) for r in records])  # type: ignore[no-any-return]
+        return self.oci.pin([self._rel(self.index_path(r.layout, r.key)) for r in records])
 
     # ---- primitives, every failure one line ----
     def _do(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
