@@ -112,7 +112,8 @@ def test_store_urls_refused_in_one_line(keep_run: ScenarioRun, tmp_path: Path) -
     err = _one_line(run_cli("push", key, f"file://{f}/sub", "--root", str(root)))
     assert "a file, not a folder, is in the store's path" in err
     err = _one_line(run_cli("ls", "http://127.0.0.1:1/store"))
-    assert "http:// is not a store vllm-cache can use (s3://, gs:// or file:///path" in err
+    assert ("http:// is not a store vllm-cache can use (s3://, gs://, oci://registry/repo or "
+            "file:///path") in err
     assert "?" not in err.split("error: ", 1)[1]
 
 

@@ -39,7 +39,9 @@ JobsOpt = Annotated[int, typer.Option("--jobs", "-j", help="Parallel transfers."
                                       max=256)]
 StorageOpt = Annotated[list[str] | None, typer.Option(
     "--storage-option", "-o", help="fsspec storage option KEY=VALUE (repeatable), e.g. "
-    "-o anon=true; credentials are better left to AWS_* variables or ~/.aws.")]
+    "-o anon=true; credentials are better left to AWS_* variables or ~/.aws. oci://: "
+    "-o plain_http=true reaches a registry that is not on loopback over plain HTTP "
+    "(credentials then travel in clear).")]
 
 
 __all__ = ["JobsOpt", "JsonOpt", "PythonOpt", "RootOpt", "StorageOpt", "UsageOpt", "byte_bar",

@@ -31,7 +31,8 @@ def prune_remote(
 
     Entries (index objects) pushed longer ago than --older-than go, then the oldest until
     the store fits --max-size; then every blob no remaining entry lists and older than
-    --grace. Without --yes nothing is removed (a dry run).
+    --grace. Without --yes nothing is removed (a dry run). In an oci:// registry the
+    entries' manifests go and the registry's garbage collection reclaims their blobs.
     Exit status: 0 done, 2 usage or store error."""
     from vllm_cache_tools.fleet.remote import parse_storage_options
     from vllm_cache_tools.fleet.remote_ops import prune_store
@@ -61,3 +62,6 @@ def prune_remote(
         f"({human_size(r.bytes_freed)}); {r.kept} entries kept\n")
     for k in r.removed:
         out(f"  {k}\n")
+    if r.url.startswith("oci://"):
+        out("  blobs: a registry cannot list them; its garbage collection reclaims those no "
+            "manifest references any more (distribution: registry garbage-collect)\n")

@@ -22,7 +22,9 @@ from vllm_cache_tools.cli.fleetcommon import (
 def pull(
     ctx: typer.Context,
     url: Annotated[str, typer.Argument(help="The store: s3://bucket/prefix, gs://..., "
-                                       "file:///shared/path.", show_default=False)],
+                                       "file:///shared/path, oci://HOST[:PORT]/REPO[:TAG] (a "
+                                       "registry; with :TAG only the entries that tag pins).",
+                                       show_default=False)],
     root: RootOpt = None,
     if_hit: Annotated[bool, typer.Option(
         "--if-hit", help="Fetch only the entries vLLM's next start here will use (needs the "

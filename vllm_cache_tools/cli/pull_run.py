@@ -78,7 +78,7 @@ def run_pull(url: str, refs: Sequence[str] = (), vllm_args: Sequence[str] = (), 
     exit status."""
     check_usage(usage)
     if not is_url(url):
-        fail(f"{url!r} is not a store URL (s3://..., gs://..., file:///...)")
+        fail(f"{url!r} is not a store URL (s3://..., gs://..., file:///..., oci://...)")
     prefetch_backend(url)  # no-op when already under way; the rest imports beside it
     from vllm_cache_tools.fleet.api import pull as do_pull
     from vllm_cache_tools.fleet.remote import parse_storage_options

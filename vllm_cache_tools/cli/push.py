@@ -1,4 +1,4 @@
-"""``vllm-cache push KEY... URL``: entries to a remote store (s3://, gs://, file://)."""
+"""``vllm-cache push KEY... URL``: entries to a remote store (s3://, gs://, file://, oci://)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ from vllm_cache_tools.units import human_size
 def push(
     args: Annotated[list[str], typer.Argument(
         metavar="KEY... URL", help="Entries (keys, unique prefixes, paths), then the store's "
-        "URL: s3://bucket/prefix, gs://bucket/prefix, file:///shared/path.",
+        "URL: s3://bucket/prefix, gs://bucket/prefix, file:///shared/path, or an OCI "
+        "registry oci://HOST[:PORT]/REPO[:TAG] (:TAG is then an index of what this push "
+        "holds, for pinning).",
         show_default=False)],
     root: RootOpt = None,
     model: Annotated[str | None, typer.Option(
@@ -45,8 +47,10 @@ def push(
     resumes. Each entry's index object is published last, once all its blobs exist: a pull
     never sees half an entry. Linked entries of the same start, manifests and snapshots go
     along, as with pack. Credentials come the standard way (AWS_* variables including
-    AWS_ENDPOINT_URL, ~/.aws) and are never printed. S3 needs the s3 extra:
-    pip install 'vllm-cache-tools[s3]'.
+    AWS_ENDPOINT_URL, ~/.aws; for oci://, REGISTRY_AUTH_FILE or ~/.docker/config.json) and
+    are never printed. S3 needs the s3 extra: pip install 'vllm-cache-tools[s3]' (oci://:
+    [oci]). A registry on a loopback address is reached over plain HTTP, any other over
+    HTTPS unless -o plain_http=true.
     Exit status: 0 pushed (or already there), 1 refused (the store holds another version of
     an entry), 2 usage, store or I/O error."""
     from vllm_cache_tools.fleet.api import push as do_push
@@ -71,10 +75,14 @@ def push(
             out(f"{e.action:<8} {e.layout:<7} {keys[e.key]:<{w}}"
                 + (f"  ({e.detail})" if e.detail else "") + "\n")
         saved = r.logical_bytes - r.bytes_uploaded
+        refused = sum(e.action == "refused" for e in r.entries)
         if r.footprint is not None:
             out(f"{r.url}: {footprint_line(r.footprint)}\n")
         out(f"  as {r.blobs_uploaded + r.blobs_present} distinct blobs (one per content): "
             f"{r.blobs_uploaded} uploaded ({human_size(r.bytes_uploaded)}), "
             f"{r.blobs_present} already there; {human_size(saved)} of "
             f"{human_size(r.logical_bytes)} not sent; {r.seconds:.1f} s\n")
+        if r.pinned:
+            out(f"  tag {r.pinned}: an index of these {len(r.entries) - refused} entries "
+                "(pull it to get exactly them)\n")
     raise typer.Exit(1 if any(e.action == "refused" for e in r.entries) else 0)

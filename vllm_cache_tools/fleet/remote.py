@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_cache_tools import __version__, safeio
 from vllm_cache_tools.fleet.errors import BadIndex, FleetError, StoreError
@@ -61,6 +61,9 @@ from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.noatime import open_noatime
 from vllm_cache_tools.redaction import dumps as redacted_dumps
+
+if TYPE_CHECKING:
+    from vllm_cache_tools.fleet.oci import OciFileSystem
 
 STORE_FORMAT = "vllm-cache-store"
 STORE_VERSION = 1
@@ -147,6 +150,9 @@ def prefetch_backend(url: str) -> None:
 
     def load() -> None:
         try:
+            if scheme == "oci":
+                import requests  # noqa: F401
+                return
             from fsspec.registry import get_filesystem_class  # type: ignore[import-untyped]
 
             get_filesystem_class(scheme)
@@ -181,7 +187,7 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300]
 
 
-SCHEMES = ("file", *BACKENDS)
+SCHEMES = ("file", "oci", *BACKENDS)
 """What a store URL may start with: the layout needs listing and atomic writes, which plain
 http:// has not (it was "http:// stores need ?: pip install ?", or a DNS error)."""
 
@@ -190,9 +196,9 @@ def check_scheme(url: str) -> None:
     """Refuse a URL whose scheme is no store of ours, in one line."""
     scheme = url.split("://", 1)[0].lower()
     if scheme not in SCHEMES:
-        raise StoreError(f"{url}: {scheme}:// is not a store vllm-cache can use (s3://, gs:// "
-                         "or file:///path; an S3-compatible server serves s3:// with "
-                         "AWS_ENDPOINT_URL)")
+        raise StoreError(f"{url}: {scheme}:// is not a store vllm-cache can use (s3://, gs://, "
+                         "oci://registry/repo or file:///path; an S3-compatible server serves "
+                         "s3:// with AWS_ENDPOINT_URL)")
 
 
 def endpoint_of(url: str, storage_options: Mapping[str, Any] | None = None) -> str | None:
@@ -269,6 +275,18 @@ class Store:
         self.endpoint = endpoint_of(url, storage_options)
         for t in list(_importing):  # done at most once per scheme; joining again is free
             t.join()
+        if scheme == "oci":  # a registry: fleet/oci.py maps the layout onto artifacts
+            from vllm_cache_tools.fleet.oci import OciFileSystem  # only for oci:// (10 ms)
+
+            try:
+                self.oci: OciFileSystem | None = OciFileSystem(url, storage_options)
+            except ImportError:
+                raise StoreError("oci:// stores need requests: pip install "
+                                 "'vllm-cache-tools[oci]'") from None
+            self.fs: Any = self.oci
+            self.base, self.local = self.oci.base, False
+            return
+        self.oci = None
         try:
             from fsspec.core import url_to_fs  # type: ignore[import-untyped]
 
@@ -317,6 +335,14 @@ class Store:
 
     def index_path(self, layout: str, key: str) -> str:
         return f"{self.base}/entries/{layout}/{key}.json"
+
+    def pin(self, records: Iterable[EntryRecord]) -> str | None:
+        """An ``oci://`` store whose URL has a ``:TAG``: that tag made an index of these
+        entries' artifacts (by digest), so an operator pins a model/version with it. The
+        tag, or ``None`` for every other store (nothing written)."""
+        if self.oci is None:
+            return None
+        return self.oci.pin([self._rel(self.index_path(r.layout, r.key)) for r in records])
 
     # ---- primitives, every failure one line ----
     def _do(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:

@@ -56,6 +56,9 @@ class PushResult:
     footprint: Footprint | None = None
     """Those entries and snapshots, counted as every verb counts them (blobs are their
     deduplicated contents)."""
+    pinned: str | None = None
+    """``oci://.../REPO:TAG``: the tag now naming an index of the entries pushed (or already
+    there) in this push."""
 
 
 def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
@@ -148,13 +151,15 @@ def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
             store.put_bytes(store.index_path(rec.layout, rec.key),
                             index_bytes(rec, extras, facts, now))
             results.append(PushedEntry(rec.key, rec.layout, "pushed"))
+    pinned = store.pin([records[i] for i in todo]) if todo else None
     order = {(r.layout, r.key): n for n, r in enumerate(sel.records)}
     results.sort(key=lambda r: order[(r.layout, r.key)])
     return PushResult(store.url, tuple(results), len(missing) + len(gone),
                       len(blobs) - len(missing) - len(gone),
                       sum(blobs[s][1].size for s in [*missing, *gone]),
                       _logical_bytes(sel, todo), time.perf_counter() - t0,
-                      footprint([sel.records[i] for i in todo], [x.record for x in sel.extras]))
+                      footprint([sel.records[i] for i in todo], [x.record for x in sel.extras]),
+                      pinned)
 
 
 def _logical_bytes(sel: Selection, todo: Sequence[int]) -> int:
