@@ -33,7 +33,7 @@ from vllm_cache_tools.units import human_age, human_size
 
 _FLAGS = {"--json": "json_out", "--rescan": "rescan", "--by-owner": "by_owner",
           "--wide": "wide", "-w": "wide", "--all-caches": "all_caches"}
-_VALUED = {"--root": "root", "--sort": "sort", "--filter": "filter_expr"}
+_VALUED = {"--root": "root", "--sort": "sort", "--filter": "filter_expr", "--trust": "trust"}
 
 
 def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
@@ -43,6 +43,8 @@ def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
     if plain is None:
         return None
     out = typed(plain.keywords)
+    if out is not None and "trust" in out:
+        out["trust"] = Path(out["trust"])
     return None if out is None else {"refs": plain.positionals or None, **out}
 
 
@@ -58,9 +60,15 @@ def run_argv(args: Sequence[str]) -> bool:
 
 def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out: bool = False,
            sort: str = "last-used", filter_expr: str | None = None, rescan: bool = False,
-           by_owner: bool = False, wide: bool = False, all_caches: bool = False) -> None:
+           by_owner: bool = False, wide: bool = False, all_caches: bool = False,
+           trust: Path | None = None) -> None:
     """``vllm-cache ls`` (see :func:`vllm_cache_tools.cli.ls.ls` for the options)."""
     from vllm_cache_tools.store.filters import parse_filter, sort_entries
+
+    remote = bool(refs and len(refs) == 1 and "://" in refs[0])
+    if trust is not None and not remote:
+        fail("--trust judges the signatures of a store's entries: give its URL (ls URL "
+             "--trust FILE)")
 
     if all_caches:
         if refs or filter_expr or by_owner:
@@ -68,11 +76,11 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
         from vllm_cache_tools.cli.ls_caches import ls_all_caches
 
         return ls_all_caches(root, json_out=json_out, rescan=rescan, wide=wide)
-    if refs and len(refs) == 1 and "://" in refs[0]:  # a remote store (vllm-cache push)
+    if refs and remote:  # a remote store (vllm-cache push)
         from vllm_cache_tools.cli.ls_remote import ls_remote
 
         return ls_remote(refs[0], json_out=json_out, sort=sort, filter_expr=filter_expr,
-                         wide=wide)
+                         wide=wide, trust=trust)
     pred = parse_filter(filter_expr) if filter_expr else None
     sort_entries([], sort)
     progress = DelayedProgress(enabled=not json_out)
