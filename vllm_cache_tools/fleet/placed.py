@@ -21,6 +21,7 @@ from vllm_cache_tools import safeio
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, STATE_DIRNAME
 from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.redaction import dumps as redacted_dumps
+from vllm_cache_tools.units import iso
 
 PLACED_DIRNAME = "placed"
 MAX_RECORD_BYTES = 1 << 20
@@ -48,7 +49,7 @@ def record_placements(vllm_root: Path, placed: Sequence[tuple[str, str]], *, sou
         now = time.time()
         for layout, key in placed:
             doc = {"format": FORMAT, "layout": layout, "key": key, "source": source,
-                   "placed_at": round(now, 3), "signature": dict(signature or {}) or None,
+                   "placed_at": iso(now), "signature": dict(signature or {}) or None,
                    "provenance": dict(provenance.get(key) or {}) or None}
             try:
                 safeio.replace_at(dfd, record_name(layout, key),

@@ -95,12 +95,16 @@ def provenance(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
     return dict(redact_value(None, doc))
 
 
+def _one(v: Any) -> str:
+    return "/".join(map(str, v)) if isinstance(v, list) else str(v)
+
+
 def provenance_line(p: Mapping[str, Any]) -> str:
     """One line for a person: ``user@host at TIME, vLLM X / torch Y, <device>, <tool>``."""
     v = p.get("versions") if isinstance(p.get("versions"), dict) else {}
     hw = p.get("hardware") if isinstance(p.get("hardware"), dict) else {}
     parts = [f"{p.get('user') or '?'}@{p.get('host') or '?'} at {p.get('time') or '?'}"]
-    vs = ", ".join(f"{k} {v[k]}" for k in ("vllm", "torch", "triton", "cuda")
+    vs = ", ".join(f"{k} {_one(v[k])}" for k in ("vllm", "torch", "triton", "cuda")
                    if isinstance(v, dict) and v.get(k))
     if vs:
         parts.append(vs)
