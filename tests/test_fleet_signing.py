@@ -23,8 +23,8 @@ from tests.fleet_support import moto as moto
 from tests.fleet_support import s3 as s3
 from vllm_cache_tools.fleet.allowed_signers import decide, parse
 from vllm_cache_tools.fleet.records import MANIFEST_NAME
-from vllm_cache_tools.fleet.sshsig import NAMESPACE, parse as parse_sig
-from vllm_cache_tools.fleet.sshsig import public_key_from_blob
+from vllm_cache_tools.fleet.sshsig import NAMESPACE, public_key_from_blob
+from vllm_cache_tools.fleet.sshsig import parse as parse_sig
 from vllm_cache_tools.fleet.trust import BUNDLE_SIG_NAME
 
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
@@ -195,7 +195,9 @@ def test_every_lie_is_refused_and_nothing_placed(work: dict[str, Path], keys: di
     seen = 0
     for case, bundle, policy, says in _refusals(work, keys, tmp_path):
         root = tmp_path / f"pod{seen}"
-        for args in (["unpack", str(bundle)], ["unpack", str(bundle), "--check"]):
+        # --check says the same (once: each CLI start costs ~0.5 s)
+        for args in (["unpack", str(bundle)], *([["unpack", str(bundle), "--check"]]
+                                                 if seen == 0 else [])):
             r = run_cli(*args, "--root", str(root), "--trust", str(policy))
             assert r.returncode == 1, (case, r.stdout, r.stderr)
             assert r.stderr.count("\n") == 1 and says in r.stderr, (case, r.stderr)
@@ -249,6 +251,9 @@ def test_policy_cases_agree_with_ssh_keygen(work: dict[str, Path], keys: dict[st
 
 def test_bad_policies_and_keys_are_one_line_exit_2(work: dict[str, Path], tmp_path: Path
                                                    ) -> None:
+    from vllm_cache_tools.fleet.errors import FleetError
+    from vllm_cache_tools.fleet.trust import load_policy, load_signing_key
+
     root = tmp_path / "pod"
     bad = tmp_path / "bad"
     for text, says in (("alice@x ssh-ed25519 not-base64!!\n", "bad:1: bad base64 key"),
@@ -257,8 +262,12 @@ def test_bad_policies_and_keys_are_one_line_exit_2(work: dict[str, Path], tmp_pa
                        ('\n\nalice@x nosuch="x" ssh-ed25519 AAAA\n',
                         "bad:3: unknown signature option")):
         bad.write_text(text)
-        r = run_cli("unpack", str(work["signed"]), "--root", str(root), "--trust", str(bad))
-        assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.stderr
+        with pytest.raises(FleetError, match=says) as exc:
+            load_policy(bad)
+        assert exc.value.exit_code == 2 and "\n" not in str(exc.value)
+    r = run_cli("unpack", str(work["signed"]), "--root", str(root), "--trust", str(bad))
+    assert r.returncode == 2 and "bad:3: unknown signature option" in r.stderr
+    assert r.stderr.count("\n") == 1 and not root.exists()
     r = run_cli("unpack", str(work["signed"]), "--root", str(root), "--require-signature",
                 env={"VLLM_CACHE_TOOLS_TRUST": ""})
     assert r.returncode == 2 and "--require-signature: no trust policy" in r.stderr
@@ -271,11 +280,14 @@ def test_bad_policies_and_keys_are_one_line_exit_2(work: dict[str, Path], tmp_pa
     for key, says in ((locked, "protected by a passphrase"), (rsa, "ed25519 keys only"),
                       (tmp_path / "nokey", "cannot read signing key"),
                       (Path(f"{rsa}.pub"), "not an OpenSSH private key")):
-        out = tmp_path / "b.tar.zst"
-        r = run_cli("pack", "--root", str(work["src"]), "28fd", "-o", str(out), "--sign",
-                    str(key))
-        assert r.returncode == 2 and says in r.stderr and r.stderr.count("\n") == 1, r.stderr
-        assert not out.exists()
+        with pytest.raises(FleetError, match=says) as exc:
+            load_signing_key(key)
+        assert exc.value.exit_code == 2 and "\n" not in str(exc.value)
+    out = tmp_path / "b.tar.zst"
+    r = run_cli("pack", "--root", str(work["src"]), "28fd", "-o", str(out), "--sign",
+                str(locked))
+    assert r.returncode == 2 and "passphrase" in r.stderr and r.stderr.count("\n") == 1
+    assert not out.exists()
 
 
 @pytest.fixture(params=["file", "s3"])
@@ -325,6 +337,8 @@ def test_signed_store_entries(work: dict[str, Path], keys: dict[str, Path], stor
     assert f"placed from        {store.url}" in shown.stdout, shown.stdout
     assert "trusted: alice@example.com" in shown.stdout
 
+    if not store_url.startswith("file://"):
+        return  # what follows reads and writes the same Store objects on both kinds
     # One byte of the index object's provenance changed: refused, nothing placed.
     doc2 = json.loads(raw)
     doc2["provenance"]["host"] = doc2["provenance"]["host"][:-1] + "X"

@@ -53,9 +53,9 @@ def pack(
     Python versions, the hardware and the traced files' paths. The same entries give the
     same bytes (sorted members, fixed times and owners), unless signed: --sign KEYFILE adds
     the provenance to the manifest and its SSHSIG signature as the second member (unpack
-    --trust checks it; so does ssh-keygen -Y verify -n vllm-cache). Entries that are partial, corrupt or
-    unreadable are refused (exit 1). An existing -o FILE (or a symlink there) is refused
-    without --force.
+    --trust checks it; so does ssh-keygen -Y verify -n vllm-cache). Entries that are
+    partial, corrupt or unreadable are refused (exit 1). An existing -o FILE (or a symlink
+    there) is refused without --force.
     Exit status: 0 packed, 1 refused, 2 usage or I/O error."""
     import sys
 

@@ -86,7 +86,6 @@ def run_pull(url: str, refs: Sequence[str] = (), vllm_args: Sequence[str] = (), 
     prefetch_backend(url)  # no-op when already under way; the rest imports beside it
     from vllm_cache_tools.fleet.api import pull as do_pull
     from vllm_cache_tools.fleet.remote import parse_storage_options
-
     from vllm_cache_tools.fleet.trust import resolve_policy
 
     opts = run(lambda: parse_storage_options(storage_option or []))

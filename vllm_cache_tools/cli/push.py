@@ -47,8 +47,8 @@ def push(
     resumes. Each entry's index object is published last, once all its blobs exist: a pull
     never sees half an entry. Every index object carries the entry's provenance; --sign
     KEYFILE signs it (the signature is the object <index>.json.sig beside it, written first;
-    an entry already there is signed too). Linked entries of the same start, manifests and snapshots go
-    along, as with pack. Credentials come the standard way (AWS_* variables including
+    an entry already there is signed too). Linked entries of the same start, manifests and
+    snapshots go along, as with pack. Credentials come the standard way (AWS_* variables including
     AWS_ENDPOINT_URL, ~/.aws) and are never printed. S3 needs the s3 extra:
     pip install 'vllm-cache-tools[s3]'.
     Exit status: 0 pushed (or already there), 1 refused (the store holds another version of

@@ -17,11 +17,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from vllm_cache_tools import __version__
 from vllm_cache_tools.fleet.records import EntryRecord
 from vllm_cache_tools.layout import is_manifest_name
 from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.redaction import redact_argv, redact_value
-from vllm_cache_tools import __version__
 
 MAX_RECORDER_MANIFEST = 8 << 20
 
@@ -77,7 +77,8 @@ def provenance(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
                manifests: Sequence[Mapping[str, Any]] = (), now: float | None = None
                ) -> dict[str, Any]:
     """The provenance document (JSON-ready, redacted)."""
-    cpu = packed_on.get("cpu") if isinstance(packed_on.get("cpu"), dict) else {}
+    got = packed_on.get("cpu")
+    cpu: Mapping[str, Any] = got if isinstance(got, dict) else {}
     devices = sorted({d for r in records if (d := r.hardware.get("device_type"))})
     gpus = sorted({g for r in records if (g := r.hardware.get("gpu_name"))}) or list(
         packed_on.get("gpus") or [])

@@ -46,7 +46,7 @@ class PublicKey:
 
     @property
     def raw(self) -> bytes:
-        t, rest = _string(self.blob, 0)
+        _type, rest = _string(self.blob, 0)
         k, _ = _string(self.blob, rest)
         return k
 
