@@ -267,7 +267,8 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
                                        vllm_version=check.vllm_version)
                 placed = place_entries(st, m.entries, m.extras, proofs=proofs, force=force)
                 kept[0] = True
-                _record(croot.vllm_root, placed, f"bundle {path.resolve()}", signature[0],
+                shown = "<stdin>" if str(path) == "/dev/stdin" else str(path.resolve())
+                _record(croot.vllm_root, placed, f"bundle {shown}", signature[0],
                         {e.key: m.provenance for e in m.entries})
         except OSError as exc:
             for c in checking:
