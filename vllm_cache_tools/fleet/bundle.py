@@ -1,7 +1,9 @@
 """Bundles: one start's cache (or any selection) in one deterministic ``.tar.zst``.
 
 Layout: the first member is the manifest (:data:`.records.MANIFEST_NAME`, JSON, sorted keys),
-then every file of every entry at its path relative to the vLLM root, sorted, then the
+in a signed bundle (``pack --sign``) its SSHSIG signature second
+(:data:`.trust.BUNDLE_SIG_NAME`; the manifest then carries the provenance), then every file of
+every entry at its path relative to the vLLM root, sorted, then the
 recorder's source snapshots. Members are regular files only, with mtime 0, uid/gid 0, no
 owner names and mode 0644 (0755 when executable), with ustar headers (pax where a name does
 not fit); zstd frames carry their checksum. So the same entries give the same bytes (image

@@ -8,6 +8,9 @@ Layout under the URL::
                                           file shared by entries, ranks and pushes
     entries/<layout>/<key>.json           one index object per entry: its record (the bundle
                                           manifest's element) and the snapshots it names
+    entries/<layout>/<key>.json.sig       its SSHSIG signature when pushed with --sign
+                                          (:mod:`.trust`; not ``.json``: never listed as an
+                                          index)
 
 Why it is safe with concurrent pushers and resumable: a blob's name is its content's sha256,
 so two pushers write the same bytes to the same name (an object store's PUT is atomic; on a

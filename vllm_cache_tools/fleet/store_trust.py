@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from vllm_cache_tools import safeio
 from vllm_cache_tools.fleet.errors import StoreError
-from vllm_cache_tools.fleet.remote import DEFAULT_WORKERS, Store, StoreEntry
+from vllm_cache_tools.fleet.remote import DEFAULT_WORKERS, Store, StoreEntry, store_error
 from vllm_cache_tools.fleet.sshsig import MAX_SIGNATURE_BYTES
 from vllm_cache_tools.fleet.trust import SignatureCheck, TrustPolicy, check, sig_path
 
@@ -21,8 +21,16 @@ def read_signature(store: Store, entry: StoreEntry) -> bytes | None:
     (one over :data:`MAX_SIGNATURE_BYTES` is read as that many bytes and fails to parse)."""
     path = sig_path(store.index_path(entry.record.layout, entry.record.key))
     if not store.local:
-        data = store.cat_if_exists(path)
-        return None if data is None else data[:MAX_SIGNATURE_BYTES + 1]
+        fs = getattr(store, "fs", None)
+        if fs is None:  # a store without fsspec underneath: its own capped-less read
+            data = store.cat_if_exists(path)
+            return None if data is None else data[:MAX_SIGNATURE_BYTES + 1]
+        try:  # a ranged read: a store serving a huge object costs 16 KiB, not its size
+            return bytes(fs.cat_file(path, start=0, end=MAX_SIGNATURE_BYTES + 1))
+        except FileNotFoundError:
+            return None
+        except Exception as exc:
+            raise store_error(exc, store.url, "reading a signature", store.endpoint) from None
     rel = path[len(store.base) + 1:]
     parent, _, name = rel.rpartition("/")
     try:
