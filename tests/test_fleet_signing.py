@@ -135,6 +135,12 @@ def test_our_signature_is_verified_by_ssh_keygen_and_places_with_provenance(
     doc = json.loads(run_cli("show", "28fd", "--root", str(root), "--json").stdout)
     assert doc["placed"]["signature"]["signer"] == "alice@example.com"
     assert doc["placed"]["provenance"]["host"] == prov["host"]
+    listed = run_cli("ls", "--root", str(root))
+    assert "placed from bundle " in listed.stderr and "(signed by alice@example.com)" in \
+        listed.stderr, listed.stderr
+    placed = json.loads(run_cli("ls", "--root", str(root), "--json").stdout)["placed"]
+    assert placed["28fd362d4e"] == {"source": f"bundle {work['signed'].resolve()}",
+                                    "signer": "alice@example.com", "signature": "trusted"}
 
 
 def test_a_signature_made_by_ssh_keygen_is_accepted(work: dict[str, Path], keys: dict[str, Path],

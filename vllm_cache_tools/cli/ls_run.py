@@ -120,16 +120,27 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
     from vllm_cache_tools.views.filesystem import filesystem_json
 
     fs = filesystem_of(info.root)
+    from vllm_cache_tools.fleet.placed import placed_by_key
+
+    placed = placed_by_key(info.root / "torch_compile_cache",
+                           [(e.layout, e.key) for e in entries])
     if json_out:
         from vllm_cache_tools.views.payloads import ls_report
 
         _print_listing({**ls_report(info, entries, summaries=False),
-                        "filesystem": filesystem_json(fs)}, entries)
+                        "filesystem": filesystem_json(fs), "placed": placed}, entries)
         return
     from vllm_cache_tools.cli.render import print_table, shown_keys
 
     for note in fs.notes:  # a shared filesystem, or atime not kept: stderr, like problems
         warn(f"note: {note}")
+    if placed:  # who vouched for entries that came from a bundle or a store
+        keys_shown = shown_keys(e.key for e in info.entries)
+        for (source, signer, status), ks in _group_placed(placed).items():
+            who = f"signed by {signer}" if signer else f"signature {status}"
+            warn(f"note: placed from {source} ({who}): "
+                 + ", ".join(keys_shown.get(k, k) for k in ks)
+                 + " (vllm-cache show KEY: provenance)")
     out = write_out
     if not info.entries:
         out(f"No compile-cache entries under {display_path(info.root)} "
@@ -143,6 +154,15 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
     out(f"\n{shown} entries, {human_size(total)} total "
         f"({human_size(sum(e.disk_bytes for e in entries))} on disk), "
         f"{sum(e.stats.files for e in entries)} files\n")
+
+
+def _group_placed(placed: dict[str, dict[str, Any]]
+                  ) -> dict[tuple[str, str | None, str], list[str]]:
+    groups: dict[tuple[str, str | None, str], list[str]] = {}
+    for k, p in placed.items():
+        groups.setdefault((str(p.get("source")), p.get("signer"), str(p.get("signature"))),
+                          []).append(k)
+    return groups
 
 
 def _print_listing(head: dict[str, Any], entries: Sequence[Entry]) -> None:

@@ -78,6 +78,37 @@ def read_placement(compile_cache: Path, layout: str, key: str) -> dict[str, Any]
     return data
 
 
+MAX_LISTED = 100_000
+"""Records ``ls`` reads at most (one small file per entry placed)."""
+
+
+def placed_by_key(compile_cache: Path, keys: Sequence[tuple[str, str]]
+                  ) -> dict[str, dict[str, Any]]:
+    """For ``ls``: ``key -> {"source", "signer", "signature"}`` of the listed
+    ``(layout, key)`` entries that unpack / pull placed (one listing of the records' folder;
+    only the listed entries' records are read)."""
+    try:
+        dfd = safeio.open_dirs(compile_cache, [STATE_DIRNAME, PLACED_DIRNAME])
+    except OSError:
+        return {}
+    try:
+        names = set(os.listdir(dfd)[:MAX_LISTED])
+    finally:
+        os.close(dfd)
+    out: dict[str, dict[str, Any]] = {}
+    for layout, key in keys:
+        if record_name(layout, key) not in names:
+            continue
+        rec = read_placement(compile_cache, layout, key)
+        if rec is None:
+            continue
+        got = rec.get("signature")
+        sig: dict[str, Any] = got if isinstance(got, dict) else {}
+        out[key] = {"source": rec.get("source"), "signer": sig.get("signer"),
+                    "signature": sig.get("status") or "not checked"}
+    return out
+
+
 def signature_json(check: Any) -> dict[str, Any] | None:
     """A :class:`.trust.SignatureCheck` as JSON (``None`` for none)."""
     if check is None:
@@ -86,4 +117,5 @@ def signature_json(check: Any) -> dict[str, Any] | None:
             "reason": check.reason or None}
 
 
-__all__ = ["PLACED_DIRNAME", "read_placement", "record_placements", "signature_json"]
+__all__ = ["PLACED_DIRNAME", "placed_by_key", "read_placement", "record_placements",
+           "signature_json"]
