@@ -71,7 +71,14 @@ def test_bundle_through_s3_is_loaded_by_a_real_start_without_compiling(
     src = real_compile.before(1)
     keys = sorted(k for _, k in _entries(src))
     bundle = tmp_path / "start.tar.zst"
-    res = run_cli("pack", "--root", str(src), *keys, "-o", str(bundle))
+    # Signed by the CI's key (issue 28): every step below checks the signature.
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp_path / "ci")],
+                   check=True)
+    trusted = tmp_path / "allowed_signers"
+    trusted.write_text("ci@example.com namespaces=\"vllm-cache\" "
+                       + " ".join((tmp_path / "ci.pub").read_text().split()[:2]) + "\n")
+    res = run_cli("pack", "--root", str(src), *keys, "-o", str(bundle), "--sign",
+                  str(tmp_path / "ci"))
     assert res.returncode == 0, res.stderr
 
     # Other tests' starts edit the traced llama.py while they hold the model lock: the
@@ -82,21 +89,38 @@ def test_bundle_through_s3_is_loaded_by_a_real_start_without_compiling(
         a = tmp_path / "ci-root"
         env_a = {**start_env(a, start), **_aws()}
         res = run_cli("unpack", str(bundle), "--root", str(a), "--python", str(venv_python()),
-                      "--usage", "llm", "--json", "--", *args, env=env_a, inherit=False)
+                      "--usage", "llm", "--json", "--trust", str(trusted), "--", *args,
+                      env=env_a, inherit=False)
         assert res.returncode == 0, (res.stdout[-2000:], res.stderr)
         doc = json.loads(res.stdout)
         assert doc["check"]["verdict"] == "hit", doc["check"]
+        assert doc["signature"]["signer"] == "ci@example.com"
         assert {p["action"] for p in doc["placements"]} == {"placed"}
 
         url = f"{s3}/caches"
-        res = run_cli("push", "--root", str(a), *keys, url, env=env_a, inherit=False)
+        res = run_cli("push", "--root", str(a), *keys, url, "--sign", str(tmp_path / "ci"),
+                      env=env_a, inherit=False)
         assert res.returncode == 0, res.stderr
 
         # A pod: pull --if-hit into an empty root, then vLLM starts on it.
         b = tmp_path / "pod-root"
         env_b = {**start_env(b, start), **_aws()}
         pull = ["pull", url, "--root", str(b), "--if-hit", "--python", str(venv_python()),
-                "--usage", "llm", "--json", "--", *args]
+                "--usage", "llm", "--json", "--require-signature", "--trust", str(trusted),
+                "--", *args]
+        # A policy that does not list the CI's key: refused, nothing placed.
+        other = tmp_path / "other_signers"
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f",
+                        str(tmp_path / "other")], check=True)
+        other.write_text("ops@example.com " + " ".join(
+            (tmp_path / "other.pub").read_text().split()[:2]) + "\n")
+        res = run_cli(*[str(other) if x == str(trusted) else x for x in pull], env=env_b,
+                      inherit=False)
+        assert res.returncode == 1, (res.stdout[-2000:], res.stderr)
+        assert {p["action"] for p in json.loads(res.stdout)["placements"]} == {"refused"}
+        cc_b = b / "torch_compile_cache"
+        assert not cc_b.exists() or not [p for p in cc_b.iterdir()
+                                         if not p.name.startswith(".")]
         t0 = time.perf_counter()
         res = run_cli(*pull[:4], "--check", *pull[4:], env=env_b, inherit=False)
         decision_s = time.perf_counter() - t0
@@ -107,6 +131,7 @@ def test_bundle_through_s3_is_loaded_by_a_real_start_without_compiling(
         aot_key = next(k for layout, k in _entries(src) if layout == "aot")
         assert pulled["check"]["predicted"]["aot"] == aot_key
         assert {p["key"] for p in pulled["placements"] if p["action"] == "placed"} >= {aot_key}
+        assert {v["status"] for v in pulled["signatures"].values()} == {"trusted"}
         print(f"pull --if-hit --check decision: {decision_s:.2f} s (CLI process included)")
 
     (tmp_path / "pod-log").mkdir()

@@ -20,6 +20,7 @@ from vllm_cache_tools.cli.fleetout import (
     refuse,
     render_check,
     render_placements,
+    render_signature,
     run,
 )
 
@@ -42,8 +43,24 @@ StorageOpt = Annotated[list[str] | None, typer.Option(
     "-o anon=true; credentials are better left to AWS_* variables or ~/.aws. oci://: "
     "-o plain_http=true reaches a registry that is not on loopback over plain HTTP "
     "(credentials then travel in clear).")]
+SignOpt = Annotated[Path | None, typer.Option(
+    "--sign", metavar="KEYFILE", help="Sign with this OpenSSH ed25519 private key (ssh-keygen "
+    "-t ed25519, no passphrase): SSHSIG signatures in the namespace vllm-cache, which "
+    "ssh-keygen -Y verify checks too; the signed part carries the provenance (host, user, "
+    "time, versions, hardware, redacted serve arguments, tool version).",
+    show_default=False, readable=False, resolve_path=False)]
+TrustOpt = Annotated[Path | None, typer.Option(
+    "--trust", metavar="ALLOWED_SIGNERS", help="Trust policy: an OpenSSH allowed_signers file "
+    "(principals [options] ssh-ed25519 KEY; namespaces=, valid-after=, valid-before=); "
+    "default $VLLM_CACHE_TOOLS_TRUST. With one, unsigned, untrusted, expired or tampered "
+    "entries are refused (exit 1) and nothing of them placed.",
+    show_default=False, readable=False, resolve_path=False)]
+RequireSigOpt = Annotated[bool, typer.Option(
+    "--require-signature", help="Refuse to run without a trust policy (--trust or "
+    "$VLLM_CACHE_TOOLS_TRUST): exit 2.")]
 
 
-__all__ = ["JobsOpt", "JsonOpt", "PythonOpt", "RootOpt", "StorageOpt", "UsageOpt", "byte_bar",
+__all__ = ["JobsOpt", "JsonOpt", "PythonOpt", "RequireSigOpt", "RootOpt", "SignOpt",
+           "StorageOpt", "TrustOpt", "UsageOpt", "byte_bar",
            "check_usage", "entries_line", "footprint_line", "out", "passthrough", "refuse",
-           "render_check", "render_placements", "run"]
+           "render_check", "render_placements", "render_signature", "run"]

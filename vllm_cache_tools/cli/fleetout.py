@@ -103,6 +103,26 @@ def render_placements(placements: Sequence[Any]) -> str:
                    for p in placements)
 
 
+def render_signature(sig: Any, provenance: Any = None) -> str:
+    """The signature line (and the provenance line when the signed part has one)."""
+    lines = []
+    if sig is not None:
+        if sig.status == "trusted":
+            lines.append(f"signature: trusted, signed by {sig.signer} (key {sig.fingerprint})")
+        elif sig.status == "unchecked":
+            lines.append(f"signature: by key {sig.fingerprint}, not checked (no trust policy: "
+                         "--trust ALLOWED_SIGNERS)")
+        elif sig.status == "unsigned":
+            lines.append("signature: none")
+        else:
+            lines.append(f"signature: {sig.reason}")
+    if provenance:
+        from vllm_cache_tools.fleet.provenance import provenance_line
+
+        lines.append(f"provenance: {provenance_line(provenance)}")
+    return "".join(x + "\n" for x in lines)
+
+
 def footprint_line(fp: Footprint) -> str:
     """What a set of entries holds, in the words and order ``ls`` uses for entries (file
     sizes, not disk use), with the recorder snapshots that go along apart: the same numbers
@@ -128,4 +148,4 @@ def refuse(message: str) -> NoReturn:
 
 
 __all__ = ["byte_bar", "check_usage", "entries_line", "footprint_line", "out", "passthrough",
-           "refuse", "render_check", "render_placements", "run"]
+           "refuse", "render_check", "render_placements", "render_signature", "run"]

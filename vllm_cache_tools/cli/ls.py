@@ -49,6 +49,11 @@ def ls(
         "Inductor, Triton, FlashInfer, DeepGEMM, CUDA's ComputeCache and vLLM's other "
         "folders, each where its owner puts it (env var, else default), with size, files, "
         "age, last use, owner, and the parts of those we understand.")] = False,
+    trust: Annotated[Path | None, typer.Option(
+        "--trust", metavar="ALLOWED_SIGNERS", help="ls URL only: judge each entry's "
+        "signature by this OpenSSH allowed_signers file (default $VLLM_CACHE_TOOLS_TRUST) and "
+        "show its signer, or why it would be refused, in a SIGNER column.",
+        show_default=False, readable=False, resolve_path=False)] = None,
 ) -> None:
     """List the compile-cache entries under a vLLM cache root.
 
@@ -60,7 +65,7 @@ def ls(
     The first listing of a root walks every file; later ones re-read only entries whose
     folders or key files changed (an index in the user cache dir; --rescan skips it)."""
     run_ls(refs, root, json_out=json_out, sort=sort, filter_expr=filter_expr, rescan=rescan,
-           by_owner=by_owner, wide=wide, all_caches=all_caches)
+           by_owner=by_owner, wide=wide, all_caches=all_caches, trust=trust)
 
 
 LS_COLUMNS = ls_columns()

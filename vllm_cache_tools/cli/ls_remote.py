@@ -31,7 +31,7 @@ def _entry(e: object) -> Entry:
 
 
 def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
-              wide: bool) -> None:
+              wide: bool, trust: Path | None = None) -> None:
     from vllm_cache_tools.cli.ls_run import _row, ls_columns
     from vllm_cache_tools.cli.render import print_table, shown_keys
     from vllm_cache_tools.fleet.remote import Store
@@ -46,6 +46,14 @@ def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
     for w in problems:
         warn(w)
     by_key = {(e.record.layout, e.record.key): e for e in found}
+    from vllm_cache_tools.fleet.trust import resolve_policy
+
+    policy = run(lambda: resolve_policy(trust))
+    judged = None
+    if policy is not None:
+        from vllm_cache_tools.fleet.store_trust import judge_entries
+
+        judged = run(lambda: judge_entries(store, found, policy))
     allv = [_entry(e) for e in found]
     entries = sort_entries([e for e in allv if pred is None or pred(e)], sort)
     if json_out:
@@ -56,6 +64,11 @@ def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
                 if hasattr(store.fs, "unstrip_protocol") else row["path"]
             row["last_used_source"] = "pushed"
             row["entry_path"] = by_key[(e.layout, e.key)].record.path
+            row["provenance"] = dict(by_key[(e.layout, e.key)].provenance) or None
+            if judged is not None:
+                from vllm_cache_tools.fleet.placed import signature_json
+
+                row["signature"] = signature_json(judged[(e.layout, e.key)])
             rows.append(row)
         listed = totals(entries)
         print_json(with_schema("ls", {
@@ -69,11 +82,19 @@ def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
         return
     keys = shown_keys(e.key for e in allv)
     rows2 = []
+    columns = ls_columns()
+    if judged is not None:
+        from vllm_cache_tools.cli.render import Column
+
+        columns = (*columns, Column("SIGNER", shrink_to=40))
     for e in entries:
         cells = _row(e, keys)
         cells[6] = f"{human_age(e.last_used)} (pushed)"
+        if judged is not None:
+            j = judged[(e.layout, e.key)]
+            cells.append(j.signer or "-" if j.trusted else f"REFUSED: {j.reason}")
         rows2.append(cells)
-    print_table(store.url, ls_columns(), rows2, wide=wide)
+    print_table(store.url, columns, rows2, wide=wide)
     listed = totals(entries)
     shown = f"{len(entries)} of {len(allv)}" if pred else str(len(entries))
     write(f"\n{shown} entries, {human_size(listed['size_bytes'])} total, {listed['files']} files "

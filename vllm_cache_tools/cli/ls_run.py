@@ -33,7 +33,7 @@ from vllm_cache_tools.units import human_age, human_size
 
 _FLAGS = {"--json": "json_out", "--rescan": "rescan", "--by-owner": "by_owner",
           "--wide": "wide", "-w": "wide", "--all-caches": "all_caches"}
-_VALUED = {"--root": "root", "--sort": "sort", "--filter": "filter_expr"}
+_VALUED = {"--root": "root", "--sort": "sort", "--filter": "filter_expr", "--trust": "trust"}
 
 
 def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
@@ -43,6 +43,8 @@ def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
     if plain is None:
         return None
     out = typed(plain.keywords)
+    if out is not None and "trust" in out:
+        out["trust"] = Path(out["trust"])
     return None if out is None else {"refs": plain.positionals or None, **out}
 
 
@@ -58,9 +60,15 @@ def run_argv(args: Sequence[str]) -> bool:
 
 def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out: bool = False,
            sort: str = "last-used", filter_expr: str | None = None, rescan: bool = False,
-           by_owner: bool = False, wide: bool = False, all_caches: bool = False) -> None:
+           by_owner: bool = False, wide: bool = False, all_caches: bool = False,
+           trust: Path | None = None) -> None:
     """``vllm-cache ls`` (see :func:`vllm_cache_tools.cli.ls.ls` for the options)."""
     from vllm_cache_tools.store.filters import parse_filter, sort_entries
+
+    remote = bool(refs and len(refs) == 1 and "://" in refs[0])
+    if trust is not None and not remote:
+        fail("--trust judges the signatures of a store's entries: give its URL (ls URL "
+             "--trust FILE)")
 
     if all_caches:
         if refs or filter_expr or by_owner:
@@ -68,11 +76,11 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
         from vllm_cache_tools.cli.ls_caches import ls_all_caches
 
         return ls_all_caches(root, json_out=json_out, rescan=rescan, wide=wide)
-    if refs and len(refs) == 1 and "://" in refs[0]:  # a remote store (vllm-cache push)
+    if refs and remote:  # a remote store (vllm-cache push)
         from vllm_cache_tools.cli.ls_remote import ls_remote
 
         return ls_remote(refs[0], json_out=json_out, sort=sort, filter_expr=filter_expr,
-                         wide=wide)
+                         wide=wide, trust=trust)
     pred = parse_filter(filter_expr) if filter_expr else None
     sort_entries([], sort)
     progress = DelayedProgress(enabled=not json_out)
@@ -112,16 +120,27 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
     from vllm_cache_tools.views.filesystem import filesystem_json
 
     fs = filesystem_of(info.root)
+    from vllm_cache_tools.fleet.placed import placed_by_key
+
+    placed = placed_by_key(info.root / "torch_compile_cache",
+                           [(e.layout, e.key) for e in entries])
     if json_out:
         from vllm_cache_tools.views.payloads import ls_report
 
         _print_listing({**ls_report(info, entries, summaries=False),
-                        "filesystem": filesystem_json(fs)}, entries)
+                        "filesystem": filesystem_json(fs), "placed": placed}, entries)
         return
     from vllm_cache_tools.cli.render import print_table, shown_keys
 
     for note in fs.notes:  # a shared filesystem, or atime not kept: stderr, like problems
         warn(f"note: {note}")
+    if placed:  # who vouched for entries that came from a bundle or a store
+        keys_shown = shown_keys(e.key for e in info.entries)
+        for (source, signer, status), ks in _group_placed(placed).items():
+            who = f"signed by {signer}" if signer else f"signature {status}"
+            warn(f"note: placed from {source} ({who}): "
+                 + ", ".join(keys_shown.get(k, k) for k in ks)
+                 + " (vllm-cache show KEY: provenance)")
     out = write_out
     if not info.entries:
         out(f"No compile-cache entries under {display_path(info.root)} "
@@ -135,6 +154,15 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
     out(f"\n{shown} entries, {human_size(total)} total "
         f"({human_size(sum(e.disk_bytes for e in entries))} on disk), "
         f"{sum(e.stats.files for e in entries)} files\n")
+
+
+def _group_placed(placed: dict[str, dict[str, Any]]
+                  ) -> dict[tuple[str, str | None, str], list[str]]:
+    groups: dict[tuple[str, str | None, str], list[str]] = {}
+    for k, p in placed.items():
+        groups.setdefault((str(p.get("source")), p.get("signer"), str(p.get("signature"))),
+                          []).append(k)
+    return groups
 
 
 def _print_listing(head: dict[str, Any], entries: Sequence[Entry]) -> None:

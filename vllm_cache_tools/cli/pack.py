@@ -8,7 +8,14 @@ from typing import Annotated
 import typer
 
 from vllm_cache_tools.cli.common import print_json
-from vllm_cache_tools.cli.fleetcommon import JsonOpt, byte_bar, footprint_line, out, run
+from vllm_cache_tools.cli.fleetcommon import (
+    JsonOpt,
+    SignOpt,
+    byte_bar,
+    footprint_line,
+    out,
+    run,
+)
 from vllm_cache_tools.cli.ls import RootOpt
 from vllm_cache_tools.units import human_size
 
@@ -34,6 +41,7 @@ def pack(
     force: Annotated[bool, typer.Option(
         "--force", help="Replace an existing -o FILE (it is replaced as a name, never "
         "written through).")] = False,
+    sign: SignOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Pack entries into one .tar.zst bundle.
@@ -43,9 +51,11 @@ def pack(
     prefix, and the recorder's manifests and source snapshots when present. A manifest
     inside lists every file's size and sha256, the key parts, the vLLM / torch / Triton /
     Python versions, the hardware and the traced files' paths. The same entries give the
-    same bytes (sorted members, fixed times and owners). Entries that are partial, corrupt or
-    unreadable are refused (exit 1). An existing -o FILE (or a symlink there) is refused
-    without --force.
+    same bytes (sorted members, fixed times and owners), unless signed: --sign KEYFILE adds
+    the provenance to the manifest and its SSHSIG signature as the second member (unpack
+    --trust checks it; so does ssh-keygen -Y verify -n vllm-cache). Entries that are
+    partial, corrupt or unreadable are refused (exit 1). An existing -o FILE (or a symlink
+    there) is refused without --force.
     Exit status: 0 packed, 1 refused, 2 usage or I/O error."""
     import sys
 
@@ -60,7 +70,7 @@ def pack(
     with byte_bar("packing", not json_out and str(output) != "-") as bar:
         r = run(lambda: do_pack(refs or [], output, root=root, model=model,
                                 filter_expr=filter_expr, level=level, progress=bar,
-                                sync=sync, force=force))
+                                sync=sync, force=force, sign=sign))
     if json_out:
         print_json(pack_document(r))
         return
@@ -69,6 +79,8 @@ def pack(
     assert r.footprint is not None
     out(f"packed {footprint_line(r.footprint)} into {r.path}: "
         f"{human_size(r.size_bytes)} compressed, sha256 {r.sha256}\n")
+    if r.signer:
+        out(f"  signed by key {r.signer} (namespace vllm-cache)\n")
     from vllm_cache_tools.cli.render import key_column
 
     keys, w = key_column(e.key for e in r.entries)

@@ -12,8 +12,10 @@ from vllm_cache_tools.cli.fleetcommon import (
     JobsOpt,
     JsonOpt,
     PythonOpt,
+    RequireSigOpt,
     RootOpt,
     StorageOpt,
+    TrustOpt,
     UsageOpt,
     passthrough,
 )
@@ -39,6 +41,8 @@ def pull(
     usage: UsageOpt = "serve",
     jobs: JobsOpt = 8,
     storage_option: StorageOpt = None,
+    trust: TrustOpt = None,
+    require_signature: RequireSigOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Pull entries from a remote store into the cache root.
@@ -49,6 +53,10 @@ def pull(
     entries the next start here will load are fetched (a pod's init step: pull --if-hit
     before vLLM starts). Blobs are fetched in parallel, each size and sha256 checked, into a
     staging folder inside the root; entries are then renamed into place under their locks.
+    With a trust policy (--trust or $VLLM_CACHE_TOOLS_TRUST) each entry's index object must
+    carry a signature by a key the policy allows now: the others are refused (exit 1; none
+    of their bytes fetched) and the trusted ones go on. Each placed entry's origin, signer
+    and provenance are recorded (show).
     Exit status: 0 done (or --check: would hit), 1 refused / would not hit, 2 usage, store
     or I/O error (a listed blob missing, no credentials)."""
     from vllm_cache_tools.cli.pull_run import run_pull
@@ -56,4 +64,5 @@ def pull(
     refs, vllm_args = passthrough(ctx.args)
     raise typer.Exit(run_pull(url, refs, vllm_args, root=root, if_hit=if_hit, check=check,
                               force=force, python=python, usage=usage, jobs=jobs,
-                              storage_option=storage_option, json_out=json_out))
+                              storage_option=storage_option, json_out=json_out,
+                              trust=trust, require_signature=require_signature))

@@ -34,9 +34,10 @@ from vllm_cache_tools.cli.plainargs import read_plain, typed
 from vllm_cache_tools.fleet.remote import is_url, prefetch_backend
 from vllm_cache_tools.units import human_size
 
-_FLAGS = {"--if-hit": "if_hit", "--check": "check", "--force": "force", "--json": "json_out"}
+_FLAGS = {"--if-hit": "if_hit", "--check": "check", "--force": "force", "--json": "json_out",
+          "--require-signature": "require_signature"}
 _VALUED = {"--root": "root", "--python": "python", "--usage": "usage", "--jobs": "jobs",
-           "-j": "jobs"}
+           "-j": "jobs", "--trust": "trust"}
 _LISTS = {"--storage-option": "storage_option", "-o": "storage_option"}
 MAX_JOBS = 256
 
@@ -50,6 +51,8 @@ def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
     kw = typed(plain.keywords, bounded={"jobs": MAX_JOBS})
     if kw is None:
         return None
+    if "trust" in kw:
+        kw["trust"] = Path(kw["trust"])
     return {"vllm_args": plain.after_dashdash, **kw, "url": plain.positionals[0],
             "refs": plain.positionals[1:]}
 
@@ -73,7 +76,8 @@ def run_pull(url: str, refs: Sequence[str] = (), vllm_args: Sequence[str] = (), 
              root: Path | None = None, if_hit: bool = False, check: bool = False,
              force: bool = False, python: str | None = None, usage: str = "serve",
              jobs: int = 8, storage_option: Sequence[str] | None = None,
-             json_out: bool = False) -> int:
+             json_out: bool = False, trust: Path | str | None = None,
+             require_signature: bool = False) -> int:
     """``vllm-cache pull`` (see :func:`vllm_cache_tools.cli.pull.pull` for the options); the
     exit status."""
     check_usage(usage)
@@ -82,13 +86,15 @@ def run_pull(url: str, refs: Sequence[str] = (), vllm_args: Sequence[str] = (), 
     prefetch_backend(url)  # no-op when already under way; the rest imports beside it
     from vllm_cache_tools.fleet.api import pull as do_pull
     from vllm_cache_tools.fleet.remote import parse_storage_options
+    from vllm_cache_tools.fleet.trust import resolve_policy
 
     opts = run(lambda: parse_storage_options(storage_option or []))
+    policy = run(lambda: resolve_policy(trust, require_signature))
     with byte_bar("pulling", not json_out) as bar:
         r = run(lambda: do_pull(url, list(refs), root=root, vllm_args=list(vllm_args),
                                 if_hit=if_hit, force=force, check_only=check, python=python,
                                 usage=usage, workers=jobs, storage_options=opts,
-                                progress=bar))
+                                progress=bar, trust=policy))
     for w in r.skipped:
         warn(w)
     if json_out:
@@ -98,6 +104,8 @@ def run_pull(url: str, refs: Sequence[str] = (), vllm_args: Sequence[str] = (), 
     else:
         out(f"{r.url}: {footprint_line(r.footprint) if r.footprint else entries_line(r.selected)}"
             " selected\n")
+        if r.signatures is not None:
+            out(render_signatures(r.signatures))
         if r.check is not None:
             out(render_check(r.check))
         if r.refused:
@@ -106,12 +114,23 @@ def run_pull(url: str, refs: Sequence[str] = (), vllm_args: Sequence[str] = (), 
             out("--check: nothing fetched\n")
         elif not r.selected:
             out("nothing to fetch\n")
+            out(render_placements(r.placements))
         else:
             out(render_placements(r.placements))
             out(f"{human_size(r.bytes_downloaded)} downloaded in {r.seconds:.1f} s\n")
     if r.checked_only:
-        return 0 if r.check is None or r.check.would_hit else 1
+        return 0 if (r.check is None or r.check.would_hit) and r.ok else 1
     return 0 if r.ok else 1
+
+
+def render_signatures(judged: Any) -> str:
+    """One line per entry judged by the trust policy: its signer, or why it is refused."""
+    from vllm_cache_tools.cli.render import key_column
+
+    keys, w = key_column(judged)
+    return "".join(f"{'trusted' if s.trusted else 'refused':<9} {keys[k]:<{w}}  "
+                   + (f"signed by {s.signer} (key {s.fingerprint})" if s.trusted else s.reason)
+                   + "\n" for k, s in judged.items())
 
 
 __all__ = ["parse_argv", "run_argv", "run_pull"]

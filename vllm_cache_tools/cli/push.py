@@ -10,6 +10,7 @@ from vllm_cache_tools.cli.common import fail, print_json
 from vllm_cache_tools.cli.fleetcommon import (
     JobsOpt,
     JsonOpt,
+    SignOpt,
     StorageOpt,
     byte_bar,
     footprint_line,
@@ -38,6 +39,7 @@ def push(
         "files.")] = False,
     jobs: JobsOpt = 8,
     storage_option: StorageOpt = None,
+    sign: SignOpt = None,
     json_out: JsonOpt = False,
 ) -> None:
     """Push entries to a remote store.
@@ -45,12 +47,14 @@ def push(
     Each file goes to a content-addressed blob (one copy for all entries, ranks and pushes
     that hold the same bytes); blobs already in the store are skipped, so an interrupted push
     resumes. Each entry's index object is published last, once all its blobs exist: a pull
-    never sees half an entry. Linked entries of the same start, manifests and snapshots go
-    along, as with pack. Credentials come the standard way (AWS_* variables including
-    AWS_ENDPOINT_URL, ~/.aws; for oci://, REGISTRY_AUTH_FILE or ~/.docker/config.json) and
-    are never printed. S3 needs the s3 extra: pip install 'vllm-cache-tools[s3]' (oci://:
-    [oci]). A registry on a loopback address is reached over plain HTTP, any other over
-    HTTPS unless -o plain_http=true.
+    never sees half an entry. Every index object carries the entry's provenance; --sign
+    KEYFILE signs it (the signature is the object <index>.json.sig beside it, written first;
+    an entry already there is signed too). Linked entries of the same start, manifests and
+    snapshots go along, as with pack. Credentials come the standard way (AWS_* variables
+    including AWS_ENDPOINT_URL, ~/.aws; for oci://, REGISTRY_AUTH_FILE or
+    ~/.docker/config.json) and are never printed. S3 needs the s3 extra: pip install
+    'vllm-cache-tools[s3]' (oci://: [oci]). A registry on a loopback address is reached over
+    plain HTTP, any other over HTTPS unless -o plain_http=true.
     Exit status: 0 pushed (or already there), 1 refused (the store holds another version of
     an entry), 2 usage, store or I/O error."""
     from vllm_cache_tools.fleet.api import push as do_push
@@ -64,7 +68,7 @@ def push(
     with byte_bar("pushing", not json_out) as bar:
         r = run(lambda: do_push(refs, url, root=root, model=model, filter_expr=filter_expr,
                                 force=force, workers=jobs, storage_options=opts,
-                                progress=bar))
+                                progress=bar, sign=sign))
     if json_out:
         print_json(push_document(r))
     else:

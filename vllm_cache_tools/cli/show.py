@@ -43,6 +43,10 @@ def show(
             COMPILE_CACHE_DIRNAME else ()
         data["same_sources_aot"] = same_source_aot_keys(entry, siblings, read_entry)
     data["key_proof"] = key_proof_document(prove_entry(entry, _backend_siblings(entry, path)))
+    if cc.name == COMPILE_CACHE_DIRNAME:
+        from vllm_cache_tools.fleet.placed import read_placement
+
+        data["placed"] = read_placement(cc, entry.layout, entry.key)
     # Factors and manifests are vLLM's (or an older recorder's) files: they may hold a secret.
     data = redact_json(data)
     if json_out:
@@ -66,6 +70,31 @@ def _backend_siblings(entry: Entry, path: Path) -> list[Entry]:
 
 def _kv(con: Any, key: str, value: Any) -> None:
     con.print(f"  {key:<18} {value if value not in (None, '', []) else '-'}", markup=False)
+
+
+def _render_placed(con: Any, placed: dict[str, Any] | None) -> None:
+    """Where unpack / pull placed the entry from, who signed it, its provenance."""
+    if not placed:
+        return
+    _kv(con, "placed from", f"{placed.get('source')} at {placed.get('placed_at')}")
+    sig = placed.get("signature") or {}
+    status = sig.get("status")
+    if status == "trusted":
+        text = f"trusted: {sig.get('signer')} (key {sig.get('fingerprint')})"
+    elif status == "unchecked":
+        text = f"key {sig.get('fingerprint')}, not checked (placed without a trust policy)"
+    elif status:
+        text = str(status)
+    else:
+        text = "not checked (placed without a trust policy)"
+    _kv(con, "signer", text)
+    prov = placed.get("provenance")
+    if prov:
+        from vllm_cache_tools.fleet.provenance import provenance_line
+
+        _kv(con, "provenance", provenance_line(prov))
+        if prov.get("serve_args"):
+            _kv(con, "serve args", " ".join(map(str, prov["serve_args"])))
 
 
 def _render(d: dict[str, Any], show_env: bool) -> None:
@@ -95,6 +124,7 @@ def _render(d: dict[str, Any], show_env: bool) -> None:
     if kp:
         _kv(con, "key proof", kp["status"] + f" ({kp['how']})"
             + (f": its content gives {kp['derived']}" if kp["status"] == "mismatch" else ""))
+    _render_placed(con, d.get("placed"))
     if d["layout"] == "backend":
         h = d.get("hashes")
         if h:

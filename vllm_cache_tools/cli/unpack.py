@@ -11,7 +11,9 @@ from vllm_cache_tools.cli.common import print_json
 from vllm_cache_tools.cli.fleetcommon import (
     JsonOpt,
     PythonOpt,
+    RequireSigOpt,
     RootOpt,
+    TrustOpt,
     UsageOpt,
     byte_bar,
     check_usage,
@@ -20,6 +22,7 @@ from vllm_cache_tools.cli.fleetcommon import (
     passthrough,
     render_check,
     render_placements,
+    render_signature,
     run,
 )
 
@@ -39,6 +42,8 @@ def unpack(
         "and with -- args the hit): place nothing.")] = False,
     python: PythonOpt = None,
     usage: UsageOpt = "serve",
+    trust: TrustOpt = None,
+    require_signature: RequireSigOpt = False,
     json_out: JsonOpt = False,
 ) -> None:
     """Check a bundle and place its entries in the cache root.
@@ -56,6 +61,9 @@ def unpack(
     unproven one needs --force; only vLLM's current folder spelling is placed. Then each
     entry is renamed into place under its lock. An entry already there with the same files
     is left as is; with other files it is never overwritten.
+    With a trust policy (--trust or $VLLM_CACHE_TOOLS_TRUST) the manifest's signature is
+    checked first: unsigned, untrusted, expired or tampered is refused (exit 1) before any
+    file is written. Each placed entry's origin, signer and provenance are recorded (show).
     Exit status: 0 placed (or --check: would hit / compatible), 1 refused (would not hit,
     another entry of a key is there, or a key not proven from its files), 2 usage, bundle
     or I/O error."""
@@ -74,16 +82,20 @@ def unpack(
 
         refuse_terminal_stdin("a bundle file")
         bundle, shown = Path("/dev/stdin"), "<stdin>"
+    from vllm_cache_tools.fleet.trust import resolve_policy
+
+    policy = run(lambda: resolve_policy(trust, require_signature))
     with byte_bar("unpacking", not json_out) as bar:
         r = run(lambda: do_unpack(bundle, root=root, vllm_args=vllm_args, force=force,
                                   check_only=check, python=python, usage=usage,
-                                  progress=bar))
+                                  progress=bar, trust=policy))
     if json_out:
         print_json(unpack_document(r))
     else:
         m = r.manifest
         out(f"bundle {shown}: {footprint_line(m.footprint)} ({m.created_by or 'unknown tool'}, "
             f"format {m.format_version})\n")
+        out(render_signature(r.signature, m.provenance))
         out(render_check(r.check))
         if r.refused:
             out("nothing placed (--force places anyway)\n")

@@ -9,14 +9,18 @@ Public API (typed; the same records the CLI prints)::
     r.ok, r.check.verdict, r.check.causes, r.placements
     push(["28fd362d4e"], "s3://bucket/vllm", root="/cache")          # PushResult
     pull("s3://bucket/vllm", root="/pod-cache", vllm_args=[...], if_hit=True)  # PullResult
+    policy = load_policy("/etc/vllm-cache/allowed_signers")         # TrustPolicy
+    pack(["28fd362d4e"], "s.tar.zst", root="/cache", sign="/keys/ci")  # signed
+    unpack("s.tar.zst", root="/pod-cache", trust=policy)             # Refused unless trusted
     warm(["/models/m", "--max-model-len", "4096"], root="/cache")    # WarmResult
 
 Modules: :mod:`.records` (what a bundle or store says about an entry), :mod:`.selection`
 (which entries go, linked by proof), :mod:`.bundle` (the .tar.zst format), :mod:`.place`
 (staging and atomic placing under the entry lock), :mod:`.checks` (compatibility,
 relocation, the hit check via predict), :mod:`.remote` (fsspec stores), :mod:`.remote_ops`
-(push, download, prune-remote), :mod:`.warm`, :mod:`.api` (the verbs), :mod:`.views`
-(``--json``).
+(push, download, prune-remote), :mod:`.trust` (signatures: :mod:`.sshsig`,
+:mod:`.allowed_signers`, :mod:`.store_trust`; :mod:`.provenance`, :mod:`.placed`),
+:mod:`.warm`, :mod:`.api` (the verbs), :mod:`.views` (``--json``).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ _EXPORTS = {
     "HitCheck": "checks", "Finding": "checks", "Placement": "place",
     "BundleManifest": "records", "EntryRecord": "records", "FileRecord": "records",
     "SourceRecord": "records", "FleetError": "errors", "BundleError": "errors",
-    "StoreError": "errors", "Refused": "errors",
+    "StoreError": "errors", "Refused": "errors", "TrustPolicy": "trust",
+    "SignatureCheck": "trust", "load_policy": "trust",
 }
 
 if TYPE_CHECKING:
@@ -61,6 +66,7 @@ if TYPE_CHECKING:
         StorePrune,
         prune_store,
     )
+    from vllm_cache_tools.fleet.trust import SignatureCheck, TrustPolicy, load_policy
     from vllm_cache_tools.fleet.warm import WarmedEntry, WarmResult, warm
 
 
@@ -73,5 +79,6 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["BundleError", "BundleManifest", "EntryRecord", "FileRecord", "Finding", "FleetError",
     "HitCheck", "PackResult", "Placement", "PullResult", "PushResult", "PushedEntry", "Refused",
-    "SourceRecord", "StoreEntry", "StoreError", "StorePrune", "UnpackResult", "WarmResult",
-    "WarmedEntry", "pack", "prune_store", "pull", "push", "unpack", "warm"]
+    "SignatureCheck", "SourceRecord", "StoreEntry", "StoreError", "StorePrune", "TrustPolicy",
+    "UnpackResult", "WarmResult", "WarmedEntry", "load_policy", "pack", "prune_store", "pull",
+    "push", "unpack", "warm"]

@@ -46,6 +46,7 @@ from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
 # none of them (a sixth of its imports).
 if TYPE_CHECKING:
     from vllm_cache_tools.fleet.place import Placement
+    from vllm_cache_tools.fleet.trust import SignatureCheck, TrustPolicy
 
 BytesProgress = Callable[[int, int], None]
 
@@ -63,6 +64,8 @@ class PackResult:
     seconds: float
     footprint: Footprint | None = None
     """Entries and snapshots packed, counted as every verb counts them."""
+    signer: str | None = None
+    """The signing key's fingerprint (``--sign``), or ``None``."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +79,9 @@ class UnpackResult:
     refused: bool
     """The check said it would not hit (and no ``force``): nothing placed."""
     seconds: float
+    signature: SignatureCheck | None = None
+    """The manifest's signature as judged (a trust policy given: trusted, else refused
+    before anything was placed; none given: unchecked or unsigned)."""
 
     @property
     def ok(self) -> bool:
@@ -98,6 +104,9 @@ class PullResult:
     skipped: tuple[str, ...] = ()
     """One warning line per index object of the store that could not be used (that entry
     is skipped; the others are listed and pulled)."""
+    signatures: Mapping[str, SignatureCheck] | None = None
+    """With a trust policy: each selected entry's signature as judged, by key (the
+    untrusted ones are refused placements, never fetched)."""
 
     @property
     def ok(self) -> bool:
@@ -108,14 +117,21 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
          root: str | os.PathLike[str] | CacheRoot | None = None, model: str | None = None,
          filter_expr: str | None = None, level: int = DEFAULT_LEVEL,
          progress: BytesProgress | None = None, sync: bool = False,
-         force: bool = False) -> PackResult:
+         force: bool = False, sign: str | os.PathLike[str] | None = None) -> PackResult:
     """Pack the named entries, their linked partners, manifests and snapshots into one
     deterministic ``.tar.zst`` (``sync``: on disk before this returns, fsync). An existing
-    ``output`` is refused unless ``force`` (then replaced, never written through)."""
+    ``output`` is refused unless ``force`` (then replaced, never written through). ``sign``:
+    an OpenSSH ed25519 private key file; the manifest then carries the provenance and its
+    signature follows it (no longer byte-identical between packs: it says when)."""
     from vllm_cache_tools.fleet.bundle import write_bundle
     from vllm_cache_tools.fleet.selection import select
 
     t0 = time.perf_counter()
+    key = None
+    if sign is not None:
+        from vllm_cache_tools.fleet.trust import load_signing_key
+
+        key = load_signing_key(sign)  # before any work: a bad key is a usage error
     out = Path(os.fspath(output))
     if str(out) != "-":
         try:
@@ -133,13 +149,27 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
             progress(done[0], total)
 
     try:
-        w = write_bundle(sel, out, level, tick, sync=sync, force=force)
+        w = write_bundle(sel, out, level, tick, sync=sync, force=force, signing_key=key)
     except OSError as exc:
         raise FleetError(f"cannot write {out}: {exc.strerror or exc}") from None
     return PackResult(w.path, w.sha256, w.size_bytes, total, sel.records,
                       sum(len(fs) for fs in sel.files) + len(sel.extras),
                       time.perf_counter() - t0,
-                      footprint(sel.records, [x.record for x in sel.extras]))
+                      footprint(sel.records, [x.record for x in sel.extras]),
+                      key.public_key.fingerprint if key else None)
+
+
+def _judge(sig: bytes | None, sha512: bytes, policy: TrustPolicy | None, what: str
+           ) -> SignatureCheck:
+    """The signature judged; with a policy, anything but trusted is refused (exit 1,
+    nothing placed) with its reason."""
+    from vllm_cache_tools.fleet.errors import Refused
+    from vllm_cache_tools.fleet.trust import check
+
+    got = check(sig, sha512, policy)
+    if policy is not None and not got.trusted:
+        raise Refused(f"{what}: {got.reason}: nothing placed")
+    return got
 
 
 def _check(records: Sequence[EntryRecord], packed_on: Mapping[str, Any],
@@ -177,10 +207,13 @@ def _new_folders_undone(vllm_root: Path) -> Iterator[list[bool]]:
 def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | None = None,
            vllm_args: Sequence[str] | None = None, force: bool = False,
            check_only: bool = False, python: str | None = None, usage: str = "serve",
-           progress: BytesProgress | None = None) -> UnpackResult:
+           progress: BytesProgress | None = None, trust: TrustPolicy | None = None
+           ) -> UnpackResult:
     """Check a bundle (integrity, compatibility, relocation, and with ``vllm_args`` whether
-    the next start here would hit) and place its entries atomically."""
-    from vllm_cache_tools.fleet.bundle_read import extract, read_manifest
+    the next start here would hit) and place its entries atomically. ``trust``: the
+    manifest's signature must verify and its key be allowed (:mod:`.trust`), or nothing is
+    placed (:class:`.errors.Refused`)."""
+    from vllm_cache_tools.fleet.bundle_read import BundleHead, extract, read_head
     from vllm_cache_tools.fleet.key_proof import prove_records
     from vllm_cache_tools.fleet.place import Staging, place_entries
 
@@ -188,10 +221,17 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
     path = Path(os.fspath(bundle))
     croot = resolve_root(root)
     if check_only:
-        m = read_manifest(path)
+        head = read_head(path)
+        m = head.manifest
+        judged = _judge(head.signature, head.sha512, trust, str(path))
         check = _check(m.entries, m.packed_on, vllm_args, croot.vllm_root, python, usage)
         return UnpackResult(path, croot.vllm_root, m, check, (), True, False,
-                            time.perf_counter() - t0)
+                            time.perf_counter() - t0, judged)
+    signature: list[SignatureCheck] = []
+
+    def judge(head: BundleHead) -> None:
+        signature.append(_judge(head.signature, head.sha512, trust, str(path)))
+
     total = [0]
     done = [0]
 
@@ -217,42 +257,67 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
         try:
             with terminate_as_exit(), _new_folders_undone(croot.vllm_root) as kept, \
                     Staging(croot.vllm_root) as st:
-                m = extract(path, st, tick, on_manifest=start_checks)
+                m = extract(path, st, tick, on_manifest=start_checks, on_head=judge)
                 check = checking[0].result()
                 if not check.would_hit and not force:
                     return UnpackResult(path, croot.vllm_root, m, check, (), False, True,
-                                        time.perf_counter() - t0)
+                                        time.perf_counter() - t0, signature[0])
                 proofs = prove_records(st.path, croot.vllm_root, m.entries,
                                        inductor=check.inductor_reprs,
                                        vllm_version=check.vllm_version)
                 placed = place_entries(st, m.entries, m.extras, proofs=proofs, force=force)
                 kept[0] = True
+                shown = "<stdin>" if str(path) == "/dev/stdin" else str(path.resolve())
+                _record(croot.vllm_root, placed, f"bundle {shown}", signature[0],
+                        {e.key: m.provenance for e in m.entries})
         except OSError as exc:
             for c in checking:
                 c.cancel()
             raise FleetError(f"unpacking into {croot.vllm_root} failed: "
                              f"{exc.strerror or exc}: nothing placed") from None
     return UnpackResult(path, croot.vllm_root, m, check, placed, False, False,
-                        time.perf_counter() - t0)
+                        time.perf_counter() - t0, signature[0])
+
+
+def _record(vllm_root: Path, placed: Sequence[Placement], source: str,
+            signature: SignatureCheck | None, provenance: Mapping[str, Mapping[str, Any]]
+            ) -> None:
+    """The placement record of each entry placed (:mod:`.placed`)."""
+    from vllm_cache_tools.fleet.placed import record_placements, signature_json
+
+    record_placements(vllm_root, [(p.layout, p.key) for p in placed if p.action == "placed"],
+                      source=source, signature=signature_json(signature),
+                      provenance=provenance)
 
 
 def push(refs: Sequence[str], url: str, *, root: str | os.PathLike[str] | None = None,
          model: str | None = None, filter_expr: str | None = None, force: bool = False,
          workers: int = DEFAULT_WORKERS, storage_options: Mapping[str, Any] | None = None,
-         progress: BytesProgress | None = None) -> PushResult:
-    """Push entries to a remote store (see :mod:`.remote`)."""
+         progress: BytesProgress | None = None,
+         sign: str | os.PathLike[str] | None = None) -> PushResult:
+    """Push entries to a remote store (see :mod:`.remote`). ``sign``: an OpenSSH ed25519
+    private key file; each index object is signed (:mod:`.trust`)."""
+    key = None
+    if sign is not None:
+        from vllm_cache_tools.fleet.trust import load_signing_key
+
+        key = load_signing_key(sign)
     return _push(root, refs, url, model=model, filter_expr=filter_expr, force=force,
-                 workers=workers, storage_options=storage_options, progress=progress)
+                 workers=workers, storage_options=storage_options, progress=progress,
+                 signing_key=key)
 
 
 def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | None = None,
          vllm_args: Sequence[str] | None = None, if_hit: bool = False, force: bool = False,
          check_only: bool = False, python: str | None = None, usage: str = "serve",
          workers: int = DEFAULT_WORKERS, storage_options: Mapping[str, Any] | None = None,
-         progress: BytesProgress | None = None) -> PullResult:
+         progress: BytesProgress | None = None, trust: TrustPolicy | None = None
+         ) -> PullResult:
     """Fetch entries from a store into a root, checked like :func:`unpack`. ``if_hit``
     (needs ``vllm_args``): only the entries this host's next start will use, and nothing when
-    it would not hit."""
+    it would not hit. ``trust``: each selected entry's index object must carry a signature
+    that verifies, by a key the policy allows now; the others are refused placements
+    (nothing of them fetched) and the rest goes on without them."""
     t0 = time.perf_counter()
     if if_hit and not vllm_args:
         raise FleetError("--if-hit needs the vLLM arguments after --")
@@ -279,6 +344,14 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     if not chosen:
         raise FleetError(f"{store.url}: no usable entries ({len(skipped)} index objects "
                          f"skipped; the first: {listing.skipped[0].reason})")
+    judged: dict[str, SignatureCheck] | None = None
+    untrusted: tuple[Placement, ...] = ()
+    if trust is not None:
+        chosen, judged, untrusted = _trusted_only(store, chosen, trust, croot.vllm_root,
+                                                  workers)
+        if not chosen:
+            return PullResult(store.url, croot.vllm_root, None, untrusted, (), 0, check_only,
+                              False, time.perf_counter() - t0, None, skipped, judged)
     packed_on = chosen[0].packed_on
     check = _check([e.record for e in chosen], packed_on, vllm_args, croot.vllm_root,
                    python, usage, here)
@@ -288,8 +361,9 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     fp = footprint(records, [x for e in chosen for x in e.extras])
     refused = not check.would_hit and not force
     if check_only or refused or not chosen:
-        return PullResult(store.url, croot.vllm_root, check, (), records, 0, check_only,
-                          refused and not check_only, time.perf_counter() - t0, fp, skipped)
+        return PullResult(store.url, croot.vllm_root, check, untrusted, records, 0, check_only,
+                          refused and not check_only, time.perf_counter() - t0, fp, skipped,
+                          judged)
     from vllm_cache_tools.fleet.key_proof import prove_records
     from vllm_cache_tools.fleet.place import (
         Placement,
@@ -306,8 +380,8 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
                       for r in records if r.key in same)
     todo = [e for e in chosen if e.record.key not in same]
     if not todo:
-        return PullResult(store.url, croot.vllm_root, check, kept_same, records, 0, False,
-                          False, time.perf_counter() - t0, fp, skipped)
+        return PullResult(store.url, croot.vllm_root, check, untrusted + kept_same, records,
+                          0, False, False, time.perf_counter() - t0, fp, skipped, judged)
     nbytes, nfiles = download_size(todo)
     check_free_space(croot.vllm_root, nbytes, nfiles, f"pulling from {store.url}")
     try:
@@ -324,10 +398,35 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
     except OSError as exc:
         raise FleetError(f"pulling into {croot.vllm_root} failed: {exc.strerror or exc}: "
                          "nothing placed") from None
+    by_key = {e.record.key: e for e in todo}
+    for p in placed:
+        if p.action == "placed":
+            _record(croot.vllm_root, [p], store.url,
+                    judged.get(p.key) if judged is not None else None,
+                    {p.key: by_key[p.key].provenance})
     order = {r.key: i for i, r in enumerate(records)}
-    placements = tuple(sorted(kept_same + placed, key=lambda p: order.get(p.key, 0)))
+    placements = untrusted + tuple(sorted(kept_same + placed,
+                                          key=lambda p: order.get(p.key, 0)))
     return PullResult(store.url, croot.vllm_root, check, placements, records, got, False, False,
-                      time.perf_counter() - t0, fp, skipped)
+                      time.perf_counter() - t0, fp, skipped, judged)
+
+
+def _trusted_only(store: Store, chosen: Sequence[Any], trust: TrustPolicy, vllm_root: Path,
+                  workers: int) -> tuple[list[Any], dict[str, SignatureCheck],
+                                         tuple[Placement, ...]]:
+    """The entries whose signatures the policy trusts; every judgement by key; a refused
+    placement (with its reason) for each of the others."""
+    from vllm_cache_tools.fleet.place import Placement
+    from vllm_cache_tools.fleet.store_trust import judge_entries
+
+    got = judge_entries(store, chosen, trust, workers)
+    judged = {k: v for (_, k), v in got.items()}
+    keep = [e for e in chosen if got[(e.record.layout, e.record.key)].trusted]
+    refused = tuple(Placement(e.record.key, e.record.layout,
+                              display_path(vllm_root / e.record.path), "refused",
+                              got[(e.record.layout, e.record.key)].reason)
+                    for e in chosen if not got[(e.record.layout, e.record.key)].trusted)
+    return keep, judged, refused
 
 
 __all__ = ["PackResult", "PullResult", "UnpackResult", "pack", "pull", "push", "unpack"]

@@ -1,7 +1,9 @@
 """Bundles: one start's cache (or any selection) in one deterministic ``.tar.zst``.
 
 Layout: the first member is the manifest (:data:`.records.MANIFEST_NAME`, JSON, sorted keys),
-then every file of every entry at its path relative to the vLLM root, sorted, then the
+in a signed bundle (``pack --sign``) its SSHSIG signature second
+(:data:`.trust.BUNDLE_SIG_NAME`; the manifest then carries the provenance), then every file of
+every entry at its path relative to the vLLM root, sorted, then the
 recorder's source snapshots. Members are regular files only, with mtime 0, uid/gid 0, no
 owner names and mode 0644 (0755 when executable), with ustar headers (pax where a name does
 not fit); zstd frames carry their checksum. So the same entries give the same bytes (image
@@ -39,6 +41,8 @@ from vllm_cache_tools.fleet.records import (
     manifest_json,
 )
 from vllm_cache_tools.fleet.selection import LocalFile, Selection, file_ident
+from vllm_cache_tools.fleet.sshsig import SigningKey
+from vllm_cache_tools.fleet.trust import BUNDLE_SIG_NAME
 from vllm_cache_tools.read.noatime import open_noatime
 from vllm_cache_tools.redaction import dumps as redacted_dumps
 from vllm_cache_tools.safeio import NamedOutput
@@ -189,9 +193,18 @@ def _same(f: BinaryIO, lf: LocalFile, name: str) -> None:
                          "again")
 
 
-def selection_manifest(sel: Selection) -> BundleManifest:
-    return BundleManifest(sel.records, tuple(x.record for x in sel.extras), host_facts(),
-                          f"vllm-cache-tools {__version__}")
+def selection_manifest(sel: Selection, with_provenance: bool = False) -> BundleManifest:
+    """The manifest of ``sel``; ``with_provenance`` (a signed bundle): who, when, with what
+    (:mod:`.provenance`)."""
+    facts = host_facts()
+    prov: dict[str, Any] = {}
+    if with_provenance:
+        from vllm_cache_tools.fleet.provenance import provenance, read_recorder_manifests
+
+        prov = provenance(sel.records, facts, read_recorder_manifests(
+            [lf.source for fs in sel.files for lf in fs]))
+    return BundleManifest(sel.records, tuple(x.record for x in sel.extras), facts,
+                          f"vllm-cache-tools {__version__}", provenance=prov)
 
 
 def members(sel: Selection) -> Iterator[tuple[str, LocalFile]]:
@@ -211,16 +224,19 @@ class Written:
 
 def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
                  on_bytes: Callable[[int], None] | None = None, sync: bool = False,
-                 force: bool = False) -> Written:
+                 force: bool = False, signing_key: SigningKey | None = None) -> Written:
     """Write the bundle to ``out`` atomically, through :class:`~vllm_cache_tools.safeio.
     NamedOutput` (a new file beside it, put in place whole; an existing name, a planted
     symlink too, is refused unless ``force``, then replaced as a name, never written
     through); ``-`` writes to stdout. ``sync``: fsync the file before it is put in place.
     Off by default, as ``tar`` and ``zstd`` do: under another writer's load one fsync of a
     3 MB bundle took 0.4 s here (more than writing it), and a bundle torn by a power loss is
-    never used (its zstd checksum and manifest digests refuse it, whole)."""
-    manifest = selection_manifest(sel)
+    never used (its zstd checksum and manifest digests refuse it, whole). ``signing_key``:
+    the manifest carries the provenance and is signed; the signature is the second member
+    (:data:`.trust.BUNDLE_SIG_NAME`)."""
+    manifest = selection_manifest(sel, with_provenance=signing_key is not None)
     head = manifest_bytes(manifest)
+    sig = signing_key.sign(head) if signing_key is not None else None
     to_stdout = str(out) == "-"
     target = None if to_stdout else NamedOutput(out, force=force)
     digest = hashlib.sha256()
@@ -248,6 +264,8 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
         with cctx.stream_writer(sink, closefd=False, write_size=_BUF) as z:
             tar = _TarWriter(z)
             tar.add(_info(MANIFEST_NAME, len(head)), io.BytesIO(head))
+            if sig is not None:
+                tar.add(_info(BUNDLE_SIG_NAME, len(sig)), io.BytesIO(sig))
             for name, lf in members(sel):
                 with open_noatime(lf.source, buffering=0) as f:
                     info = _info(name, lf.record.size, lf.record.executable)

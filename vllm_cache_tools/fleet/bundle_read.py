@@ -6,10 +6,12 @@ regular file the manifest lists, of the listed size and sha256."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import io
 import tarfile
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
@@ -23,6 +25,8 @@ from vllm_cache_tools.fleet.records import (
     FileRecord,
     manifest_from_json,
 )
+from vllm_cache_tools.fleet.sshsig import MAX_SIGNATURE_BYTES
+from vllm_cache_tools.fleet.trust import BUNDLE_SIG_NAME
 from vllm_cache_tools.read import jsontext
 
 MAX_MANIFEST_BYTES = 64 * 1024 * 1024
@@ -213,7 +217,33 @@ def _why(exc: BaseException) -> str:
     return text.splitlines()[0][:200]
 
 
-def _read_manifest(tar: tarfile.TarFile, path: Path) -> BundleManifest:
+@dataclass(frozen=True)
+class BundleHead:
+    """A bundle's manifest, the SHA-512 of its bytes (what a signature covers) and its
+    signature (the member after it, :data:`.trust.BUNDLE_SIG_NAME`) when it has one."""
+
+    manifest: BundleManifest
+    sha512: bytes
+    signature: bytes | None = None
+
+
+def _read_head(tar: tarfile.TarFile, path: Path) -> tuple[BundleHead, tarfile.TarInfo | None]:
+    """The head, and the member after it (the first file: read by the caller)."""
+    m, raw = _read_manifest(tar, path)
+    nxt = tar.next()
+    sig = None
+    if nxt is not None and nxt.name == BUNDLE_SIG_NAME:
+        if not nxt.isreg() or nxt.size > MAX_SIGNATURE_BYTES:
+            raise BundleError(f"{path}: refused member {BUNDLE_SIG_NAME}: not a regular file "
+                              f"of at most {MAX_SIGNATURE_BYTES} bytes (nothing placed)")
+        f = tar.extractfile(nxt)
+        assert f is not None
+        sig = f.read()
+        nxt = tar.next()
+    return BundleHead(m, hashlib.sha512(raw).digest(), sig), nxt
+
+
+def _read_manifest(tar: tarfile.TarFile, path: Path) -> tuple[BundleManifest, bytes]:
     first = tar.next()
     if first is None or first.name != MANIFEST_NAME or not first.isreg():
         raise BundleError(f"{path}: not a vllm-cache bundle (its first member is not "
@@ -222,18 +252,24 @@ def _read_manifest(tar: tarfile.TarFile, path: Path) -> BundleManifest:
         raise BundleError(f"{path}: bundle manifest over {MAX_MANIFEST_BYTES} bytes")
     f = tar.extractfile(first)
     assert f is not None
+    raw = f.read()
     try:
         # No container cap: a manifest lists every file it carries (its byte cap bounds it).
-        data = jsontext.loads(f.read(), "bundle manifest", max_containers=None)
+        data = jsontext.loads(raw, "bundle manifest", max_containers=None)
     except ValueError as exc:  # ReadError: one line naming the bundle manifest
         raise BundleError(f"{path}: {_why(exc)}") from None
-    return manifest_from_json(data)
+    return manifest_from_json(data), raw
 
 
 def read_manifest(path: Path) -> BundleManifest:
     """The bundle's manifest, checked (reads only the archive's first member)."""
+    return read_head(path).manifest
+
+
+def read_head(path: Path) -> BundleHead:
+    """The bundle's manifest and signature (its first two members at most)."""
     with _open_tar(path) as tar:
-        return _read_manifest(tar, path)
+        return _read_head(tar, path)[0]
 
 
 def _kind(m: tarfile.TarInfo) -> str:
@@ -325,14 +361,19 @@ class _Writers:
 
 def extract(path: Path, staging: Staging,
             on_bytes: Callable[[int], None] | None = None,
-            on_manifest: Callable[[BundleManifest], None] | None = None) -> BundleManifest:
+            on_manifest: Callable[[BundleManifest], None] | None = None,
+            on_head: Callable[[BundleHead], None] | None = None) -> BundleManifest:
     """Check the bundle and write every file it lists into ``staging``; raises
     :class:`BundleError` (nothing placed) at the first member that is not a listed regular
     file of the listed size and digest, or when a listed file is missing. ``on_manifest``
     gets the checked manifest before the first file is written (one pass over the bundle:
-    the caller's checks run while the files are extracted)."""
+    the caller's checks run while the files are extracted). ``on_head`` gets the manifest with
+    its signature before that (the trust check: raising there places nothing)."""
     with _open_tar(path) as tar, _Writers(staging, path, on_bytes) as writers:
-        m = _read_manifest(tar, path)
+        head, pending = _read_head(tar, path)
+        m = head.manifest
+        if on_head is not None:
+            on_head(head)
         if on_manifest is not None:
             on_manifest(m)
         expect: dict[str, FileRecord] = {}
@@ -342,7 +383,8 @@ def extract(path: Path, staging: Staging,
         for x in m.extras:
             expect[x.path] = x
         seen: set[str] = set()
-        while (member := tar.next()) is not None:
+        while (member := pending if pending is not None else tar.next()) is not None:
+            pending = None
             name = member.name
             if name.startswith("/") or ".." in name.split("/"):
                 raise BundleError(f"{path}: refused member {name!r}: absolute or '..' path "
@@ -381,4 +423,5 @@ def extract(path: Path, staging: Staging,
     return m
 
 
-__all__ = ["MAX_MANIFEST_BYTES", "WRITERS", "extract", "read_manifest"]
+__all__ = ["MAX_MANIFEST_BYTES", "WRITERS", "BundleHead", "extract", "read_head",
+           "read_manifest"]

@@ -159,6 +159,10 @@ class BundleManifest:
     GPU names, Python: where the entries were (most likely) built."""
     created_by: str = ""
     format_version: int = FORMAT_VERSION
+    provenance: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Who built it, when, with what, from which serve arguments (:mod:`.provenance`):
+    written when the bundle is signed (a signature vouches for it), empty otherwise, so an
+    unsigned bundle of the same entries keeps the same bytes."""
 
     @property
     def size_bytes(self) -> int:
@@ -200,7 +204,8 @@ def entry_json(e: EntryRecord) -> dict[str, Any]:
 def manifest_json(m: BundleManifest) -> dict[str, Any]:
     return {"format": FORMAT, "format_version": m.format_version, "created_by": m.created_by,
             "packed_on": dict(m.packed_on), "entries": [entry_json(e) for e in m.entries],
-            "extras": [file_json(f) for f in m.extras]}
+            "extras": [file_json(f) for f in m.extras],
+            **({"provenance": dict(m.provenance)} if m.provenance else {})}
 
 
 # ---- reading records from outside: every field checked ----------------------------------------
@@ -357,7 +362,10 @@ def manifest_from_json(d: Any) -> BundleManifest:
     packed_on = d.get("packed_on") or {}
     if not isinstance(packed_on, dict):
         raise _bad("packed_on")
-    return BundleManifest(recs, extras, packed_on, str(d.get("created_by") or ""), v)
+    prov = d.get("provenance") or {}
+    if not isinstance(prov, dict):
+        raise _bad("provenance")
+    return BundleManifest(recs, extras, packed_on, str(d.get("created_by") or ""), v, prov)
 
 
 def snapshot_path(sha256: str) -> str:

@@ -8,6 +8,9 @@ Layout under the URL::
                                           file shared by entries, ranks and pushes
     entries/<layout>/<key>.json           one index object per entry: its record (the bundle
                                           manifest's element) and the snapshots it names
+    entries/<layout>/<key>.json.sig       its SSHSIG signature when pushed with --sign
+                                          (:mod:`.trust`; not ``.json``: never listed as an
+                                          index)
 
 Why it is safe with concurrent pushers and resumable: a blob's name is its content's sha256,
 so two pushers write the same bytes to the same name (an object store's PUT is atomic; on a
@@ -97,6 +100,11 @@ class StoreEntry:
     pushed_by: str = ""
     packed_on: Mapping[str, Any] = field(default_factory=dict, hash=False)
     url: str = ""
+    provenance: Mapping[str, Any] = field(default_factory=dict, hash=False)
+    """Who pushed it, when, with what (:mod:`.provenance`); empty in older index objects."""
+    index_sha512: bytes = b""
+    """SHA-512 of the index object's bytes as read: what its signature (``<index>.sig``,
+    :mod:`.trust`) is checked against, with no second read that could return other bytes."""
 
 
 @dataclass(frozen=True)
@@ -664,9 +672,12 @@ class Store:
                            "another place")
         at = data.get("pushed_at")
         packed_on = data.get("packed_on")
+        prov = data.get("provenance")
         return StoreEntry(rec, extras, float(at) if isinstance(at, (int, float)) else None,
                           str(data.get("pushed_by") or ""),
-                          packed_on if isinstance(packed_on, dict) else {}, self.url)
+                          packed_on if isinstance(packed_on, dict) else {}, self.url,
+                          prov if isinstance(prov, dict) else {},
+                          hashlib.sha512(raw).digest())
 
     def listing(self, workers: int = DEFAULT_WORKERS) -> StoreListing:
         """Every index object read (``workers`` at a time); the unusable ones skipped and
@@ -725,13 +736,15 @@ class _suppress:
 
 
 def index_bytes(rec: EntryRecord, extras: Sequence[FileRecord], packed_on: Mapping[str, Any],
-                pushed_at: float) -> bytes:
+                pushed_at: float, provenance: Mapping[str, Any] | None = None) -> bytes:
     # redaction.dumps: no secret in clear in an index object (select redacts the records).
     return redacted_dumps({"format": STORE_FORMAT, "format_version": STORE_VERSION,
                            "entry": entry_json(rec), "extras": [file_json(x) for x in extras],
                            "pushed_at": round(pushed_at, 3),
                            "pushed_by": f"vllm-cache-tools {__version__}",
-                           "packed_on": dict(packed_on)}, sort_keys=True).encode()
+                           "packed_on": dict(packed_on),
+                           **({"provenance": dict(provenance)} if provenance else {})},
+                          sort_keys=True).encode()
 
 
 __all__ = ["BACKENDS", "CHUNK", "DEFAULT_WORKERS", "MARKER", "MAX_INDEX_BYTES",

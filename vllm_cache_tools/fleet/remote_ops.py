@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_cache_tools.fleet.errors import BadIndex, FleetError, StoreError
-from vllm_cache_tools.fleet.records import FileRecord, Footprint, entry_json, footprint
+from vllm_cache_tools.fleet.records import (
+    EntryRecord,
+    FileRecord,
+    Footprint,
+    entry_json,
+    footprint,
+)
 from vllm_cache_tools.fleet.remote import (
     CHUNK,
     DEFAULT_WORKERS,
@@ -25,11 +31,13 @@ from vllm_cache_tools.fleet.remote import (
     index_bytes,
     store_error,
 )
+from vllm_cache_tools.fleet.trust import sig_path
 from vllm_cache_tools.layout import short_key
 from vllm_cache_tools.store.lookup import key_prefix
 
 if TYPE_CHECKING:
     from vllm_cache_tools.fleet.selection import Selection
+    from vllm_cache_tools.fleet.sshsig import SigningKey
 
 # ---- push ------------------------------------------------------------------------------------
 
@@ -64,10 +72,16 @@ class PushResult:
 def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
          model: str | None = None, filter_expr: str | None = None, force: bool = False,
          workers: int = DEFAULT_WORKERS, storage_options: Mapping[str, Any] | None = None,
-         progress: Callable[[int, int], None] | None = None) -> PushResult:
+         progress: Callable[[int, int], None] | None = None,
+         signing_key: SigningKey | None = None) -> PushResult:
     """Push entries (and their linked partners, manifests, snapshots) to the store at
-    ``url``. ``progress(done_bytes, total_bytes)`` is called as blobs go."""
+    ``url``. ``progress(done_bytes, total_bytes)`` is called as blobs go. Every index object
+    carries its entry's provenance; ``signing_key``: each index object is signed, the
+    signature written beside it (``<index>.sig``) before the index is published, and an
+    entry already there with the same files is signed too (its index rewritten with this
+    push's provenance, its push time kept)."""
     from vllm_cache_tools.fleet.host import host_facts
+    from vllm_cache_tools.fleet.provenance import provenance, read_recorder_manifests
     from vllm_cache_tools.fleet.selection import select
 
     t0 = time.perf_counter()
@@ -79,9 +93,12 @@ def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
     records = list(sel.records)
     relink: dict[int, float | None] = {}
     """Entries there with fewer links, and when they were pushed (kept)."""
+    had_index: set[str] = set()
+    """Entries whose index object was there (a signature beside it may be stale)."""
     for i, rec in enumerate(sel.records):
         path = store.index_path(rec.layout, rec.key)
         if store.exists(path):
+            had_index.add(rec.key)
             try:
                 old = store.read_index(path)
             except BadIndex as exc:
@@ -98,9 +115,10 @@ def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
             if entry_json(replace(old.record, linked=union)) == entry_json(
                     replace(rec, linked=union)):
                 results.append(PushedEntry(rec.key, rec.layout, "present",
-                                           "the store has this entry with the same files"))
+                                           "the store has this entry with the same files"
+                                           + ("; signed now" if signing_key else "")))
                 todo.append(i)  # its blobs are re-checked
-                if union != old.record.linked:
+                if union != old.record.linked or signing_key is not None:
                     records[i] = replace(rec, linked=union)
                     relink[i] = old.pushed_at
                 continue
@@ -140,16 +158,26 @@ def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
     facts = host_facts()
     now = time.time()
     pushed_keys = {r.key for r in results}
+    def publish(rec: EntryRecord, data: bytes) -> None:
+        path = store.index_path(rec.layout, rec.key)
+        if signing_key is not None:  # the signature first: the index makes the entry visible
+            store.put_bytes(sig_path(path), signing_key.sign(data))
+        elif rec.key in had_index and store.exists(sig_path(path)):  # of other bytes
+            store._do("removing a signature", store.remove, sig_path(path))
+        store.put_bytes(path, data)
+
     for i in todo:
         rec = records[i]
         shas = set(sel.snapshot_shas[i])
         extras = [x.record for x in sel.extras if x.record.sha256 in shas]
+        if i not in relink and rec.key in pushed_keys:
+            continue
+        prov = provenance([rec], facts, read_recorder_manifests(
+            [lf.source for lf in sel.files[i]]), now)
         if i in relink:
-            store.put_bytes(store.index_path(rec.layout, rec.key),
-                            index_bytes(rec, extras, facts, relink[i] or now))
-        elif rec.key not in pushed_keys:
-            store.put_bytes(store.index_path(rec.layout, rec.key),
-                            index_bytes(rec, extras, facts, now))
+            publish(rec, index_bytes(rec, extras, facts, relink[i] or now, prov))
+        else:
+            publish(rec, index_bytes(rec, extras, facts, now, prov))
             results.append(PushedEntry(rec.key, rec.layout, "pushed"))
     pinned = store.pin([records[i] for i in todo]) if todo else None
     order = {(r.layout, r.key): n for n, r in enumerate(sel.records)}
@@ -367,8 +395,10 @@ def prune_store(url: str, *, older_than_s: float | None = None, max_bytes: int |
         doomed.append((path, nbytes))
     if not dry_run:
         for e in drop:
-            store._do("removing an index", store.remove,
-                      store.index_path(e.record.layout, e.record.key))
+            path = store.index_path(e.record.layout, e.record.key)
+            store._do("removing an index", store.remove, path)
+            if store.exists(sig_path(path)):
+                store._do("removing a signature", store.remove, sig_path(path))
         for path, _ in doomed:
             store._do("removing a blob", store.remove, path)
     return StorePrune(store.url, tuple(e.record.key for e in drop), len(doomed),

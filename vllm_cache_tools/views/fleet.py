@@ -8,6 +8,7 @@ from typing import Any
 from vllm_cache_tools.fleet.api import PackResult, PullResult, UnpackResult
 from vllm_cache_tools.fleet.checks import HitCheck
 from vllm_cache_tools.fleet.place import Placement
+from vllm_cache_tools.fleet.placed import signature_json
 from vllm_cache_tools.fleet.records import EntryRecord, Footprint
 from vllm_cache_tools.fleet.remote_ops import PushResult, StorePrune
 from vllm_cache_tools.store.locate import display_path
@@ -52,6 +53,7 @@ def footprint_json(fp: Footprint | None) -> dict[str, int] | None:
 def pack_document(r: PackResult) -> dict[str, Any]:
     return with_schema("pack", {
         "path": display_path(r.path), "sha256": r.sha256, "size_bytes": r.size_bytes,
+        "signed_by_key": r.signer,
         "raw_bytes": r.raw_bytes, "files": r.files, "seconds": round(r.seconds, 3),
         "footprint": footprint_json(r.footprint),
         "entries": [record_summary(e) for e in r.entries]})
@@ -67,6 +69,8 @@ def unpack_document(r: UnpackResult) -> dict[str, Any]:
         "entries": [record_summary(e) for e in r.manifest.entries],
         "check": check_json(r.check),
         "placements": [placement_json(p) for p in r.placements],
+        "signature": signature_json(r.signature),
+        "provenance": dict(r.manifest.provenance) or None,
         "seconds": round(r.seconds, 3)})
 
 
@@ -88,7 +92,9 @@ def pull_document(r: PullResult) -> dict[str, Any]:
         "check": check_json(r.check),
         "placements": [placement_json(p) for p in r.placements],
         "bytes_downloaded": r.bytes_downloaded, "seconds": round(r.seconds, 3),
-        "skipped": list(r.skipped)})
+        "skipped": list(r.skipped),
+        "signatures": None if r.signatures is None else {
+            k: signature_json(v) for k, v in r.signatures.items()}})
 
 
 def prune_remote_document(r: StorePrune) -> dict[str, Any]:
