@@ -15,6 +15,7 @@ digests."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -23,15 +24,47 @@ from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_j
 from vllm_cache_tools.layout import is_manifest_name, short_key
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifest
-from vllm_cache_tools.redaction import is_clean, redact_value
+from vllm_cache_tools.redaction import is_clean, is_secret_name, redact_value
+
+Seen = dict[tuple[str, str], Any]
+"""Field values already redacted in one selection, by (field name, JSON text): the starts of
+one host share most of what is written about them (the env factors, the compiler config in
+the manifests), and redacting those ~60 KB per entry was most of a first pack."""
 
 
-def redacted_record(rec: EntryRecord) -> EntryRecord:
-    """``rec`` with every secret of its fields hidden (``rec`` itself when none is)."""
+def redact_fields(data: Any, seen: Seen | None = None) -> Any:
+    """``redact_value(None, data)``, field by field for a dict, each field's value redacted
+    once per distinct value in ``seen``. The same result: a dict's fields are redacted one by
+    one by their own names, except the values beside a field that names a secret
+    (``{"name": "HF_TOKEN", "value": ...}``): such a dict is redacted whole."""
+    if seen is None or not isinstance(data, dict) or any(
+            isinstance(v, str) and is_secret_name(v) for v in data.values()):
+        return redact_value(None, data)
+    out: dict[Any, Any] = {}
+    for k, v in data.items():
+        one = {k: v}
+        if not isinstance(v, (dict, list)):
+            out.update(redact_value(None, one))
+            continue
+        try:
+            memo_key = (str(k), json.dumps(v))
+        except (TypeError, ValueError):  # not JSON text (a record is): no memo
+            out.update(redact_value(None, one))
+            continue
+        red = seen.get(memo_key)
+        if red is None:
+            red = seen[memo_key] = redact_value(None, one)
+        out.update(red)
+    return out
+
+
+def redacted_record(rec: EntryRecord, seen: Seen | None = None) -> EntryRecord:
+    """``rec`` with every secret of its fields hidden (``rec`` itself when none is);
+    ``seen``: the field values redacted before, shared by the records of one selection."""
     d = entry_json(rec)
-    if is_clean(d):
+    if seen is None and is_clean(d):
         return rec
-    red = redact_value(None, d)
+    red = redact_fields(d, seen)
     return rec if red == d else entry_from_json(red)
 
 
@@ -49,26 +82,29 @@ def _first_secret(data: Any, red: Any, where: str = "") -> str:
 
 
 def refuse_secret_manifests(records: Sequence[EntryRecord],
-                            files: Iterable[Sequence[Any]]) -> None:
+                            files: Iterable[Sequence[Any]], seen: Seen | None = None) -> None:
     """Raise :class:`Refused` when a recorder manifest among the entries' ``files``
     (:class:`~vllm_cache_tools.fleet.selection.LocalFile`\\ s, per record) holds a secret
     in clear. A manifest that cannot be read is the readers' concern (it is carried as a
-    file; ``show`` and ``audit`` report it), not a secret found."""
+    file; ``show`` and ``audit`` report it), not a secret found. ``seen``: field values
+    redacted before (:func:`redact_fields`); a manifest of the same digest is read once."""
+    clean: set[str] = set()
     for rec, fs in zip(records, files, strict=True):
         for lf in fs:
-            if not is_manifest_name(lf.source.name):
+            if not is_manifest_name(lf.source.name) or lf.record.sha256 in clean:
                 continue
             try:
                 data = read_manifest(lf.source).data
             except ReadError:
                 continue
-            red = redact_value(None, data)
+            red = redact_fields(data, seen)
             if red != data:
                 raise Refused(
                     f"entry {short_key(rec.key)}: the recorder manifest {lf.record.path} "
                     f"holds a secret in clear (in {_first_secret(data, red)}; written by an "
                     "older recorder or by hand), not packed or pushed: remove that file, or "
                     "record the start again with the current recorder")
+            clean.add(lf.record.sha256)
 
 
-__all__ = ["redacted_record", "refuse_secret_manifests"]
+__all__ = ["Seen", "redact_fields", "redacted_record", "refuse_secret_manifests"]
