@@ -12,7 +12,7 @@ from pathlib import Path
 from vllm_cache_tools.fleet.pack_memo import PackMemo
 from vllm_cache_tools.keys.entry_proof import same_start
 from vllm_cache_tools.keys.recipes import env_hash_from_factors
-from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
+from vllm_cache_tools.keys.source_link import SourceLinker
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.types import Entry
 
@@ -51,36 +51,11 @@ def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
     """Add to ``links`` (real path -> linked keys) the other tree's entries of the same starts
     as the entries already there, with the proof's pairs (both directions)."""
     # Every pair of the two trees may be tried (B x A pairs): what a pair's checks need of
-    # each entry alone is worked out once per entry (its graph's files, its env hash, its
-    # manifests' key parts) and once per (graph files, AOT entry) for the install prefix.
-    hashes: dict[tuple[str, str], set[str]] = {}
-    graphs: dict[str, tuple[str, ...]] = {}
-    prefixes: dict[tuple[tuple[str, ...], str], str | None] = {}
+    # each entry alone is worked out once per entry (its graph's files, its env hash), once
+    # per (graph files, AOT entry) for the install prefix and once per (AOT entry, prefix)
+    # for the code hashes of its sources (keys.source_link.SourceLinker).
+    linker = SourceLinker()
     envs: dict[str, str | None] = {}
-
-    def graph_of(bp: str, b: Entry) -> tuple[str, ...]:
-        g = graphs.get(bp)
-        if g is None:
-            g = graphs[bp] = tuple(x for p in b.prefix_dirs if p.graph for x in p.graph.files)
-        return g
-
-    def proven(bp: str, b: Entry, a: Entry) -> bool:
-        # Each AOT entry's code hashes computed once per install prefix (hashing its traced
-        # sources is the cost; many starts share them).
-        f, info = b.factors, a.aot_info
-        if f is None or not f.code_hash or info is None:
-            return False
-        graph = graph_of(bp, b)
-        pk = (graph, a.key)
-        if pk not in prefixes:
-            prefixes[pk] = install_prefix(graph, (s.module for s in info.inlined_sources))
-        prefix = prefixes[pk]
-        if prefix is None:
-            return False
-        k = (a.key, prefix)
-        if k not in hashes:
-            hashes[k] = set(sources_code_hashes(info, prefix))
-        return f.code_hash in hashes[k]
 
     def started_alike(bp: str, b: Entry, a: Entry) -> bool:
         if bp not in envs:
@@ -97,12 +72,12 @@ def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
         fb = facts.full(bp)
         # From the backend side, the cheap pre-check runs on the listing's AOT entry first
         # (no pickle read of unrelated AOT entries).
-        if backend_chosen and not same_model_file(fb, facts.by_path[ap], graph_of(bp, fb)):
+        if backend_chosen and not same_model_file(fb, facts.by_path[ap], linker.graph_files(fb)):
             ok = False
         else:
             fa = facts.full(ap)
-            ok = (same_model_file(fb, fa, graph_of(bp, fb)) and started_alike(bp, fb, fa)
-                  and proven(bp, fb, fa))
+            ok = (same_model_file(fb, fa, linker.graph_files(fb))
+                  and started_alike(bp, fb, fa) and linker.linked(fb, fa))
         facts.memo.put_proof(bfp, afp, ok)
         return ok
 
