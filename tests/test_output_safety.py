@@ -206,6 +206,11 @@ def test_redact_fields_is_redact_value() -> None:
         {"name": "HF_TOKEN", "value": token, "other": {"x": token}},  # redacted whole
         {"item": "api_key", "old": "abc123456789", "new": ["x", {"k": token}]},
         {"plain": [1, 2, {"a": "b"}], "text": "Bearer abcdefgh12345678"},
+        # Nested past the levels taken field by field, a secret at each level.
+        {"recorded": [{"env": {"HF_TOKEN": token}}], "m": {"a": {"b": {"c": {"api_key": "x1"},
+                                                                       "name": "HF_TOKEN",
+                                                                       "value": token}}}},
+        {"m": {"hf_token": {"deep": token}, "ok": {"url": MODEL_URL}, "k": "v"}},
     ]
     seen: dict[tuple[str, str], object] = {}
     for data in cases * 2:  # the second time from the memo

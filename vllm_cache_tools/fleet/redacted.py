@@ -24,7 +24,7 @@ from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_j
 from vllm_cache_tools.layout import is_manifest_name, short_key
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifest
-from vllm_cache_tools.redaction import is_clean, is_secret_name, redact_value
+from vllm_cache_tools.redaction import is_clean, is_secret_name, redact_string, redact_value
 
 Seen = dict[tuple[str, str], Any]
 """Field values already redacted in one selection, by (field name, JSON text): the starts of
@@ -32,30 +32,41 @@ one host share most of what is written about them (the env factors, the compiler
 the manifests), and redacting those ~60 KB per entry was most of a first pack."""
 
 
+FIELD_LEVELS = 3
+"""How many levels of dicts :func:`redact_fields` goes down before it redacts (and memoizes)
+a value whole: a manifest differs from its neighbour start's in a few values (its time, its
+pid, its config hash), the record that carries it in those too."""
+
+
 def redact_fields(data: Any, seen: Seen | None = None) -> Any:
-    """``redact_value(None, data)``, field by field for a dict, each field's value redacted
-    once per distinct value in ``seen``. The same result: a dict's fields are redacted one by
-    one by their own names, except the values beside a field that names a secret
-    (``{"name": "HF_TOKEN", "value": ...}``): such a dict is redacted whole."""
-    if seen is None or not isinstance(data, dict) or any(
-            isinstance(v, str) and is_secret_name(v) for v in data.values()):
+    """``redact_value(None, data)``, a dict field by field (:data:`FIELD_LEVELS` levels
+    down), each value below redacted once per distinct value in ``seen``. The same result:
+    a dict's fields are redacted one by one by their own names, except the values beside a
+    field that names a secret (``{"name": "HF_TOKEN", "value": ...}``) and everything under
+    a secret name: those are redacted whole, as :func:`redact_value` does."""
+    if seen is None:
         return redact_value(None, data)
-    out: dict[Any, Any] = {}
-    for k, v in data.items():
-        one = {k: v}
-        if not isinstance(v, (dict, list)):
-            out.update(redact_value(None, one))
-            continue
-        try:
-            memo_key = (str(k), json.dumps(v))
-        except (TypeError, ValueError):  # not JSON text (a record is): no memo
-            out.update(redact_value(None, one))
-            continue
-        red = seen.get(memo_key)
-        if red is None:
-            red = seen[memo_key] = redact_value(None, one)
-        out.update(red)
-    return out
+    return _fields(None, data, seen, 0, FIELD_LEVELS)
+
+
+def _fields(name: str | None, value: Any, seen: Seen, depth: int, levels: int) -> Any:
+    if not isinstance(value, (dict, list)):
+        return redact_value(name, value, depth)
+    try:
+        memo_key: tuple[str, str] | None = (f"{depth}:{name}", json.dumps(value))
+    except (TypeError, ValueError):  # not JSON text (a record is): no memo
+        memo_key = None
+    if memo_key is not None and memo_key in seen:
+        return seen[memo_key]
+    if levels == 0 or not isinstance(value, dict) or (name and is_secret_name(name)) or any(
+            isinstance(v, str) and is_secret_name(v) for v in value.values()):
+        red = redact_value(name, value, depth)
+    else:
+        red = {(redact_string(k, depth) if isinstance(k, str) else k):
+               _fields(str(k), v, seen, depth + 1, levels - 1) for k, v in value.items()}
+    if memo_key is not None:
+        seen[memo_key] = red
+    return red
 
 
 def redacted_record(rec: EntryRecord, seen: Seen | None = None) -> EntryRecord:
@@ -107,4 +118,4 @@ def refuse_secret_manifests(records: Sequence[EntryRecord],
             clean.add(lf.record.sha256)
 
 
-__all__ = ["Seen", "redact_fields", "redacted_record", "refuse_secret_manifests"]
+__all__ = ["FIELD_LEVELS", "Seen", "redact_fields", "redacted_record", "refuse_secret_manifests"]
