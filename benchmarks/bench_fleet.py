@@ -113,16 +113,45 @@ def entry_dirs(root: Path) -> list[Path]:
 
 def synth_starts(src: Path, dst: Path, copies: int) -> Path:
     """``copies`` starts of one model: the real start's entries under new keys, each with its
-    ``model`` artifact and two kernels changed (what differs between real recompiles)."""
+    ``model`` artifact and two kernels changed (what differs between real recompiles).
+
+    Each copy is a start of another vLLM config: a new config hash written where vLLM and the
+    recorder write it (``cache_key_factors.json``, the manifests' ``key_parts`` and
+    ``config_hash``), the backend folder named by the key those factors give (vLLM's
+    recipe), the manifests naming their copy's folder. So unpack's key proof passes as for
+    real starts (the backend key proven, the AOT entry linked to it by its sources); copies
+    under random names are refused by it ("its content gives key ..., not its name ...")
+    and an unpack of them measured the refusal and the staging folder's removal."""
+    from vllm_cache_tools.keys.recipes import backend_key, env_hash_from_factors
+
     rng = random.Random(0)
     cc = dst / "torch_compile_cache"
     (cc / "torch_aot_compile").mkdir(parents=True)
+    src_entries = entry_dirs(src)
     for i in range(copies):
-        for e in entry_dirs(src):
-            key = f"{rng.getrandbits(40):010x}" if len(e.name) == BK else \
-                f"{rng.getrandbits(256):064x}"
-            out = (cc / key) if len(e.name) == BK else cc / "torch_aot_compile" / key
+        cfg = f"{rng.getrandbits(40):010x}"
+        names: dict[str, str] = {}
+        for e in src_entries:
+            if len(e.name) != BK:
+                names[e.name] = f"{rng.getrandbits(256):064x}"
+                continue
+            factors = next(e.rglob("cache_key_factors.json"))
+            f = json.loads(factors.read_text())
+            names[e.name] = backend_key([env_hash_from_factors(f["env"]), cfg, f["code_hash"],
+                                         f["compiler_hash"]])
+        for e in src_entries:
+            out = (cc / names[e.name]) if len(e.name) == BK else \
+                cc / "torch_aot_compile" / names[e.name]
             shutil.copytree(e, out)
+            for jf in [*out.rglob("cache_key_factors.json"), *out.rglob("vct-manifest.*.json")]:
+                d = json.loads(jf.read_text())
+                if "config_hash" in d:
+                    d["config_hash"] = cfg
+                if isinstance(d.get("key_parts"), dict) and "config_hash" in d["key_parts"]:
+                    d["key_parts"]["config_hash"] = cfg
+                if jf.name.startswith("vct-manifest.") and d.get("key") in names:
+                    d["key"] = names[d["key"]]
+                jf.write_text(json.dumps(d))
             changed = [p for p in sorted(out.rglob("*")) if p.is_file()
                        and (p.name == "model" or p.suffix == ".so")][:3]
             for p in changed:
@@ -235,6 +264,11 @@ def main() -> int:
                                                    check=True)), clean(work / "y")),
         }, ns.repeat)
         place.flush_filesystem = flush
+        # An unpack that refused its entries (the key proof) removes what it staged and
+        # would be timed as if it had placed them: the last run's root holds every entry.
+        placed = len(entry_dirs(work / "u"))
+        if placed != len(dirs):
+            raise SystemExit(f"unpack placed {placed} of {len(dirs)} entries: not an unpack")
         t_unpack, t_untar, t_untar_sync = t["unpack"], t["untar"], t["untar_sync"]
         t_unpack_first = t["unpack_first"]
         results["pack"] = {"bytes": raw, "files": sum(1 for d in dirs for p in

@@ -11,7 +11,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.realvllm.harness import SCENARIOS, run_scenario
 from vllm_cache_tools import read_entry, scan
-from vllm_cache_tools.keys.source_link import linked_aot_entries
+from vllm_cache_tools.keys.source_link import SourceLinker, linked_aot_entries
 
 pytestmark = pytest.mark.realvllm
 
@@ -43,6 +43,12 @@ def test_edited_source_links_to_the_overwritten_aot_entry() -> None:
     assert links[b4] == {a4}
     r = run_cli("show", b3, "--root", str(run.vllm_root), "--json")
     assert json.loads(r.stdout)["same_sources_aot"] == [a3]
+    # The pairwise linker of unpack's and pack's proofs (each AOT entry's sources hashed
+    # once, whatever the number of backend entries) gives the same links, asked twice.
+    linker = SourceLinker()
+    for _ in range(2):
+        assert {b.key: {a.key for a in aots if linker.linked(b, a)}
+                for b in deep if b.layout == "backend"} == links
 
 
 def test_a_module_missing_from_the_local_prefix_is_tried_both_ways(tmp_path: Path) -> None:

@@ -183,6 +183,36 @@ def test_bundle_manifest_and_index_object_hide_the_password(hostile: Hostile) ->
     assert red.checkpoint is not None and red.checkpoint.startswith("https://<redacted")
     assert EVIL in red.checkpoint  # redaction is not escaping: JSON escapes it, renderers too
     assert redacted_record(red) == red and redacted_record(rec) is rec
+    # Field by field with the values seen before (what select does for its records): the
+    # same record, the secret hidden the second time too (from the memo).
+    seen: dict[tuple[str, str], object] = {}
+    assert redacted_record(leaky, seen) == red == redacted_record(leaky, seen)
+    assert redacted_record(rec, seen) == rec
     for blob in (manifest_bytes(BundleManifest((leaky,))), index_bytes(leaky, (), {}, 0.0)):
         assert PASSWORD.encode() not in blob
         assert b"https://<redacted" in blob
+
+
+def test_redact_fields_is_redact_value() -> None:
+    """fleet/redacted.redact_fields (one field at a time, each value redacted once) gives what
+    redact_value gives the whole, the values beside a field naming a secret included."""
+    from vllm_cache_tools.fleet.redacted import redact_fields
+    from vllm_cache_tools.redaction import redact_value
+
+    token = "hf_" + PASSWORD * 3
+    cases = [
+        {"env": {"HF_TOKEN": token, "VLLM_X": "1"}, "files": [{"path": "a", "sha": "0" * 64}],
+         "model": MODEL_URL, "n": 3},
+        {"name": "HF_TOKEN", "value": token, "other": {"x": token}},  # redacted whole
+        {"item": "api_key", "old": "abc123456789", "new": ["x", {"k": token}]},
+        {"plain": [1, 2, {"a": "b"}], "text": "Bearer abcdefgh12345678"},
+        # Nested past the levels taken field by field, a secret at each level.
+        {"recorded": [{"env": {"HF_TOKEN": token}}], "m": {"a": {"b": {"c": {"api_key": "x1"},
+                                                                       "name": "HF_TOKEN",
+                                                                       "value": token}}}},
+        {"m": {"hf_token": {"deep": token}, "ok": {"url": MODEL_URL}, "k": "v"}},
+    ]
+    seen: dict[tuple[str, str], object] = {}
+    for data in cases * 2:  # the second time from the memo
+        assert redact_fields(data, seen) == redact_value(None, data)
+        assert token not in str(redact_fields(data, seen))

@@ -23,7 +23,7 @@ from vllm_cache_tools.keys.entry_proof import (
     prove_aot,
     prove_backend,
 )
-from vllm_cache_tools.keys.source_link import linked_aot_entries
+from vllm_cache_tools.keys.source_link import SourceLinker
 from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.types import Entry
@@ -69,6 +69,7 @@ def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRec
             backends.append((e, p))
     versions = sorted({v for r in records if (v := r.versions.get("vllm"))}
                       | ({vllm_version} if vllm_version else set()))
+    linker = SourceLinker()
     for rec in records:
         e = staged.get(rec.key)
         if rec.layout != "aot" or e is None:
@@ -78,7 +79,7 @@ def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRec
         for k in rec.linked:
             if k not in have and (b := _read(vllm_root / COMPILE_CACHE_DIRNAME / k)):
                 cands.append((b, prove_backend(b)))
-        sibs = [p for b, p in cands if p.status == PROVEN and linked_aot_entries(b, [e])]
+        sibs = [p for b, p in cands if p.status == PROVEN and linker.linked(b, e)]
         out[("aot", rec.key)] = prove_aot(e, sibs, versions=versions, inductor=inductor)
     if trust is not None:
         for rec in records:

@@ -6,12 +6,13 @@ by the two entries' fingerprints, so unchanged entries are not read again to pro
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 from vllm_cache_tools.fleet.pack_memo import PackMemo
 from vllm_cache_tools.keys.entry_proof import same_start
-from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
+from vllm_cache_tools.keys.recipes import env_hash_from_factors
+from vllm_cache_tools.keys.source_link import SourceLinker
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.types import Entry
 
@@ -49,22 +50,19 @@ def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
                  links: dict[str, set[str]]) -> None:
     """Add to ``links`` (real path -> linked keys) the other tree's entries of the same starts
     as the entries already there, with the proof's pairs (both directions)."""
-    hashes: dict[tuple[str, str], set[str]] = {}
+    # Every pair of the two trees may be tried (B x A pairs): what a pair's checks need of
+    # each entry alone is worked out once per entry (its graph's files, its env hash), once
+    # per (graph files, AOT entry) for the install prefix and once per (AOT entry, prefix)
+    # for the code hashes of its sources (keys.source_link.SourceLinker).
+    linker = SourceLinker()
+    envs: dict[str, str | None] = {}
 
-    def proven(b: Entry, a: Entry) -> bool:
-        # Each AOT entry's code hashes computed once per install prefix (hashing its traced
-        # sources is the cost; many starts share them).
-        f, info = b.factors, a.aot_info
-        if f is None or not f.code_hash or info is None:
-            return False
-        graph = [g for p in b.prefix_dirs if p.graph for g in p.graph.files]
-        prefix = install_prefix(graph, (s.module for s in info.inlined_sources))
-        if prefix is None:
-            return False
-        k = (a.key, prefix)
-        if k not in hashes:
-            hashes[k] = set(sources_code_hashes(info, prefix))
-        return f.code_hash in hashes[k]
+    def started_alike(bp: str, b: Entry, a: Entry) -> bool:
+        if bp not in envs:
+            f = b.factors
+            envs[bp] = env_hash_from_factors(f.env) if f is not None and f.env is not None \
+                else None
+        return same_start(b, a, backend_env_hash=envs[bp])
 
     def pair(bp: str, ap: str, backend_chosen: bool) -> bool:
         bfp, afp = facts.walk(bp)[1], facts.walk(ap)[1]
@@ -74,11 +72,12 @@ def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
         fb = facts.full(bp)
         # From the backend side, the cheap pre-check runs on the listing's AOT entry first
         # (no pickle read of unrelated AOT entries).
-        if backend_chosen and not same_model_file(fb, facts.by_path[ap]):
+        if backend_chosen and not same_model_file(fb, facts.by_path[ap], linker.graph_files(fb)):
             ok = False
         else:
             fa = facts.full(ap)
-            ok = same_model_file(fb, fa) and same_start(fb, fa) and proven(fb, fa)
+            ok = (same_model_file(fb, fa, linker.graph_files(fb))
+                  and started_alike(bp, fb, fa) and linker.linked(fb, fa))
         facts.memo.put_proof(bfp, afp, ok)
         return ok
 
@@ -97,8 +96,9 @@ def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
             links.setdefault(x, set()).add(facts.by_path[y].key)
 
 
-def same_model_file(backend: Entry, aot: Entry) -> bool:
-    """Cheap pre-check before the proof: the AOT forward's file is one the graph names."""
+def same_model_file(backend: Entry, aot: Entry, graph: Iterable[str] | None = None) -> bool:
+    """Cheap pre-check before the proof: the AOT forward's file is one the graph names
+    (``graph``: the backend entry's graph files, when the caller has them)."""
     info = aot.aot_info
     loc = info.filename if info is not None else None
     if loc is None and aot.model:
@@ -106,7 +106,8 @@ def same_model_file(backend: Entry, aot: Entry) -> bool:
     if not loc:
         return False
     tail = loc.split("site-packages/")[-1]
-    graph = {g for p in backend.prefix_dirs if p.graph for g in p.graph.files}
+    if graph is None:
+        graph = (g for p in backend.prefix_dirs if p.graph for g in p.graph.files)
     return any(g.endswith("/" + tail) or g == loc for g in graph)
 
 

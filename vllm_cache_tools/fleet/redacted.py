@@ -15,6 +15,7 @@ digests."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -23,15 +24,58 @@ from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_j
 from vllm_cache_tools.layout import is_manifest_name, short_key
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifest
-from vllm_cache_tools.redaction import is_clean, redact_value
+from vllm_cache_tools.redaction import is_clean, is_secret_name, redact_string, redact_value
+
+Seen = dict[tuple[str, str], Any]
+"""Field values already redacted in one selection, by (field name, JSON text): the starts of
+one host share most of what is written about them (the env factors, the compiler config in
+the manifests), and redacting those ~60 KB per entry was most of a first pack."""
 
 
-def redacted_record(rec: EntryRecord) -> EntryRecord:
-    """``rec`` with every secret of its fields hidden (``rec`` itself when none is)."""
+FIELD_LEVELS = 3
+"""How many levels of dicts :func:`redact_fields` goes down before it redacts (and memoizes)
+a value whole: a manifest differs from its neighbour start's in a few values (its time, its
+pid, its config hash), the record that carries it in those too."""
+
+
+def redact_fields(data: Any, seen: Seen | None = None) -> Any:
+    """``redact_value(None, data)``, a dict field by field (:data:`FIELD_LEVELS` levels
+    down), each value below redacted once per distinct value in ``seen``. The same result:
+    a dict's fields are redacted one by one by their own names, except the values beside a
+    field that names a secret (``{"name": "HF_TOKEN", "value": ...}``) and everything under
+    a secret name: those are redacted whole, as :func:`redact_value` does."""
+    if seen is None:
+        return redact_value(None, data)
+    return _fields(None, data, seen, 0, FIELD_LEVELS)
+
+
+def _fields(name: str | None, value: Any, seen: Seen, depth: int, levels: int) -> Any:
+    if not isinstance(value, (dict, list)):
+        return redact_value(name, value, depth)
+    try:
+        memo_key: tuple[str, str] | None = (f"{depth}:{name}", json.dumps(value))
+    except (TypeError, ValueError):  # not JSON text (a record is): no memo
+        memo_key = None
+    if memo_key is not None and memo_key in seen:
+        return seen[memo_key]
+    if levels == 0 or not isinstance(value, dict) or (name and is_secret_name(name)) or any(
+            isinstance(v, str) and is_secret_name(v) for v in value.values()):
+        red = redact_value(name, value, depth)
+    else:
+        red = {(redact_string(k, depth) if isinstance(k, str) else k):
+               _fields(str(k), v, seen, depth + 1, levels - 1) for k, v in value.items()}
+    if memo_key is not None:
+        seen[memo_key] = red
+    return red
+
+
+def redacted_record(rec: EntryRecord, seen: Seen | None = None) -> EntryRecord:
+    """``rec`` with every secret of its fields hidden (``rec`` itself when none is);
+    ``seen``: the field values redacted before, shared by the records of one selection."""
     d = entry_json(rec)
-    if is_clean(d):
+    if seen is None and is_clean(d):
         return rec
-    red = redact_value(None, d)
+    red = redact_fields(d, seen)
     return rec if red == d else entry_from_json(red)
 
 
@@ -49,26 +93,29 @@ def _first_secret(data: Any, red: Any, where: str = "") -> str:
 
 
 def refuse_secret_manifests(records: Sequence[EntryRecord],
-                            files: Iterable[Sequence[Any]]) -> None:
+                            files: Iterable[Sequence[Any]], seen: Seen | None = None) -> None:
     """Raise :class:`Refused` when a recorder manifest among the entries' ``files``
     (:class:`~vllm_cache_tools.fleet.selection.LocalFile`\\ s, per record) holds a secret
     in clear. A manifest that cannot be read is the readers' concern (it is carried as a
-    file; ``show`` and ``audit`` report it), not a secret found."""
+    file; ``show`` and ``audit`` report it), not a secret found. ``seen``: field values
+    redacted before (:func:`redact_fields`); a manifest of the same digest is read once."""
+    clean: set[str] = set()
     for rec, fs in zip(records, files, strict=True):
         for lf in fs:
-            if not is_manifest_name(lf.source.name):
+            if not is_manifest_name(lf.source.name) or lf.record.sha256 in clean:
                 continue
             try:
                 data = read_manifest(lf.source).data
             except ReadError:
                 continue
-            red = redact_value(None, data)
+            red = redact_fields(data, seen)
             if red != data:
                 raise Refused(
                     f"entry {short_key(rec.key)}: the recorder manifest {lf.record.path} "
                     f"holds a secret in clear (in {_first_secret(data, red)}; written by an "
                     "older recorder or by hand), not packed or pushed: remove that file, or "
                     "record the start again with the current recorder")
+            clean.add(lf.record.sha256)
 
 
-__all__ = ["redacted_record", "refuse_secret_manifests"]
+__all__ = ["FIELD_LEVELS", "Seen", "redact_fields", "redacted_record", "refuse_secret_manifests"]

@@ -18,7 +18,7 @@ from vllm_cache_tools.fleet.errors import FleetError, Refused
 from vllm_cache_tools.fleet.link_proof import PACKABLE, EntryFacts, link_entries
 from vllm_cache_tools.fleet.pack_memo import PackMemo, fingerprint
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord, SourceRecord, snapshot_path
-from vllm_cache_tools.fleet.redacted import redacted_record, refuse_secret_manifests
+from vllm_cache_tools.fleet.redacted import Seen, redacted_record, refuse_secret_manifests
 from vllm_cache_tools.keys.key_check import key_check
 from vllm_cache_tools.keys.source_link import install_prefix
 from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME, short_key
@@ -346,9 +346,10 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
         known[p] = (rec, files, snaps)
     ordered = sorted(links, key=lambda p: (known[p][0].layout, known[p][0].key))
     # Secrets hidden in what is written about each entry; none carried in a manifest file.
-    records = tuple(redacted_record(replace(known[p][0], linked=tuple(sorted(links[p]))))
+    seen: Seen = {}
+    records = tuple(redacted_record(replace(known[p][0], linked=tuple(sorted(links[p]))), seen)
                     for p in ordered)
-    refuse_secret_manifests(records, (known[p][1] for p in ordered))
+    refuse_secret_manifests(records, (known[p][1] for p in ordered), seen)
     facts.memo.forget_missing(by_path)
     facts.memo.save()
     return Selection(info.root, tuple(deep.get(p) or by_path[p] for p in ordered), records,

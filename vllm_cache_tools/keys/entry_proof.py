@@ -236,16 +236,20 @@ def prove_aot(e: Entry, siblings: Iterable[KeyProof], *, versions: Sequence[str]
                     "derive it from")
 
 
-def same_start(backend: Entry, aot: Entry) -> bool:
+def same_start(backend: Entry, aot: Entry, *, backend_env_hash: str | None = None) -> bool:
     """Whether what ``aot``'s recorder manifests say of its key parts (when anything) agrees
-    with ``backend``'s factors: the source proof alone links every start of the same code."""
+    with ``backend``'s factors: the source proof alone links every start of the same code.
+    ``backend_env_hash``: ``env_hash_from_factors(backend.factors.env)`` when the caller
+    has it (one backend entry checked against many AOT entries hashes its env once)."""
     f = backend.factors
     env, cfg = _manifest_parts(aot)
     if f is None or not (env or cfg):
         return True
     if cfg and f.config_hash and cfg != f.config_hash:
         return False
-    return not (env and f.env is not None and env != env_hash_from_factors(f.env))
+    if not env or f.env is None:
+        return True
+    return env == (backend_env_hash or env_hash_from_factors(f.env))
 
 
 def prove_entry(e: Entry, backends: Iterable[Entry], *, versions: Sequence[str] = (),

@@ -120,6 +120,45 @@ def linked_aot_entries(backend: Entry, aot_entries: Iterable[Entry]) -> list[str
     return out
 
 
+class SourceLinker:
+    """:func:`linked_aot_entries` one pair at a time, for many pairs (every AOT entry of a
+    bundle against every backend entry): each backend entry's graph files, each (graph
+    files, AOT entry) install prefix and each (AOT entry, prefix) set of code hashes worked
+    out once, where hashing the traced sources per pair made unpacking 100 starts cost
+    10,000 source hashings. Entries are told apart by identity (kept alive here)."""
+
+    def __init__(self) -> None:
+        self._graphs: dict[int, tuple[Entry, tuple[str, ...]]] = {}
+        self._prefixes: dict[tuple[tuple[str, ...], int], str | None] = {}
+        self._hashes: dict[tuple[int, str], tuple[Entry, frozenset[str]]] = {}
+
+    def graph_files(self, backend: Entry) -> tuple[str, ...]:
+        got = self._graphs.get(id(backend))
+        if got is None:
+            got = self._graphs[id(backend)] = (backend, tuple(
+                g for p in backend.prefix_dirs if p.graph for g in p.graph.files))
+        return got[1]
+
+    def linked(self, backend: Entry, aot: Entry) -> bool:
+        """Whether ``aot``'s compile-time sources reproduce ``backend``'s code hash (both
+        deep reads): ``aot.key in linked_aot_entries(backend, [aot])``."""
+        f, info = backend.factors, aot.aot_info
+        if f is None or not f.code_hash or info is None:
+            return False
+        graph = self.graph_files(backend)
+        pk = (graph, id(aot))
+        if pk not in self._prefixes:
+            self._prefixes[pk] = install_prefix(graph, (s.module for s in info.inlined_sources))
+        prefix = self._prefixes[pk]
+        if prefix is None:
+            return False
+        hk = (id(aot), prefix)
+        got = self._hashes.get(hk)
+        if got is None:
+            got = self._hashes[hk] = (aot, frozenset(sources_code_hashes(info, prefix)))
+        return f.code_hash in got[1]
+
+
 def same_source_aot_keys(backend: Entry, candidates: Iterable[Entry],
                          read: Callable[[Path], Entry]) -> list[str]:
     """:func:`linked_aot_entries` over quick-scan ``candidates`` of the same model, each
