@@ -1,10 +1,10 @@
 #!/bin/bash
 # Issue 26 item 4 on the lent H200 (vLLM 0.22.1, torch 2.11): predict for a tiny Qwen3 and a
+# tiny Mixtral, cold (empty root) and warm (vLLM's own root), against vLLM's log lines.
 # Needs .gpu-stage/ prepared as shared/FACTS.md describes (vLLM 0.22.1 pruned to sm_90, its
 # wheels, this package's wheel in .gpu-stage/b/); run on the device from the repo root with
 # carry [".gpu-stage"]. MIXTRAL=1 adds the Mixtral case (needs vLLM's _moe_C library, which the
 # pruned staging of 2026-12-02 does not carry).
-# tiny Mixtral, cold (empty root) and warm (vLLM's own root), against vLLM's log lines.
 set -u
 T0=$(date +%s); REPO=$PWD; G=$REPO/.gpu-stage; S=/tmp/site; W=/tmp/gw
 mkdir -p $S $W
