@@ -15,15 +15,15 @@ import os
 import socket
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from vllm_cache_tools import __version__
 from vllm_cache_tools.fleet.records import EntryRecord
 from vllm_cache_tools.layout import is_manifest_name
-from vllm_cache_tools.read import jsontext
+from vllm_cache_tools.read.errors import ReadError
+from vllm_cache_tools.read.manifest import read_manifest
 from vllm_cache_tools.redaction import redact_argv, redact_value
-
-MAX_RECORDER_MANIFEST = 8 << 20
 
 
 def _user() -> str | None:
@@ -56,20 +56,16 @@ def serve_args(manifests: Sequence[Mapping[str, Any]]) -> list[str] | None:
 
 
 def read_recorder_manifests(paths: Sequence[os.PathLike[str] | str]) -> list[dict[str, Any]]:
-    """The recorder manifests among ``paths`` that read as JSON objects (others skipped)."""
-    from vllm_cache_tools.read.noatime import open_noatime
-
+    """The recorder manifests among ``paths`` that read as such (others skipped), through the
+    one manifest reader (:func:`vllm_cache_tools.read.manifest.read_manifest`)."""
     out = []
-    for p in paths:
-        if not is_manifest_name(os.path.basename(os.fspath(p))):
+    for p in map(Path, paths):
+        if not is_manifest_name(p.name):
             continue
         try:
-            with open_noatime(p) as f:
-                data = jsontext.loads(f.read(MAX_RECORDER_MANIFEST + 1), "recorder manifest")
-        except (OSError, ValueError):
+            out.append(read_manifest(p).data)
+        except (OSError, ReadError):
             continue
-        if isinstance(data, dict):
-            out.append(data)
     return out
 
 
