@@ -3,8 +3,8 @@
 # tiny Mixtral, cold (empty root) and warm (vLLM's own root), against vLLM's log lines.
 # Needs .gpu-stage/ prepared as shared/FACTS.md describes (vLLM 0.22.1 pruned to sm_90, its
 # wheels, this package's wheel in .gpu-stage/b/); run on the device from the repo root with
-# carry [".gpu-stage"]. MIXTRAL=1 adds the Mixtral case (needs vLLM's _moe_C library, which the
-# pruned staging of 2026-12-02 does not carry).
+# carry [".gpu-stage"]. MIXTRAL=1 adds the Mixtral case (needs vLLM's _moe_C library pruned to sm_90 in
+# .gpu-stage/moe/moe.xz, carried in a device call of its own first: prune_fatbin.py on the wheel's vllm/_moe_C.abi3.so, then xz -6).
 set -u
 T0=$(date +%s); REPO=$PWD; G=$REPO/.gpu-stage; S=/tmp/site; W=/tmp/gw
 mkdir -p $S $W
@@ -17,6 +17,8 @@ unxz < $G/s/py.tar.xz | tar -x -C $S
 unxz < $G/s/C.xz > $S/vllm/_C.abi3.so
 unxz < $G/s/Cs.xz > $S/vllm/_C_stable_libtorch.abi3.so
 unxz < $G/s/small-so.tar.xz | tar -x -C $S
+# vLLM's MoE kernels (Mixtral), pruned to sm_90 like _C when the staging carries them (moe/moe.xz).
+[ -f $G/moe/moe.xz ] && unxz < $G/moe/moe.xz > $S/vllm/_moe_C.abi3.so
 mkdir -p $S/vllm/vllm_flash_attn; : > $S/vllm/vllm_flash_attn/_vllm_fa2_C.py
 export PYTHONPATH=$S PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
     TOKENIZERS_PARALLELISM=false VLLM_CACHE_TOOLS_PROBE_STANDBY=0
