@@ -88,9 +88,34 @@ def test_push_ls_pull_round_trip(registry: Registry, sample: Path, tmp_path: Pat
     again = json.loads(run_cli("pull", url, "--root", str(root), "--json").stdout)
     assert {p["action"] for p in again["placements"]} == {"identical"}
 
-    # prune-remote: a dry run changes nothing; then the entries' manifests go (their blobs
-    # are the registry's garbage collector's to reclaim: a registry cannot list blobs).
+    # prune-remote never removes what a tag pins: the tag v1 lists every entry, so the
+    # plan keeps them all and says why, by age as by size, with or without the tag in the URL.
     plain = registry.url("fleet/round-trip")
+    for u in (plain, url):
+        for policy in (["--older-than", "0s"], ["--max-size", "0"]):
+            res = run_cli("prune-remote", u, *policy, "--yes", "--json")
+            assert res.returncode == 0, res.stderr
+            doc = json.loads(res.stdout)
+            assert doc["removed"] == [] and doc["kept"] == len(keys)
+            assert {p["key"]: p["tags"] for p in doc["pinned"]} == {k: ["v1"] for k in keys}
+    dry = run_cli("prune-remote", plain, "--older-than", "0s")
+    assert dry.returncode == 0 and "would remove 0 entries" in dry.stdout
+    assert f"kept {len(keys)} entries a tag pins" in dry.stdout
+    assert dry.stdout.count("pinned by v1") == len(keys)
+    assert len(json.loads(run_cli("ls", plain, "--json").stdout)["entries"]) == len(keys)
+    # A second pin of one entry; the tag v1 deleted (as skopeo delete does: the index's
+    # manifest by digest): that entry stays, the others go.
+    one = next(k for k, layout in keys.items() if layout == "backend")
+    assert run_cli("push", "--root", str(sample), one, plain + ":keep-me").returncode == 0
+    _delete_tag(registry, "fleet/round-trip", "v1")
+    res = run_cli("prune-remote", plain, "--older-than", "0s", "--json")
+    pinned = {p["key"]: p["tags"] for p in json.loads(res.stdout)["pinned"]}
+    linked = set(pinned) - {one}  # push takes an entry's linked entry along
+    assert pinned == {k: ["keep-me"] for k in {one} | linked}
+    _delete_tag(registry, "fleet/round-trip", "keep-me")
+
+    # Unpinned: a dry run changes nothing; then the entries' manifests go (their blobs
+    # are the registry's garbage collector's to reclaim: a registry cannot list blobs).
     dry = run_cli("prune-remote", plain, "--older-than", "0s")
     assert dry.returncode == 0 and f"would remove {len(keys)} entries" in dry.stdout
     assert "garbage collection" in dry.stdout
@@ -102,6 +127,18 @@ def test_push_ls_pull_round_trip(registry: Registry, sample: Path, tmp_path: Pat
     assert ls.returncode == 0 and "No entries" in ls.stdout
     store = Store(plain)
     assert not store.exists(store.index_path("aot", next(iter(keys))))
+
+
+def _delete_tag(registry: Registry, repo: str, tag: str) -> None:
+    """Delete a tag as ``skopeo delete`` does (its manifest, by digest), with plain HTTP."""
+    import requests
+
+    api = f"http://{registry.host}/v2/{repo}/manifests/"
+    head = requests.head(api + tag, timeout=10, headers={
+        "Accept": "application/vnd.oci.image.index.v1+json"})
+    assert head.status_code == 200, head.status_code
+    res = requests.delete(api + head.headers["Docker-Content-Digest"], timeout=10)
+    assert res.status_code == 202, res.text
 
 
 def test_skopeo_sees_and_copies_the_artifacts(registry: Registry, sample: Path,

@@ -101,4 +101,5 @@ def prune_remote_document(r: StorePrune) -> dict[str, Any]:
     return with_schema("prune-remote", {
         "url": r.url, "dry_run": r.dry_run, "removed": list(r.removed),
         "blobs_removed": r.blobs_removed, "bytes_freed": r.bytes_freed, "kept": r.kept,
-        "skipped": list(r.skipped)})
+        "skipped": list(r.skipped),
+        "pinned": [{"key": k, "tags": list(tags)} for k, tags in r.pinned]})
