@@ -244,6 +244,34 @@ def test_plain_http_only_for_loopback_unless_asked() -> None:
         Store("oci://registry.example/a", {"anon": True})
 
 
+def test_every_verb_that_takes_a_url_takes_the_same_options(registry: Registry,
+                                                            sample: Path,
+                                                            tmp_path: Path) -> None:
+    """push, pull, ls URL, stats URL and prune-remote: -o plain_http=true works with each,
+    an unknown option is the same one-line refusal (exit 2) from each."""
+    key = next(k for k, layout in _keys(sample).items() if layout == "backend")
+    url = registry.url("fleet/options")
+    verbs = {
+        "push": ["push", "--root", str(sample), key, url],
+        "pull": ["pull", url, "--root", str(tmp_path / "pod")],
+        "ls": ["ls", url],
+        "stats": ["stats", url],
+        "prune-remote": ["prune-remote", url, "--older-than", "1000d"],
+    }
+    for verb, args in verbs.items():
+        res = run_cli(*args, "-o", "plain_http=true")
+        assert res.returncode == 0, (verb, res.stderr)
+        res = run_cli(*args, "-o", "bogus=1")
+        assert res.returncode == 2, (verb, res.stdout)
+        assert "unknown option(s) for an oci:// store: bogus (known: plain_http=true)" in \
+            res.stderr, (verb, res.stderr)
+        assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, verb
+    listed = run_cli("ls", url, "-o", "plain_http=true", "--json")
+    assert [e["key"] for e in json.loads(listed.stdout)["entries"]]
+    local = run_cli("ls", "--root", str(sample), "-o", "plain_http=true")
+    assert local.returncode == 2 and "give its URL" in local.stderr
+
+
 def test_unreachable_registry_is_one_line(tmp_path: Path) -> None:
     from tests.fleet_support import free_port
 
