@@ -244,6 +244,23 @@ def test_plain_http_only_for_loopback_unless_asked() -> None:
         Store("oci://registry.example/a", {"anon": True})
 
 
+def test_prune_refuses_when_it_cannot_read_every_pin(registry: Registry, sample: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """More candidate pin tags than prune-remote reads: which entries they pin is not known,
+    so nothing is removed (one line)."""
+    from vllm_cache_tools.fleet import oci
+    from vllm_cache_tools.fleet.remote_ops import prune_store
+
+    key = next(k for k, layout in _keys(sample).items() if layout == "backend")
+    url = registry.url("fleet/many-pins")
+    for tag in ("a", "b"):
+        assert run_cli("push", "--root", str(sample), key, f"{url}:{tag}").returncode == 0
+    monkeypatch.setattr(oci, "MAX_PIN_TAGS", 1)
+    with pytest.raises(StoreError, match="2 tags might pin entries"):
+        prune_store(url, older_than_s=0)
+    assert len(Store(url).listing().entries) == 2  # the entry and its linked AOT entry
+
+
 def test_every_verb_that_takes_a_url_takes_the_same_options(registry: Registry,
                                                             sample: Path,
                                                             tmp_path: Path) -> None:
