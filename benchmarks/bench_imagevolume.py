@@ -106,6 +106,8 @@ def main() -> int:
     if os.geteuid() != 0:
         print("needs root (mount -t overlay)")
         return 2
+    import signal
+
     from tests.realvllm.harness import (
         SCENARIOS,
         model_lock,
@@ -115,6 +117,10 @@ def main() -> int:
         venv_python,
     )
 
+    def stop(signum: int, frame: object) -> None:  # timeout(1) / Ctrl-C: unmount first
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, stop)
     work = Path(tempfile.mkdtemp(prefix="bench-imagevolume-"))
     os.environ.setdefault("XDG_CACHE_HOME", str(work / "xdg"))
     load_before = os.getloadavg()[0]
