@@ -88,9 +88,34 @@ def test_push_ls_pull_round_trip(registry: Registry, sample: Path, tmp_path: Pat
     again = json.loads(run_cli("pull", url, "--root", str(root), "--json").stdout)
     assert {p["action"] for p in again["placements"]} == {"identical"}
 
-    # prune-remote: a dry run changes nothing; then the entries' manifests go (their blobs
-    # are the registry's garbage collector's to reclaim: a registry cannot list blobs).
+    # prune-remote never removes what a tag pins: the tag v1 lists every entry, so the
+    # plan keeps them all and says why, by age as by size, with or without the tag in the URL.
     plain = registry.url("fleet/round-trip")
+    for u in (plain, url):
+        for policy in (["--older-than", "0s"], ["--max-size", "0"]):
+            res = run_cli("prune-remote", u, *policy, "--yes", "--json")
+            assert res.returncode == 0, res.stderr
+            doc = json.loads(res.stdout)
+            assert doc["removed"] == [] and doc["kept"] == len(keys)
+            assert {p["key"]: p["tags"] for p in doc["pinned"]} == {k: ["v1"] for k in keys}
+    dry = run_cli("prune-remote", plain, "--older-than", "0s")
+    assert dry.returncode == 0 and "would remove 0 entries" in dry.stdout
+    assert f"kept {len(keys)} entries a tag pins" in dry.stdout
+    assert dry.stdout.count("pinned by v1") == len(keys)
+    assert len(json.loads(run_cli("ls", plain, "--json").stdout)["entries"]) == len(keys)
+    # A second pin of one entry; the tag v1 deleted (as skopeo delete does: the index's
+    # manifest by digest): that entry stays, the others go.
+    one = next(k for k, layout in keys.items() if layout == "backend")
+    assert run_cli("push", "--root", str(sample), one, plain + ":keep-me").returncode == 0
+    _delete_tag(registry, "fleet/round-trip", "v1")
+    res = run_cli("prune-remote", plain, "--older-than", "0s", "--json")
+    pinned = {p["key"]: p["tags"] for p in json.loads(res.stdout)["pinned"]}
+    linked = set(pinned) - {one}  # push takes an entry's linked entry along
+    assert pinned == {k: ["keep-me"] for k in {one} | linked}
+    _delete_tag(registry, "fleet/round-trip", "keep-me")
+
+    # Unpinned: a dry run changes nothing; then the entries' manifests go (their blobs
+    # are the registry's garbage collector's to reclaim: a registry cannot list blobs).
     dry = run_cli("prune-remote", plain, "--older-than", "0s")
     assert dry.returncode == 0 and f"would remove {len(keys)} entries" in dry.stdout
     assert "garbage collection" in dry.stdout
@@ -102,6 +127,18 @@ def test_push_ls_pull_round_trip(registry: Registry, sample: Path, tmp_path: Pat
     assert ls.returncode == 0 and "No entries" in ls.stdout
     store = Store(plain)
     assert not store.exists(store.index_path("aot", next(iter(keys))))
+
+
+def _delete_tag(registry: Registry, repo: str, tag: str) -> None:
+    """Delete a tag as ``skopeo delete`` does (its manifest, by digest), with plain HTTP."""
+    import requests
+
+    api = f"http://{registry.host}/v2/{repo}/manifests/"
+    head = requests.head(api + tag, timeout=10, headers={
+        "Accept": "application/vnd.oci.image.index.v1+json"})
+    assert head.status_code == 200, head.status_code
+    res = requests.delete(api + head.headers["Docker-Content-Digest"], timeout=10)
+    assert res.status_code == 202, res.text
 
 
 def test_skopeo_sees_and_copies_the_artifacts(registry: Registry, sample: Path,
@@ -205,6 +242,51 @@ def test_plain_http_only_for_loopback_unless_asked() -> None:
         assert "secret" not in str(exc.value)
     with pytest.raises(StoreError, match="unknown option"):
         Store("oci://registry.example/a", {"anon": True})
+
+
+def test_prune_refuses_when_it_cannot_read_every_pin(registry: Registry, sample: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """More candidate pin tags than prune-remote reads: which entries they pin is not known,
+    so nothing is removed (one line)."""
+    from vllm_cache_tools.fleet import oci
+    from vllm_cache_tools.fleet.remote_ops import prune_store
+
+    key = next(k for k, layout in _keys(sample).items() if layout == "backend")
+    url = registry.url("fleet/many-pins")
+    for tag in ("a", "b"):
+        assert run_cli("push", "--root", str(sample), key, f"{url}:{tag}").returncode == 0
+    monkeypatch.setattr(oci, "MAX_PIN_TAGS", 1)
+    with pytest.raises(StoreError, match="2 tags might pin entries"):
+        prune_store(url, older_than_s=0)
+    assert len(Store(url).listing().entries) == 2  # the entry and its linked AOT entry
+
+
+def test_every_verb_that_takes_a_url_takes_the_same_options(registry: Registry,
+                                                            sample: Path,
+                                                            tmp_path: Path) -> None:
+    """push, pull, ls URL, stats URL and prune-remote: -o plain_http=true works with each,
+    an unknown option is the same one-line refusal (exit 2) from each."""
+    key = next(k for k, layout in _keys(sample).items() if layout == "backend")
+    url = registry.url("fleet/options")
+    verbs = {
+        "push": ["push", "--root", str(sample), key, url],
+        "pull": ["pull", url, "--root", str(tmp_path / "pod")],
+        "ls": ["ls", url],
+        "stats": ["stats", url],
+        "prune-remote": ["prune-remote", url, "--older-than", "1000d"],
+    }
+    for verb, args in verbs.items():
+        res = run_cli(*args, "-o", "plain_http=true")
+        assert res.returncode == 0, (verb, res.stderr)
+        res = run_cli(*args, "-o", "bogus=1")
+        assert res.returncode == 2, (verb, res.stdout)
+        assert "unknown option(s) for an oci:// store: bogus (known: plain_http=true)" in \
+            res.stderr, (verb, res.stderr)
+        assert res.stderr.count("\n") == 1 and "Traceback" not in res.stderr, verb
+    listed = run_cli("ls", url, "-o", "plain_http=true", "--json")
+    assert [e["key"] for e in json.loads(listed.stdout)["entries"]]
+    local = run_cli("ls", "--root", str(sample), "-o", "plain_http=true")
+    assert local.returncode == 2 and "give its URL" in local.stderr
 
 
 def test_unreachable_registry_is_one_line(tmp_path: Path) -> None:

@@ -22,6 +22,7 @@ PLAIN = [
     ["--sort=key", "--by-owner", "--json"],
     ["--all-caches", "--root", "rel/root"],
     ["s3://bucket/store", "--json"],
+    ["oci://registry.example/a:v1", "-o", "plain_http=true", "--storage-option", "x=1"],
 ]
 LEFT_TO_TYPER = [
     ["--help"], ["-h"], ["--version"], ["--bogus"], ["--json", "--json"], ["--root"],

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from vllm_cache_tools.cli.fleetcommon import StorageOpt
 from vllm_cache_tools.cli.ls_run import ls_columns, model_label, run_ls
 
 __all__ = ["LS_COLUMNS", "RootOpt", "ls", "model_label"]
@@ -54,6 +55,7 @@ def ls(
         "signature by this OpenSSH allowed_signers file (default $VLLM_CACHE_TOOLS_TRUST) and "
         "show its signer, or why it would be refused, in a SIGNER column.",
         show_default=False, readable=False, resolve_path=False)] = None,
+    storage_option: StorageOpt = None,
 ) -> None:
     """List the compile-cache entries under a vLLM cache root.
 
@@ -65,7 +67,8 @@ def ls(
     The first listing of a root walks every file; later ones re-read only entries whose
     folders or key files changed (an index in the user cache dir; --rescan skips it)."""
     run_ls(refs, root, json_out=json_out, sort=sort, filter_expr=filter_expr, rescan=rescan,
-           by_owner=by_owner, wide=wide, all_caches=all_caches, trust=trust)
+           by_owner=by_owner, wide=wide, all_caches=all_caches, trust=trust,
+           storage_option=storage_option)
 
 
 LS_COLUMNS = ls_columns()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from vllm_cache_tools.cli.common import print_json, warn, write_out
@@ -31,14 +32,16 @@ def _entry(e: object) -> Entry:
 
 
 def ls_remote(url: str, *, json_out: bool, sort: str, filter_expr: str | None,
-              wide: bool, trust: Path | None = None) -> None:
+              wide: bool, trust: Path | None = None,
+              storage_option: Sequence[str] | None = None) -> None:
     from vllm_cache_tools.cli.ls_run import _row, ls_columns
     from vllm_cache_tools.cli.render import print_table, shown_keys
-    from vllm_cache_tools.fleet.remote import Store
+    from vllm_cache_tools.fleet.remote import Store, parse_storage_options
 
     pred = parse_filter(filter_expr) if filter_expr else None
     sort_entries([], sort)
-    store = run(lambda: Store(url))
+    opts = run(lambda: parse_storage_options(storage_option or []))
+    store = run(lambda: Store(url, opts))
     run(lambda: store.ensure_marker(create=False))
     listing = run(store.listing)
     found = listing.entries

@@ -34,12 +34,13 @@ from vllm_cache_tools.units import human_age, human_size
 _FLAGS = {"--json": "json_out", "--rescan": "rescan", "--by-owner": "by_owner",
           "--wide": "wide", "-w": "wide", "--all-caches": "all_caches"}
 _VALUED = {"--root": "root", "--sort": "sort", "--filter": "filter_expr", "--trust": "trust"}
+_LISTS = {"--storage-option": "storage_option", "-o": "storage_option"}
 
 
 def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
     """``ls``'s arguments as :func:`run_ls` keywords, or ``None`` when typer should read
     them."""
-    plain = read_plain(args, flags=_FLAGS, valued=_VALUED)
+    plain = read_plain(args, flags=_FLAGS, valued=_VALUED, lists=_LISTS)
     if plain is None:
         return None
     out = typed(plain.keywords)
@@ -61,7 +62,7 @@ def run_argv(args: Sequence[str]) -> bool:
 def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out: bool = False,
            sort: str = "last-used", filter_expr: str | None = None, rescan: bool = False,
            by_owner: bool = False, wide: bool = False, all_caches: bool = False,
-           trust: Path | None = None) -> None:
+           trust: Path | None = None, storage_option: list[str] | None = None) -> None:
     """``vllm-cache ls`` (see :func:`vllm_cache_tools.cli.ls.ls` for the options)."""
     from vllm_cache_tools.store.filters import parse_filter, sort_entries
 
@@ -69,6 +70,8 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
     if trust is not None and not remote:
         fail("--trust judges the signatures of a store's entries: give its URL (ls URL "
              "--trust FILE)")
+    if storage_option and not remote:
+        fail("-o/--storage-option is for a store: give its URL (ls URL -o KEY=VALUE)")
 
     if all_caches:
         if refs or filter_expr or by_owner:
@@ -80,7 +83,7 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
         from vllm_cache_tools.cli.ls_remote import ls_remote
 
         return ls_remote(refs[0], json_out=json_out, sort=sort, filter_expr=filter_expr,
-                         wide=wide, trust=trust)
+                         wide=wide, trust=trust, storage_option=storage_option)
     pred = parse_filter(filter_expr) if filter_expr else None
     sort_entries([], sort)
     progress = DelayedProgress(enabled=not json_out)

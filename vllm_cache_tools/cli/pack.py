@@ -42,6 +42,11 @@ def pack(
         "--force", help="Replace an existing -o FILE (it is replaced as a name, never "
         "written through).")] = False,
     sign: SignOpt = None,
+    fmt: Annotated[str, typer.Option(
+        "--format", help="bundle (a .tar.zst) or oci-image: -o DIR becomes an OCI image "
+        "layout whose one layer is the bundle, so the image's filesystem is a cache root "
+        "(Kubernetes ImageVolume; push it with skopeo copy oci:DIR docker://HOST/REPO:TAG).")]
+    = "bundle",
     json_out: JsonOpt = False,
 ) -> None:
     """Pack entries into one .tar.zst bundle.
@@ -55,30 +60,44 @@ def pack(
     the provenance to the manifest and its SSHSIG signature as the second member (unpack
     --trust checks it; so does ssh-keygen -Y verify -n vllm-cache). Entries that are
     partial, corrupt or unreadable are refused (exit 1). An existing -o FILE (or a symlink
-    there) is refused without --force.
+    there) is refused without --force. --format oci-image writes -o DIR (a new folder) as
+    an OCI image layout instead: its layer is the bundle, so a runtime that unpacks the image
+    gives a cache root (with the bundle's manifest at its top), for Kubernetes ImageVolume.
     Exit status: 0 packed, 1 refused, 2 usage or I/O error."""
     import sys
 
     from vllm_cache_tools.fleet.api import pack as do_pack
     from vllm_cache_tools.views.fleet import pack_document
 
-    if str(output) == "-" and (json_out or sys.stdout.isatty()):
+    if fmt not in ("bundle", "oci-image"):
         from vllm_cache_tools.cli.common import fail
 
-        fail("--json prints to stdout, where the bundle would go: give -o FILE" if json_out
+        fail(f"--format {fmt}: bundle or oci-image")
+    image = fmt == "oci-image"
+    if str(output) == "-" and (json_out or sys.stdout.isatty() or image):
+        from vllm_cache_tools.cli.common import fail
+
+        fail("an OCI image layout is a folder: give -o DIR" if image else
+             "--json prints to stdout, where the bundle would go: give -o FILE" if json_out
              else "give -o FILE (or redirect stdout): a bundle is binary")
     with byte_bar("packing", not json_out and str(output) != "-") as bar:
         r = run(lambda: do_pack(refs or [], output, root=root, model=model,
                                 filter_expr=filter_expr, level=level, progress=bar,
-                                sync=sync, force=force, sign=sign))
+                                sync=sync, force=force, sign=sign, image=image))
     if json_out:
         print_json(pack_document(r))
         return
     if str(output) == "-":
         return
     assert r.footprint is not None
-    out(f"packed {footprint_line(r.footprint)} into {r.path}: "
-        f"{human_size(r.size_bytes)} compressed, sha256 {r.sha256}\n")
+    if r.image is not None:
+        out(f"packed {footprint_line(r.footprint)} into the OCI image layout {r.path} "
+            f"({r.image.architecture}): one layer, the bundle, {human_size(r.size_bytes)} "
+            f"(tar+zstd, {r.image.layer_digest}); manifest {r.image.manifest_digest}\n"
+            f"  push it: skopeo copy oci:{r.path} docker://HOST/REPO:TAG\n")
+    else:
+        out(f"packed {footprint_line(r.footprint)} into {r.path}: "
+            f"{human_size(r.size_bytes)} compressed, sha256 {r.sha256}\n")
     if r.signer:
         out(f"  signed by key {r.signer} (namespace vllm-cache)\n")
     from vllm_cache_tools.cli.render import key_column

@@ -32,7 +32,9 @@ def prune_remote(
     Entries (index objects) pushed longer ago than --older-than go, then the oldest until
     the store fits --max-size; then every blob no remaining entry lists and older than
     --grace. Without --yes nothing is removed (a dry run). In an oci:// registry the
-    entries' manifests go and the registry's garbage collection reclaims their blobs.
+    entries' manifests go and the registry's garbage collection reclaims their blobs; an
+    entry a tag pins (the index a push to URL:TAG made) is never removed: the plan lists it
+    with its tags.
     Exit status: 0 done, 2 usage or store error."""
     from vllm_cache_tools.fleet.remote import parse_storage_options
     from vllm_cache_tools.fleet.remote_ops import prune_store
@@ -62,6 +64,11 @@ def prune_remote(
         f"({human_size(r.bytes_freed)}); {r.kept} entries kept\n")
     for k in r.removed:
         out(f"  {k}\n")
+    if r.pinned:
+        out(f"  kept {len(r.pinned)} entries a tag pins (delete or move the tag to let them "
+            "go):\n")
+        for k, tags in r.pinned:
+            out(f"  {k}  pinned by {', '.join(tags)}\n")
     if r.url.startswith("oci://"):
         out("  blobs: a registry cannot list them; its garbage collection reclaims those no "
             "manifest references any more (distribution: registry garbage-collect)\n")

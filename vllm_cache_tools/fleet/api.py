@@ -45,6 +45,7 @@ from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
 # placing are imported by the verbs that use them: a pod's `pull --if-hit --check` needs
 # none of them (a sixth of its imports).
 if TYPE_CHECKING:
+    from vllm_cache_tools.fleet.oci_image import ImageLayout
     from vllm_cache_tools.fleet.place import Placement
     from vllm_cache_tools.fleet.trust import SignatureCheck, TrustPolicy
 
@@ -66,6 +67,8 @@ class PackResult:
     """Entries and snapshots packed, counted as every verb counts them."""
     signer: str | None = None
     """The signing key's fingerprint (``--sign``), or ``None``."""
+    image: ImageLayout | None = None
+    """``image=True``: the OCI image layout written at ``path`` (the bundle is its layer)."""
 
 
 @dataclass(frozen=True)
@@ -117,12 +120,15 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
          root: str | os.PathLike[str] | CacheRoot | None = None, model: str | None = None,
          filter_expr: str | None = None, level: int = DEFAULT_LEVEL,
          progress: BytesProgress | None = None, sync: bool = False,
-         force: bool = False, sign: str | os.PathLike[str] | None = None) -> PackResult:
+         force: bool = False, sign: str | os.PathLike[str] | None = None,
+         image: bool = False) -> PackResult:
     """Pack the named entries, their linked partners, manifests and snapshots into one
     deterministic ``.tar.zst`` (``sync``: on disk before this returns, fsync). An existing
     ``output`` is refused unless ``force`` (then replaced, never written through). ``sign``:
     an OpenSSH ed25519 private key file; the manifest then carries the provenance and its
-    signature follows it (no longer byte-identical between packs: it says when)."""
+    signature follows it (no longer byte-identical between packs: it says when). ``image``:
+    ``output`` is a new folder, written as an OCI image layout whose one layer is the bundle
+    (:mod:`.oci_image`: the image's filesystem is a cache root)."""
     from vllm_cache_tools.fleet.bundle import write_bundle
     from vllm_cache_tools.fleet.selection import select
 
@@ -133,7 +139,13 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
 
         key = load_signing_key(sign)  # before any work: a bad key is a usage error
     out = Path(os.fspath(output))
-    if str(out) != "-":
+    if image:
+        from vllm_cache_tools.fleet import oci_image
+
+        if str(out) == "-":
+            raise FleetError("an OCI image layout is a folder: give -o DIR")
+        oci_image.new_layout_dir(out)
+    elif str(out) != "-":
         try:
             NamedOutput.refuse_taken(out, force)  # before the work; checked again at the end
         except OSError as exc:
@@ -148,15 +160,22 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
         if progress is not None:
             progress(done[0], total)
 
+    target = oci_image.staging_blob(out) if image else out
     try:
-        w = write_bundle(sel, out, level, tick, sync=sync, force=force, signing_key=key)
+        w = write_bundle(sel, target, level, tick, sync=sync, force=force or image,
+                         signing_key=key, tar_digest=image)
     except OSError as exc:
         raise FleetError(f"cannot write {out}: {exc.strerror or exc}") from None
-    return PackResult(w.path, w.sha256, w.size_bytes, total, sel.records,
+    layout = None
+    if image:
+        assert w.tar_sha256 is not None
+        layout = oci_image.finish_layout(out, w.sha256, w.size_bytes, w.tar_sha256,
+                                         sel.records)
+    return PackResult(out if image else w.path, w.sha256, w.size_bytes, total, sel.records,
                       sum(len(fs) for fs in sel.files) + len(sel.extras),
                       time.perf_counter() - t0,
                       footprint(sel.records, [x.record for x in sel.extras]),
-                      key.public_key.fingerprint if key else None)
+                      key.public_key.fingerprint if key else None, layout)
 
 
 def _judge(sig: bytes | None, sha512: bytes, policy: TrustPolicy | None, what: str

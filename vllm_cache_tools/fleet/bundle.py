@@ -155,12 +155,16 @@ class _TarWriter:
     every block through its own buffer (a third of pack's time on small files). Headers
     come from :meth:`tarfile.TarInfo.tobuf`, so the archive is what tarfile writes."""
 
-    def __init__(self, out: Any) -> None:
+    def __init__(self, out: Any, digest: Any = None) -> None:
         self.out = out
         self.offset = 0
+        self.digest = digest  # a hashlib object fed the tar stream itself (an image layer's
+        # diff_id), or None
 
     def _write(self, b: bytes | memoryview) -> None:
         self.out.write(b)
+        if self.digest is not None:
+            self.digest.update(b)
         self.offset += len(b)
 
     def add(self, info: tarfile.TarInfo, src: Any, header: bytes | None = None) -> None:
@@ -220,11 +224,15 @@ class Written:
     path: Path
     sha256: str
     size_bytes: int
+    tar_sha256: str | None = None
+    """The sha256 of the uncompressed tar stream (``tar_digest=True``): an OCI image
+    layer's ``diff_id``."""
 
 
 def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
                  on_bytes: Callable[[int], None] | None = None, sync: bool = False,
-                 force: bool = False, signing_key: SigningKey | None = None) -> Written:
+                 force: bool = False, signing_key: SigningKey | None = None,
+                 tar_digest: bool = False) -> Written:
     """Write the bundle to ``out`` atomically, through :class:`~vllm_cache_tools.safeio.
     NamedOutput` (a new file beside it, put in place whole; an existing name, a planted
     symlink too, is refused unless ``force``, then replaced as a name, never written
@@ -233,7 +241,8 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
     3 MB bundle took 0.4 s here (more than writing it), and a bundle torn by a power loss is
     never used (its zstd checksum and manifest digests refuse it, whole). ``signing_key``:
     the manifest carries the provenance and is signed; the signature is the second member
-    (:data:`.trust.BUNDLE_SIG_NAME`)."""
+    (:data:`.trust.BUNDLE_SIG_NAME`). ``tar_digest``: also hash the tar stream before
+    compression (:attr:`Written.tar_sha256`)."""
     manifest = selection_manifest(sel, with_provenance=signing_key is not None)
     head = manifest_bytes(manifest)
     sig = signing_key.sign(head) if signing_key is not None else None
@@ -262,7 +271,7 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
         cctx = zstandard.ZstdCompressor(level=level, write_checksum=True, threads=-1)
         sink = cast(IO[bytes], Sink())
         with cctx.stream_writer(sink, closefd=False, write_size=_BUF) as z:
-            tar = _TarWriter(z)
+            tar = _TarWriter(z, hashlib.sha256() if tar_digest else None)
             tar.add(_info(MANIFEST_NAME, len(head)), io.BytesIO(head))
             if sig is not None:
                 tar.add(_info(BUNDLE_SIG_NAME, len(sig)), io.BytesIO(sig))
@@ -292,7 +301,8 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
     raw.close()
     if target is not None:
         target.commit()
-    return Written(out, digest.hexdigest(), size)
+    return Written(out, digest.hexdigest(), size,
+                   tar.digest.hexdigest() if tar.digest is not None else None)
 
 
 __all__ = ["DEFAULT_LEVEL", "Written", "extract", "manifest_bytes", "members",

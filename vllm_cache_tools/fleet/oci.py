@@ -63,6 +63,8 @@ ANN = "io.github.vllm-cache-tools."
 MAX_TAGS = 200_000
 """Tags one listing reads (pages of :data:`TAG_PAGE`); a longer list is refused in one line."""
 TAG_PAGE = 1000
+MAX_PIN_TAGS = 1000
+"""Tags that are none of our objects' read by ``prune-remote`` to find what they pin."""
 MAX_MANIFEST_BYTES = 32 << 20
 MAX_OBJECT_BYTES = 32 << 20
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
@@ -161,8 +163,8 @@ class OciFileSystem:
                                           timeout=TIMEOUT, allow_redirects=True, **kw)
             except requests.exceptions.SSLError:
                 raise StoreError(f"{self.display}: TLS with {self.host} failed (a registry "
-                                 "served over plain HTTP: push, pull and prune-remote take "
-                                 "-o plain_http=true)") from None
+                                 "served over plain HTTP: push, pull, ls, stats and "
+                                 "prune-remote take -o plain_http=true)") from None
             except requests.exceptions.Timeout:
                 raise StoreError(f"{self.display}: {self.host} did not answer within "
                                  f"{TIMEOUT[1]:.0f} s") from None
@@ -261,13 +263,33 @@ class OciFileSystem:
                 if index.get("mediaType") != MEDIA_INDEX:
                     raise StoreError(f"{self.display}: tag {self.tag} is not an index of "
                                      "vllm-cache entries")
-                for d in index.get("manifests") or []:
-                    p = (d.get("annotations") or {}).get(ANN + "path") if isinstance(
-                        d, dict) else None
-                    if isinstance(p, str) and _OBJECT.match(p) and p.startswith("entries/"):
-                        pins[p] = d
+                pins = _pin_paths(index)
             self._pin = pins
         return self._pin
+
+    def pins(self) -> dict[str, tuple[str, ...]]:
+        """Every pin of the repository: store path of an entry -> the tags whose index
+        lists it (``prune-remote`` keeps those entries). A tag is a pin when it is none of
+        our objects' and names an image index of ours (:data:`ARTIFACT_PIN`); more than
+        :data:`MAX_PIN_TAGS` such candidates is an error (which entries they pin would not
+        be known)."""
+        candidates = [t for t in self.tags() if not _ENTRY_TAG.match(t)
+                      and not t.startswith("entries__") and t != "vllm-cache-store.json"]
+        if len(candidates) > MAX_PIN_TAGS:
+            raise StoreError(f"{self.display}: {len(candidates)} tags might pin entries (over "
+                             f"{MAX_PIN_TAGS} read): which entries they pin is not known")
+        out: dict[str, list[str]] = {}
+        for t in sorted(candidates):
+            got = self._manifest(t)
+            if got is None:
+                continue
+            index = got[2]
+            if index.get("mediaType") != MEDIA_INDEX or index.get(
+                    "artifactType") != ARTIFACT_PIN:
+                continue
+            for p in _pin_paths(index):
+                out.setdefault(p, []).append(t)
+        return {p: tuple(ts) for p, ts in out.items()}
 
     def _ref(self, rel: str) -> str:
         """What names the artifact of ``rel``: its digest in the pinned index when the URL
@@ -454,6 +476,16 @@ class OciFileSystem:
                                       "artifactType": ARTIFACT_PIN, "manifests": descs})
         self._pin = None
         return self.tag
+
+
+def _pin_paths(index: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The entries a pin index lists: store path -> manifest descriptor."""
+    pins: dict[str, dict[str, Any]] = {}
+    for d in index.get("manifests") or []:
+        p = (d.get("annotations") or {}).get(ANN + "path") if isinstance(d, dict) else None
+        if isinstance(p, str) and _OBJECT.match(p) and p.startswith("entries/"):
+            pins[p] = d
+    return pins
 
 
 def _empty_layer(fs: OciFileSystem) -> dict[str, Any]:

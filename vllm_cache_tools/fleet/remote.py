@@ -352,6 +352,19 @@ class Store:
             return None
         return self.oci.pin([self._rel(self.index_path(r.layout, r.key)) for r in records])
 
+    def pinned_entries(self) -> dict[tuple[str, str], tuple[str, ...]]:
+        """``(layout, key)`` -> the tags that pin that entry (an ``oci://`` store: every
+        image index of ours in the repository, see :meth:`.OciFileSystem.pins`); empty for
+        every other store."""
+        if self.oci is None:
+            return {}
+        out: dict[tuple[str, str], tuple[str, ...]] = {}
+        for rel, tags in self.oci.pins().items():
+            name = index_name(rel)
+            if name is not None:
+                out[name] = tags
+        return out
+
     # ---- primitives, every failure one line ----
     def _do(self, what: str, fn: Callable[..., Any], *args: Any) -> Any:
         try:

@@ -357,6 +357,9 @@ class StorePrune:
     skipped: tuple[str, ...] = ()
     """Warnings for the index objects that could not be read (their entries are kept, and
     no blob is removed while one is there: which blobs it lists is not known)."""
+    pinned: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    """``(key, tags)`` of each entry the policy would have removed but a tag pins (an
+    ``oci://`` store's image index of what a push named): kept."""
 
 
 def prune_store(url: str, *, older_than_s: float | None = None, max_bytes: int | None = None,
@@ -364,25 +367,36 @@ def prune_store(url: str, *, older_than_s: float | None = None, max_bytes: int |
                 storage_options: Mapping[str, Any] | None = None,
                 now: float | None = None) -> StorePrune:
     """Remove entries pushed more than ``older_than_s`` ago, then the oldest until the
-    store's entries hold at most ``max_bytes`` (deduplicated); then the blobs no remaining
+    store's entries hold at most ``max_bytes`` (deduplicated), never an entry a tag pins
+    (:meth:`.Store.pinned_entries`: those are kept and reported); then the blobs no remaining
     entry lists, unless younger than ``grace_s`` (a push in progress uploads blobs before it
     publishes its index; a push re-checks its blobs just before publishing)."""
     store = Store(url, storage_options)
     store.ensure_marker(create=False)
     now = time.time() if now is None else now
     listing = store.listing()
+    pins = store.pinned_entries()
     entries = sorted(listing.entries, key=lambda e: e.pushed_at or 0.0)
     drop: list[StoreEntry] = []
+    held: list[StoreEntry] = []  # chosen by the policy, kept: a tag pins them
+
     if older_than_s is not None:
-        drop += [e for e in entries if e.pushed_at is not None
-                 and now - e.pushed_at > older_than_s]
+        for e in entries:
+            if e.pushed_at is not None and now - e.pushed_at > older_than_s:
+                (held if (e.record.layout, e.record.key) in pins else drop).append(e)
     keep = [e for e in entries if e not in drop]
     if max_bytes is not None:
         def size(es: Sequence[StoreEntry]) -> int:
             return sum({f.sha256: f.size for e in es for f in (*e.record.files, *e.extras)
                         }.values())
-        while keep and size(keep) > max_bytes:
-            drop.append(keep.pop(0))
+        for e in [e for e in keep if e not in held]:  # the oldest first
+            if size(keep) <= max_bytes:
+                break
+            if (e.record.layout, e.record.key) in pins:
+                held.append(e)
+            else:
+                keep.remove(e)
+                drop.append(e)
     referenced = {f.sha256 for e in keep for f in (*e.record.files, *e.extras)}
     doomed: list[tuple[str, int]] = []
     # The blobs of an index object that could not be read are not known: none is removed.
@@ -403,7 +417,9 @@ def prune_store(url: str, *, older_than_s: float | None = None, max_bytes: int |
             store._do("removing a blob", store.remove, path)
     return StorePrune(store.url, tuple(e.record.key for e in drop), len(doomed),
                       sum(n for _, n in doomed), len(keep), dry_run,
-                      tuple(x.warning for x in listing.skipped))
+                      tuple(x.warning for x in listing.skipped),
+                      tuple((e.record.key, pins[(e.record.layout, e.record.key)])
+                            for e in held))
 
 
 __all__ = ["PushResult", "PushedEntry", "StorePrune", "download", "download_size", "match_refs",

@@ -54,6 +54,9 @@ def pack_document(r: PackResult) -> dict[str, Any]:
     return with_schema("pack", {
         "path": display_path(r.path), "sha256": r.sha256, "size_bytes": r.size_bytes,
         "signed_by_key": r.signer,
+        "oci_image": None if r.image is None else {
+            "manifest_digest": r.image.manifest_digest, "layer_digest": r.image.layer_digest,
+            "diff_id": r.image.diff_id, "architecture": r.image.architecture},
         "raw_bytes": r.raw_bytes, "files": r.files, "seconds": round(r.seconds, 3),
         "footprint": footprint_json(r.footprint),
         "entries": [record_summary(e) for e in r.entries]})
@@ -101,4 +104,5 @@ def prune_remote_document(r: StorePrune) -> dict[str, Any]:
     return with_schema("prune-remote", {
         "url": r.url, "dry_run": r.dry_run, "removed": list(r.removed),
         "blobs_removed": r.blobs_removed, "bytes_freed": r.bytes_freed, "kept": r.kept,
-        "skipped": list(r.skipped)})
+        "skipped": list(r.skipped),
+        "pinned": [{"key": k, "tags": list(tags)} for k, tags in r.pinned]})
