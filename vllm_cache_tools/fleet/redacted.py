@@ -69,6 +69,39 @@ def _fields(name: str | None, value: Any, seen: Seen, depth: int, levels: int) -
     return red
 
 
+def redact_document(data: Any, seen: Seen | None = None) -> Any:
+    """``redact_value(None, data)`` for a document of records (a bundle manifest: top-level
+    fields, and lists of records such as ``entries``): each record by :func:`redact_fields`
+    with one ``seen`` shared by all of them, so what the starts of one host have in common
+    (their env factors, the recorder's compiler config: ~50 KB a record) is redacted once,
+    not once per record. The same result as :func:`redact_value` (a document whose top-level
+    strings name a secret is redacted whole, as :func:`redact_value` treats the values beside
+    such a name)."""
+    if not isinstance(data, dict) or any(isinstance(v, str) and is_secret_name(v)
+                                         for v in data.values()):
+        return redact_value(None, data)
+    seen = {} if seen is None else seen
+    out: dict[Any, Any] = {}
+    for k, v in data.items():
+        key = redact_string(k) if isinstance(k, str) else k
+        name = str(k)
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v) \
+                and not is_secret_name(name):
+            out[key] = [_record_fields(x, seen) for x in v]
+        else:
+            out[key] = redact_value(name, v, 1)
+    return out
+
+
+def _record_fields(rec: dict[Any, Any], seen: Seen) -> Any:
+    """:func:`_fields` of one record of a document (depth 2), without the memo of the record
+    whole: records differ (each names its own entry), their fields repeat."""
+    if any(isinstance(v, str) and is_secret_name(v) for v in rec.values()):
+        return redact_value(None, rec, 2)
+    return {(redact_string(k, 2) if isinstance(k, str) else k):
+            _fields(str(k), v, seen, 3, FIELD_LEVELS - 1) for k, v in rec.items()}
+
+
 def redacted_record(rec: EntryRecord, seen: Seen | None = None) -> EntryRecord:
     """``rec`` with every secret of its fields hidden (``rec`` itself when none is);
     ``seen``: the field values redacted before, shared by the records of one selection."""
@@ -118,4 +151,4 @@ def refuse_secret_manifests(records: Sequence[EntryRecord],
             clean.add(lf.record.sha256)
 
 
-__all__ = ["FIELD_LEVELS", "Seen", "redact_fields", "redacted_record", "refuse_secret_manifests"]
+__all__ = ["FIELD_LEVELS", "Seen", "redact_document", "redact_fields", "redacted_record", "refuse_secret_manifests"]
