@@ -25,7 +25,7 @@ from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME, short_key
 from vllm_cache_tools.read.noatime import open_noatime
 from vllm_cache_tools.store.filters import parse_filter
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
-from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
+from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entries
 from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Entry
 
@@ -268,9 +268,9 @@ def _snapshots(shas: Iterable[str], cc: Path) -> tuple[LocalFile, ...]:
     return tuple(out)
 
 
-def _locate(ref: str, croot: CacheRoot) -> Path:
+def _locate(refs: Sequence[str], croot: CacheRoot) -> list[Path]:
     try:
-        return locate_entry(ref, croot)
+        return locate_entries(refs, croot)
     except (AmbiguousKey, EntryNotFound, RootError) as exc:
         raise FleetError(str(exc)) from None
 
@@ -300,8 +300,7 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
         raise FleetError(str(exc)) from None
     by_path = {os.path.realpath(e.path): e for e in info.entries}
     chosen: list[str] = []
-    for ref in refs:
-        path = _locate(ref, croot)
+    for path in _locate(refs, croot):
         if os.path.realpath(path) not in by_path:  # a path into another root, never mapped
             raise FleetError(f"{display_path(path)} is not an entry of "
                              f"{display_path(info.root)} (pass that root with --root)")
