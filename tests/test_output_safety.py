@@ -185,7 +185,7 @@ def test_bundle_manifest_and_index_object_hide_the_password(hostile: Hostile) ->
     assert redacted_record(red) == red and redacted_record(rec) is rec
     # Field by field with the values seen before (what select does for its records): the
     # same record, the secret hidden the second time too (from the memo).
-    seen: dict[tuple[str, str], object] = {}
+    seen: dict[tuple[str, bytes], object] = {}
     assert redacted_record(leaky, seen) == red == redacted_record(leaky, seen)
     assert redacted_record(rec, seen) == rec
     for blob in (manifest_bytes(BundleManifest((leaky,))), index_bytes(leaky, (), {}, 0.0)):
@@ -212,7 +212,7 @@ def test_redact_fields_is_redact_value() -> None:
                                                                        "value": token}}}},
         {"m": {"hf_token": {"deep": token}, "ok": {"url": MODEL_URL}, "k": "v"}},
     ]
-    seen: dict[tuple[str, str], object] = {}
+    seen: dict[tuple[str, bytes], object] = {}
     for data in cases * 2:  # the second time from the memo
         assert redact_fields(data, seen) == redact_value(None, data)
         assert token not in str(redact_fields(data, seen))
