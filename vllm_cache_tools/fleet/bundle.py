@@ -34,7 +34,6 @@ from vllm_cache_tools import __version__
 from vllm_cache_tools.fleet.bundle_read import extract, read_manifest
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.host import host_facts
-from vllm_cache_tools.fleet.redacted import redact_document
 from vllm_cache_tools.fleet.records import (
     DEFAULT_LEVEL,
     MANIFEST_NAME,
@@ -42,6 +41,7 @@ from vllm_cache_tools.fleet.records import (
     FileRecord,
     manifest_json,
 )
+from vllm_cache_tools.fleet.redacted import redact_document
 from vllm_cache_tools.fleet.selection import LocalFile, Selection, file_ident
 from vllm_cache_tools.fleet.sshsig import SigningKey
 from vllm_cache_tools.fleet.trust import BUNDLE_SIG_NAME

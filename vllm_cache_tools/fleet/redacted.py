@@ -157,4 +157,5 @@ def refuse_secret_manifests(records: Sequence[EntryRecord],
             clean.add(lf.record.sha256)
 
 
-__all__ = ["FIELD_LEVELS", "Seen", "redact_document", "redact_fields", "redacted_record", "refuse_secret_manifests"]
+__all__ = ["FIELD_LEVELS", "Seen", "redact_document", "redact_fields", "redacted_record",
+           "refuse_secret_manifests"]

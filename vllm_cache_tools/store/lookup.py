@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vllm_cache_tools.errors import UsageError, VctError
@@ -62,7 +62,7 @@ def key_prefix(ref: str) -> str | None:
     return ref.lower()
 
 
-def locate_entries(refs: list[str] | tuple[str, ...],
+def locate_entries(refs: Sequence[str],
                    root: str | os.PathLike[str] | CacheRoot | None = None) -> list[Path]:
     """:func:`locate_entry` of each ref, the root's entry folders listed once for all of them
     (``pack`` of 200 keys listed them 200 times: a second of a first pack)."""
