@@ -259,7 +259,6 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
                     Staging(croot.vllm_root) as st:
                 m = extract(path, st, tick, on_manifest=start_checks, on_head=judge)
                 check = checking[0].result()
-                pool.shutdown()  # no thread left: the key proofs read over forked workers
                 if not check.would_hit and not force:
                     return UnpackResult(path, croot.vllm_root, m, check, (), False, True,
                                         time.perf_counter() - t0, signature[0])

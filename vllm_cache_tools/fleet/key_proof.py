@@ -26,7 +26,6 @@ from vllm_cache_tools.keys.entry_proof import (
 from vllm_cache_tools.keys.source_link import SourceLinker
 from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.store.entries import read_entry
-from vllm_cache_tools.store.parallel_read import read_deep
 from vllm_cache_tools.store.types import Entry
 
 TrustHook = Callable[[EntryRecord], str | None]
@@ -57,8 +56,8 @@ def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRec
     out: dict[tuple[str, str], KeyProof] = {}
     staged: dict[str, Entry] = {}
     backends: list[tuple[Entry, KeyProof]] = []
-    read = read_deep([staged_root / rec.path for rec in records])  # over processes
-    for rec, e in zip(records, read, strict=True):
+    for rec in records:
+        e = _read(staged_root / rec.path)
         if e is None:
             out[(rec.layout, rec.key)] = KeyProof(rec.key, rec.layout, UNPROVEN,
                                                   "its staged copy could not be read")

@@ -14,7 +14,6 @@ from vllm_cache_tools.keys.entry_proof import same_start
 from vllm_cache_tools.keys.recipes import env_hash_from_factors
 from vllm_cache_tools.keys.source_link import SourceLinker
 from vllm_cache_tools.store.entries import read_entry
-from vllm_cache_tools.store.parallel_read import read_entries
 from vllm_cache_tools.store.types import Entry
 
 Walk = tuple[list[tuple[str, Path, bool, tuple[int, ...]]], str]
@@ -39,16 +38,6 @@ class EntryFacts:
         if w is None:
             w = self._walks[p] = self.walker(self.by_path[p].path)
         return w
-
-    def prefetch(self, paths: Iterable[str]) -> None:
-        """Deep-read the entries at these real paths that are not read yet, over processes
-        (:func:`~vllm_cache_tools.store.parallel_read.read_entries`: one worker per core,
-        in this process below its minimum count): the safe pickle read of each AOT artifact
-        is most of a first pack's selection, and one core did it all."""
-        todo = [p for p in dict.fromkeys(paths) if p not in self._deep]
-        items = [(self.by_path[p].layout, self.by_path[p].path) for p in todo]
-        for p, e in zip(todo, read_entries(items, deep=True), strict=True):
-            self._deep[p] = e
 
     def full(self, p: str) -> Entry:
         e = self._deep.get(p)
@@ -105,24 +94,8 @@ def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
     aots = [real[id(e)] for e in all_entries if e.layout == "aot" and e.state in PACKABLE]
     backends = [real[id(e)] for e in all_entries
                 if e.layout == "backend" and e.state in PACKABLE]
-    # What the pairs below will read in full, read first, over processes: the chosen
-    # entries, then the other tree's entries that a chosen one may be linked to (the
-    # pre-check passes, the memo does not know the pair).
-    chosen = list(links)
-    facts.prefetch(p for p in chosen if facts.by_path[p].layout == "backend")
-    wanted: list[str] = []
-    for p in chosen:
-        fp = facts.walk(p)[1]
-        if facts.by_path[p].layout == "backend":
-            cands = [a for a in aots if facts.memo.proof(fp, facts.walk(a)[1]) is None
-                     and names(p, facts.by_path[a])]
-            wanted += [p, *cands] if cands else []
-        else:
-            cands = [b for b in backends if facts.memo.proof(facts.walk(b)[1], fp) is None]
-            wanted += [p, *cands] if cands else []
-    facts.prefetch(wanted)
     pairs: list[tuple[str, str]] = []
-    for p in chosen:
+    for p in list(links):
         if facts.by_path[p].layout == "backend":
             pairs += [(p, a) for a in aots if pair(p, a, True)]
         else:

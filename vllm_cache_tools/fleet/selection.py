@@ -328,7 +328,6 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
         files = _known_files(facts.walk(p)[0], hit[0]) if hit else None
         if hit is not None and files is not None:
             known[p] = (hit[0], files, hit[1])
-    facts.prefetch(p for p in links if p not in known)
     deep = {p: facts.full(p) for p in links if p not in known}
     states = [(by_path[p].key, known[p][0].state, known[p][0].state_detail) if p in known
               else (by_path[p].key, deep[p].state, deep[p].state_detail) for p in links]

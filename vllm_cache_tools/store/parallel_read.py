@@ -29,7 +29,6 @@ from typing import cast
 
 import msgspec
 
-from vllm_cache_tools.layout import AOT_DIRNAME
 from vllm_cache_tools.store.entries import read_aot_entry, read_backend_entry
 from vllm_cache_tools.store.folders import entry_times, scan_workers
 from vllm_cache_tools.store.listing_index import Unchanged, encode_record, rebuild, reuse
@@ -84,25 +83,6 @@ def read_entries(items: Sequence[Item], *, deep: bool = False,
     :func:`scan_workers`). Non-deep reads are summaries (no per-rank details)."""
     return (e for e, _ in read_entries_for_index(items, deep=deep, workers=workers,
                                                  records=False))
-
-
-def read_deep(paths: Sequence[Path]) -> list[Entry | None]:
-    """Each path's entry read in full (its layout by its parent folder, as
-    :func:`~vllm_cache_tools.store.entries.read_entry` tells it), over processes;
-    ``None`` for a path that is not a folder (a symlink neither) or could not be read."""
-    ok = [p for p in paths if p.is_dir() and not p.is_symlink()]
-    items = [("aot" if p.parent.name == AOT_DIRNAME else "backend", p) for p in ok]
-    try:
-        got: dict[Path, Entry | None] = dict(zip(ok, read_entries(items, deep=True),
-                                                 strict=True))
-    except OSError:  # one could not be read: each again alone, that one None
-        got = {}
-        for layout, p in items:
-            try:
-                got[p] = next(read_entries([(layout, p)], deep=True, workers=1))
-            except OSError:
-                got[p] = None
-    return [got.get(p) for p in paths]
 
 
 def read_entries_for_index(items: Sequence[Item], *, deep: bool = False,
