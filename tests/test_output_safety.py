@@ -185,7 +185,7 @@ def test_bundle_manifest_and_index_object_hide_the_password(hostile: Hostile) ->
     assert redacted_record(red) == red and redacted_record(rec) is rec
     # Field by field with the values seen before (what select does for its records): the
     # same record, the secret hidden the second time too (from the memo).
-    seen: dict[tuple[str, str], object] = {}
+    seen: dict[tuple[str, bytes], object] = {}
     assert redacted_record(leaky, seen) == red == redacted_record(leaky, seen)
     assert redacted_record(rec, seen) == rec
     for blob in (manifest_bytes(BundleManifest((leaky,))), index_bytes(leaky, (), {}, 0.0)):
@@ -212,7 +212,31 @@ def test_redact_fields_is_redact_value() -> None:
                                                                        "value": token}}}},
         {"m": {"hf_token": {"deep": token}, "ok": {"url": MODEL_URL}, "k": "v"}},
     ]
-    seen: dict[tuple[str, str], object] = {}
+    seen: dict[tuple[str, bytes], object] = {}
     for data in cases * 2:  # the second time from the memo
         assert redact_fields(data, seen) == redact_value(None, data)
         assert token not in str(redact_fields(data, seen))
+
+
+def test_redact_document_is_redact_value() -> None:
+    """fleet/redacted.redact_document (a bundle manifest's records field by field, one memo
+    for all of them) gives what redact_value gives the whole document."""
+    from vllm_cache_tools.fleet.redacted import redact_document
+    from vllm_cache_tools.redaction import redact_value
+
+    token = "hf_" + PASSWORD * 3
+    rec = {"key": "a" * 64, "env_factors": {"HF_TOKEN": token, "VLLM_X": "1"},
+           "files": [{"path": "a", "sha256": "0" * 64}], "checkpoint": MODEL_URL,
+           "recorded": {"config": {"model": MODEL_URL, "x": {"api_key": "k1", "n": 1}},
+                        "env": {"name": "HF_TOKEN", "value": token}}}
+    docs = [
+        {"format": "f", "entries": [rec, {**rec, "key": "b" * 64}, {"name": "HF_TOKEN",
+                                                                    "value": token}],
+         "extras": [], "host": {"url": MODEL_URL}},
+        {"format": "f", "name": "HF_TOKEN", "value": token, "entries": [rec]},  # whole
+        {"entries": [rec], "hf_token": [{"x": token}], "argv": ["--api-key", token]},
+        [rec],
+    ]
+    for doc in docs:
+        assert redact_document(doc) == redact_value(None, doc)
+        assert token not in str(redact_document(doc))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import os
 import tarfile
 from collections.abc import Callable, Iterator
@@ -40,11 +41,12 @@ from vllm_cache_tools.fleet.records import (
     FileRecord,
     manifest_json,
 )
+from vllm_cache_tools.fleet.redacted import redact_document
 from vllm_cache_tools.fleet.selection import LocalFile, Selection, file_ident
 from vllm_cache_tools.fleet.sshsig import SigningKey
 from vllm_cache_tools.fleet.trust import BUNDLE_SIG_NAME
 from vllm_cache_tools.read.noatime import open_noatime
-from vllm_cache_tools.redaction import dumps as redacted_dumps
+from vllm_cache_tools.redaction import is_clean
 from vllm_cache_tools.safeio import NamedOutput
 
 _BUF = 1 << 20
@@ -53,9 +55,13 @@ _BUF = 1 << 20
 def manifest_bytes(m: BundleManifest) -> bytes:
     # Compact: json's C encoder (indent= takes the Python one, a tenth of pack's CPU time
     # on 450 files). `tar -xOf B vllm-cache-bundle.json | jq` reads it.
-    # redaction.dumps: no secret in clear, whatever built the records (select redacts them).
-    return (redacted_dumps(manifest_json(m), sort_keys=True, separators=(",", ":"))
-            + "\n").encode()
+    # No secret in clear, whatever built the records (select redacts them): the records of
+    # one host's starts share most of their fields, each distinct value is redacted once
+    # (redact_document; redacting the 13 MB manifest of 200 entries whole took 0.9 s).
+    data = manifest_json(m)
+    if not is_clean(data):
+        data = redact_document(data)
+    return (json.dumps(data, sort_keys=True, separators=(",", ":")) + "\n").encode()
 
 
 def _info(name: str, size: int, executable: bool = False) -> tarfile.TarInfo:

@@ -56,6 +56,16 @@ def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
     # for the code hashes of its sources (keys.source_link.SourceLinker).
     linker = SourceLinker()
     envs: dict[str, str | None] = {}
+    named: dict[tuple[str, str | None], bool] = {}
+
+    def names(bp: str, aot: Entry) -> bool:
+        """:func:`same_model_file` of the backend entry at ``bp``, once per forward file (the
+        starts of one model share it: 100 x 100 pairs, one answer per backend entry)."""
+        k = (bp, model_file(aot))
+        got = named.get(k)
+        if got is None:
+            got = named[k] = graph_names(linker.graph_files(facts.full(bp)), k[1])
+        return got
 
     def started_alike(bp: str, b: Entry, a: Entry) -> bool:
         if bp not in envs:
@@ -72,12 +82,11 @@ def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
         fb = facts.full(bp)
         # From the backend side, the cheap pre-check runs on the listing's AOT entry first
         # (no pickle read of unrelated AOT entries).
-        if backend_chosen and not same_model_file(fb, facts.by_path[ap], linker.graph_files(fb)):
+        if backend_chosen and not names(bp, facts.by_path[ap]):
             ok = False
         else:
             fa = facts.full(ap)
-            ok = (same_model_file(fb, fa, linker.graph_files(fb))
-                  and started_alike(bp, fb, fa) and linker.linked(fb, fa))
+            ok = names(bp, fa) and started_alike(bp, fb, fa) and linker.linked(fb, fa)
         facts.memo.put_proof(bfp, afp, ok)
         return ok
 
@@ -96,19 +105,29 @@ def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
             links.setdefault(x, set()).add(facts.by_path[y].key)
 
 
-def same_model_file(backend: Entry, aot: Entry, graph: Iterable[str] | None = None) -> bool:
-    """Cheap pre-check before the proof: the AOT forward's file is one the graph names
-    (``graph``: the backend entry's graph files, when the caller has them)."""
+def model_file(aot: Entry) -> str | None:
+    """The file of an AOT entry's compiled forward (its artifact's, else the listing's)."""
     info = aot.aot_info
     loc = info.filename if info is not None else None
     if loc is None and aot.model:
         loc = aot.model.split(" (", 1)[-1].rsplit(":", 1)[0]
+    return loc or None
+
+
+def graph_names(graph: Iterable[str], loc: str | None) -> bool:
+    """Whether one of a backend entry's graph files is ``loc`` (:func:`model_file`)."""
     if not loc:
         return False
     tail = loc.split("site-packages/")[-1]
-    if graph is None:
-        graph = (g for p in backend.prefix_dirs if p.graph for g in p.graph.files)
     return any(g.endswith("/" + tail) or g == loc for g in graph)
 
 
-__all__ = ["EntryFacts", "link_entries", "same_model_file"]
+def same_model_file(backend: Entry, aot: Entry, graph: Iterable[str] | None = None) -> bool:
+    """Cheap pre-check before the proof: the AOT forward's file is one the graph names
+    (``graph``: the backend entry's graph files, when the caller has them)."""
+    if graph is None:
+        graph = (g for p in backend.prefix_dirs if p.graph for g in p.graph.files)
+    return graph_names(graph, model_file(aot))
+
+
+__all__ = ["EntryFacts", "graph_names", "link_entries", "model_file", "same_model_file"]

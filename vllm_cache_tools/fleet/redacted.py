@@ -15,7 +15,7 @@ digests."""
 
 from __future__ import annotations
 
-import json
+import marshal
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -26,8 +26,9 @@ from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifest
 from vllm_cache_tools.redaction import is_clean, is_secret_name, redact_string, redact_value
 
-Seen = dict[tuple[str, str], Any]
-"""Field values already redacted in one selection, by (field name, JSON text): the starts of
+Seen = dict[tuple[str, bytes], Any]
+"""Field values already redacted in one selection, by (depth and field name, the value's
+``marshal`` bytes): the starts of
 one host share most of what is written about them (the env factors, the compiler config in
 the manifests), and redacting those ~60 KB per entry was most of a first pack."""
 
@@ -46,6 +47,8 @@ def redact_fields(data: Any, seen: Seen | None = None) -> Any:
     a secret name: those are redacted whole, as :func:`redact_value` does."""
     if seen is None:
         return redact_value(None, data)
+    if isinstance(data, dict):  # a whole record or manifest: each differs, its fields repeat
+        return _record_fields(data, seen, 0)
     return _fields(None, data, seen, 0, FIELD_LEVELS)
 
 
@@ -53,8 +56,10 @@ def _fields(name: str | None, value: Any, seen: Seen, depth: int, levels: int) -
     if not isinstance(value, (dict, list)):
         return redact_value(name, value, depth)
     try:
-        memo_key: tuple[str, str] | None = (f"{depth}:{name}", json.dumps(value))
-    except (TypeError, ValueError):  # not JSON text (a record is): no memo
+        # marshal (format 2: no back-references, so equal values give equal bytes) is a
+        # third of json.dumps' cost; equal bytes load as equal values, so a hit is exact.
+        memo_key: tuple[str, bytes] | None = (f"{depth}:{name}", marshal.dumps(value, 2))
+    except (TypeError, ValueError):  # not plain data: no memo
         memo_key = None
     if memo_key is not None and memo_key in seen:
         return seen[memo_key]
@@ -67,6 +72,40 @@ def _fields(name: str | None, value: Any, seen: Seen, depth: int, levels: int) -
     if memo_key is not None:
         seen[memo_key] = red
     return red
+
+
+def redact_document(data: Any, seen: Seen | None = None) -> Any:
+    """``redact_value(None, data)`` for a document of records (a bundle manifest: top-level
+    fields, and lists of records such as ``entries``): each record by :func:`redact_fields`
+    with one ``seen`` shared by all of them, so what the starts of one host have in common
+    (their env factors, the recorder's compiler config: ~50 KB a record) is redacted once,
+    not once per record. The same result as :func:`redact_value` (a document whose top-level
+    strings name a secret is redacted whole, as :func:`redact_value` treats the values beside
+    such a name)."""
+    if not isinstance(data, dict) or any(isinstance(v, str) and is_secret_name(v)
+                                         for v in data.values()):
+        return redact_value(None, data)
+    seen = {} if seen is None else seen
+    out: dict[Any, Any] = {}
+    for k, v in data.items():
+        key = redact_string(k) if isinstance(k, str) else k
+        name = str(k)
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v) \
+                and not is_secret_name(name):
+            out[key] = [_record_fields(x, seen, 2) for x in v]
+        else:
+            out[key] = redact_value(name, v, 1)
+    return out
+
+
+def _record_fields(rec: dict[Any, Any], seen: Seen, depth: int) -> Any:
+    """:func:`_fields` of one record at ``depth``, without the memo of the record whole:
+    records differ (each names its own entry, each manifest its own start), their fields
+    repeat; the memo key of each whole record was most of the cost."""
+    if any(isinstance(v, str) and is_secret_name(v) for v in rec.values()):
+        return redact_value(None, rec, depth)
+    return {(redact_string(k, depth) if isinstance(k, str) else k):
+            _fields(str(k), v, seen, depth + 1, FIELD_LEVELS - 1) for k, v in rec.items()}
 
 
 def redacted_record(rec: EntryRecord, seen: Seen | None = None) -> EntryRecord:
@@ -118,4 +157,5 @@ def refuse_secret_manifests(records: Sequence[EntryRecord],
             clean.add(lf.record.sha256)
 
 
-__all__ = ["FIELD_LEVELS", "Seen", "redact_fields", "redacted_record", "refuse_secret_manifests"]
+__all__ = ["FIELD_LEVELS", "Seen", "redact_document", "redact_fields", "redacted_record",
+           "refuse_secret_manifests"]

@@ -10,6 +10,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -24,8 +25,9 @@ from vllm_cache_tools.keys.source_link import install_prefix
 from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME, short_key
 from vllm_cache_tools.read.noatime import open_noatime
 from vllm_cache_tools.store.filters import parse_filter
+from vllm_cache_tools.store.folders import scan_workers
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
-from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entry
+from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entries
 from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Entry
 
@@ -268,9 +270,9 @@ def _snapshots(shas: Iterable[str], cc: Path) -> tuple[LocalFile, ...]:
     return tuple(out)
 
 
-def _locate(ref: str, croot: CacheRoot) -> Path:
+def _locate(refs: Sequence[str], croot: CacheRoot) -> list[Path]:
     try:
-        return locate_entry(ref, croot)
+        return locate_entries(refs, croot)
     except (AmbiguousKey, EntryNotFound, RootError) as exc:
         raise FleetError(str(exc)) from None
 
@@ -300,8 +302,7 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
         raise FleetError(str(exc)) from None
     by_path = {os.path.realpath(e.path): e for e in info.entries}
     chosen: list[str] = []
-    for ref in refs:
-        path = _locate(ref, croot)
+    for path in _locate(refs, croot):
         if os.path.realpath(path) not in by_path:  # a path into another root, never mapped
             raise FleetError(f"{display_path(path)} is not an entry of "
                              f"{display_path(info.root)} (pass that root with --root)")
@@ -337,8 +338,13 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
                       + ": its files are not whole, not packed")
     if progress is not None and deep:
         progress(f"hashing {sum(e.stats.files for e in deep.values())} files")
+    # hashlib lets go of the GIL on large buffers: the files of the entries read in full
+    # are hashed by a thread per core (after the forked reads above: no fork with threads).
+    with ThreadPoolExecutor(max_workers=scan_workers()) as ex:
+        hashed = dict(zip(deep, ex.map(lambda p: _hash_files(facts.walk(p)[0]), deep),
+                          strict=True))
     for p, e in deep.items():
-        files, same = _hash_files(facts.walk(p)[0])
+        files, same = hashed[p]
         rec = record_of(e, info.root, files)
         snaps = manifest_snapshots(e)
         if same:

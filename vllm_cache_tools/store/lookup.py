@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from vllm_cache_tools.errors import UsageError, VctError
@@ -61,7 +62,25 @@ def key_prefix(ref: str) -> str | None:
     return ref.lower()
 
 
-def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = None) -> Path:
+def locate_entries(refs: Sequence[str],
+                   root: str | os.PathLike[str] | CacheRoot | None = None) -> list[Path]:
+    """:func:`locate_entry` of each ref, the root's entry folders listed once for all of them
+    (``pack`` of 200 keys listed them 200 times: a second of a first pack)."""
+    croot = root if isinstance(root, CacheRoot) else resolve_root(root)
+    listing: list[tuple[str, Path]] | None = None
+
+    def listed() -> list[tuple[str, Path]]:
+        nonlocal listing
+        if listing is None:
+            check_root(croot)
+            listing = classify(croot.compile_cache, [])
+        return listing
+
+    return [locate_entry(r, croot, _listed=listed) for r in refs]
+
+
+def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = None, *,
+                 _listed: Callable[[], list[tuple[str, Path]]] | None = None) -> Path:
     """Find an entry folder from a key, a unique key prefix (like git's short hashes) or a
     path (the entry folder or anything inside it)."""
     p = Path(os.path.expanduser(ref))
@@ -81,9 +100,13 @@ def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = Non
     if key is None:
         raise EntryNotFound(f"{ref!r} is neither an entry key (hex) nor a path")
     croot = root if isinstance(root, CacheRoot) else resolve_root(root)
-    check_root(croot)
     cc = croot.compile_cache
-    found = [(layout, path) for layout, path in classify(cc, []) if path.name.startswith(key)]
+    if _listed is None:
+        check_root(croot)
+        listing = classify(cc, [])
+    else:
+        listing = _listed()
+    found = [(layout, path) for layout, path in listing if path.name.startswith(key)]
     if not found:
         why = f": {SYMLINKED_COMPILE_CACHE}" if cc.is_symlink() else ""
         raise EntryNotFound(f"no entry matches {ref!r} under {display_path(cc)}{why}")
