@@ -209,7 +209,9 @@ def compiler_fingerprint() -> str:
 REPO = HERE.parent.parent
 PACKAGE = REPO / "vllm_cache_tools"
 RECORDER_SOURCES = (PACKAGE / "recorder", PACKAGE / "live" / "probe.py", PACKAGE / "__init__.py",
-                    PACKAGE / "redaction.py")
+                    PACKAGE / "redaction.py",
+                    # the wrong-hit guard's list and comparison run inside vLLM too
+                    PACKAGE / "keys" / "guard_fields.py", PACKAGE / "keys" / "wrong_hit.py")
 
 
 def _digest(paths: tuple[Path, ...]) -> str:
