@@ -21,7 +21,7 @@ from vllm_cache_tools.recorder import guard
 
 GUARD_LINE = "vllm-cache-tools GUARD: POSSIBLE WRONG HIT"
 LOADED = "Directly load AOT compilation from path"
-COMPILED = re.compile(r"Compiling a graph for compile range \S+ takes")
+COMPILED = re.compile(r"Compiling a graph for compile range .+ takes")
 AOT_RE = re.compile(r"(?:saved AOT compiled function to|Directly load AOT compilation from "
                     r"path) (\S+)/rank_")
 
