@@ -18,10 +18,11 @@ missed.
     python benchmarks/bench_recorder.py --guard-only
 
 The wrong-hit guard's rows (:func:`guard_rows`, issue 29 item 3): ``recorder.guard.check``
-(read an entry folder's manifests, pick the compiling start's, compare the curated list)
+(find the compiling start's manifest in the entry folder, compare the curated list)
 with the real manifests of the ``guard`` scenario (ngram, ``num_speculative_tokens`` 2 vs 3)
 in entry folders holding 1, 10 and 100 manifests, against, in the same run, the floor of
-that work (reading and parsing the same manifests, nothing compared) and vLLM's own load of
+a naive guard's work (reading and parsing every manifest of the folder, nothing compared)
+and vLLM's own load of
 that entry (the hit's ``seconds`` in the scenario's ledger). Goal: < 50 ms per start.
 Results go to .bench/recorder_guard.json.
 """
@@ -104,10 +105,14 @@ def guard_rows(counts: tuple[int, ...] = (1, 10, 100), repeat: int = 21) -> dict
                     m["timings"] = {**start["timings"], "event": "hit"}
                 (d / f"{MANIFEST_PREFIX}{i:016x}{MANIFEST_SUFFIX}").write_text(
                     json.dumps(m, indent=1, sort_keys=True))
+                if i == 0:  # as in vLLM: the artifact is saved after its start's manifest
+                    time.sleep(0.01)
+                    (d / "model").write_bytes(b"artifact")
+                    time.sleep(0.01)
             check, floor = [], []
             for _ in range(repeat):
                 t = time.perf_counter()
-                v = guard.check(start, str(d), "aot", "k", "rank_0_0", environ={})
+                v = guard.check(start, str(d / "model"), "aot", "k", "rank_0_0", environ={})
                 check.append(time.perf_counter() - t)
                 t = time.perf_counter()
                 guard.entry_manifests(str(d))
@@ -115,8 +120,8 @@ def guard_rows(counts: tuple[int, ...] = (1, 10, 100), repeat: int = 21) -> dict
             assert v is not None and v.differences, "the guard did not see the difference"
             c, f = statistics.median(check), statistics.median(floor)
             rows.append({"manifests": n, "check_ms": round(c * 1000, 3),
-                         "read_only_ms": round(f * 1000, 3),
-                         "check_over_read": round(c / f, 3),
+                         "read_all_ms": round(f * 1000, 3),
+                         "check_over_read_all": round(c / f, 3),
                          "check_over_vllm_load": round(c / load_s, 5)})
     worst = max(r["check_ms"] for r in rows)
     return {"rows": rows, "vllm_aot_load_s": round(load_s, 4), "worst_check_ms": worst,
@@ -133,11 +138,11 @@ def main() -> int:
         g = guard_rows()
         Path(REPO / ".bench").mkdir(exist_ok=True)
         (REPO / ".bench" / "recorder_guard.json").write_text(json.dumps(g, indent=1))
-        print(f"{'manifests':>9} {'check ms':>9} {'read only ms':>12} {'check/read':>10} "
+        print(f"{'manifests':>9} {'check ms':>9} {'read all ms':>12} {'check/read all':>14} "
               f"{'check/vLLM load':>15}")
         for r in g["rows"]:
-            print(f"{r['manifests']:>9} {r['check_ms']:>9.3f} {r['read_only_ms']:>12.3f} "
-                  f"{r['check_over_read']:>10.3f} {r['check_over_vllm_load']:>15.5f}")
+            print(f"{r['manifests']:>9} {r['check_ms']:>9.3f} {r['read_all_ms']:>12.3f} "
+                  f"{r['check_over_read_all']:>14.3f} {r['check_over_vllm_load']:>15.5f}")
         print(f"guard: {g['worst_check_ms']:.2f} ms per start at worst (goal < 50 ms), vLLM's "
               f"AOT load of that entry {g['vllm_aot_load_s']} s: "
               + ("OK" if g["ok"] else "GOAL MISSED"))

@@ -150,3 +150,31 @@ def test_stats_and_audit_count_them(run: ScenarioRun) -> None:
     a = run_cli("audit", "--root", str(run.vllm_root))
     assert a.returncode == 1
     assert "speculative_config.num_speculative_tokens: 2 -> 3" in a.stdout
+
+
+def test_compiling_manifest_reads_the_compiling_start_first(tmp_path: Path) -> None:
+    import os
+
+    def put(name: str, m: dict[str, Any], t: int) -> None:
+        p = tmp_path / f"vct-manifest.{name}.json"
+        p.write_text(json.dumps(m))
+        os.utime(p, ns=(t, t))
+
+    put("a" * 16, _manifest(2, event="miss", created=1.0), 1_000)
+    (tmp_path / "model").write_bytes(b"x")
+    os.utime(tmp_path / "model", ns=(2_000, 2_000))
+    for i in range(5):  # later starts that hit it, with other settings
+        put(f"{i:016x}", _manifest(3, event="hit", created=3.0 + i), 3_000 + i)
+    put("b" * 16, _manifest(9, event="miss", created=0.5), 500)  # an older compile
+    (tmp_path / "vct-manifest.cccccccccccccccc.json").write_text("{not json")
+    m = guard.compiling_manifest(str(tmp_path), str(tmp_path / "model"))
+    assert m is not None and m["config"]["speculative_config"]["fields"][
+        "num_speculative_tokens"] == 2
+    v = guard.check(_manifest(3), str(tmp_path / "model"), "aot", "k", "rank_0_0",
+                    environ={"VLLM_CACHE_TOOLS_GUARD": "strict"})
+    assert v is not None and v.recompile and v.entry_manifest == "d1.0"
+    assert v.note()["differences"] == [
+        {"item": "speculative_config.num_speculative_tokens", "entry": 2, "start": 3}]
+    assert guard.check(_manifest(3), str(tmp_path / "model"), "aot", "k", "r",
+                       environ={"VLLM_CACHE_TOOLS_GUARD": "off"}) is None
+    assert guard.check(_manifest(2), str(tmp_path / "model"), "aot", "k", "r", environ={}) is None

@@ -14,6 +14,7 @@ Standard library only; never raises into vLLM (the hooks catch)."""
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -32,6 +33,9 @@ MODES = ("off", "warn", "strict")
 DEFAULT_MODE = "warn"
 MANIFEST_CAP = 16 << 20
 """A manifest is tens of KB; a larger file in an entry folder is not the recorder's."""
+METRICS_MODULE = "vllm_cache_tools.recorder.metrics"
+"""Where ``vllm_compile_cache_guard_warnings_total`` lives (issue 29, item 1; another change):
+connected by name, so the guard works with or without it."""
 DISABLE_ENV = "VLLM_DISABLE_COMPILE_CACHE"
 """vLLM's own switch, read (lazily) by its AOT loader and saver and by the backend's
 ``is_compile_cache_enabled``."""
@@ -75,34 +79,56 @@ class Verdict:
                 f"see: {diffs}; {then}")
 
 
-def entry_manifests(entry_dir: str) -> list[dict[str, Any]]:
-    """The recorder manifests in one entry folder (a ``rank_i_j`` folder), each read like
-    every cache read (a regular file only, capped); unreadable ones are skipped."""
-    out: list[dict[str, Any]] = []
+def _read(entry_dir: str, name: str) -> dict[str, Any] | None:
     try:
-        names = [n for n in os.listdir(entry_dir) if is_manifest_name(n)]
+        data = json.loads(safeio.read_regular(os.path.join(entry_dir, name), cap=MANIFEST_CAP))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def entry_manifests(entry_dir: str) -> list[dict[str, Any]]:
+    """Every recorder manifest in one entry folder (a ``rank_i_j`` folder), each read like
+    every cache read (a regular file only, capped); unreadable ones are skipped."""
+    try:
+        names = sorted(n for n in os.listdir(entry_dir) if is_manifest_name(n))
     except OSError:
-        return out
-    for name in names:
-        try:
-            data = json.loads(safeio.read_regular(os.path.join(entry_dir, name),
-                                                  cap=MANIFEST_CAP))
-        except (OSError, ValueError, RecursionError):
-            continue
-        if isinstance(data, dict):
-            out.append(data)
-    return out
+        return []
+    return [m for n in names if (m := _read(entry_dir, n)) is not None]
 
 
-def check(start: Mapping[str, Any], entry_dir: str, tree: str, key: str, rank: str,
+def compiling_manifest(entry_dir: str, artifact: str) -> Mapping[str, Any] | None:
+    """The manifest of the start that compiled ``artifact``, reading as few manifests as
+    it can: a compiling start writes its manifest before it compiles and saves the artifact
+    (:mod:`.hooks`: after vLLM's load attempt), and a manifest is never rewritten; so the
+    newest manifests at or before the artifact's mtime are read first, newest first, up to
+    the first written by a compiling start (one read, where the folder holds many manifests
+    of starts that hit). Then the rest, should clocks or a copy have mixed the order."""
+    try:
+        with os.scandir(entry_dir) as it:
+            found = [(e.stat(follow_symlinks=False).st_mtime_ns, e.name) for e in it
+                     if is_manifest_name(e.name) and e.is_file(follow_symlinks=False)]
+        made = os.stat(artifact, follow_symlinks=False).st_mtime_ns
+    except OSError:
+        return None
+    found.sort(reverse=True)
+    order = [n for t, n in found if t <= made] + [n for t, n in found if t > made]
+    for name in order:
+        m = _read(entry_dir, name)
+        if m is not None and (chosen := compiled_by([m])) is not None:
+            return chosen
+    return None
+
+
+def check(start: Mapping[str, Any], artifact: str, tree: str, key: str, rank: str,
           environ: Mapping[str, str] | None = None) -> Verdict | None:
-    """The guard's verdict for this start (its manifest ``start``) about to load the entry in
-    ``entry_dir``; ``None`` when the guard is off, the entry's compiling start is unknown,
-    or nothing on the list differs."""
+    """The guard's verdict for this start (its manifest ``start``) about to load
+    ``artifact`` (an AOT ``model`` file; its folder holds the manifests); ``None`` when the
+    guard is off, the entry's compiling start is unknown, or nothing on the list differs."""
     m = mode(environ)
     if m == "off":
         return None
-    entry = compiled_by(entry_manifests(entry_dir))
+    entry = compiling_manifest(os.path.dirname(artifact), artifact)
     if entry is None:
         return None
     diffs = _differences(entry, start)
@@ -127,7 +153,7 @@ def count_guard_warning(verdict: Verdict) -> None:
     metrics module, by another change). Calls ``guard_warning(tree=..., mode=...)`` of that
     module when it is there; nothing otherwise."""
     try:
-        from vllm_cache_tools.recorder import metrics  # type: ignore[attr-defined]
+        metrics = importlib.import_module(METRICS_MODULE)
     except ImportError:
         return
     hook = getattr(metrics, "guard_warning", None)

@@ -255,8 +255,7 @@ def _aot_guard(manifest: dict[str, Any], path: str, logger: Any) -> guard.Verdic
     """The wrong-hit guard before an AOT load (only where an artifact is there to load)."""
     if not manifest.get("existed"):
         return None
-    verdict = guard.check(manifest, os.path.dirname(path), "aot", manifest["key"],
-                          manifest["rank"])
+    verdict = guard.check(manifest, path, "aot", manifest["key"], manifest["rank"])
     if verdict is not None:
         guard.announce(verdict, logger)
         if verdict.recompile:
