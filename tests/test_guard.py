@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shutil
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +149,14 @@ def test_stats_and_audit_count_them(run: ScenarioRun) -> None:
     assert r.returncode == 0, r.stderr
     events = json.loads(r.stdout)["events"]["aot"]
     assert events["guard-warning"] == 2
+    om = run_cli("stats", "--format", "openmetrics", "--root", str(run.vllm_root))
+    assert om.returncode == 0, om.stderr
+    assert 'vllm_compile_cache_guard_warnings_total{tree="aot"} 2.0' in om.stdout
+    assert 'vllm_compile_cache_guard_warnings_total{tree="backend"} 0.0' in om.stdout
+    if shutil.which("promtool"):
+        lint = subprocess.run(["promtool", "check", "metrics"], input=om.stdout, text=True,
+                              capture_output=True)
+        assert lint.returncode == 0, lint.stdout + lint.stderr
     a = run_cli("audit", "--root", str(run.vllm_root))
     assert a.returncode == 1
     assert "speculative_config.num_speculative_tokens: 2 -> 3" in a.stdout
