@@ -153,8 +153,10 @@ def test_stats_and_audit_count_them(run: ScenarioRun) -> None:
     assert om.returncode == 0, om.stderr
     assert 'vllm_compile_cache_guard_warnings_total{tree="aot"} 2.0' in om.stdout
     assert 'vllm_compile_cache_guard_warnings_total{tree="backend"} 0.0' in om.stdout
-    if shutil.which("promtool"):
-        lint = subprocess.run(["promtool", "check", "metrics"], input=om.stdout, text=True,
+    if shutil.which("promtool"):  # promtool reads Prometheus' text format (no info type)
+        prom = run_cli("stats", "--format", "prometheus", "--root", str(run.vllm_root))
+        assert 'vllm_compile_cache_guard_warnings_total{tree="aot"} 2.0' in prom.stdout
+        lint = subprocess.run(["promtool", "check", "metrics"], input=prom.stdout, text=True,
                               capture_output=True)
         assert lint.returncode == 0, lint.stdout + lint.stderr
     a = run_cli("audit", "--root", str(run.vllm_root))

@@ -111,7 +111,3 @@ def compiled_by(manifests: Iterable[Mapping[str, Any]]) -> Mapping[str, Any] | N
             best = m
     return best
 
-
-def as_json(diffs: Iterable[GuardDifference]) -> list[dict[str, Any]]:
-    """The differences as a ledger event keeps them (values as recorded: already redacted)."""
-    return [{"item": d.item, "entry": d.entry, "start": d.start} for d in diffs]

@@ -24,7 +24,7 @@ from typing import Any
 
 from vllm_cache_tools import safeio
 from vllm_cache_tools.keys import guard_fields
-from vllm_cache_tools.keys.wrong_hit import GuardDifference, as_json, compiled_by
+from vllm_cache_tools.keys.wrong_hit import GuardDifference, compiled_by
 from vllm_cache_tools.keys.wrong_hit import guarded_differences as _differences
 from vllm_cache_tools.layout import is_manifest_name
 
@@ -66,7 +66,8 @@ class Verdict:
         """The ``guard`` field of this start's ledger event."""
         return {"mode": self.mode, "action": "recompiled" if self.recompile else "loaded",
                 "rules": guard_fields.RULES_VERSION, "entry_manifest": self.entry_manifest,
-                "differences": as_json(self.differences)}
+                "differences": [{"item": d.item, "entry": d.entry, "start": d.start}
+                                for d in self.differences]}  # values as recorded: redacted
 
     def message(self) -> str:
         diffs = "; ".join(f"{d.item}: entry {d.entry!r}, this start {d.start!r} ({d.why})"
