@@ -14,6 +14,17 @@ on. Reported, in the same run:
 End-to-end wall times with the recorder on and off are printed too (noisy on a 2-core box;
 the instrumented figure is the goal). Results go to .bench/recorder.json; exit 1 if a goal is
 missed.
+
+    python benchmarks/bench_recorder.py --guard-only
+
+The wrong-hit guard's rows (:func:`guard_rows`, issue 29 item 3): ``recorder.guard.check``
+(find the compiling start's manifest in the entry folder, compare the curated list)
+with the real manifests of the ``guard`` scenario (ngram, ``num_speculative_tokens`` 2 vs 3)
+in entry folders holding 1, 10 and 100 manifests, against, in the same run, the floor of
+a naive guard's work (reading and parsing every manifest of the folder, nothing compared)
+and vLLM's own load of
+that entry (the hit's ``seconds`` in the scenario's ledger). Goal: < 50 ms per start.
+Results go to .bench/recorder_guard.json.
 """
 
 from __future__ import annotations
@@ -24,7 +35,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -66,10 +79,74 @@ def per_process(root: Path) -> dict[int, float]:
     return out
 
 
+def guard_rows(counts: tuple[int, ...] = (1, 10, 100), repeat: int = 21) -> dict[str, Any]:
+    """The guard's comparison per start on real manifests (see the module's docstring)."""
+    from tests.realvllm.harness import SCENARIOS, run_scenario
+    from vllm_cache_tools.layout import MANIFEST_PREFIX, MANIFEST_SUFFIX
+    from vllm_cache_tools.recorder import guard
+
+    run = run_scenario(SCENARIOS["guard"])
+    aot = run.compile_cache / "torch_aot_compile"
+    (entry_dir,) = [d / "rank_0_0" for d in aot.iterdir() if (d / "rank_0_0" / "model").exists()]
+    real = [json.loads(p.read_text()) for p in entry_dir.glob(MANIFEST_PREFIX + "*")]
+    compiled = next(m for m in real if m["timings"]["event"] == "miss")
+    start = next(m for m in real if m["timings"]["event"] == "hit" and m is not compiled
+                 and m["config"]["speculative_config"]["fields"]["num_speculative_tokens"] == 3)
+    events, _ = read_ledger(run.compile_cache)
+    load_s = max(float(e.seconds or 0.0) for e in events if e.tree == "aot" and e.event == "hit")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="vct-bench-guard-") as tmp:
+        for n in counts:
+            d = Path(tmp) / f"n{n}"
+            d.mkdir()
+            for i in range(n):  # the compiling start's, then starts that hit it
+                m = dict(compiled if i == 0 else start, created=compiled["created"] + i)
+                if i:
+                    m["timings"] = {**start["timings"], "event": "hit"}
+                (d / f"{MANIFEST_PREFIX}{i:016x}{MANIFEST_SUFFIX}").write_text(
+                    json.dumps(m, indent=1, sort_keys=True))
+                if i == 0:  # as in vLLM: the artifact is saved after its start's manifest
+                    time.sleep(0.01)
+                    (d / "model").write_bytes(b"artifact")
+                    time.sleep(0.01)
+            check, floor = [], []
+            for _ in range(repeat):
+                t = time.perf_counter()
+                v = guard.check(start, str(d / "model"), "aot", "k", "rank_0_0", environ={})
+                check.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                guard.entry_manifests(str(d))
+                floor.append(time.perf_counter() - t)
+            assert v is not None and v.differences, "the guard did not see the difference"
+            c, f = statistics.median(check), statistics.median(floor)
+            rows.append({"manifests": n, "check_ms": round(c * 1000, 3),
+                         "read_all_ms": round(f * 1000, 3),
+                         "check_over_read_all": round(c / f, 3),
+                         "check_over_vllm_load": round(c / load_s, 5)})
+    worst = max(r["check_ms"] for r in rows)
+    return {"rows": rows, "vllm_aot_load_s": round(load_s, 4), "worst_check_ms": worst,
+            "goal_ms": 50, "ok": worst < 50}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--guard-only", action="store_true",
+                    help="only the wrong-hit guard's rows (no vLLM starts but the scenario's)")
     a = ap.parse_args()
+    if a.guard_only:
+        g = guard_rows()
+        Path(REPO / ".bench").mkdir(exist_ok=True)
+        (REPO / ".bench" / "recorder_guard.json").write_text(json.dumps(g, indent=1))
+        print(f"{'manifests':>9} {'check ms':>9} {'read all ms':>12} {'check/read all':>14} "
+              f"{'check/vLLM load':>15}")
+        for r in g["rows"]:
+            print(f"{r['manifests']:>9} {r['check_ms']:>9.3f} {r['read_all_ms']:>12.3f} "
+                  f"{r['check_over_read_all']:>14.3f} {r['check_over_vllm_load']:>15.5f}")
+        print(f"guard: {g['worst_check_ms']:.2f} ms per start at worst (goal < 50 ms), vLLM's "
+              f"AOT load of that entry {g['vllm_aot_load_s']} s: "
+              + ("OK" if g["ok"] else "GOAL MISSED"))
+        return 0 if g["ok"] else 1
     python = ensure_venv()
     ensure_package()
     reg = register_cost(python)

@@ -50,6 +50,8 @@ def test_stats_equal_the_ledger_and_vllms_log_lines(fleet: ScenarioRun) -> None:
     for e in events:
         by_kind.setdefault(e.tree, {}).setdefault(e.event, 0)
         by_kind[e.tree][e.event] += 1
+        if e.guard is not None:  # counted beside its event (docs/guard.md)
+            by_kind[e.tree]["guard-warning"] = by_kind[e.tree].get("guard-warning", 0) + 1
     assert r.events == by_kind
     # vLLM's own lines, over the three starts' logs.
     assert r.events["aot"].get("hit", 0) == _count(fleet, r"Directly load AOT compilation") == 1

@@ -209,7 +209,9 @@ def compiler_fingerprint() -> str:
 REPO = HERE.parent.parent
 PACKAGE = REPO / "vllm_cache_tools"
 RECORDER_SOURCES = (PACKAGE / "recorder", PACKAGE / "live" / "probe.py", PACKAGE / "__init__.py",
-                    PACKAGE / "redaction.py")
+                    PACKAGE / "redaction.py",
+                    # the wrong-hit guard's list and comparison run inside vLLM too
+                    PACKAGE / "keys" / "guard_fields.py", PACKAGE / "keys" / "wrong_hit.py")
 
 
 def _digest(paths: tuple[Path, ...]) -> str:
@@ -421,6 +423,12 @@ JIT_CACHE_ENV = {"TORCHINDUCTOR_CACHE_DIR": "jit/inductor", "TRITON_CACHE_DIR": 
 """Relative to the start's cwd (the scenario folder): see the "jit-caches" scenario."""
 
 
+GUARD_ENV = "VLLM_CACHE_TOOLS_GUARD"
+NGRAM_2 = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3,
+           "prompt_lookup_min": 1}
+NGRAM_3 = {**NGRAM_2, "num_speculative_tokens": 3}
+
+
 def _block_recorder_state(root: Path) -> None:
     cc = root / "torch_compile_cache"
     cc.mkdir(parents=True)
@@ -511,6 +519,18 @@ SCENARIOS: dict[str, Scenario] = {
         Start.make(env=RECORD_ENV, compile_mode=True, max_model_len=64),
         Start.make(env={**LONG_LEN_ENV, **RECORD_ENV}, compile_mode=True),
         Start.make(env=RECORD_ENV, compile_mode=True),
+    ), recorder=True),
+    # The wrong-hit guard (issue 29, item 3): ngram speculative decoding, whose
+    # num_speculative_tokens vLLM leaves out of its key (vllm#53366). Start 0 compiles with 2,
+    # start 1 (3) loads that entry (guard: warn), start 2 (3, strict) compiles afresh with the
+    # cache off, start 3 (2, strict) loads the entry start 0 compiled, untouched.
+    "guard": Scenario("guard", (
+        Start.make(env=RECORD_ENV, compile_mode=True, speculative_config=NGRAM_2),
+        Start.make(env=RECORD_ENV, compile_mode=True, speculative_config=NGRAM_3),
+        Start.make(env={**RECORD_ENV, GUARD_ENV: "strict"}, compile_mode=True,
+                   speculative_config=NGRAM_3),
+        Start.make(env={**RECORD_ENV, GUARD_ENV: "strict"}, compile_mode=True,
+                   speculative_config=NGRAM_2),
     ), recorder=True),
     # The recorder cannot write its ledger or snapshots (a file where its folder goes):
     # vLLM must start and compile as usual.

@@ -25,6 +25,9 @@ with a million hosts; the rows kept are the groups with the most starts."""
 UNKNOWN_MODEL = "unknown"
 
 _HIT, _MISS, _LOAD_FAILURE, _DISABLED = 1, 2, 4, 8
+GUARD_EVENT = "guard-warning"
+"""In ``events``: decisions the wrong-hit guard warned about (a ``hit`` in warn mode, a
+``disabled`` in strict mode: each also counted under its own kind)."""
 _FLAG = {"hit": _HIT, "miss": _MISS, "load-failure": _LOAD_FAILURE, "disabled": _DISABLED}
 
 
@@ -63,6 +66,9 @@ class _Tally:
         other: dict[tuple[str, str], int] = {}
         for r in rows:
             ev = r.event
+            if r.guard is not None:  # the wrong-hit guard warned: counted beside the event
+                tg = (r.tree, GUARD_EVENT)
+                other[tg] = other.get(tg, 0) + 1
             sid = r.start or f"{r.host}:{r.pid}"
             st = starts.get(sid)
             if decisions is not None:

@@ -53,6 +53,19 @@ Pid = Annotated[int, msgspec.Meta(ge=0, lt=1 << 32)]
 Text = Annotated[str, msgspec.Meta(min_length=1)]
 
 
+class GuardNote(msgspec.Struct, frozen=True, gc=False):
+    """The wrong-hit guard's note on a decision (``recorder/guard.py``): this start differed
+    from the entry's compiling start in a listed item vLLM's key leaves out. Its list of
+    differences is skipped here (``audit`` reads them from the manifests)."""
+
+    mode: str = ""
+    """``warn`` or ``strict``."""
+    action: str = ""
+    """``loaded`` (warn) or ``recompiled`` (strict: the cache off for that process)."""
+    rules: int | None = None
+    """The version of the curated list (``keys/guard_fields.RULES_VERSION``)."""
+
+
 class LedgerEvent(msgspec.Struct, frozen=True, gc=False):
     """One ledger line, as the recorder writes it (``recorder/hooks.py``: one line per
     decision of one worker about one entry)."""
@@ -83,6 +96,8 @@ class LedgerEvent(msgspec.Struct, frozen=True, gc=False):
     ledgers of recorders that did not write one (then a start is one process)."""
     dynamo_s: Seconds | None = None
     """Backend tree: Dynamo's bytecode transform before the backend ran."""
+    guard: GuardNote | None = None
+    """Set when the wrong-hit guard warned about this decision."""
 
 
 class StatsEvent(LedgerEvent, frozen=True, gc=False):

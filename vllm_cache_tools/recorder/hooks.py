@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from vllm_cache_tools import safeio
-from vllm_cache_tools.recorder import START_ENV, capture, write
+from vllm_cache_tools.recorder import START_ENV, capture, guard, write
 
 SPENT = [0.0]
 """Seconds this process spent in the recorder (reported in ledger events)."""
@@ -183,11 +183,23 @@ def patch_decorators(mod: ModuleType) -> None:
 
     def _try_load_aot_compiled_fn(model: Any, path: str, *args: Any, **kwargs: Any) -> Any:
         pre: dict[str, Any] | None = None
+        verdict: guard.Verdict | None = None
         try:
             with _Timed():  # before loading: the config as vLLM hashed it
                 pre = _aot_manifest(mod, model, path)
         except Exception as exc:
             warn("AOT manifest", exc)
+        if pre is not None:
+            try:
+                with _Timed():
+                    verdict = _aot_guard(pre, path, logger)
+            except Exception as exc:
+                warn("wrong-hit guard", exc)
+        if verdict is not None and verdict.recompile:
+            if pre is not None:
+                with contextlib.suppress(Exception), _Timed():
+                    _guard_event(pre, path, verdict)
+            return None  # vLLM's own path for "nothing loaded": it compiles
         handler = _Reasons()
         if logger is not None:
             logger.addHandler(handler)
@@ -201,7 +213,8 @@ def patch_decorators(mod: ModuleType) -> None:
         if pre is not None:
             try:
                 with _Timed():
-                    _aot_write(pre, path, result is not None, seconds, handler.messages)
+                    _aot_write(pre, path, result is not None, seconds, handler.messages,
+                               verdict)
             except Exception as exc:
                 warn("AOT manifest", exc)
         return result
@@ -238,8 +251,30 @@ def _aot_manifest(mod: ModuleType, model: Any, path: str) -> dict[str, Any]:
     return manifest
 
 
+def _aot_guard(manifest: dict[str, Any], path: str, logger: Any) -> guard.Verdict | None:
+    """The wrong-hit guard before an AOT load (only where an artifact is there to load)."""
+    if not manifest.get("existed"):
+        return None
+    verdict = guard.check(manifest, path, "aot", manifest["key"], manifest["rank"])
+    if verdict is not None:
+        guard.announce(verdict, logger)
+        if verdict.recompile:
+            guard.compile_afresh()
+    return verdict
+
+
+def _guard_event(manifest: dict[str, Any], path: str, verdict: guard.Verdict) -> None:
+    """Strict mode: the start did not load this entry and compiles with the cache off (a
+    ``disabled`` decision). No manifest goes into the entry's folder: this start did not
+    use it, and ``audit`` must not count it among the entry's users."""
+    t0 = time.perf_counter()
+    compile_cache = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(path))))
+    _event(compile_cache, t0, event="disabled", tree="aot", key=manifest["key"],
+           rank=manifest["rank"], prefix="", manifest=None, guard=verdict.note())
+
+
 def _aot_write(manifest: dict[str, Any], path: str, loaded: bool, seconds: float,
-               messages: list[str]) -> None:
+               messages: list[str], verdict: guard.Verdict | None = None) -> None:
     t0 = time.perf_counter()
     rank_dir = os.path.dirname(path)
     compile_cache = os.path.dirname(os.path.dirname(os.path.dirname(rank_dir)))
@@ -251,7 +286,7 @@ def _aot_write(manifest: dict[str, Any], path: str, loaded: bool, seconds: float
     digest, _ = write.write_manifest(rank_dir, manifest, base=compile_cache)
     _event(compile_cache, t0, event=event, tree="aot", key=manifest["key"],
            rank=manifest["rank"], prefix="", manifest=digest, seconds=round(seconds, 4),
-           reason=reason)
+           reason=reason, **({"guard": verdict.note()} if verdict is not None else {}))
 
 
 # --- installation ---------------------------------------------------------------------------

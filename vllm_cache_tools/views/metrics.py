@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from vllm_cache_tools.analyze.drift import DriftReport
 from vllm_cache_tools.analyze.stats import Counters, Group, StatsReport
+from vllm_cache_tools.analyze.stats_tally import GUARD_EVENT
 from vllm_cache_tools.redaction import redact_text
 from vllm_cache_tools.safetext import escape_controls
 
@@ -47,6 +48,9 @@ HELP: dict[str, str] = {
               "backend prefix)",
     "load_failures": "Entries vLLM found and could not load (then compiled again): ledger "
                      "events",
+    "guard_warnings": "Decisions the wrong-hit guard warned about: the entry was compiled "
+                      "for settings vLLM's key does not see (ledger events with a guard "
+                      "note; docs/guard.md)",
     "compile_seconds": "Seconds spent compiling on misses (slowest worker of each start)",
     "load_seconds": "Seconds spent loading by hits (slowest worker of each start)",
     "saved_seconds": "Compile seconds avoided by hits, gross: each hit credited with its "
@@ -73,8 +77,8 @@ HELP: dict[str, str] = {
                               "audit)",
 }
 DRIFT_CLASSES = ("per host", "per run", "per install", "setting")
-COUNTERS = ("starts", "hits", "misses", "load_failures", "compile_seconds", "load_seconds",
-            "saved_seconds", "untimed_compiles", "untimed_hits")
+COUNTERS = ("starts", "hits", "misses", "load_failures", "guard_warnings", "compile_seconds",
+            "load_seconds", "saved_seconds", "untimed_compiles", "untimed_hits")
 PER_GROUP = {"compile_seconds": "compile_seconds", "load_seconds": "load_seconds",
              "saved_seconds": "saved_seconds", "untimed_compiles": "compile_unknown",
              "untimed_hits": "saved_unknown"}
@@ -141,7 +145,8 @@ class StatsCollector(Collector):
             net.append(([name], c.net_seconds or 0.0))
         yield starts
         for metric, event in (("hits", "hit"), ("misses", "miss"),
-                              ("load_failures", "load-failure")):
+                              ("load_failures", "load-failure"),
+                              ("guard_warnings", GUARD_EVENT)):
             fam = _counter(metric, ["tree"])
             for tree in TREES:
                 fam.add_metric([tree], r.events.get(tree, {}).get(event, 0))
