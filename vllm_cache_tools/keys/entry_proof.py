@@ -225,12 +225,9 @@ def prove_aot(e: Entry, siblings: Iterable[KeyProof], *, versions: Sequence[str]
             # compiler hash) and none gave the name: not linked, at most unproven (another
             # vLLM release than the ones tried would give another model key).
             continue
-        linked = linked or KeyProof(
-            e.key, "aot", LINKED, f"to {s.key}; " + (
-                "its Inductor factors are not at hand" if not inductor else
-                "this host's Inductor factors are not the ones it was compiled with"
-                if not same_compiler else "no vLLM release gives its model key"), None,
-            s.env_hash, s.config_hash)
+        why = _unlinked(bool(inductor), same_compiler, bool(vers))
+        linked = linked or KeyProof(e.key, "aot", LINKED, f"to {s.key}; {why}", None,
+                                    s.env_hash, s.config_hash)
     if linked is not None:
         return linked
     if fw is None:
@@ -247,6 +244,16 @@ def prove_aot(e: Entry, siblings: Iterable[KeyProof], *, versions: Sequence[str]
     return KeyProof(e.key, "aot", UNPROVEN,
                     "no recorder manifest and no backend entry of the same start to "
                     "derive it from")
+
+
+def _unlinked(inductor: bool, same_compiler: bool, vers: bool) -> str:
+    """Why a linked AOT key was not re-derived from its sibling's parts."""
+    if inductor and not same_compiler:
+        return "this host's Inductor factors are not the ones it was compiled with"
+    if not vers:
+        return ("its Inductor factors and vLLM release are not at hand" if not inductor
+                else "its vLLM release is not at hand")
+    return "its Inductor factors are not at hand"
 
 
 def same_start(backend: Entry, aot: Entry, *, backend_env_hash: str | None = None) -> bool:
