@@ -73,7 +73,9 @@ def test_pack_is_deterministic_and_carries_linked_entries(real_compile: Scenario
 def test_unpack_into_empty_root_then_again_is_a_noop(real_compile: ScenarioRun, bundle: Path,
                                                      tmp_path: Path) -> None:
     root = tmp_path / "root"
-    r = api.unpack(bundle, root=root)
+    # No vLLM arguments: the mega AOT entry's key is only linked by its sources (its Inductor
+    # factors are recorded nowhere), refused by default (test_key_spoofing); --force places it.
+    r = api.unpack(bundle, root=root, force=True)
     assert r.ok and {p.action for p in r.placements} == {"placed"}
     m = read_manifest(bundle)
     for e in m.entries:
@@ -81,7 +83,7 @@ def test_unpack_into_empty_root_then_again_is_a_noop(real_compile: ScenarioRun, 
         assert tree_digests(root / e.path) == src
     staging = root / "torch_compile_cache" / ".vllm-cache-tools" / "staging"
     assert list(staging.iterdir()) == []
-    again = api.unpack(bundle, root=root)
+    again = api.unpack(bundle, root=root, force=True)
     assert again.ok and {p.action for p in again.placements} == {"identical"}
     # ls reads the placed entries like any others.
     res = run_cli("ls", "--root", str(root), "--json")
@@ -91,12 +93,12 @@ def test_unpack_into_empty_root_then_again_is_a_noop(real_compile: ScenarioRun, 
 
 def test_unpack_never_overwrites_another_entry(bundle: Path, tmp_path: Path) -> None:
     root = tmp_path / "root"
-    api.unpack(bundle, root=root)
+    api.unpack(bundle, root=root, force=True)  # its AOT key is linked (see above)
     m = read_manifest(bundle)
     aot = next(e for e in m.entries if e.layout == "aot")
     victim = root / aot.path / "rank_0_0" / "model"
     victim.write_bytes(b"someone else's artifact")
-    res = run_cli("unpack", str(bundle), "--root", str(root))
+    res = run_cli("unpack", str(bundle), "--root", str(root), "--force")  # not even forced
     assert res.returncode == 1, res.stderr
     assert "refused" in res.stdout and "never overwritten" in res.stdout
     assert victim.read_bytes() == b"someone else's artifact"
@@ -108,6 +110,11 @@ def test_tp2_round_trip_keeps_both_ranks(real_tp2: ScenarioRun, tmp_path: Path) 
     assert res.returncode == 0, res.stderr
     root = tmp_path / "root"
     res = run_cli("unpack", str(tmp_path / "b.tzst"), "--root", str(root), "--json")
+    assert res.returncode == 1, res.stderr  # no vLLM arguments: the AOT key is only linked
+    aot = next(p for p in json.loads(res.stdout)["placements"] if p["layout"] == "aot")
+    assert (aot["action"], aot["key_proof"]) == ("refused", "linked"), aot
+    res = run_cli("unpack", str(tmp_path / "b.tzst"), "--root", str(root), "--json",
+                  "--force")
     assert res.returncode == 0, res.stderr
     doc = json.loads(res.stdout)
     assert doc["schema"] == "vllm-cache-tools/unpack/2"
@@ -375,7 +382,8 @@ def test_data_after_the_bundle_is_refused(tmp_path: Path) -> None:
         assert res.returncode == 2 and res.stderr.count("\n") == 1, res.stderr
         assert "after the end of the bundle" in res.stderr or "corrupt" in res.stderr
         assert _entries(root) == set()
-    res = run_cli("unpack", str(good), "--root", str(tmp_path / "ok"))
+    # --force: the sample's AOT key is only linked without the vLLM arguments.
+    res = run_cli("unpack", str(good), "--root", str(tmp_path / "ok"), "--force")
     assert res.returncode == 0, res.stdout + res.stderr
 
 
@@ -391,10 +399,11 @@ def test_pack_to_stdout_pipes_into_unpack_of_stdin(tmp_path: Path) -> None:
     blob = subprocess.run([exe, "pack", "--root", str(src), "28fd"], capture_output=True,
                           check=True).stdout
     (tmp_path / "b.tar.zst").write_bytes(blob)
+    # --force: the sample's AOT key is only linked without the vLLM arguments.
     assert run_cli("unpack", str(tmp_path / "b.tar.zst"), "--root",
-                   str(tmp_path / "a")).returncode == 0
-    r = subprocess.run([exe, "unpack", "-", "--root", str(tmp_path / "b")], input=blob,
-                       capture_output=True)
+                   str(tmp_path / "a"), "--force").returncode == 0
+    r = subprocess.run([exe, "unpack", "-", "--root", str(tmp_path / "b"), "--force"],
+                       input=blob, capture_output=True)
     assert r.returncode == 0, r.stderr
     # 28fd362d4e and its own start's AOT entry (b6a18428ab0d, of the same sources, is another
     # start's: its recorder manifest names another env hash).

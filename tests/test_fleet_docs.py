@@ -103,9 +103,12 @@ def test_recipes_run(real_compile: ScenarioRun, s3: str, tmp_path: Path) -> None
                                                                    str(image_root))
     with model_lock():
         restore_pristine_sources()
-        res = _sh(script, env_for(image_root), tmp_path)
+        # The image's ENV VLLM_ARGS: the hit check re-derives the mega AOT key (no recorder in
+        # this scenario: without them it is only linked, and refused).
+        res = _sh(script, env_for(image_root, VLLM_ARGS=" ".join(args)), tmp_path)
     assert res.returncode == 0, (res.stdout, res.stderr)
     assert "placed" in res.stdout and not (opt / "vllm-cache.tar.zst").exists()
+    assert "refused" not in res.stdout, res.stdout
     assert {p.name for p in (image_root / "torch_compile_cache").iterdir()} >= {
         p.name for p in (warm_root / "torch_compile_cache").iterdir() if len(p.name) == 10}
 

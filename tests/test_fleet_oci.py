@@ -80,7 +80,9 @@ def test_push_ls_pull_round_trip(registry: Registry, sample: Path, tmp_path: Pat
     assert table.returncode == 0 and "(pushed)" in table.stdout
 
     root = tmp_path / "pod"
-    res = run_cli("pull", url, "--root", str(root), "--json")
+    # --force: without the vLLM arguments the sample's mega AOT key is only linked by its
+    # sources (refused by default: tests/test_key_spoofing.py).
+    res = run_cli("pull", url, "--root", str(root), "--json", "--force")
     assert res.returncode == 0, res.stderr
     pulled = json.loads(res.stdout)
     assert {p["action"] for p in pulled["placements"]} == {"placed"}
@@ -180,7 +182,7 @@ def test_skopeo_sees_and_copies_the_artifacts(registry: Registry, sample: Path,
     assert cp.returncode == 0, cp.stderr
     mirror = registry.url("mirror/copy") + ":model-v2"
     root = tmp_path / "pod"
-    res = run_cli("pull", mirror, "--root", str(root), "--json")
+    res = run_cli("pull", mirror, "--root", str(root), "--json", "--force")  # linked AOT
     assert res.returncode == 0, res.stderr
     pulled = json.loads(res.stdout)
     assert {p["key"] for p in pulled["placements"] if p["action"] == "placed"} == set(keys)
@@ -220,7 +222,7 @@ def test_basic_auth_from_the_standard_files(auth_registry: Registry, sample: Pat
     assert res.returncode == 0 and len(json.loads(res.stdout)["entries"]) == 2  # + linked
     podman = {"REGISTRY_AUTH_FILE": str(docker_config(tmp_path / "podman",
                                                       auth_registry.host))}
-    res = cli("pull", url, "--root", str(tmp_path / "pod"), env=podman)
+    res = cli("pull", url, "--root", str(tmp_path / "pod"), "--force", env=podman)
     assert res.returncode == 0, res.stderr
     res = cli("prune-remote", url, "--older-than", "0s", env=podman)
     assert res.returncode == 0, res.stderr
@@ -336,7 +338,8 @@ def test_bearer_token_challenge(token_registry: Registry, sample: Path, tmp_path
     env = {"DOCKER_CONFIG": str(docker_config(tmp_path / "docker", token_registry.host).parent)}
     res = run_cli("push", "--root", str(sample), key, url, env=env)
     assert res.returncode == 0, res.stderr
-    res = run_cli("pull", url, "--root", str(tmp_path / "pod"), "--json", env=env)
+    res = run_cli("pull", url, "--root", str(tmp_path / "pod"), "--json", "--force",
+                  env=env)  # the sample's AOT key is only linked without vLLM arguments
     assert res.returncode == 0, res.stderr
     assert {p["action"] for p in json.loads(res.stdout)["placements"]} == {"placed"}
     assert PASSWORD not in res.stdout + res.stderr

@@ -57,14 +57,17 @@ def test_push_pull_round_trip_dedup_and_ls(real_tp2: ScenarioRun, store_url: str
     assert table.returncode == 0 and key in table.stdout and "(pushed)" in table.stdout
 
     root = tmp_path / "pod"
-    res = run_cli("pull", store_url, "--root", str(root), "--json")
+    # No vLLM arguments: the mega AOT entry's key is only linked by its sources (refused by
+    # default, tests/test_key_spoofing.py); --force places it.
+    res = run_cli("pull", store_url, "--root", str(root), "--json", "--force")
     assert res.returncode == 0, res.stderr
     pulled = json.loads(res.stdout)
     assert pulled["schema"] == "vllm-cache-tools/pull/2"
     assert {p["action"] for p in pulled["placements"]} == {"placed"}
     for e in pulled["selected"]:
         assert tree_digests(root / e["path"]) == tree_digests(real_tp2.vllm_root / e["path"])
-    res = run_cli("pull", store_url, "--root", str(root), "--json")
+    res = run_cli("pull", store_url, "--root", str(root), "--json")  # nothing to place
+    assert res.returncode == 0, res.stdout
     assert {p["action"] for p in json.loads(res.stdout)["placements"]} == {"identical"}
 
 
@@ -98,7 +101,7 @@ def test_concurrent_pushers_leave_a_consistent_store(real_compile: ScenarioRun,
         for f in e.record.files:
             assert store.exists(store.blob_path(f.sha256))
     root = tmp_path / "root"
-    assert api.pull(store_url, root=root).ok
+    assert api.pull(store_url, root=root, force=True).ok  # its AOT key is only linked
 
 
 def test_missing_blob_is_one_line_and_nothing_placed(real_compile: ScenarioRun,
@@ -250,7 +253,8 @@ def test_pull_of_entries_already_here_downloads_nothing(tmp_path: Path) -> None:
     url = f"file://{tmp_path}/store"
     assert run_cli("push", "--root", str(src), "28fd", url).returncode == 0
     pod = tmp_path / "pod"
-    first = json.loads(run_cli("pull", url, "--root", str(pod), "--json").stdout)
+    # --force: the sample's AOT key is only linked without the vLLM arguments.
+    first = json.loads(run_cli("pull", url, "--root", str(pod), "--json", "--force").stdout)
     assert {p["action"] for p in first["placements"]} == {"placed"}
     assert first["bytes_downloaded"] > 0
     res = run_cli("pull", url, "--root", str(pod), "--json")
@@ -266,7 +270,7 @@ def test_pull_of_entries_already_here_downloads_nothing(tmp_path: Path) -> None:
     f = next(p for p in (pod / "torch_compile_cache").rglob("cache_key_factors.json"))
     data = f.read_bytes()
     f.write_bytes(data[:-2] + (b"x" if data[-2:-1] != b"x" else b"y") + data[-1:])
-    res = run_cli("pull", url, "--root", str(pod), "--json")
+    res = run_cli("pull", url, "--root", str(pod), "--json", "--force")  # not even forced
     assert res.returncode == 1, res.stdout + res.stderr
     doc = json.loads(res.stdout)
     assert doc["bytes_downloaded"] > 0

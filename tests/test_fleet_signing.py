@@ -129,6 +129,12 @@ def test_our_signature_is_verified_by_ssh_keygen_and_places_with_provenance(
     assert "signature: trusted, signed by alice@example.com" in r.stdout
     assert "provenance: " in r.stdout
     assert (root / "torch_compile_cache" / "28fd362d4e").is_dir()
+    # The mega AOT entry's key is only linked by its sources (no vLLM arguments): placed
+    # because the trusted signature vouches for it; without the policy it is refused.
+    (aot,) = [x for x in r.stdout.splitlines() if x.startswith("placed    aot")]
+    assert aot.endswith("placed because of the trusted signature of alice@example.com)"), aot
+    r = run_cli("unpack", str(work["signed"]), "--root", str(tmp_path / "unchecked"))
+    assert r.returncode == 1 and "key linked by sources" in r.stdout, r.stdout
     shown = run_cli("show", "28fd", "--root", str(root))
     assert "trusted: alice@example.com (key SHA256:" in shown.stdout, shown.stdout
     assert "placed from        bundle " in shown.stdout
@@ -336,6 +342,9 @@ def test_signed_store_entries(work: dict[str, Path], keys: dict[str, Path], stor
     assert r.returncode == 1, r.stderr
     res = {p["key"][:10]: p for p in json.loads(r.stdout)["placements"]}
     assert res["28fd362d4e"]["action"] == "placed"
+    # Its AOT entry, linked by its sources only: placed under alice's trusted signature.
+    assert (res["0b8536d36d"]["action"], res["0b8536d36d"]["key_proof"]) == ("placed", "linked")
+    assert "trusted signature of alice@example.com" in res["0b8536d36d"]["detail"]
     assert res["39ecaca4bf"]["action"] == "refused"
     assert "unsigned" in res["39ecaca4bf"]["detail"]
     assert not (pod / "torch_compile_cache" / "39ecaca4bf").exists()

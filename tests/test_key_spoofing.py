@@ -13,6 +13,8 @@ import pytest
 
 from tests import spoof
 from tests.conftest import run_cli
+from tests.fleet_support import moto as moto
+from tests.fleet_support import s3 as s3
 from tests.realvllm.harness import (
     ScenarioRun,
     model_lock,
@@ -53,15 +55,48 @@ def _placed(root: Path) -> set[str]:
     return out
 
 
-def test_an_honest_bundle_is_placed_with_its_proofs(bundle: Path, tmp_path: Path) -> None:
+def test_a_linked_key_is_placed_only_with_a_way_out(bundle: Path, tmp_path: Path) -> None:
+    """Mega AOT artifact: its key holds Inductor factors recorded nowhere (the sample's
+    recorder predates ``inductor_repr``); the recorder's manifest agrees with the proven
+    backend entry, which its traced sources reproduce: ``linked``, not proven, since an
+    artifact renamed to another key of the same sources is linked too (the spoof below). By
+    default it is refused with one line naming the three ways out; --force places it (and
+    says so). A trusted signature: tests/test_fleet_signing.py; the vLLM arguments:
+    test_with_the_vllm_arguments_a_mega_aot_key_is_proven_and_a_swap_refused."""
     rc, doc, err = _unpack(bundle, tmp_path / "root")
-    assert rc == 0, err
+    assert rc == 1, err
     assert doc["schema"] == "vllm-cache-tools/unpack/2"
-    proofs = {p["key"]: (p["action"], p["key_proof"]) for p in doc["placements"]}
-    assert proofs[BACKEND] == ("placed", "proven")
-    # Mega AOT artifact: its key holds Inductor factors recorded nowhere; the recorder's
-    # manifest agrees with the proven backend entry, which its traced sources reproduce.
-    assert proofs[AOT] == ("placed", "linked")
+    by_key = {p["key"]: p for p in doc["placements"]}
+    assert (by_key[BACKEND]["action"], by_key[BACKEND]["key_proof"]) == ("placed", "proven")
+    aot = by_key[AOT]
+    assert (aot["action"], aot["key_proof"]) == ("refused", "linked")
+    assert "\n" not in aot["detail"] and BACKEND in aot["detail"]
+    for way in ("vLLM arguments after --", "--trust", "VLLM_CACHE_TOOLS_TRUST", "--force"):
+        assert way in aot["detail"], aot["detail"]
+    assert AOT not in _placed(tmp_path / "root")
+    res = run_cli("unpack", str(bundle), "--root", str(tmp_path / "human"))
+    assert res.returncode == 1 and "Traceback" not in res.stderr
+    (line,) = [x for x in res.stdout.splitlines() if x.startswith("refused")]
+    assert "key linked by sources to 28fd362d4e" in line and "--force" in line, line
+    rc, doc, err = _unpack(bundle, tmp_path / "root", "--force")
+    assert rc == 0, err
+    aot = next(p for p in doc["placements"] if p["key"] == AOT)
+    assert (aot["action"], aot["key_proof"]) == ("placed", "linked")
+    assert aot["detail"].endswith("placed because of --force"), aot["detail"]
+
+
+def test_the_linked_spoof_is_placed_only_with_force(bundle: Path, tmp_path: Path) -> None:
+    """The spoof `nox -s hostile` places: the AOT artifact under another start's key, its
+    recorder manifest stripped, its backend sibling carried, no vLLM arguments: linked by its
+    sources exactly like the honest entry, so refused unless forced."""
+    b = spoof.rewrite(bundle, tmp_path / "b.tar.zst",
+                      spoof.chain(spoof.strip_manifests("aot"),
+                                  spoof.rename("aot", OTHER_ENV_AOT)))
+    rc, doc, _ = _unpack(b, tmp_path / "root")
+    assert rc == 1
+    p = next(p for p in doc["placements"] if p["layout"] == "aot")
+    assert (p["action"], p["key_proof"]) == ("refused", "linked")
+    assert OTHER_ENV_AOT not in _placed(tmp_path / "root")
 
 
 def test_backend_files_under_another_key_are_refused_naming_both(bundle: Path,
@@ -268,3 +303,30 @@ def test_a_recorder_manifest_proves_a_mega_aot_key_by_itself(tmp_path: Path) -> 
     (p,) = doc["placements"]
     assert rc == 1 and (p["action"], p["key_proof"]) == ("refused", "mismatch")
     assert aot[:12] in p["detail"]
+
+
+@pytest.fixture(params=["file", "s3"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "file":
+        return f"file://{tmp_path}/store"
+    return str(request.getfixturevalue("s3")) + "/keys"
+
+
+def test_pull_places_a_linked_key_only_with_a_way_out(store_url: str, tmp_path: Path) -> None:
+    """pull follows unpack's rule, from a file:// store and from S3 (moto on loopback): the
+    sample's AOT entry, linked by its sources only, is refused without the vLLM arguments,
+    a trust policy or --force (its backend entry, proven, is placed); --force places it."""
+    assert run_cli("push", "--root", str(SAMPLE), BACKEND, store_url).returncode == 0
+    root = tmp_path / "pod"
+    res = run_cli("pull", store_url, BACKEND, "--root", str(root), "--json")
+    assert res.returncode == 1, (res.stdout, res.stderr)
+    by_key = {p["key"]: p for p in json.loads(res.stdout)["placements"]}
+    assert (by_key[BACKEND]["action"], by_key[BACKEND]["key_proof"]) == ("placed", "proven")
+    assert (by_key[AOT]["action"], by_key[AOT]["key_proof"]) == ("refused", "linked")
+    assert "--trust" in by_key[AOT]["detail"] and "--force" in by_key[AOT]["detail"]
+    assert _placed(root) == {BACKEND}
+    res = run_cli("pull", store_url, BACKEND, "--root", str(root), "--force", "--json")
+    assert res.returncode == 0, (res.stdout, res.stderr)
+    by_key = {p["key"]: p for p in json.loads(res.stdout)["placements"]}
+    assert (by_key[AOT]["action"], by_key[AOT]["key_proof"]) == ("placed", "linked")
+    assert _placed(root) == {BACKEND, AOT}

@@ -281,9 +281,11 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
                 if not check.would_hit and not force:
                     return UnpackResult(path, croot.vllm_root, m, check, (), False, True,
                                         time.perf_counter() - t0, signature[0])
+                sig = signature[0]
                 proofs = prove_records(st.path, croot.vllm_root, m.entries,
                                        inductor=check.inductor_reprs,
-                                       vllm_version=check.vllm_version)
+                                       vllm_version=check.vllm_version,
+                                       trust=_signed_by({e.key: sig for e in m.entries}))
                 placed = place_entries(st, m.entries, m.extras, proofs=proofs, force=force)
                 kept[0] = True
                 shown = "<stdin>" if str(path) == "/dev/stdin" else str(path.resolve())
@@ -296,6 +298,18 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
                              f"{exc.strerror or exc}: nothing placed") from None
     return UnpackResult(path, croot.vllm_root, m, check, placed, False, False,
                         time.perf_counter() - t0, signature[0])
+
+
+def _signed_by(judged: Mapping[str, SignatureCheck | None]
+               ) -> Callable[[EntryRecord], str | None]:
+    """The trust hook of the key proof (:data:`.key_proof.TrustHook`): who signed an entry,
+    by key, where a trust policy judged its signature trusted (an unpack or pull without a
+    policy vouches for nothing)."""
+    def hook(rec: EntryRecord) -> str | None:
+        got = judged.get(rec.key)
+        return (got.signer or got.fingerprint or "?") if got is not None and got.trusted \
+            else None
+    return hook
 
 
 def _record(vllm_root: Path, placed: Sequence[Placement], source: str,
@@ -411,7 +425,8 @@ def pull(url: str, refs: Sequence[str] = (), *, root: str | os.PathLike[str] | N
             recs = tuple(e.record for e in todo)
             proofs = prove_records(st.path, croot.vllm_root, recs,
                                    inductor=check.inductor_reprs,
-                                   vllm_version=check.vllm_version)
+                                   vllm_version=check.vllm_version,
+                                   trust=_signed_by(judged or {}))
             placed = place_entries(st, recs, extras.values(), proofs=proofs, force=force)
             kept[0] = True
     except OSError as exc:

@@ -5,17 +5,22 @@ in the root. Reading the staged copy (not the record) is the point: the record i
 bundle or store says, the staged files are what vLLM would load.
 
 ``gate`` says, per record, why it may not be placed (or ``None``): a key mismatch always; an
-unproven key unless ``--force`` (or a trusted signature, through :data:`TrustHook`, which the
-signing work fills in); an old or second spelling always."""
+unproven key unless ``--force``; a key only *linked* (an AOT artifact tied by its sources to a
+proven backend entry, its name not re-derived: a renamed artifact passes that too) unless
+``--force`` or a trusted signature covers it (:data:`TrustHook`: ``unpack``/``pull --trust``)
+(the vLLM arguments after ``--`` re-derive it instead: their probe gives the Inductor
+factors, and the entry is then proven or not); an old or second spelling always."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord
 from vllm_cache_tools.keys.entry_proof import (
+    LINKED,
     MISMATCH,
     PROVEN,
     UNPROVEN,
@@ -29,9 +34,8 @@ from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.types import Entry
 
 TrustHook = Callable[[EntryRecord], str | None]
-"""Given a record whose key could not be proven from its content, the name of a trusted
-signature that covers it, or ``None``. None is installed yet (the signing issue adds one);
-``--force`` is the only other way to place an unproven entry."""
+"""Given a record whose key is only ``linked``, who signed it when a trusted signature covers
+it (``unpack``: the bundle's, ``pull``: the entry's index object's), else ``None``."""
 
 CURRENT_AOT_PARENT = f"{COMPILE_CACHE_DIRNAME}/{AOT_DIRNAME}"
 """vLLM 0.17+ keeps the AOT tree inside ``torch_compile_cache``; the 0.11.1-0.16 spelling
@@ -52,7 +56,8 @@ def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRec
     An AOT entry's siblings are the staged backend entries and those of its ``linked`` keys
     already in the root, each counted only where the source proof links the two.
     ``inductor`` and ``vllm_version``: this host's, from the hit check's probe (what a mega
-    AOT key needs beyond its backend entry)."""
+    AOT key needs beyond its backend entry). ``trust``: who signed a ``linked`` entry, under
+    the trust policy (:attr:`KeyProof.vouched`)."""
     out: dict[tuple[str, str], KeyProof] = {}
     staged: dict[str, Entry] = {}
     backends: list[tuple[Entry, KeyProof]] = []
@@ -84,9 +89,9 @@ def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRec
     if trust is not None:
         for rec in records:
             p = out[(rec.layout, rec.key)]
-            if p.status == UNPROVEN and (sig := trust(rec)):
-                out[(rec.layout, rec.key)] = KeyProof(rec.key, rec.layout, PROVEN,
-                                                      f"trusted signature {sig}", rec.key)
+            if p.status == LINKED and (who := trust(rec)):
+                out[(rec.layout, rec.key)] = replace(
+                    p, vouched=f"the trusted signature of {who}")
     return out
 
 
@@ -116,9 +121,16 @@ def gate(rec: EntryRecord, proof: KeyProof | None, *, force: bool, root_fd: int)
         return None if force else "key unproven (not checked): --force places it"
     if proof.status == MISMATCH:
         return proof.line()
-    if not proof.placeable and not force:
-        return f"{proof.line()}: --force places it"
-    return None
+    if proof.placeable or force:
+        return None
+    if proof.status == LINKED:
+        return f"{proof.line()}: {LINKED_WAYS_OUT}"
+    return f"{proof.line()}: --force places it"
+
+
+LINKED_WAYS_OUT = ("not proven; placed with the vLLM arguments after -- (they re-derive it), a "
+                   "trusted signature (--trust or VLLM_CACHE_TOOLS_TRUST), or --force")
+"""The refusal of a ``linked`` key names the three ways out."""
 
 
 def proof_of(proofs: Mapping[tuple[str, str], KeyProof], rec: EntryRecord) -> KeyProof | None:
@@ -133,7 +145,9 @@ def placed_note(proof: KeyProof | None) -> str:
     """What a human should know about a placed entry's key: nothing when it was proven."""
     if proof is None or proof.status == UNPROVEN:
         return (proof.line() if proof else "key unproven") + ": placed because of --force"
-    return "" if proof.status == PROVEN else proof.line()
+    if proof.status == PROVEN:
+        return ""
+    return f"{proof.line()}: placed because of " + (proof.vouched or "--force")
 
 
 def snapshot_named_by_content(x: FileRecord) -> bool:
@@ -142,5 +156,5 @@ def snapshot_named_by_content(x: FileRecord) -> bool:
     return x.path.rpartition("/")[2] == x.sha256
 
 
-__all__ = ["CURRENT_AOT_PARENT", "TrustHook", "gate", "placed_note", "proof_of",
+__all__ = ["CURRENT_AOT_PARENT", "LINKED_WAYS_OUT", "TrustHook", "gate", "placed_note", "proof_of",
            "prove_records", "snapshot_named_by_content", "spellings", "status_of"]

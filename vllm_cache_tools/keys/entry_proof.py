@@ -20,9 +20,13 @@ parts, matching the name proves them):
   Without them the sibling binds the artifact to a proven start by its sources, not its
   name: status ``linked``.
 
-A *mismatch* (the recorded parts give another key, or the recorder's manifest names another
-folder) is never placed; ``unproven`` is placed only with ``--force``. Pure functions over
-read entries (:func:`vllm_cache_tools.store.entries.read_entry`)."""
+Only ``proven`` is placed by default. A *mismatch* (the recorded parts give another key, or
+the recorder's manifest names another folder) is never placed; ``unproven`` only with
+``--force``; ``linked`` (an artifact renamed to another key of the same sources passes the
+source proof too) only with ``--force`` or under a trusted signature (:attr:`KeyProof.vouched`,
+set by :mod:`vllm_cache_tools.fleet.key_proof`), or once the vLLM arguments prove it (their
+probe gives this host's Inductor factors). Pure functions over read entries
+(:func:`vllm_cache_tools.store.entries.read_entry`)."""
 
 from __future__ import annotations
 
@@ -43,12 +47,15 @@ PROVEN = "proven"
 """The recipe over the entry's recorded parts gives its name."""
 LINKED = "linked"
 """AOT, mega artifact: tied by its traced sources to a backend entry whose key is proven; the
-Inductor factors inside the AOT key were not at hand to re-derive it."""
+Inductor factors inside the AOT key were not at hand to re-derive it. Not a proof of the name
+(an artifact renamed to another key of the same sources is linked too): placed only with
+``--force`` or under a trusted signature."""
 MISMATCH = "mismatch"
 """The recorded parts give another key: refused, even with ``--force``."""
 UNPROVEN = "unproven"
 """Nothing in the entry lets the recipe be applied: placed only with ``--force``."""
-PLACEABLE = frozenset({PROVEN, LINKED})
+PLACEABLE = frozenset({PROVEN})
+"""Placed without ``--force`` (``linked`` too when :attr:`KeyProof.vouched`)."""
 
 
 @dataclass(frozen=True)
@@ -65,10 +72,14 @@ class KeyProof:
     config_hash: str | None = None
     compiler_hash: str | None = None
     """Backend: the parts the proof re-derived (an AOT sibling proof takes them)."""
+    vouched: str = ""
+    """Who vouches for a ``linked`` key in its place: ``the trusted signature of <signer>``
+    (the fleet's trust policy); empty otherwise."""
 
     @property
     def placeable(self) -> bool:
-        return self.status in PLACEABLE
+        """Placed without ``--force``: proven, or linked under a trusted signature."""
+        return self.status in PLACEABLE or (self.status == LINKED and bool(self.vouched))
 
     def line(self) -> str:
         """One line for humans."""
@@ -214,10 +225,9 @@ def prove_aot(e: Entry, siblings: Iterable[KeyProof], *, versions: Sequence[str]
             # compiler hash) and none gave the name: not linked, at most unproven (another
             # vLLM release than the ones tried would give another model key).
             continue
-        linked = linked or KeyProof(
-            e.key, "aot", LINKED, f"to {s.key}; its Inductor factors are not at hand: the "
-            "vLLM arguments re-derive it", None,
-            s.env_hash, s.config_hash)
+        why = _unlinked(bool(inductor), same_compiler, bool(vers))
+        linked = linked or KeyProof(e.key, "aot", LINKED, f"to {s.key}; {why}", None,
+                                    s.env_hash, s.config_hash)
     if linked is not None:
         return linked
     if fw is None:
@@ -234,6 +244,16 @@ def prove_aot(e: Entry, siblings: Iterable[KeyProof], *, versions: Sequence[str]
     return KeyProof(e.key, "aot", UNPROVEN,
                     "no recorder manifest and no backend entry of the same start to "
                     "derive it from")
+
+
+def _unlinked(inductor: bool, same_compiler: bool, vers: bool) -> str:
+    """Why a linked AOT key was not re-derived from its sibling's parts."""
+    if inductor and not same_compiler:
+        return "this host's Inductor factors are not the ones it was compiled with"
+    if not vers:
+        return ("its Inductor factors and vLLM release are not at hand" if not inductor
+                else "its vLLM release is not at hand")
+    return "its Inductor factors are not at hand"
 
 
 def same_start(backend: Entry, aot: Entry, *, backend_env_hash: str | None = None) -> bool:
