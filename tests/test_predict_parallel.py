@@ -11,7 +11,7 @@ from pathlib import Path
 
 from vllm_cache_tools.analyze.predict import _cold
 from vllm_cache_tools.layout import AOT_DIRNAME
-from vllm_cache_tools.live.trace_run import run_trace, speculate
+from vllm_cache_tools.live.trace_run import run_trace
 
 
 def _slow_python(tmp_path: Path) -> str:
@@ -48,14 +48,3 @@ def test_cancelled_trace_kills_its_process(tmp_path: Path) -> None:
     time.sleep(0.2)
     assert not Path(f"/proc/{pid}").exists() or "zombie" in Path(
         f"/proc/{pid}/status").read_text()
-
-
-def test_speculated_trace_is_handed_over_or_stopped(tmp_path: Path) -> None:
-    exe = _slow_python(tmp_path)
-    future, cancel = speculate(["m"], {"PATH": os.environ.get("PATH", "")}, exe, "serve",
-                               memo=False)
-    time.sleep(0.5)
-    assert not future.done()  # runs beside the caller
-    cancel.set()
-    run = future.result(timeout=10)
-    assert run.error == "cancelled"

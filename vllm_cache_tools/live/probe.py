@@ -953,6 +953,7 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
             if not child.memo_likely:  # torch's source hash, in a thread while vLLM
                 _prefetch()            # builds its config
             cfg = build_config(req.get("args", []), req.get("usage", "serve"))
+            _BUILT[:] = [cfg]
         import torch
         import vllm
         from vllm import envs
@@ -1020,12 +1021,42 @@ def _merge_deps(out: dict[str, Any]) -> None:
     out["deps"] = mine
 
 
+_BUILT: list[Any] = []
+"""The config :func:`describe` built (for :func:`_trace_here`)."""
+VLLM_COMPILE_MODE = 3
+
+
+def _trace_here(req: dict[str, Any], cfg: Any) -> dict[str, Any]:
+    """A cold root's traced files (live/trace.py's answer) from this process, once the probe's
+    own answer and its dependencies are complete: the model built and traced by Dynamo
+    without compiling on the config built above, so a first decision imports vLLM and builds
+    its config once, not once here and once in a tracer process (issue 24: on 2 CPUs the
+    second import was ~40% of a first decision). Its dependencies are the whole process's
+    now: the probe's and what the build and the trace read (the tracer's own, plus the
+    probe's: never fewer)."""
+    try:
+        res: dict[str, Any] = _sibling("trace").traced_files(sys.modules[__name__], req, cfg)
+        res["deps"] = dependencies()
+    except SystemExit as exc:
+        res = {"error": f"tracing failed: {exc.code}"}
+    except Exception as exc:
+        res = {"error": f"{type(exc).__name__}: {exc}"}
+    if "error" in res:
+        res["error"] = _redaction().redact_text(res["error"])
+    return res
+
+
 def answer(req: dict[str, Any]) -> dict[str, Any]:
+    _BUILT.clear()
     try:
         out = describe(req)
         _merge_deps(out)
         while _PENDING_MEMO:
             _PENDING_MEMO.pop()(out["deps"])
+        # ``trace``: the caller's root holds no evidence of the traced files; a backend key
+        # in VLLM_COMPILE mode then needs them (analyze/predict.py).
+        if req.get("trace") and _BUILT and out.get("compilation_mode") == VLLM_COMPILE_MODE:
+            out["trace"] = _trace_here(req, _BUILT[0])
     except SystemExit as exc:  # argparse rejected the arguments
         out = {"error": f"invalid vLLM arguments: {exc.code}" if isinstance(exc.code, str)
                else f"invalid vLLM arguments (argparse exit {exc.code})",
