@@ -258,6 +258,7 @@ def run_predict(python: str, root: Path, args: list[str], env: dict[str, str],
     probe = dict(doc["probe"])
     probe["hit"] = doc["hit"]
     probe["keys"] = [doc["aot"]["key"], doc["backend"]["key"]]
+    probe["trace"] = doc.get("trace")
     return wall, probe
 
 
@@ -352,7 +353,8 @@ def decisions(python: str, model: str, args: list[str], kwargs: dict[str, object
         out[name] = round(seconds, 3)
         if probe is not None:
             probes[name] = {k: probe.get(k) for k in (
-                "memo", "served_by", "seconds", "kept", "standby", "hit", "keys")}
+                "memo", "served_by", "seconds", "kept", "standby", "hit", "keys",
+                "timings", "trace")}
         print(f"{name}: {seconds:.2f} s {probes.get(name, '')}", flush=True)
 
     roots = {n: work / n for n in ("root1", "root2", "root3", "root4", "root5")}

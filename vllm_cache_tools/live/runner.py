@@ -57,6 +57,9 @@ class ProbeRun:
     served_by: str = "probe"
     standby: str = "off"
     trace: dict[str, Any] | None = field(default=None, repr=False)
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds of each phase of a probe that ran (the probe's ``_TIMINGS``: import, config,
+    after the config, Inductor factors, dependencies, trace); empty for a memoized answer."""
     """The traced files the probe found in its own process when asked (``trace=True``: a
     cold root) and in VLLM_COMPILE mode: live/trace.py's answer with its dependencies,
     never part of the probe's memoized answer (:mod:`vllm_cache_tools.live.trace_run`
@@ -317,10 +320,12 @@ def _run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | N
         sb += _next_standby(path, exe, env, idle)
     data.pop("standby", None)
     traced = data.pop("trace", None)
+    timings = data.pop("timings", None)
     deps = data.pop("deps", {})
     kept = probememo.save(key, data, deps, memo_dir()) if use else "memo off"
     return ProbeRun(data, why, kept, time.perf_counter() - t0, served, sb,
-                    traced if isinstance(traced, dict) else None)
+                    traced if isinstance(traced, dict) else None,
+                    dict(timings) if isinstance(timings, dict) else {})
 
 
 def module_files(modules: Sequence[str], origins: Mapping[str, Any]

@@ -325,6 +325,7 @@ def _built_config_hashes(probe: Any, cfg: Any) -> dict[str, Any]:
 def main() -> None:
     probe = _load_probe()
     probe.watch_reads()
+    probe.InspectHere().install()
     probe.STAGE_SINKS.append(lambda line: (sys.stderr.write(line), sys.stderr.flush()))
     req = json.loads(sys.stdin.read() or "{}")
     try:
