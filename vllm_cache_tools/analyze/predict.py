@@ -373,10 +373,13 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
             return trace_runs[0]
         if progress is not None:
             progress(f"tracing the model without compiling ({why})")
-        trace_runs.append(
-            from_probe(probe_run.trace, vllm_args, env, python, usage, rank, memo=memo,
-                       why=probe_run.memo) if probe_run.trace is not None else
-            run_trace(vllm_args, env, python, usage, rank, memo=memo, fresh=fresh))
+        run = (from_probe(probe_run.trace, vllm_args, env, python, usage, rank, memo=memo,
+                          why=probe_run.memo) if probe_run.trace is not None else None)
+        if run is None or run.error is not None:
+            # No trace in the probe's answer, or it failed there (the probe's own state, not
+            # a fresh process's, is the one difference): a tracer process of its own.
+            run = run_trace(vllm_args, env, python, usage, rank, memo=memo, fresh=fresh)
+        trace_runs.append(run)
         return trace_runs[0]
 
     if trace and _built_config_unknown(probe, {}) is not None:
