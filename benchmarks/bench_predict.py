@@ -366,8 +366,9 @@ def decisions(python: str, model: str, args: list[str], kwargs: dict[str, object
         # config build inspects the model class in a subprocess (another import of vLLM and
         # torch) when the root has no modelinfos/ entry for it, which the two runs above
         # (one root) had written by the second run.
+        floor_root = tempfile.mkdtemp(prefix="floor-root-", dir=work)  # new, empty
         row("floor_cold_root", run_floor(python, model, kwargs,
-                                         {**env, "VLLM_CACHE_ROOT": str(work / "floor-root")}))
+                                         {**env, "VLLM_CACHE_ROOT": floor_root}))
         row("first_decision", *run_predict(python, roots["root1"], args, penv))
         row("memo_same_args", *run_predict(python, roots["root1"], args, penv))
         changed = {**penv, **IGNORABLE_CHANGES,
