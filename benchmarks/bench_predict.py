@@ -11,7 +11,8 @@ environment, same arguments (timed as the whole process, like predict).
     python benchmarks/bench_predict.py --gpu --python PY --model DIR --work DIR \
         --start-script tests/realvllm/start_vllm.py    # the same rows on the lent H200
 
-``--decisions`` / ``--gpu`` (issue 24, :func:`decisions`): the floor, the first decision on a
+``--decisions`` / ``--gpu`` (issue 24, :func:`decisions`): the floor (twice in one root, then
+in a new, empty root: the state the first decision meets), the first decision on a
 cold root, the memo with the same arguments, with shell/terminal/CI variables and PATH
 changed, and in a second root, vLLM's own time to its first "Using cache directory" line
 (its start then finishes: a warm root), the standby with a counted variable changed and with
@@ -258,6 +259,7 @@ def run_predict(python: str, root: Path, args: list[str], env: dict[str, str],
     probe = dict(doc["probe"])
     probe["hit"] = doc["hit"]
     probe["keys"] = [doc["aot"]["key"], doc["backend"]["key"]]
+    probe["trace"] = doc.get("trace")
     return wall, probe
 
 
@@ -352,13 +354,21 @@ def decisions(python: str, model: str, args: list[str], kwargs: dict[str, object
         out[name] = round(seconds, 3)
         if probe is not None:
             probes[name] = {k: probe.get(k) for k in (
-                "memo", "served_by", "seconds", "kept", "standby", "hit", "keys")}
+                "memo", "served_by", "seconds", "kept", "standby", "hit", "keys",
+                "timings", "trace")}
         print(f"{name}: {seconds:.2f} s {probes.get(name, '')}", flush=True)
 
     roots = {n: work / n for n in ("root1", "root2", "root3", "root4", "root5")}
     try:
         row("floor_first", run_floor(python, model, kwargs, env))
         row("floor", run_floor(python, model, kwargs, env))
+        # The floor in the state the first decision meets: a new, empty cache root. vLLM's
+        # config build inspects the model class in a subprocess (another import of vLLM and
+        # torch) when the root has no modelinfos/ entry for it, which the two runs above
+        # (one root) had written by the second run.
+        floor_root = tempfile.mkdtemp(prefix="floor-root-", dir=work)  # new, empty
+        row("floor_cold_root", run_floor(python, model, kwargs,
+                                         {**env, "VLLM_CACHE_ROOT": floor_root}))
         row("first_decision", *run_predict(python, roots["root1"], args, penv))
         row("memo_same_args", *run_predict(python, roots["root1"], args, penv))
         changed = {**penv, **IGNORABLE_CHANGES,
@@ -413,6 +423,9 @@ def decisions(python: str, model: str, args: list[str], kwargs: dict[str, object
         if "first_decision" in out:
             out["first_decision_vs_floor"] = round(
                 float(out["first_decision"]) / float(out["floor"]), 3)  # type: ignore[arg-type]
+            out["first_decision_vs_floor_cold_root"] = round(
+                float(out["first_decision"])  # type: ignore[arg-type]
+                / float(out["floor_cold_root"]), 3)  # type: ignore[arg-type]
         if "vllm_to_decision" in out:
             out["first_decision_vs_vllm"] = round(
                 float(out["first_decision"]) / float(out["vllm_to_decision"]), 3)  # type: ignore[arg-type]

@@ -24,6 +24,8 @@ from tests.realvllm.harness import (
     venv_python,
 )
 from vllm_cache_tools.analyze.predict import Prediction, predict
+from vllm_cache_tools.live.runner import run_probe
+from vllm_cache_tools.live.trace_run import run_trace
 
 pytestmark = pytest.mark.realvllm
 
@@ -64,10 +66,12 @@ def _exact(run: ScenarioRun, i: int, root: Path) -> Prediction:
 def test_cold_start_and_env_change(real_compile: ScenarioRun, tmp_path: Path) -> None:
     p0 = _exact(real_compile, 0, tmp_path / "a")
     assert p0.trace_run is not None and p0.trace_run.memo == "no memo for these inputs"
+    assert p0.trace_run.served_by == "probe"  # one process imported vLLM for both answers
     # Again in another empty root: the tracer's answer comes from the memo.
     again = _cold(real_compile, 0, tmp_path / "b")
     assert p0.trace_run.kept == "kept", p0.trace_run.kept
     assert again.trace_run is not None and again.trace_run.memo == "hit"
+    assert again.trace_run.served_by == "memo"
     assert again.backend.key == p0.backend.key
     # --no-trace: no tracer, the backend key unknown (and said why); the AOT key unchanged.
     start = real_compile.scenario.starts[0]
@@ -82,6 +86,38 @@ def test_cold_start_and_env_change(real_compile: ScenarioRun, tmp_path: Path) ->
     assert doc["backend"]["key"] is None and doc["aot"]["key"] == p0.aot.key
     p2 = _exact(real_compile, 2, tmp_path / "c")  # VLLM_ALLOW_LONG_MAX_MODEL_LEN=1
     assert p2.parts["code_hash"] == p0.parts["code_hash"] and p2.backend.key != p0.backend.key
+
+
+def test_the_probe_traces_the_files_vllm_traced(real_compile: ScenarioRun,
+                                               tmp_path: Path) -> None:
+    """The probe's own trace (one process, after its answer) lists the files vLLM's worker
+    logged for start 0, whatever folder this test home's vLLM venv is in (the log's paths
+    moved to it), and the tracer process alone lists the same."""
+    start = real_compile.scenario.starts[0]
+    venv = str(Path(venv_python()).parent.parent)
+    log = real_compile.log(0).splitlines()
+    at = next(i for i, ln in enumerate(log) if "Traced files (to be considered" in ln)
+    logged = []
+    for ln in log[at + 1:]:
+        m = re.search(r"backends\.py:\d+\] (/\S+)$", ln)
+        if m is None:
+            break
+        logged.append(re.sub(r"^.*?/venv-vllm-cpu-[^/]+", venv, m.group(1)))
+    root = tmp_path / "root"
+    root.mkdir()
+    env = start_env(root, start)
+    with model_lock():
+        run = run_probe(start.serve_args(), env, str(venv_python()), "llm", memo=False,
+                        standby=False, trace=True)
+        alone = run_trace(start.serve_args(), env, str(venv_python()), "llm", memo=False)
+    assert run.trace is not None and "error" not in run.trace, run.trace
+    assert len(logged) == 23 and sorted(run.trace["files"]) == sorted(logged)
+    assert alone.files == tuple(run.trace["files"]) and run.trace["exact"]
+    assert run.trace["config_hash_unbuilt"] == run.data["config_hash"]
+    # The trace's dependencies hold the probe's: its memo is never the less careful one.
+    deps, probe_deps = run.trace["deps"]["files"], run.data.get("deps")
+    assert probe_deps is None and sum(len(v) for v in deps.values()) > 7000
+    assert "trace" not in run.data  # never in the probe's memoized answer
 
 
 def test_no_trace_when_the_root_has_evidence(real_compile: ScenarioRun) -> None:

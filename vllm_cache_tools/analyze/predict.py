@@ -11,9 +11,8 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import threading
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,9 +38,9 @@ from vllm_cache_tools.live.runner import (
 )
 from vllm_cache_tools.live.trace_run import (
     TraceRun,
-    parallel_cpus,
+    cold_root,
+    from_probe,
     run_trace,
-    speculate,
     trace_evidence,
 )
 from vllm_cache_tools.read.aot_model import LOADABLE_AOT_FN, AotModelInfo, read_aot_model
@@ -54,27 +53,9 @@ from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.store.types import Cause, Entry, KeyParts
 
 VLLM_COMPILE = 3
-PARALLEL_TRACE_MIN_CPUS = 4
-"""On a cold root the tracer starts beside the probe (not after it) where the host has this
-many CPUs: each of them keeps about two busy while it imports vLLM and torch; on fewer, two
-at once only share the same cores and the probe's answer (which may need no trace) comes
-later."""
 
 
-def _cold(compile_cache: Path) -> bool:
-    """No entry of either tree (nothing but our own dot-folders): the root holds no evidence
-    of the traced files, so the backend key will need a trace if vLLM compiles in
-    VLLM_COMPILE mode."""
-    try:
-        names = [n for n in os.listdir(compile_cache) if not n.startswith(".")]
-    except OSError:
-        return True
-    if any(n != AOT_DIRNAME for n in names):
-        return False
-    try:
-        return not any(not n.startswith(".") for n in os.listdir(compile_cache / AOT_DIRNAME))
-    except OSError:
-        return True
+_cold = cold_root  # the name tests/test_predict_parallel.py uses
 
 
 @dataclass(frozen=True)
@@ -337,25 +318,22 @@ def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
                            f"{croot.source})")
     env["VLLM_CACHE_ROOT"] = str(croot.vllm_root)
     stages = StageRelay(progress)
-    early_trace = (speculate(vllm_args, env, python, usage, rank, memo=memo, fresh=fresh)
-                   if trace and parallel_cpus() >= PARALLEL_TRACE_MIN_CPUS
-                   and _cold(croot.compile_cache) else None)
-    try:
-        return _predict(vllm_args, env, croot, python, usage, rank, memo, fresh, standby,
-                        progress, trace, stages, early_trace)
-    finally:
-        if early_trace is not None:
-            early_trace[1].set()  # unused (or done): no tracer left running
+    # A cold root: the probe (when one runs) also lists the traced files, in its own process
+    # (one import of vLLM and one config build for both; a tracer process beside it or after
+    # it imported vLLM again: issue 24).
+    return _predict(vllm_args, env, croot, python, usage, rank, memo, fresh, standby,
+                    progress, trace, stages,
+                    trace and cold_root(croot.compile_cache))
 
 
 def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: str | None,
              usage: str, rank: int, memo: bool, fresh: bool, standby: bool,
              progress: Progress | None, trace: bool, stages: StageRelay,
-             early_trace: tuple[Future[TraceRun], threading.Event] | None) -> Prediction:
+             trace_in_probe: bool) -> Prediction:
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(run_probe, vllm_args, env, python, usage, rank, memo=memo,
                               fresh=fresh, standby=standby,
-                              progress=stages)
+                              progress=stages, trace=trace_in_probe)
         stages.overlay("reading the cache")
         info = scan(croot, check_in_use=False) if croot.vllm_root.is_dir() else None
         entries = list(info.entries) if info else []
@@ -395,9 +373,13 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
             return trace_runs[0]
         if progress is not None:
             progress(f"tracing the model without compiling ({why})")
-        trace_runs.append(early_trace[0].result() if early_trace is not None else
-                          run_trace(vllm_args, env, python, usage, rank, memo=memo,
-                                    fresh=fresh))
+        run = (from_probe(probe_run.trace, vllm_args, env, python, usage, rank, memo=memo,
+                          why=probe_run.memo) if probe_run.trace is not None else None)
+        if run is None or run.error is not None:
+            # No trace in the probe's answer, or it failed there (the probe's own state, not
+            # a fresh process's, is the one difference): a tracer process of its own.
+            run = run_trace(vllm_args, env, python, usage, rank, memo=memo, fresh=fresh)
+        trace_runs.append(run)
         return trace_runs[0]
 
     if trace and _built_config_unknown(probe, {}) is not None:

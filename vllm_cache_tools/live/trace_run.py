@@ -16,10 +16,10 @@ import sys
 import threading
 import time
 from collections.abc import Mapping, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from vllm_cache_tools.layout import AOT_DIRNAME
 from vllm_cache_tools.live import memo as probememo
 from vllm_cache_tools.live.runner import PROBE, memo_dir
 
@@ -50,6 +50,9 @@ class TraceRun:
     """The same with them: what a worker that built this model hashes (vLLM 0.32 hashes
     ``compilation_config.static_all_moe_layers``)."""
     moe_layers: int = 0
+    served_by: str = "tracer"
+    """"memo", "probe" (the probe's own process traced it: ``run_probe(..., trace=True)``) or
+    "tracer" (a process of its own)."""
 
 
 def _invoke(req: Mapping[str, object], env: Mapping[str, str], exe: str,
@@ -109,6 +112,28 @@ def _outside(deps: Mapping[str, object], root: str | None) -> dict[str, object]:
     return out
 
 
+def _memo_key(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
+              usage: str, rank: int) -> tuple[dict[str, object], str]:
+    """The tracer's request and memo key. The root is left out of the key: the list does not
+    depend on it (what the tracer read there, if anything, is in its dependencies), and a new
+    root is the case it is for."""
+    req: dict[str, object] = {"args": list(vllm_args), "usage": usage, "rank": rank}
+    exe = python or sys.executable
+    keyed = {k: v for k, v in env.items()
+             if k not in ("VLLM_CACHE_ROOT", probememo.DISABLE_VAR)}
+    return req, probememo.memo_key({"trace": req}, keyed, exe,
+                                   TRACE.read_bytes() + PROBE.read_bytes())
+
+
+def _keep(key: str, data: dict[str, object], env: Mapping[str, str]) -> str:
+    """Memoize a fresh answer (its ``deps`` taken out of ``data``)."""
+    deps = data.pop("deps", None)
+    if not isinstance(deps, dict) or "error" in data:
+        return "not kept: no answer"
+    return probememo.save(key, data, _outside(deps, env.get("VLLM_CACHE_ROOT")),
+                          memo_dir() / "traced")
+
+
 def run_trace(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
               usage: str, rank: int = 0, *, memo: bool = True, fresh: bool = False,
               cancel: threading.Event | None = None) -> TraceRun:
@@ -118,13 +143,8 @@ def run_trace(vllm_args: Sequence[str], env: Mapping[str, str], python: str | No
     t0 = time.perf_counter()
     use = memo and probememo.enabled(os.environ)
     env = {k: v for k, v in env.items() if k != probememo.DISABLE_VAR}
-    req = {"args": list(vllm_args), "usage": usage, "rank": rank}
-    exe = python or sys.executable
-    # The root is left out of the key: the list does not depend on it (what the tracer read
-    # there, if anything, is in its dependencies), and a new root is the case it is for.
-    keyed = {k: v for k, v in env.items() if k != "VLLM_CACHE_ROOT"}
-    key = probememo.memo_key({"trace": req}, keyed, exe,
-                             TRACE.read_bytes() + PROBE.read_bytes()) if use else ""
+    req, key = _memo_key(vllm_args, env, python, usage, rank)
+    key = key if use else ""
     data: dict[str, object] | None = None
     how = "off" if not use else "fresh"
     if use and not fresh:
@@ -132,16 +152,40 @@ def run_trace(vllm_args: Sequence[str], env: Mapping[str, str], python: str | No
         how = "hit" if data is not None else how
     kept = "memo off" if not use else "already kept"
     if data is None:
-        data = _invoke(req, env, exe, cancel)
-        deps = data.pop("deps", None)
-        if not isinstance(deps, dict) or "error" in data:
-            kept = "not kept: no answer"
-        elif use:
-            kept = probememo.save(key, data, _outside(deps, env.get("VLLM_CACHE_ROOT")),
-                                  memo_dir() / "traced")
-    seconds = time.perf_counter() - t0
+        data = _invoke(req, env, python or sys.executable, cancel)
+        kept = _keep(key, data, env) if use else (
+            "not kept: no answer" if "error" in data else "memo off")
+        data.pop("deps", None)
+    return _trace_run(data, time.perf_counter() - t0, how, kept,
+                      "memo" if how == "hit" else "tracer")
+
+
+def from_probe(answer: dict[str, object], vllm_args: Sequence[str], env: Mapping[str, str],
+               python: str | None, usage: str, rank: int = 0, *, memo: bool = True,
+               why: str = "fresh") -> TraceRun:
+    """The traced files the probe found in its own process (``run_probe(..., trace=True)``:
+    one import of vLLM for both answers), memoized as :func:`run_trace` memoizes a tracer's
+    (the same key: a later predict's :func:`run_trace` finds it). ``why``: why no memoized
+    answer was used (the probe's)."""
+    use = memo and probememo.enabled(os.environ)
+    env = {k: v for k, v in env.items() if k != probememo.DISABLE_VAR}
+    data = dict(answer)
+    if use:
+        kept = _keep(_memo_key(vllm_args, env, python, usage, rank)[1], data, env)
+    else:
+        kept = "not kept: no answer" if "error" in data else "memo off"
+    data.pop("deps", None)
+    timings = data.get("timings")
+    total = timings.get("total_s") if isinstance(timings, dict) else None
+    return _trace_run(data, float(total) if isinstance(total, (int, float)) else 0.0,
+                      why if use else "off", kept, "probe")
+
+
+def _trace_run(data: dict[str, object], seconds: float, how: str, kept: str,
+               served_by: str) -> TraceRun:
     if "error" in data:
-        return TraceRun(seconds=seconds, memo=how, kept=kept, error=str(data["error"]))
+        return TraceRun(seconds=seconds, memo=how, kept=kept, error=str(data["error"]),
+                        served_by=served_by)
     timings = data.get("timings")
     return TraceRun(files=tuple(str(f) for f in data.get("files") or []),  # type: ignore[attr-defined]
                     forward=str(data.get("forward") or ""), exact=bool(data.get("exact")),
@@ -151,7 +195,8 @@ def run_trace(vllm_args: Sequence[str], env: Mapping[str, str], python: str | No
                     seconds=seconds, memo=how, kept=kept,
                     config_hash_unbuilt=_str_or_none(data.get("config_hash_unbuilt")),
                     config_hash_built=_str_or_none(data.get("config_hash_built")),
-                    moe_layers=int(data.get("moe_layers") or 0))  # type: ignore[call-overload]
+                    moe_layers=int(data.get("moe_layers") or 0),  # type: ignore[call-overload]
+                    served_by=served_by)
 
 
 def _str_or_none(value: object) -> str | None:
@@ -168,32 +213,20 @@ def trace_evidence(run: TraceRun) -> str:
     return "approximate: " + how + "; may differ from vLLM's list: " + "; ".join(run.caveats)
 
 
-def speculate(vllm_args: Sequence[str], env: Mapping[str, str], python: str | None,
-              usage: str, rank: int = 0, *, memo: bool = True, fresh: bool = False
-              ) -> tuple[Future[TraceRun], threading.Event]:
-    """:func:`run_trace` started now in a thread, beside the probe, before anyone knows
-    whether its answer is needed (a cold root: the probe alone says whether vLLM compiles in
-    VLLM_COMPILE mode). Set the event when it is not: the tracer is killed."""
-    future: Future[TraceRun] = Future()
-    cancel = threading.Event()
-
-    def work() -> None:
-        try:
-            future.set_result(run_trace(vllm_args, env, python, usage, rank, memo=memo,
-                                        fresh=fresh, cancel=cancel))
-        except BaseException as exc:  # handed to whoever takes the answer
-            future.set_exception(exc)
-
-    threading.Thread(target=work, name="vct-trace-early", daemon=True).start()
-    return future, cancel
-
-
-def parallel_cpus() -> int:
-    """CPUs this process may run on (its affinity, as a container's CPU set limits it)."""
+def cold_root(compile_cache: Path) -> bool:
+    """No entry of either tree (nothing but our own dot-folders): the root holds no evidence
+    of the traced files, so the backend key will need a trace if vLLM compiles in
+    VLLM_COMPILE mode."""
     try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+        names = [n for n in os.listdir(compile_cache) if not n.startswith(".")]
+    except OSError:
+        return True
+    if any(n != AOT_DIRNAME for n in names):
+        return False
+    try:
+        return not any(not n.startswith(".") for n in os.listdir(compile_cache / AOT_DIRNAME))
+    except OSError:
+        return True
 
 
-__all__ = ["TRACE", "TraceRun", "parallel_cpus", "run_trace", "speculate", "trace_evidence"]
+__all__ = ["TRACE", "TraceRun", "cold_root", "from_probe", "run_trace", "trace_evidence"]

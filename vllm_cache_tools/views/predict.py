@@ -27,7 +27,13 @@ def prediction_json(p: Prediction) -> dict[str, Any]:
             "memo": p.probe_run.memo, "kept": p.probe_run.kept,
             "seconds": round(p.probe_run.seconds, 3), "served_by": p.probe_run.served_by,
             "standby": p.probe_run.standby,
-            "inductor_factors_from": p.probe_run.data.get("inductor_from")},
+            "inductor_factors_from": p.probe_run.data.get("inductor_from"),
+            "timings": p.probe_run.timings or None},
+        "trace": None if p.trace_run is None else {
+            "memo": p.trace_run.memo, "kept": p.trace_run.kept,
+            "seconds": round(p.trace_run.seconds, 3), "served_by": p.trace_run.served_by,
+            "files": len(p.trace_run.files), "exact": p.trace_run.exact,
+            "error": p.trace_run.error},
     }
 
 
