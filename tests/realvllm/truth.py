@@ -54,12 +54,14 @@ class Case:
     family: str
     llm_kwargs: tuple[tuple[str, str], ...] = ()
     env: tuple[tuple[str, str], ...] = ()
+    ranks: tuple[int, ...] = (0,)
+    """The ranks predict is judged for (``--rank``); not part of the start's identity."""
 
     @staticmethod
     def make(name: str, family: str, env: dict[str, str] | None = None,
-             **kw: Any) -> Case:
+             ranks: tuple[int, ...] = (0,), **kw: Any) -> Case:
         return Case(name, family, tuple(sorted((k, json.dumps(v)) for k, v in kw.items())),
-                    tuple(sorted((env or {}).items())))
+                    tuple(sorted((env or {}).items())), ranks)
 
     def model(self) -> Path:
         if self.family == "llama":
@@ -79,8 +81,8 @@ class Case:
         for k, v in self.kwargs().items():
             if k == "compilation_config":
                 args += ["-cc", json.dumps(v)]
-            elif isinstance(v, bool):
-                args += ["--" + k.replace("_", "-")] if v else []
+            elif isinstance(v, bool):  # vLLM's flags take --no-X for False
+                args += ["--" + ("" if v else "no-") + k.replace("_", "-")]
             elif isinstance(v, (dict, list)):
                 args += ["--" + k.replace("_", "-"), json.dumps(v)]
             else:
@@ -93,9 +95,20 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case.make("qwen3", "qwen3"),
     Case.make("mixtral", "mixtral"),
     Case.make("llama-lora", "llama", enable_lora=True, max_lora_rank=8),
-    # Rank 0 only (predict --rank 0); the cold trace runs in a one-process group.
+    # Both ranks (predict --rank 0 and --rank 1): one backend key, a folder per rank.
     Case.make("llama-tp2", "llama", env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
-              tensor_parallel_size=2),
+              ranks=(0, 1), tensor_parallel_size=2),
+    # Features, each one start of the tiny Llama (cheapest first).
+    Case.make("llama-eager", "llama", enforce_eager=True),
+    Case.make("llama-sizes", "llama", compilation_config={**COMPILE_CC,
+                                                          "compile_sizes": [1, 2]}),
+    Case.make("llama-bf16", "llama", dtype="bfloat16"),
+    Case.make("llama-no-prefix-cache", "llama", enable_prefix_caching=False),
+    Case.make("llama-custom-ops", "llama", compilation_config={**COMPILE_CC,
+                                                               "custom_ops": ["all"]}),
+    Case.make("llama-no-chunked", "llama", enable_chunked_prefill=False),
+    Case.make("llama-ngram", "llama", speculative_config={
+        "method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 2}),
 )}
 
 
@@ -146,7 +159,13 @@ def vllm_keys(d: Path) -> tuple[set[str], set[str]]:
             {Path(p).parent.parent.name for p in AOT_PATH.findall(log)})
 
 
-def predict_case(case: Case, root: Path) -> tuple[dict[str, Any], float]:
+def vllm_rank_dirs(d: Path) -> set[str]:
+    """``<key>/rank_R_D`` of every backend folder vLLM's log names."""
+    log = (d / "start.log").read_text(errors="replace")
+    return {f"{Path(p).parent.parent.name}/{Path(p).parent.name}" for p in USING.findall(log)}
+
+
+def predict_case(case: Case, root: Path, rank: int = 0) -> tuple[dict[str, Any], float]:
     """``vllm-cache predict --json`` as a user runs it, with the start's environment."""
     import subprocess
 
@@ -155,7 +174,8 @@ def predict_case(case: Case, root: Path) -> tuple[dict[str, Any], float]:
     env["VLLM_CACHE_TOOLS_PROBE_STANDBY"] = "0"  # no process left behind
     # --fresh: the probe and the trace run now (a memo from another checkout never answers).
     cmd = [str(Path(sys.executable).parent / "vllm-cache"), "predict", "--fresh", "--root",
-           str(root), "--python", str(ensure_venv()), "--usage", "llm", "--json", "--",
+           str(root), "--python", str(ensure_venv()), "--usage", "llm", "--rank", str(rank),
+           "--json", "--",
            *case.serve_args()]
     t0 = time.monotonic()
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
@@ -168,31 +188,49 @@ def predict_case(case: Case, root: Path) -> tuple[dict[str, Any], float]:
 def _verdict(tree: dict[str, Any], truth: set[str]) -> str:
     key = tree.get("key")
     approximate = "approximate" in json.dumps(tree).lower()
-    if not truth:
-        return "n/a"
+    if not truth:  # vLLM wrote no folder of this tree: predict must name none
+        return "exact (none)" if not key else f"wrong ({key} where vLLM wrote none)"
     if approximate:
         return "approximate (" + ("right" if {key} == truth else "wrong key") + ")"
     return "exact" if {key} == truth else f"wrong ({key} for {','.join(sorted(truth))})"
 
 
+def _backend_verdict(tree: dict[str, Any], truth: set[str], rank_dirs: set[str]) -> str:
+    """The key's verdict, and the rank's folder under it must be one vLLM's log names."""
+    verdict = _verdict(tree, truth)
+    if not tree.get("key") or not rank_dirs:
+        return verdict
+    where = Path(str(tree.get("path") or "")).parent
+    folder = f"{where.parent.name}/{where.name}"
+    if folder in rank_dirs:
+        return verdict
+    return f"wrong (folder {folder}, not one of vLLM's: {', '.join(sorted(rank_dirs))})"
+
+
 def judge(case: Case) -> list[dict[str, Any]]:
     d = run_case(case)
     backend, aot = vllm_keys(d)
+    rank_dirs = vllm_rank_dirs(d)
     started = round(float(json.loads((d / "done.json").read_text())["seconds"]), 1)
     rows = []
     empty = d / "empty-root"
     if empty.exists():
         shutil.rmtree(empty)
     empty.mkdir()
+    label = case.name
     try:
         for when, root in (("cold", empty), ("warm", d / "root")):
-            doc, wall = predict_case(case, root)
-            rows.append({"case": case.name, "when": when,
-                         "backend": _verdict(doc.get("backend", {}), backend),
-                         "aot": _verdict(doc.get("aot", {}), aot),
-                         "predict_s": round(wall, 1), "vllm_start_s": started,
-                         "vllm_backend": sorted(backend),
-                         "vllm_aot": sorted(aot), "predicted": doc})
+            for rank in case.ranks:
+                if len(case.ranks) > 1:
+                    label = f"{case.name} (rank {rank})"
+                doc, wall = predict_case(case, root, rank)
+                rows.append({"case": label, "name": case.name, "when": when,
+                             "backend": _backend_verdict(doc.get("backend", {}), backend,
+                                                         rank_dirs),
+                             "aot": _verdict(doc.get("aot", {}), aot),
+                             "predict_s": round(wall, 1), "vllm_start_s": started,
+                             "vllm_backend": sorted(rank_dirs),
+                             "vllm_aot": sorted(aot), "predicted": doc})
     finally:
         shutil.rmtree(empty)
     return rows
@@ -227,7 +265,8 @@ def failures(rows: list[dict[str, Any]]) -> list[str]:
     for r in rows:
         for tree in ("backend", "aot"):
             v = r[tree]
-            if v.startswith("wrong") or (r["case"] in EXPECTED_EXACT and v != "exact"):
+            if v.startswith("wrong") or (r.get("name", r["case"]) in EXPECTED_EXACT
+                                         and not v.startswith("exact")):
                 bad.append(f"{r['case']} {r['when']} {tree}: {v}")
     return bad
 
