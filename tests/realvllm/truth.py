@@ -109,6 +109,16 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case.make("llama-no-chunked", "llama", enable_chunked_prefill=False),
     Case.make("llama-ngram", "llama", speculative_config={
         "method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 2}),
+    # More families, and TP=2 beyond the Llama.
+    Case.make("mixtral-tp2", "mixtral", env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
+              ranks=(0, 1), tensor_parallel_size=2),
+    Case.make("qwen2", "qwen2"),
+    Case.make("gemma3", "gemma3"),
+    Case.make("llama-embed", "llama", runner="pooling"),
+    Case.make("gemma2", "gemma2"),
+    Case.make("deepseek-v2", "deepseek_v2"),
+    Case.make("qwen3-tp2", "qwen3", env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
+              ranks=(0, 1), tensor_parallel_size=2),
 )}
 
 
