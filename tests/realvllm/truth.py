@@ -144,8 +144,8 @@ def run_case(case: Case) -> Path:
                 "llm_kwargs": case.kwargs()}
         (d / "spec.json").write_text(json.dumps(spec, indent=1))
         env = start_env(d / "root", case.start())
-        t0 = time.monotonic()
         with model_lock(), open(d / "start.log", "wb") as out:
+            t0 = time.monotonic()  # the start alone, not the wait for another's
             rc = subprocess_run([str(python), str(START_SCRIPT), str(d / "spec.json")], env,
                                 out, d)
         log = (d / "start.log").read_text(errors="replace")
