@@ -136,3 +136,18 @@ def test_two_ranks_exact(real_tp2: ScenarioRun, tmp_path: Path) -> None:
         where = Path(p.backend.path).parent
         assert f"{where.parent.name}/{where.name}" in folders, (rank, p.backend.path, folders)
         assert where.name == f"rank_{rank}_0"
+
+
+def test_enforce_eager_names_nothing(variants: ScenarioRun, tmp_path: Path) -> None:
+    """--enforce-eager: vLLM compiles nothing and writes neither tree (truth case llama-eager:
+    its root held only modelinfos/); predict names no folder, says why, and never traces."""
+    start = variants.scenario.starts[0]
+    root = tmp_path / "r"
+    root.mkdir()
+    p = predict([*start.serve_args(), "--enforce-eager"], env=start_env(root, start),
+                root=root, python=str(venv_python()), usage="llm")
+    assert p.compiled is False and p.hit is False and p.trace_run is None
+    assert p.aot.key is None and p.backend.key is None
+    assert p.aot.detail.startswith("nothing is compiled (compilation mode 0")
+    assert [c.item for c in p.reasons] == ["compilation_config.mode"]
+    assert not (root / "torch_compile_cache").exists()
