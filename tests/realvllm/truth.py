@@ -246,7 +246,8 @@ def judge(case: Case) -> list[dict[str, Any]]:
     return rows
 
 
-EXPECTED_EXACT = {"llama", "qwen3", "mixtral", "llama-lora"}
+EXPECTED_EXACT = {"llama", "qwen3", "mixtral", "llama-lora", "llama-tp2", "mixtral-tp2",
+                  "llama-eager"}
 """Cases whose every key must be exact (issue 26's fixes); the others must at least never be
 silently wrong."""
 
