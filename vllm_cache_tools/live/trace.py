@@ -23,9 +23,9 @@ sorted paths and contents. The list is a function of the code Dynamo runs throug
    it, ``rms_norm`` is inlined from ``vllm/ir/ops/layernorm.py``);
 2. the model built as the loader builds it, as the asked rank of the start's tensor-parallel
    group builds it (sharded layers, their all-reduce: ``_tensor_parallel_view``), then
-   ``process_weights_after_loading`` (on CPU
-   this picks the linear kernel from the weight tensors: ``onednn_mm`` in
-   ``vllm/_custom_ops.py`` for real tensors, ``F.linear`` for meta ones). Weights are
+   ``process_weights_after_loading`` (on CPU this picks the linear kernel from the weight
+   tensors: ``onednn_mm`` in ``vllm/_custom_ops.py`` for real tensors, ``F.linear`` for
+   meta ones). Weights are
    uninitialized CPU tensors when the platform is the CPU and they fit the memory budget;
    else the meta device, and the answer says it may not be exact;
 3. Dynamo tracing the compiled module's ``forward`` with the same patch, config and a
