@@ -148,12 +148,25 @@ def run_case(case: Case) -> Path:
             t0 = time.monotonic()  # the start alone, not the wait for another's
             rc = subprocess_run([str(python), str(START_SCRIPT), str(d / "spec.json")], env,
                                 out, d)
-        log = (d / "start.log").read_text(errors="replace")
-        if rc != 0 or "VLLM_CACHE_TOOLS_RESULT" not in log:
-            raise RuntimeError(f"vLLM start of {case.name} failed (rc={rc}): {d / 'start.log'}"
-                               f"\n{log[-3000:]}")
-        (d / "done.json").write_text(json.dumps({"seconds": time.monotonic() - t0}))
+        accept_start(d, rc, time.monotonic() - t0)
     return d
+
+
+def accept_start(d: Path, rc: int, seconds: float) -> None:
+    """Mark a start judged (``done.json``), or raise. A start that compiled (its log names
+    the folders it wrote) and failed only afterwards, in its first request (e.g. "The decoder
+    prompt cannot be empty" from a tokenizer vLLM picks for the family), still has its keys:
+    it is judged, and ``done.json`` keeps the error."""
+    log = (d / "start.log").read_text(errors="replace")
+    done: dict[str, Any] = {"seconds": seconds}
+    if rc != 0 or "VLLM_CACHE_TOOLS_RESULT" not in log:
+        backend, aot = vllm_keys(d)
+        if not (backend or aot) or "Traceback" not in log:
+            raise RuntimeError(f"vLLM start of {d.name} failed (rc={rc}): {d / 'start.log'}"
+                               f"\n{log[-3000:]}")
+        last = [ln for ln in log.splitlines() if re.match(r"^[\w.]+(Error|Exception)\b", ln)]
+        done["after_compile_error"] = last[-1][:300] if last else f"exit {rc}"
+    (d / "done.json").write_text(json.dumps(done))
 
 
 def subprocess_run(cmd: list[str], env: dict[str, str], out: Any, cwd: Path) -> int:
@@ -221,7 +234,8 @@ def judge(case: Case) -> list[dict[str, Any]]:
     d = run_case(case)
     backend, aot = vllm_keys(d)
     rank_dirs = vllm_rank_dirs(d)
-    started = round(float(json.loads((d / "done.json").read_text())["seconds"]), 1)
+    done = json.loads((d / "done.json").read_text())
+    started = round(float(done["seconds"]), 1)
     rows = []
     empty = d / "empty-root"
     if empty.exists():
@@ -240,7 +254,8 @@ def judge(case: Case) -> list[dict[str, Any]]:
                              "aot": _verdict(doc.get("aot", {}), aot),
                              "predict_s": round(wall, 1), "vllm_start_s": started,
                              "vllm_backend": sorted(rank_dirs),
-                             "vllm_aot": sorted(aot), "predicted": doc})
+                             "vllm_aot": sorted(aot), "predicted": doc,
+                             "after_compile_error": done.get("after_compile_error")})
     finally:
         shutil.rmtree(empty)
     return rows
