@@ -3,7 +3,7 @@ then uses: the traced files come from Dynamo tracing the model now, without comp
 (vllm_cache_tools/live/trace.py). Judged against the folder vLLM created in each scenario's
 own root (its log's "Using cache directory" line), for a cold start, a changed env var, a
 changed config value, a changed TORCHINDUCTOR_* variable, an edited traced file, the
-non-mega AOT mode, and two tensor-parallel ranks (where the answer says it is approximate)."""
+non-mega AOT mode, and both ranks of a tensor-parallel start."""
 
 from __future__ import annotations
 
@@ -152,8 +152,38 @@ def test_default_cpu_mode_does_not_trace(real_cpu_default: ScenarioRun,
     assert p.trace_run is None and "not VLLM_COMPILE" in p.backend.detail
 
 
-def test_two_ranks_say_approximate(real_tp2: ScenarioRun, tmp_path: Path) -> None:
-    p = _cold(real_tp2, 0, tmp_path / "r")
-    assert p.trace_run is not None and not p.trace_run.exact
-    assert p.backend.evidence.startswith("approximate: ")
-    assert "2 ranks" in p.backend.evidence
+def test_two_ranks_exact(real_tp2: ScenarioRun, tmp_path: Path) -> None:
+    """TP=2: the tracer builds the model as each rank does (sharded, the all-reduce through
+    the CPU platform's shared-memory communicator): vLLM's 26 files, its key and each rank's
+    own folder, with nothing called approximate."""
+    start = real_tp2.scenario.starts[0]
+    folders = set(re.findall(r"Using cache directory: \S+/(\w+/rank_\d_0)/\w+ for vLLM",
+                             real_tp2.log(0)))
+    assert len(folders) == 2, folders
+    for rank in (0, 1):
+        root = tmp_path / f"r{rank}"
+        root.mkdir()
+        with model_lock():
+            p = predict(start.serve_args(), env=start_env(root, start), root=root,
+                        python=str(venv_python()), usage="llm", rank=rank)
+        assert not (root / "torch_compile_cache").exists()
+        assert p.trace_run is not None and p.trace_run.exact, p.trace_run
+        assert p.backend.evidence.startswith("26 files Dynamo traced now"), p.backend.evidence
+        where = Path(p.backend.path).parent
+        assert f"{where.parent.name}/{where.name}" in folders, (rank, p.backend.path, folders)
+        assert where.name == f"rank_{rank}_0"
+
+
+def test_enforce_eager_names_nothing(variants: ScenarioRun, tmp_path: Path) -> None:
+    """--enforce-eager: vLLM compiles nothing and writes neither tree (truth case llama-eager:
+    its root held only modelinfos/); predict names no folder, says why, and never traces."""
+    start = variants.scenario.starts[0]
+    root = tmp_path / "r"
+    root.mkdir()
+    p = predict([*start.serve_args(), "--enforce-eager"], env=start_env(root, start),
+                root=root, python=str(venv_python()), usage="llm")
+    assert p.compiled is False and p.hit is False and p.trace_run is None
+    assert p.aot.key is None and p.backend.key is None
+    assert p.aot.detail.startswith("nothing is compiled (compilation mode 0")
+    assert [c.item for c in p.reasons] == ["compilation_config.mode"]
+    assert not (root / "torch_compile_cache").exists()

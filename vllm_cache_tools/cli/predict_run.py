@@ -129,7 +129,8 @@ def _render(p: Any, json_out: bool) -> None:
     from vllm_cache_tools.keys.versions import recipe_verified_on
 
     con = console()
-    con.print(f"[bold]{'HIT' if p.hit else 'MISS'}[/bold]: vLLM "
+    verdict = "HIT" if p.hit else "MISS" if p.compiled else "NOTHING COMPILED"
+    con.print(f"[bold]{verdict}[/bold]: vLLM "
               f"{p.parts['vllm_version']}, torch {p.parts['torch_version']}")
     unverified = (None if recipe_verified_on(p.parts["vllm_version"]) else
                   f"recipe not verified on vLLM {p.parts['vllm_version']}: this key is "

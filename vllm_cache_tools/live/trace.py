@@ -21,9 +21,11 @@ sorted paths and contents. The list is a function of the code Dynamo runs throug
 1. the worker's process state before it builds the model (``WorkerBase.__init__``: the IR op
    priority and ``set_default_torch_wrap``: with the wrap off, as vLLM's CPU platform sets
    it, ``rms_norm`` is inlined from ``vllm/ir/ops/layernorm.py``);
-2. the model built as the loader builds it, then ``process_weights_after_loading`` (on CPU
-   this picks the linear kernel from the weight tensors: ``onednn_mm`` in
-   ``vllm/_custom_ops.py`` for real tensors, ``F.linear`` for meta ones). Weights are
+2. the model built as the loader builds it, as the asked rank of the start's tensor-parallel
+   group builds it (sharded layers, their all-reduce: ``_tensor_parallel_view``), then
+   ``process_weights_after_loading`` (on CPU this picks the linear kernel from the weight
+   tensors: ``onednn_mm`` in ``vllm/_custom_ops.py`` for real tensors, ``F.linear`` for
+   meta ones). Weights are
    uninitialized CPU tensors when the platform is the CPU and they fit the memory budget;
    else the meta device, and the answer says it may not be exact;
 3. Dynamo tracing the compiled module's ``forward`` with the same patch, config and a
@@ -105,6 +107,75 @@ def _one_process_group(probe: Any, cfg: Any) -> str | None:
     with set_current_vllm_config(cfg):
         ps.initialize_model_parallel(1, 1, backend="gloo")
     return store
+
+
+def _tensor_parallel_view(cfg: Any, caveats: list[str]) -> None:
+    """Make the one-process group look like rank ``parallel_config.rank`` of vLLM's
+    tensor-parallel group, as layers read it (``get_tp_group().world_size`` /
+    ``.rank_in_group``): the model is then built sharded as that rank builds it, and its
+    collectives (``RowParallelLinear``'s all-reduce, the vocab embedding's) are traced
+    through the files the ranks trace (``communication_op.py``, ``parallel_state.py`` and
+    the platform's device communicator). Nothing is ever sent: Dynamo's recording backend
+    stops before any op runs.
+
+    The device communicator is the platform's class, made without its ``__init__`` (which
+    talks to the other ranks): on vLLM's CPU platform (0.32) the ranks of one host agree on
+    one shared-memory group and ``all_reduce`` calls ``torch.ops._C.shm_allreduce`` through
+    ``_CPUSHMDistributed``; elsewhere (``use_custom_op_collectives``: ``torch.ops.vllm.
+    all_reduce``) no communicator is traced. Anything else: said approximate."""
+    from vllm.distributed import parallel_state as ps
+    from vllm.platforms import current_platform
+
+    pc = cfg.parallel_config
+    tp = int(pc.tensor_parallel_size)
+    others = {k: int(getattr(pc, k, 1) or 1) for k in (
+        "pipeline_parallel_size", "data_parallel_size", "prefill_context_parallel_size",
+        "decode_context_parallel_size")}
+    if any(v > 1 for v in others.values()):
+        caveats.append("parallel sizes " + ", ".join(f"{k}={v}" for k, v in others.items()
+                                                     if v > 1)
+                       + ": traced in a one-process group, where layers skip their "
+                       "collective ops, whose files the ranks trace")
+    if tp <= 1:
+        return
+    rank = int(pc.rank) % tp
+    group = ps.get_tp_group()
+    group.world_size = tp
+    group.rank_in_group = rank
+    group.ranks = list(range(tp))
+    if getattr(group, "use_custom_op_call", False):
+        return  # torch.ops.vllm.all_reduce: an opaque op, no communicator traced
+    if not current_platform.is_cpu():
+        caveats.append(f"tensor parallel {tp} on {type(current_platform).__name__}: its "
+                       "device communicator's files are not traced here")
+        return
+    try:
+        from vllm.distributed.device_communicators import cpu_communicator as cc
+    except ImportError:
+        caveats.append(f"tensor parallel {tp}: this vLLM has no CPU communicator module; "
+                       "its collective's files are not traced here")
+        return
+    import torch
+
+    comm = cc.CpuCommunicator.__new__(cc.CpuCommunicator)
+    comm.__dict__.update(cpu_group=group.cpu_group, device_group=group.device_group,
+                         unique_name=group.unique_name, rank=rank, rank_in_group=rank,
+                         world_size=tp, ranks=list(range(tp)), global_rank=rank,
+                         global_world_size=tp, device=torch.device("cpu"),
+                         use_all2all=False, all2all_manager=None)
+    shm = getattr(cc, "_CPUSHMDistributed", None)
+    if shm is not None and hasattr(torch.ops._C, "init_shm_manager") \
+            and hasattr(torch.ops._C, "shm_allreduce"):
+        dist = shm.__new__(shm)
+        dist.__dict__.update(communicator=comm, group_name="vct-trace", handle=0)
+        comm.dist_module = dist
+        comm.supports_tensor_dict = True
+    else:
+        comm.dist_module = torch.distributed
+        comm.supports_tensor_dict = False
+        caveats.append(f"tensor parallel {tp}: no CPU shared-memory all-reduce in this "
+                       "build; traced through torch.distributed instead")
+    group.device_communicator = comm
 
 
 def _build(cfg: Any, device: str) -> Any:
@@ -249,14 +320,10 @@ def traced_files(probe: Any, req: dict[str, Any], cfg: Any = None) -> dict[str, 
                        "this trace feeds input_ids")
     if getattr(mc, "uses_mrope", False):
         caveats.append("M-RoPE positions (3 x tokens) where this trace feeds 1-D positions")
-    pc = cfg.parallel_config
-    if pc.world_size > 1:
-        caveats.append(f"{pc.world_size} ranks: traced in a one-process group, where "
-                       "layers skip their collective ops (e.g. all-reduce), whose files "
-                       "the ranks trace")
     _worker_state(cfg)
     store = _one_process_group(probe, cfg)
     try:
+        _tensor_parallel_view(cfg, caveats)
         probe.stage("building the model on the meta device")
         model = _build(cfg, "meta")
         size = _nbytes(model)

@@ -18,6 +18,7 @@ def prediction_json(p: Prediction) -> dict[str, Any]:
     parts = {k: v for k, v in p.parts.items() if k not in ("env", "process_env")}
     return {
         "hit": p.hit,
+        "compiled": p.compiled,
         "backend": tree(p.backend, "code_hash_evidence"),
         "aot": tree(p.aot, "source_check"),
         "parts": parts,
