@@ -247,8 +247,8 @@ def _aot_write(manifest: dict[str, Any], path: str, loaded: bool, seconds: float
     compile_cache = os.path.dirname(os.path.dirname(os.path.dirname(rank_dir)))
     existed = manifest.pop("existed")
     event = "hit" if loaded else ("load-failure" if existed else "miss")
-    reason = next((m for m in messages if "load failure" in m or "Compiling model again" in m),
-                  None)
+    reason = next((m.strip().split("\n", 1)[0] for m in messages
+                   if "load failure" in m or "Compiling model again" in m), None)
     manifest["timings"] = {"load_s": round(seconds, 4), "event": event}
     metrics.on_aot(event, seconds, path)
     digest, _ = write.write_manifest(rank_dir, manifest, base=compile_cache)
