@@ -70,7 +70,11 @@ def setup() -> None:
             return
         from prometheus_client import REGISTRY
 
-        path = tempfile.mkdtemp(prefix="vct-metrics-")
+        shm = "/dev/shm"
+        # A rename in tmpfs costs microseconds; on the overlay root of a container it was
+        # ~5 ms under load (bench_recorder.py --metrics).
+        where = shm if os.path.isdir(shm) and os.access(shm, os.W_OK | os.X_OK) else None
+        path = tempfile.mkdtemp(prefix="vct-metrics-", dir=where)
         REGISTRY.register(RecorderCollector(path))
         _OWNER.append(path)
         os.environ[DIR_ENV] = path
@@ -79,17 +83,18 @@ def setup() -> None:
         _warn(exc)
 
 
-def count(name: str, tree: str, n: float = 1.0) -> None:
+def count(name: str, tree: str, n: float = 1.0, *, flush: bool = True) -> None:
     """Add ``n`` to the counter ``name`` (a key of ``LIVE_COUNTERS``) for ``tree``; what the
-    wrong-hit guard calls with ``guard_warnings``."""
+    wrong-hit guard calls with ``guard_warnings``. ``flush=False``: more changes of the same
+    report follow (one write of this process's counts per report, not per number)."""
     if name not in LIVE_COUNTERS or tree not in TREES or not enabled():
         return
     with _LOCK:
         _COUNTS[name][tree] += n
-    _publish(("c", name, tree, n))
+    _publish(("c", name, tree, n), flush)
 
 
-def observe(name: str, tree: str, seconds: float) -> None:
+def observe(name: str, tree: str, seconds: float, *, flush: bool = True) -> None:
     """One observation of the histogram ``name`` (a key of ``LIVE_HISTOGRAMS``)."""
     if name not in LIVE_HISTOGRAMS or tree not in TREES or not enabled():
         return
@@ -98,7 +103,7 @@ def observe(name: str, tree: str, seconds: float) -> None:
         row = _HISTS[name][tree]
         row[next((i for i, b in enumerate(bounds) if seconds <= b), len(bounds))] += 1
         row[-1] += seconds
-    _publish(("h", name, tree, seconds))
+    _publish(("h", name, tree, seconds), flush)
 
 
 # --- what the hooks report -------------------------------------------------------------------
@@ -113,19 +118,19 @@ the one moment the AOT tree is written, logged with the path."""
 def on_backend(event: str, seconds: float, folder: str) -> None:
     """A backend-tree decision (``hit``/``miss``/``disabled``) after vLLM's backend ran."""
     if event == "hit":
-        count("hits", "backend")
+        count("hits", "backend", flush=False)
         observe("load_seconds", "backend", seconds)
     elif event == "miss":
-        count("misses", "backend")
-        observe("compile_seconds", "backend", seconds)
-        count("entries_written", "backend")
+        count("misses", "backend", flush=False)
+        observe("compile_seconds", "backend", seconds, flush=False)
+        count("entries_written", "backend", flush=False)
         count("written_bytes", "backend", _folder_bytes(folder))
 
 
 def on_aot(event: str, seconds: float, path: str) -> None:
     """An AOT-tree decision (``hit``/``miss``/``load-failure``) for the ``model`` at path."""
     if event == "hit":
-        count("hits", "aot")
+        count("hits", "aot", flush=False)
         observe("load_seconds", "aot", seconds)
         return
     count("misses" if event == "miss" else "load_failures", "aot")
@@ -144,10 +149,10 @@ class SavedAot(logging.Handler):
                 return
             path = str(record.args[-1] if isinstance(record.args, tuple) else "")
             t0 = _AOT_PENDING.pop(path, None)
-            count("entries_written", "aot")
-            count("written_bytes", "aot", os.stat(path, follow_symlinks=False).st_size)
             if t0 is not None:
-                observe("compile_seconds", "aot", time.perf_counter() - t0)
+                observe("compile_seconds", "aot", time.perf_counter() - t0, flush=False)
+            count("entries_written", "aot", flush=False)
+            count("written_bytes", "aot", os.stat(path, follow_symlinks=False).st_size)
         except Exception as exc:
             _warn(exc)
 
@@ -166,11 +171,11 @@ def _folder_bytes(folder: str) -> float:
     return float(total)
 
 
-def _publish(change: tuple[str, str, str, float]) -> None:
+def _publish(change: tuple[str, str, str, float], flush: bool) -> None:
     try:
         if os.environ.get(MULTIPROC_ENV):
             _native(change)
-        elif _OWNER:
+        elif _OWNER or not flush:
             return  # the collector of this process reads the counts in memory
         elif d := os.environ.get(DIR_ENV):
             with _LOCK:
@@ -186,19 +191,21 @@ def _publish(change: tuple[str, str, str, float]) -> None:
 
 def _native(change: tuple[str, str, str, float]) -> None:
     kind, name, tree, v = change
-    metric: Any = _NATIVE.get(name)
-    if metric is None:
+    if not _NATIVE:
         from prometheus_client import Counter, Histogram
 
         # Not registered: in multiprocess mode the value lives in the folder's files, and the
-        # API server's MultiProcessCollector reads them.
-        if kind == "c":
-            metric = Counter(PREFIX + name, LIVE_COUNTERS[name], ["tree"], registry=None)
-        else:
-            helptext, bounds = LIVE_HISTOGRAMS[name]
-            metric = Histogram(PREFIX + name, helptext, ["tree"], buckets=bounds,
-                               registry=None)
-        _NATIVE[name] = metric
+        # API server's MultiProcessCollector reads them. Every series is made at once, so a
+        # scrape shows the zeros too, as the private folder's collector does.
+        for n, helptext in LIVE_COUNTERS.items():
+            _NATIVE[n] = Counter(PREFIX + n, helptext, ["tree"], registry=None)
+        for n, (helptext, bounds) in LIVE_HISTOGRAMS.items():
+            _NATIVE[n] = Histogram(PREFIX + n, helptext, ["tree"], buckets=bounds,
+                                   registry=None)
+        for m in _NATIVE.values():
+            for t in TREES:
+                m.labels(tree=t)
+    metric: Any = _NATIVE[name]
     if kind == "c":
         metric.labels(tree=tree).inc(v)
     else:
