@@ -179,14 +179,22 @@ def _publish(change: tuple[str, str, str, float], flush: bool) -> None:
             return  # the collector of this process reads the counts in memory
         elif d := os.environ.get(DIR_ENV):
             with _LOCK:
-                data = json.dumps({"counts": _COUNTS, "hists": _HISTS}).encode()
-            fd = safeio.open_dir(d)
-            try:
-                safeio.replace_at(fd, f"{os.getpid()}.json", data)
-            finally:
-                os.close(fd)
+                data = json.dumps({"counts": _COUNTS, "hists": _HISTS},
+                                  separators=(",", ":")).encode()
+                safeio.replace_at(_dir_fd(d), f"{os.getpid()}.json", data)
     except Exception as exc:
         _warn(exc)
+
+
+_DIR_FD: dict[tuple[int, str], int] = {}
+
+
+def _dir_fd(path: str) -> int:
+    """The private folder, opened once per process (no-follow, as every write of ours)."""
+    k = (os.getpid(), path)
+    if k not in _DIR_FD:
+        _DIR_FD[k] = safeio.open_dir(path)
+    return _DIR_FD[k]
 
 
 def _native(change: tuple[str, str, str, float]) -> None:
