@@ -2,6 +2,7 @@
 mode, tests/realvllm harness with this checkout installed in its venv).
 
     python benchmarks/bench_recorder.py [--repeat 1]
+    python benchmarks/bench_recorder.py --metrics      # issue 29: the metrics only
 
 Four starts per repeat on fresh roots: cold with the recorder off / on, then warm (a hit) off /
 on. Reported, in the same run:
@@ -25,6 +26,17 @@ a naive guard's work (reading and parsing every manifest of the folder, nothing 
 and vLLM's own load of
 that entry (the hit's ``seconds`` in the scenario's ledger). Goal: < 50 ms per start.
 Results go to .bench/recorder_guard.json.
+
+``--metrics`` (issue 29 item 1; no vLLM start: the vLLM venv's Python with this checkout
+installed and prometheus_client as vLLM ships it): what the recorder's metrics add to one
+start (the first process's ``setup()``, which registers the collector, plus, in a child like
+the engine core, every report a VLLM_COMPILE start makes: an AOT miss, the AOT entry saved,
+three backend misses, each written to the private folder; prometheus_client's own import,
+which vLLM has already paid, timed apart) against one ledger event (the
+recorder's own write per decision: the reference, same run); and one scrape of our part (our
+collector encoded by prometheus_client) against the process/platform/gc collectors that every
+``/metrics`` holds. Goals: < 1 ms per start, < 5 ms per scrape. Results in
+.bench/recorder-metrics.json.
 """
 
 from __future__ import annotations
@@ -69,6 +81,108 @@ def register_cost(python: Path) -> float:
                              text=True, check=True)
         times.append(float(out.stdout.strip().splitlines()[-1]))
     return statistics.median(times)
+
+
+CHILD = """
+import json, logging, os, sys, time
+from vllm_cache_tools.recorder import metrics, write
+folder = sys.argv[1]
+model = os.path.join(folder, "model")
+t = time.perf_counter()
+metrics.on_aot("miss", 0.01, model)
+rec = logging.LogRecord("vllm.compilation.decorators", logging.INFO, "", 0,
+                        "%ssaved AOT compiled function to %s", ("", model), None)
+metrics.SavedAot().emit(rec)
+for _ in range(3):
+    metrics.on_backend("miss", 2.0, folder)
+spent = time.perf_counter() - t
+cc = os.path.join(folder, "cc")
+os.makedirs(cc, exist_ok=True)
+t = time.perf_counter()
+write.append_event(cc, {"v": 1, "time": time.time(), "event": "miss", "tree": "aot",
+                        "key": "k" * 64, "argv": ["vllm", "serve", "m"] * 10})
+print(json.dumps({"events_s": spent, "ledger_event_s": time.perf_counter() - t}))
+"""
+
+METRICS = """
+import json, os, statistics, subprocess, sys, tempfile, time
+from vllm_cache_tools.recorder import metrics
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.gc_collector import GCCollector
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
+CHILD = sys.argv[1]
+
+def median(f, n):
+    out = []
+    for _ in range(n):
+        t = time.perf_counter(); f(); out.append(time.perf_counter() - t)
+    return statistics.median(out)
+
+# vLLM's processes have prometheus_client imported before plugins load (vllm/v1/metrics/*,
+# the API server's instrumentator): its import is timed apart, not counted as ours.
+t = time.perf_counter()
+import prometheus_client.core
+import_s = time.perf_counter() - t
+t = time.perf_counter()
+metrics.setup()
+setup_s = time.perf_counter() - t
+folder = tempfile.mkdtemp()
+for n, size in (("model", 200_000), ("computation_graph.py", 20_000),
+                ("vllm_compile_cache.py", 2_000)):
+    with open(os.path.join(folder, n), "wb") as f:
+        f.write(b"x" * size)
+runs = [json.loads(subprocess.run([sys.executable, "-c", CHILD, folder], check=True,
+                                  capture_output=True, text=True).stdout) for _ in range(7)]
+ours = CollectorRegistry()
+ours.register(metrics.RecorderCollector(os.environ[metrics.DIR_ENV]))
+base = CollectorRegistry()
+for c in (ProcessCollector, PlatformCollector, GCCollector):
+    c(registry=base)
+text = generate_latest(ours).decode()
+print(json.dumps({
+    "setup_s": setup_s,
+    "prometheus_client_import_s": import_s,
+    "load_average": os.getloadavg()[0],
+    "events_s": statistics.median(r["events_s"] for r in runs),  # median of 7 children
+    "ledger_event_s": statistics.median(r["ledger_event_s"] for r in runs),
+    "scrape_ours_s": median(lambda: generate_latest(ours), 300),
+    "scrape_base_s": median(lambda: generate_latest(base), 300),
+    "children_counted": 'vllm_compile_cache_misses_total{tree="backend"} 21.0' in text}))
+"""
+
+
+def metrics_bench(python: Path) -> int:
+    """Issue 29 item 1's figures (see the module's docstring, ``--metrics``)."""
+    env = start_env(Path(tempfile.gettempdir()), Start.make(env=RECORD_ENV))
+    reps = []
+    for _ in range(5):  # the first process's setup() runs once a process: 5 processes
+        out = subprocess.run([str(python), "-c", METRICS, CHILD], env=env,
+                             capture_output=True, text=True)
+        if out.returncode != 0:
+            print(out.stderr[-3000:])
+            return 2
+        reps.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    r = {k: (statistics.median(x[k] for x in reps) if isinstance(reps[0][k], float)
+             else all(x[k] for x in reps)) for k in reps[0]}
+    per_start = r["setup_s"] + r["events_s"]
+    res = {k: (round(v, 6) if isinstance(v, float) else v) for k, v in r.items()}
+    res["load_average"] = round(r["load_average"], 2)
+    res.update({"per_start_s": round(per_start, 6),
+                "per_start_over_one_ledger_event": round(per_start / r["ledger_event_s"], 2),
+                "scrape_ours_over_base": round(r["scrape_ours_s"] / r["scrape_base_s"], 2),
+                "goals": {"per_start_s": 0.001, "scrape_ours_s": 0.005}})
+    ok = per_start < 0.001 and r["scrape_ours_s"] < 0.005 and r["children_counted"]
+    res["ok"] = ok
+    Path(REPO / ".bench").mkdir(exist_ok=True)
+    (REPO / ".bench" / "recorder-metrics.json").write_text(json.dumps(res, indent=1))
+    print(json.dumps(res, indent=1))
+    print(f"recorder metrics: {per_start * 1000:.3f} ms per start (goal < 1 ms; one ledger "
+          f"event {r['ledger_event_s'] * 1000:.3f} ms), scrape of our part "
+          f"{r['scrape_ours_s'] * 1000:.3f} ms (goal < 5 ms; process/platform/gc collectors "
+          f"{r['scrape_base_s'] * 1000:.3f} ms); load {r['load_average']:.1f}: "
+          + ("OK" if ok else "GOAL MISSED"))
+    return 0 if ok else 1
 
 
 def per_process(root: Path) -> dict[int, float]:
@@ -133,6 +247,8 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=1)
     ap.add_argument("--guard-only", action="store_true",
                     help="only the wrong-hit guard's rows (no vLLM starts but the scenario's)")
+    ap.add_argument("--metrics", action="store_true",
+                    help="only the metrics' cost per start and per scrape (no vLLM start)")
     a = ap.parse_args()
     if a.guard_only:
         g = guard_rows()
@@ -149,6 +265,8 @@ def main() -> int:
         return 0 if g["ok"] else 1
     python = ensure_venv()
     ensure_package()
+    if a.metrics:
+        return metrics_bench(python)
     reg = register_cost(python)
     rows = []
     with tempfile.TemporaryDirectory(prefix="vct-bench-rec-") as tmp:

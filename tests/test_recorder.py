@@ -83,8 +83,13 @@ def test_manifests_for_both_trees_every_rank_and_prefix(rec: ScenarioRun) -> Non
     r = run_cli("ls", "--root", str(rec.vllm_root), "--json")
     assert r.returncode == 0, r.stderr
     entries = json.loads(r.stdout)["entries"]
+    # The last start (llama.py edited) failed to load start 0's AOT entry: load-failed since
+    # (issue 29 item 4), until a start hits it again.
+    failed = {e.key for e in read_ledger(cc)[0] if e.event == "load-failure"}
     assert all(e["state"] == "complete" or (e["layout"], e["state"]) == ("backend", "unloadable")
+               or (e["state"] == "load-failed" and e["key"] in failed)
                for e in entries), entries
+    assert {e["key"] for e in entries if e["state"] == "load-failed"} == failed
     assert STATE_DIRNAME not in {e["key"] for e in entries}
 
 

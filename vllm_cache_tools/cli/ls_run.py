@@ -216,9 +216,16 @@ def ls_columns() -> tuple[Any, ...]:
 
 def _row(e: Entry, keys: dict[str, str]) -> list[str]:
     return [keys.get(e.key, e.key), e.layout, human_size(e.size_bytes), str(e.stats.files),
-            ",".join(r.removeprefix("rank_") for r in e.ranks) or "-", e.state, _last_used(e),
+            ",".join(r.removeprefix("rank_") for r in e.ranks) or "-", state_cell(e), _last_used(e),
             "-" if e.hits is None else str(e.hits), e.torch_version or "-", e.hardware or "-",
             model_label(e)]
+
+
+def state_cell(e: Entry) -> str:
+    """The STATE column: ``load-failed (N times)`` says how often vLLM paid for it."""
+    if e.state == "load-failed":
+        return f"load-failed ({e.load_failed} time{'' if e.load_failed == 1 else 's'})"
+    return e.state
 
 
 def model_label(e: Entry) -> str:

@@ -210,6 +210,9 @@ def prune(
     corrupt: Annotated[bool, typer.Option("--corrupt", help="Remove corrupt entries.")] = False,
     partial: Annotated[bool, typer.Option(
         "--partial", help="Remove partial entries (interrupted compiles).")] = False,
+    load_failed: Annotated[bool, typer.Option(
+        "--load-failed", help="Remove entries vLLM failed to load since their last hit (the "
+        "recorder's ledger; ls shows them load-failed).")] = False,
     python: Annotated[str | None, typer.Option(
         "--python", metavar="PATH", help="For --unhittable: the Python of the environment "
         "that runs vLLM (default: this one). torch is never imported.",
@@ -231,7 +234,8 @@ def prune(
     chooses it). Entries in use, modified within the grace period, or owned by others stay.
     Each entry is moved into a trash folder inside the root in one rename, then removed."""
     if cache != "vllm":
-        if keep is not None or unhittable or corrupt or partial or python or max_files:
+        if (keep is not None or unhittable or corrupt or partial or load_failed or python
+                or max_files):
             fail(f"--cache {cache}: only --older-than and --max-size apply to it")
         from vllm_cache_tools.cli.prune_caches import prune_cache
 
@@ -246,10 +250,12 @@ def prune(
     pol = Policies(
         older_than_s=parse_age(older_than) if older_than is not None else None,
         max_size_bytes=parse_size(max_size) if max_size is not None else None,
-        max_files=max_files, keep=keep, unhittable=unhittable, corrupt=corrupt, partial=partial)
+        max_files=max_files, keep=keep, unhittable=unhittable, corrupt=corrupt, partial=partial,
+        load_failed=load_failed)
     if pol.empty:
         fail("choose at least one policy: --older-than, --max-size, --max-files, --keep, "
-             "--unhittable, --corrupt or --partial (or use `vllm-cache rm KEY`)")
+             "--unhittable, --corrupt, --partial or --load-failed (or use `vllm-cache rm "
+             "KEY`)")
     prot = Protections(grace_s=parse_grace(grace), all_users=all_users,
                        leases_when_planning=dry_run or not yes)
     info = load_root(root, force)

@@ -30,6 +30,8 @@ class Policies:
     unhittable: bool = False
     corrupt: bool = False
     partial: bool = False
+    load_failed: bool = False
+    """Entries vLLM failed to load since their last hit (the recorder's ledger)."""
     named: tuple[tuple[Path, str], ...] = ()
     """Entry folders chosen by name, each with its reason (``rm``, ``verify --fix``)."""
 
@@ -46,7 +48,8 @@ class Policies:
         if self.keep is not None:
             out.append(f"keep {self.keep} per model")
         out += [n for n, on in (("unhittable", self.unhittable), ("corrupt", self.corrupt),
-                                ("partial", self.partial)) if on]
+                                ("partial", self.partial), ("load-failed", self.load_failed))
+                if on]
         return tuple(out)
 
     @property
@@ -110,6 +113,12 @@ def _select_named(c: Choosing) -> None:
     for e in c.entries:
         if os.path.realpath(e.path) in named:
             c.choose(e, named[os.path.realpath(e.path)])
+
+
+def _select_load_failed(c: Choosing) -> None:
+    for e in c.entries:
+        if e.state == "load-failed":
+            c.choose(e, f"load-failed: {e.state_detail}")
 
 
 def _select_corrupt(c: Choosing) -> None:
@@ -245,6 +254,7 @@ POLICY_SELECTORS: dict[str, tuple[Callable[[Policies], bool], Selector]] = {
     "named": (lambda p: bool(p.named), _select_named),
     "corrupt": (lambda p: p.corrupt, _select_corrupt),
     "partial": (lambda p: p.partial, _select_partial),
+    "load-failed": (lambda p: p.load_failed, _select_load_failed),
     "unjudged": (lambda p: p.corrupt or p.partial, _select_unjudged),
     "older-than": (lambda p: p.older_than_s is not None, _select_older),
     "keep": (lambda p: p.keep is not None, _select_keep),

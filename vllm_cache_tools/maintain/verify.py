@@ -122,6 +122,11 @@ def check_entry(e: Entry) -> list[VerifyProblem]:
     def add(path: object, kind: str, detail: str) -> None:
         out.append(VerifyProblem(e.key, e.layout, display_path(str(path)), kind, detail))
 
+    if e.state == "load-failed":
+        # The files may look whole: what failed is vLLM loading them (the recorder's ledger).
+        # Not removed by --fix: prune --load-failed is the verb that does.
+        add(e.path, "load-failed", e.state_detail)
+
     for p in e.stats.tmp_files:
         add(p, "orphan-tmp", "temporary file left by a writer that died before its rename")
     for p in e.stats.unreadable:

@@ -2,6 +2,8 @@
 full cache-key manifest beside every entry vLLM decides and appends hit / miss / load-failure
 events to a per-host ledger. On by default once the package is installed;
 ``VLLM_CACHE_TOOLS_RECORD=0`` turns it off (vLLM's ``VLLM_PLUGINS`` filter works as usual).
+Its metrics on vLLM's ``/metrics`` (:mod:`.metrics`): ``VLLM_CACHE_TOOLS_METRICS=0`` turns
+them off alone.
 
 Imports only the standard library until vLLM compiles; never raises into vLLM."""
 
@@ -58,8 +60,9 @@ def register() -> None:
                              f"outside {SUPPORTED[0]}..{SUPPORTED[1]}; no manifests "
                              "(vLLM is unaffected)\n")
             return
-        from vllm_cache_tools.recorder import hooks
+        from vllm_cache_tools.recorder import hooks, metrics
 
+        metrics.setup()
         hooks.install()
     except Exception as exc:  # never break vLLM
         sys.stderr.write(f"WARNING vllm-cache-tools recorder: not installed: {exc!r} "

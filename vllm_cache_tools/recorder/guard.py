@@ -14,7 +14,6 @@ Standard library only; never raises into vLLM (the hooks catch)."""
 
 from __future__ import annotations
 
-import importlib
 import json
 import os
 import sys
@@ -27,15 +26,13 @@ from vllm_cache_tools.keys import guard_fields
 from vllm_cache_tools.keys.wrong_hit import GuardDifference, compiled_by
 from vllm_cache_tools.keys.wrong_hit import guarded_differences as _differences
 from vllm_cache_tools.layout import is_manifest_name
+from vllm_cache_tools.recorder import metrics
 
 MODE_ENV = "VLLM_CACHE_TOOLS_GUARD"
 MODES = ("off", "warn", "strict")
 DEFAULT_MODE = "warn"
 MANIFEST_CAP = 16 << 20
 """A manifest is tens of KB; a larger file in an entry folder is not the recorder's."""
-METRICS_MODULE = "vllm_cache_tools.recorder.metrics"
-"""Where ``vllm_compile_cache_guard_warnings_total`` lives (issue 29, item 1; another change):
-connected by name, so the guard works with or without it."""
 DISABLE_ENV = "VLLM_DISABLE_COMPILE_CACHE"
 """vLLM's own switch, read (lazily) by its AOT loader and saver and by the backend's
 ``is_compile_cache_enabled``."""
@@ -150,16 +147,9 @@ def announce(verdict: Verdict, logger: Any) -> None:
 
 
 def count_guard_warning(verdict: Verdict) -> None:
-    """Hook for ``vllm_compile_cache_guard_warnings_total`` (issue 29, item 1: the recorder's
-    metrics module, by another change). Calls ``guard_warning(tree=..., mode=...)`` of that
-    module when it is there; nothing otherwise."""
-    try:
-        metrics = importlib.import_module(METRICS_MODULE)
-    except ImportError:
-        return
-    hook = getattr(metrics, "guard_warning", None)
-    if callable(hook):
-        hook(tree=verdict.tree, mode=verdict.mode)
+    """``vllm_compile_cache_guard_warnings_total{tree}`` on vLLM's own /metrics (the recorder's
+    metrics module; nothing when metrics are off)."""
+    metrics.count("guard_warnings", verdict.tree)
 
 
 def compile_afresh() -> None:

@@ -31,7 +31,7 @@ from types import ModuleType
 from typing import Any
 
 from vllm_cache_tools import safeio
-from vllm_cache_tools.recorder import START_ENV, capture, guard, write
+from vllm_cache_tools.recorder import START_ENV, capture, guard, metrics, write
 
 SPENT = [0.0]
 """Seconds this process spent in the recorder (reported in ledger events)."""
@@ -143,6 +143,7 @@ def _backend_record(backend: Any, pre: dict[str, Any], backend_s: float) -> None
     event = "disabled" if disabled else ("hit" if existed else "miss")
     manifest["timings"] = {"dynamo_s": pre["dynamo_s"], "backend_s": round(backend_s, 4),
                            "event": event}
+    metrics.on_backend(event, backend_s, local_dir)
     digest, _ = write.write_manifest(local_dir, manifest, base=compile_cache)
     _event(compile_cache, t0, event=event, tree="backend", key=manifest["key"], rank=rank,
            prefix=prefix, manifest=digest, seconds=round(backend_s, 4),
@@ -180,6 +181,7 @@ class _Reasons(logging.Handler):
 def patch_decorators(mod: ModuleType) -> None:
     orig = mod._try_load_aot_compiled_fn
     logger = getattr(mod, "logger", None)
+    metrics.watch_saves(logger)
 
     def _try_load_aot_compiled_fn(model: Any, path: str, *args: Any, **kwargs: Any) -> Any:
         pre: dict[str, Any] | None = None
@@ -280,9 +282,10 @@ def _aot_write(manifest: dict[str, Any], path: str, loaded: bool, seconds: float
     compile_cache = os.path.dirname(os.path.dirname(os.path.dirname(rank_dir)))
     existed = manifest.pop("existed")
     event = "hit" if loaded else ("load-failure" if existed else "miss")
-    reason = next((m for m in messages if "load failure" in m or "Compiling model again" in m),
-                  None)
+    reason = next((m.strip().split("\n", 1)[0] for m in messages
+                   if "load failure" in m or "Compiling model again" in m), None)
     manifest["timings"] = {"load_s": round(seconds, 4), "event": event}
+    metrics.on_aot(event, seconds, path)
     digest, _ = write.write_manifest(rank_dir, manifest, base=compile_cache)
     _event(compile_cache, t0, event=event, tree="aot", key=manifest["key"],
            rank=manifest["rank"], prefix="", manifest=digest, seconds=round(seconds, 4),

@@ -15,9 +15,12 @@ if TYPE_CHECKING:  # annotations only: a listing from the index imports none of 
     from vllm_cache_tools.read.manifest import Manifest
 
 Layout = Literal["backend", "aot"]
-State = Literal["complete", "partial", "corrupt", "unloadable", "in-use", "unknown"]
+State = Literal["complete", "partial", "corrupt", "unloadable", "in-use", "unknown",
+                "load-failed"]
 """``unloadable``: whole and readable, but vLLM can never load it (its AOT artifact holds a
 function vLLM's loader cannot finalize, or a backend folder holds no compiled graph);
+``load-failed``: otherwise complete, but the recorder's ledger says vLLM failed to load it
+since its last hit (issue 29 item 4: ``prune --load-failed``);
 ``unknown``: parts could not be read, so nothing is claimed about them."""
 LastUsedSource = Literal["ledger", "atime", "mtime"]
 
@@ -140,6 +143,8 @@ class Entry:
     """Starts that reused this entry, from the recorder's ledger (``None``: no ledger)."""
     misses: int | None = None
     """Starts that had to compile it (normally 1: the one that created it)."""
+    load_failed: int = 0
+    """Load failures since its last hit (or since it was written), from the ledger."""
     manifests: tuple[Manifest, ...] = ()
     """The recorder's manifests (deep reads only), oldest first."""
     checkpoint: str | None = None

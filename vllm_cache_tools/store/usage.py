@@ -20,6 +20,11 @@ class Usage:
     first: float
     last: float
     last_event: str
+    failures_since_hit: int = 0
+    """Load failures after the last hit (all of them when it never hit): the starts that
+    found the entry and paid a failed load plus a compile, and the next may again."""
+    last_failure: str | None = None
+    """vLLM's reason for the latest of those (its first line)."""
 
 
 def summarize(events: Iterable[LedgerEvent]) -> dict[str, Usage]:
@@ -33,12 +38,27 @@ def summarize(events: Iterable[LedgerEvent]) -> dict[str, Usage]:
     out: dict[str, Usage] = {}
     for key, starts in seen.items():
         evs = sorted(starts.values(), key=lambda e: e.time)
+        since = [e for e in evs if e.event == "load-failure"]
+        hits_at = [i for i, e in enumerate(evs) if e.event == "hit"]
+        if hits_at:
+            since = [e for e in evs[hits_at[-1] + 1:] if e.event == "load-failure"]
         out[key] = Usage(
+            failures_since_hit=len(since),
+            last_failure=failure_line(since[-1].reason) if since else None,
             hits=sum(e.event == "hit" for e in evs),
             misses=sum(e.event == "miss" for e in evs),
             load_failures=sum(e.event == "load-failure" for e in evs),
             first=evs[0].time, last=evs[-1].time, last_event=evs[-1].event)
     return out
+
+
+def failure_line(reason: str | None) -> str:
+    """The first line of vLLM's load-failure message, without its "Compiling model again due
+    to a load failure from PATH, reason:" lead (the path is the entry's own)."""
+    text = (reason or "").strip()
+    line = text.splitlines()[0] if text else ""
+    _, sep, after = line.partition("reason: ")
+    return (after if sep else line).strip() or "no reason logged"
 
 
 def start_of(e: LedgerEvent) -> tuple[str, str] | None:
@@ -89,9 +109,27 @@ def apply_usage(entries: Iterable[Entry], use: Mapping[str, Usage]) -> list[Entr
         u = use.get(e.key)
         if u is None:
             out.append(e)
-        elif e.last_used is not None and e.last_used > u.last:
-            out.append(replace(e, hits=u.hits, misses=u.misses))
+            continue
+        if e.last_used is not None and e.last_used > u.last:
+            e = replace(e, hits=u.hits, misses=u.misses)
         else:
-            out.append(replace(e, last_used=u.last, last_used_source="ledger", hits=u.hits,
-                               misses=u.misses))
+            e = replace(e, last_used=u.last, last_used_source="ledger", hits=u.hits,
+                        misses=u.misses)
+        out.append(_load_failed(e, u) if u.failures_since_hit else e)
     return out
+
+
+def _load_failed(e: Entry, u: Usage) -> Entry:
+    """A complete entry that vLLM failed to load since its last hit is ``load-failed``; a
+    more specific state (corrupt, partial, unloadable, in use, unknown) stays."""
+    n = u.failures_since_hit
+    e = replace(e, load_failed=n)
+    if e.state != "complete":
+        return e
+    return replace(e, state="load-failed", state_detail=(
+        f"vLLM failed to load it {times(n)} since its last hit (recorder ledger): "
+        f"{u.last_failure}"))
+
+
+def times(n: int) -> str:
+    return f"{n} time" + ("" if n == 1 else "s")

@@ -22,13 +22,12 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from vllm_cache_tools.analyze.drift import DriftReport
 from vllm_cache_tools.analyze.stats import Counters, Group, StatsReport
 from vllm_cache_tools.analyze.stats_tally import GUARD_EVENT
+from vllm_cache_tools.metric_names import PREFIX, TREES
 from vllm_cache_tools.redaction import redact_text
 from vllm_cache_tools.safetext import escape_controls
 
-PREFIX = "vllm_compile_cache_"
 METRIC_BY = ("model", "host")
 """The groupings metrics may carry as a label (``day`` and ``entry`` are unbounded)."""
-TREES = ("aot", "backend")
 OUTCOMES = ("hit", "miss", "load_failure", "disabled")
 OTHER = "_other"
 """The label value of the row summing up the groups past ``stats``' group cap."""
