@@ -146,8 +146,10 @@ def test_inductor_child_answers_while_torch_logs_on_stdout(tmp_path: Path) -> No
     line = next(ln for ln in r.stderr.splitlines() if ln.startswith("RESULT "))
     res = json.loads(line[len("RESULT "):])
     assert res["source"] == "child" and res["plain_repr"].startswith("[{"), res
-    # Both processes logged (the driver and the child share this stdout), torch included.
-    assert r.stdout.count(f"torch imported: {NOISE_MARK}") == 2, r.stdout[-2000:]
+    # Both processes logged at start (they share this stdout); the child again while it
+    # imported torch (the driver does not import it).
+    assert r.stdout.count("Triton is installed") == 3, r.stdout[-2000:]
+    assert r.stdout.count(f"torch imported: {NOISE_MARK}") == 1, r.stdout[-2000:]
 
 
 @pytest.mark.realvllm

