@@ -188,7 +188,7 @@ def judge(case: Case) -> list[dict[str, Any]]:
     d = run_case(case)
     backend, aot = vllm_keys(d)
     started = round(float(json.loads((d / "done.json").read_text())["seconds"]), 1)
-    rows = []
+    rows: list[dict[str, Any]] = []
     empty = d / "empty-root"
     if empty.exists():
         shutil.rmtree(empty)
