@@ -159,7 +159,6 @@ def test_predict_names_vllms_folder_while_every_process_logs_on_stdout(
     with every process of the vLLM interpreter writing forged answers on stdout: it answers,
     and its AOT key (and backend key when it names one) is the folder vLLM's own start used
     (the harness's ``compile`` scenario, its first start)."""
-    from tests.conftest import run_cli
     from tests.realvllm.harness import (
         SCENARIOS,
         SITE_DIR,
@@ -180,10 +179,12 @@ def test_predict_names_vllms_folder_while_every_process_logs_on_stdout(
     env["PYTHONPATH"] = f"{_noisy_site(tmp_path)}:{SITE_DIR}"
     env["VCT_NOISE_CHAIN"] = str(SITE_DIR / "sitecustomize.py")
     env["VLLM_CACHE_TOOLS_PROBE_STANDBY"] = "0"
-    with model_lock():
-        r = run_cli("predict", "--fresh", "--root", str(empty), "--python",
-                    str(ensure_venv()), "--usage", "llm", "--json", "--",
-                    *start.serve_args(), env=env, inherit=False)
+    env.update({k: v for k, v in os.environ.items() if k.startswith("XDG_")})
+    cmd = [str(Path(sys.executable).parent / "vllm-cache"), "predict", "--fresh", "--root",
+           str(empty), "--python", str(ensure_venv()), "--usage", "llm", "--json", "--",
+           *start.serve_args()]
+    with model_lock():  # a fresh probe and trace: minutes on a loaded 2-core machine
+        r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode in (0, 1), r.stderr[-3000:]
     doc = json.loads(r.stdout)
     assert {doc["aot"]["key"]} == did["aot"], (doc["aot"], did)
