@@ -191,9 +191,14 @@ def test_predict_names_vllms_folder_while_every_process_logs_on_stdout(
     env["VCT_NOISE_LOG"] = str(tmp_path / "noisy-processes")
     env["VLLM_CACHE_TOOLS_PROBE_STANDBY"] = "0"
     env.update({k: v for k, v in os.environ.items() if k.startswith("XDG_")})
+    args = start.serve_args()
+    spec = Path(run.records[0].log).with_suffix(".spec.json")
+    used = json.loads(spec.read_text())["model_dir"] if spec.exists() else None
+    if used and Path(used).is_dir():  # the model path of vLLM's start (in the config hash):
+        args[0] = used                # a harness home copied from another keeps the original
     cmd = [str(Path(sys.executable).parent / "vllm-cache"), "predict", "--fresh", "--root",
            str(empty), "--python", str(ensure_venv()), "--usage", "llm", "--json", "--",
-           *start.serve_args()]
+           *args]
     with model_lock():  # a fresh probe and trace: minutes on a loaded 2-core machine
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode in (0, 1), r.stderr[-3000:]
