@@ -130,6 +130,17 @@ def matrix(session: nox.Session, vllm_cpu: str) -> None:
 
 
 @nox.session(python="3.11")
+def releases(session: nox.Session) -> None:
+    """Release coverage (issue 26 item 2), not part of ``tests``: per vllm-cpu release (its
+    own venv, ~3.5 GB) one real vLLM start per CPU mode (VLLM_COMPILE and the default) into
+    an empty root, predict cold and warm, both keys judged against vLLM's log; prints the
+    table of docs/recipes.md ("Verified on"). Releases as posargs (default: all of
+    ``tests/realvllm/releases.RELEASES``); ``--drop-venvs`` frees each venv after its rows."""
+    session.install("-e", ".[test]")
+    session.run("python", "-m", "tests.realvllm.releases", *session.posargs)
+
+
+@nox.session(python="3.11")
 def truth(session: nox.Session) -> None:
     """The truth matrix (issue 26), not part of ``tests``: one real vLLM start per case (tiny
     random Llama, Qwen3, Mixtral made locally; LoRA; VLLM_COMPILE mode, each into its own

@@ -125,7 +125,7 @@ def test_a_rank_the_start_does_not_have_is_a_usage_error(tmp_path: Any) -> None:
 
     exe = tmp_path / "python"
     exe.write_text("#!/bin/sh\ncat >/dev/null\n"
-                   "echo 'VCT_PROBE {\"rank\": 1, \"dp_index\": 0, \"world_size\": 1}'\n")
+                   "echo '{\"rank\": 1, \"dp_index\": 0, \"world_size\": 1}' >/dev/fd/$3\n")
     exe.chmod(0o755)
     env = {"VLLM_CACHE_TOOLS_PROBE_MEMO": "0", "VLLM_CACHE_TOOLS_PROBE_STANDBY": "0"}
     for rank, says in (("-1", "--rank must be 0 or more (got -1)"),
@@ -179,7 +179,7 @@ def test_a_root_that_is_a_file_is_refused_before_the_probe(tmp_path: Any) -> Non
     marker = tmp_path / "probe-ran"
     exe = tmp_path / "python"
     exe.write_text(f"#!/bin/sh\ntouch {marker}\ncat >/dev/null\n"
-                   "echo 'VCT_PROBE {\"error\": \"stand-in\", \"error_kind\": \"probe\"}'\n")
+                   "echo '{\"error\": \"stand-in\", \"error_kind\": \"probe\"}' >/dev/fd/$3\n")
     exe.chmod(0o755)
     env = {"VLLM_CACHE_TOOLS_PROBE_MEMO": "0", "VLLM_CACHE_TOOLS_PROBE_STANDBY": "0"}
     r = run_cli("predict", "--root", str(afile), "--python", str(exe), "--", "m", env=env)

@@ -11,12 +11,12 @@ from typing import Any
 
 import pytest
 
-from vllm_cache_tools.live import probe
+from vllm_cache_tools.live import answer, probe
 
 
-def _silent_child(preimport: bool = True) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(3)"],
-                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+def _silent_child(preimport: bool = True) -> tuple[subprocess.Popen[str], Any]:
+    return answer.spawn([sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(3)"],
+                        stdin=subprocess.PIPE, text=True)
 
 
 def test_child_without_answer_is_a_probe_error(monkeypatch: pytest.MonkeyPatch) -> None:

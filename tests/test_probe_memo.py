@@ -270,7 +270,7 @@ for name, env in (("same", dict(os.environ)),
     out[name] = {"conflicts": res.get("preimport_conflicts"), "repr": res["plain_repr"]}
 plain = probe._Child(None)
 plain.kill()
-plain.proc = plain._spawn(preimport=False)
+plain.proc, plain.answer = plain._spawn(preimport=False)
 plain.send({**payload, "env": dict(os.environ)})
 out["plain"] = {"repr": plain.result()["plain_repr"]}
 print(json.dumps(out))

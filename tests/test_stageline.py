@@ -24,7 +24,7 @@ def _fake_probe(tmp_path: Path) -> str:
     exe.write_text("#!/bin/sh\ncat >/dev/null\n"
                    "echo 'VCT_STAGE importing vLLM and torch' >&2\nsleep 0.4\n"
                    "echo 'VCT_STAGE vLLM building its config' >&2\nsleep 0.4\n"
-                   "echo 'VCT_PROBE {\"error\": \"stand-in\", \"error_kind\": \"probe\"}'\n")
+                   "echo '{\"error\": \"stand-in\", \"error_kind\": \"probe\"}' >/dev/fd/$3\n")
     exe.chmod(0o755)
     return str(exe)
 
@@ -126,7 +126,7 @@ def test_probe_stages_reach_progress_and_odd_bytes_do_not_stall(tmp_path: Path) 
     exe.write_text("#!/bin/sh\ncat >/dev/null\n"
                    "echo 'VCT_STAGE importing vLLM and torch' >&2\n"
                    "printf 'a log line that is not UTF-8: \\377\\376\\n' >&2\n"
-                   "echo 'VCT_PROBE {\"vllm_version\": \"0\"}'\n")
+                   "echo '{\"vllm_version\": \"0\"}' >/dev/fd/$3\n")
     exe.chmod(0o755)
     stages: list[str] = []
     r = run_probe(["m"], {}, str(exe), "llm", memo=False, standby=False,

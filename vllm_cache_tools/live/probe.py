@@ -2,8 +2,11 @@
 engine or loading weights. Runs inside the user's vLLM environment, standalone (no imports
 from vllm_cache_tools), so ``predict`` can run it with that environment's interpreter::
 
-    python probe.py < request.json      # prints one line: VCT_PROBE {json}
+    python probe.py --answer-fd N < request.json   # one line of JSON on fd N (answer.py)
     python probe.py --standby SOCKET IDLE_S   # imports vLLM, answers one request on SOCKET
+
+stdout and stderr are vLLM's and torch's logs (some releases log on stdout); the answer never
+shares them (without ``--answer-fd`` it goes to stdout, for a run by hand).
 
 Request: ``{"args": [vllm serve args], "usage": "serve"|"llm", "rank": 0, "child_memo":
 {"dir": folder, "fresh": bool} (optional)}``.
@@ -726,8 +729,9 @@ class EnvWatch:
         return sorted(out)
 
 
-def child_main(preimport: bool) -> None:
+def child_main(preimport: bool, answer_fd: int | None) -> None:
     before = dict(os.environ)
+    send = _sibling("answer").send
     watch = EnvWatch()
     if preimport:
         with watch:
@@ -738,8 +742,7 @@ def child_main(preimport: bool) -> None:
         conflicts = [m for m in CONFIG_MODULES if m in sys.modules]
         conflicts += watch.conflicts(before, req["env"])
         if conflicts:  # the caller starts a child that imports after the environment is set
-            sys.stdout.write(json.dumps({"restart": conflicts}))
-            sys.stdout.flush()
+            send(answer_fd, json.dumps({"restart": conflicts}))
             return
     os.environ.clear()
     os.environ.update(req["env"])
@@ -767,8 +770,7 @@ def child_main(preimport: bool) -> None:
         "in_aot_functorch": _jsonable(in_aot[3]),
         "deps": dependencies(),
     }
-    sys.stdout.write(json.dumps(res))
-    sys.stdout.flush()
+    send(answer_fd, json.dumps(res))
 
 
 def _sibling(name: str) -> Any:
@@ -840,8 +842,11 @@ class _Child:
         # itself: an unneeded child importing torch beside vLLM's own import cost ~3 s of a
         # standby's answer on 2 cores (bench_predict, issue 16). Else started in result().
         self.memo_likely = self._memo_likely()
-        self.proc: subprocess.Popen[str] | None = None if (
-            self.memo_likely or _IMPORT_ENVS is not None) else self._spawn()
+        self.proc: subprocess.Popen[str] | None = None
+        self.answer: Any = None
+        """The child's answer pipe (``answer.Pending``)."""
+        if not (self.memo_likely or _IMPORT_ENVS is not None):
+            self.proc, self.answer = self._spawn()
         self.payload: dict[str, Any] = {}
         self.key = ""
         self.cached: dict[str, Any] | None = None
@@ -860,10 +865,13 @@ class _Child:
             return False
 
     @staticmethod
-    def _spawn(preimport: bool = True) -> subprocess.Popen[str]:
+    def _spawn(preimport: bool = True) -> tuple[subprocess.Popen[str], Any]:
+        """The child and its answer pipe; its stdout is this process's (logs: vLLM 0.27 logs
+        there while torch imports, which once took the answer's place)."""
         mode = "--inductor-child" if preimport else "--inductor-child-plain"
-        return subprocess.Popen([sys.executable, os.path.abspath(__file__), mode],
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        return _sibling("answer").spawn(  # type: ignore[no-any-return]
+            [sys.executable, os.path.abspath(__file__), mode], stdin=subprocess.PIPE,
+            text=True)
 
     def send(self, payload: dict[str, Any]) -> None:
         """The worker's environment and the patches: looked up in the memo; on a miss, a
@@ -886,7 +894,7 @@ class _Child:
 
     def _ask(self) -> None:
         if self.proc is None:
-            self.proc = self._spawn()
+            self.proc, self.answer = self._spawn()
         assert self.proc.stdin is not None
         self.proc.stdin.write(json.dumps(self.payload))
         self.proc.stdin.close()
@@ -896,7 +904,8 @@ class _Child:
         did), the worker would inherit the change: ask again with it."""
         if dict(os.environ) != self.payload["env"]:
             self.kill()
-            self.proc = None if _IMPORT_ENVS is not None else self._spawn()
+            self.proc, self.answer = (None, None) if _IMPORT_ENVS is not None else (
+                self._spawn())
             self.send({**self.payload, "env": dict(os.environ)})
         if self.cached is not None:
             self.source = "memo"
@@ -938,18 +947,18 @@ class _Child:
 
     def _from_child(self) -> dict[str, Any]:
         self.source = "child"
-        assert self.proc is not None and self.proc.stdout is not None
-        out = self.proc.stdout.read()
+        assert self.proc is not None and self.answer is not None
+        out = self.answer.get(timeout=300)
         self.proc.wait(timeout=300)
         try:
-            res: dict[str, Any] = json.loads(out)
+            res: dict[str, Any] = json.loads(out if out is not None else b"")
         except ValueError:
             # Not vLLM refusing the arguments (a ValueError here would be reported so):
-            # the child died or printed something else; its stderr went to this stderr.
+            # the child died; its stdout and stderr went to this process's.
             raise RuntimeError("the Inductor-factors child gave no answer (exit "
-                               f"{self.proc.returncode}): {out[:200]!r}") from None
+                               f"{self.proc.returncode})") from None
         if "restart" in res:  # its early imports read a variable the platform changed
-            self.proc = self._spawn(preimport=False)
+            self.proc, self.answer = self._spawn(preimport=False)
             self._ask()
             res = self._from_child()
             res["preimport_conflicts"] = json.loads(out)["restart"]
@@ -1161,7 +1170,7 @@ def stage(text: str) -> None:
 
 
 def _emit(out: dict[str, Any]) -> bytes:
-    # On a line of its own even if something left stdout mid-line.
+    # A standby's answer on its socket, after its stage lines.
     return ("\nVCT_PROBE " + json.dumps(out) + "\n").encode()
 
 
@@ -1528,9 +1537,10 @@ def standby_main(path: str, idle_s: float) -> None:
 
 
 def main() -> None:
+    answer_fd = _sibling("answer").take()  # before the hook: the channel is no input
     watch_reads()
     if sys.argv[1:] in (["--inductor-child"], ["--inductor-child-plain"]):
-        child_main(preimport=sys.argv[1] == "--inductor-child")
+        child_main(preimport=sys.argv[1] == "--inductor-child", answer_fd=answer_fd)
         os._exit(0)
     global _IMPORT_ENVS
     _IMPORT_ENVS = _sibling("inproc").ImportEnvs().install()
@@ -1546,8 +1556,7 @@ def main() -> None:
     STAGE_SINKS.append(lambda line: (sys.stderr.write(line), sys.stderr.flush()))
     out = answer(req)
     sys.stdout.flush()
-    sys.stdout.buffer.write(_emit(out))
-    sys.stdout.buffer.flush()
+    _sibling("answer").send(answer_fd, json.dumps(out))
     sys.stderr.flush()
     os._exit(0)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from vllm_cache_tools.errors import VctError
+from vllm_cache_tools.live import answer as answers
 from vllm_cache_tools.live import memo as probememo
 from vllm_cache_tools.live import standby as standbys
 from vllm_cache_tools.read.noatime import read_source_text
@@ -78,16 +79,17 @@ def _checked(data: dict[str, Any], exe: str) -> dict[str, Any]:
 
 
 def _run(cmd: list[str], stdin: str, env: Mapping[str, str], progress: Progress
-         ) -> tuple[str, str]:
-    """stdout and stderr of ``cmd``; its ``VCT_STAGE`` lines on stderr go to ``progress`` as
-    they come (not into the returned stderr)."""
+         ) -> tuple[bytes | None, str]:
+    """The answer ``cmd`` wrote on its answer pipe (:mod:`~vllm_cache_tools.live.answer`;
+    None: it gave none) and its stderr; its ``VCT_STAGE`` lines on stderr go to ``progress``
+    as they come (not into the returned stderr). Its stdout (vLLM's and torch's logs, for
+    some releases) is drained and dropped."""
     # Bytes that are not UTF-8 (a library's log line) must not stop a reader: a pipe nobody
     # drains would stall the probe until the timeout.
-    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, encoding="utf-8", errors="replace",
-                            env=dict(env))
+    proc, answer = answers.spawn(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, encoding="utf-8", errors="replace",
+                                 env=dict(env))
     err: list[str] = []
-    out: list[str] = []
 
     def pump_err() -> None:
         assert proc.stderr is not None
@@ -99,7 +101,8 @@ def _run(cmd: list[str], stdin: str, env: Mapping[str, str], progress: Progress
 
     def pump_out() -> None:
         assert proc.stdout is not None
-        out.append(proc.stdout.read())
+        while proc.stdout.read(1 << 16):
+            pass
 
     readers = [threading.Thread(target=f, daemon=True) for f in (pump_err, pump_out)]
     for t in readers:
@@ -119,13 +122,13 @@ def _run(cmd: list[str], stdin: str, env: Mapping[str, str], progress: Progress
     finally:
         for t in readers:
             t.join(timeout=5)
-    return "".join(out), "".join(err)
+    return answer.get(timeout=5), "".join(err)
 
 
 def _invoke(req: Mapping[str, Any], env: Mapping[str, str], exe: str,
             progress: Progress = _quiet) -> dict[str, Any]:
     try:
-        stdout, stderr = _run([exe, str(PROBE)], json.dumps(req), env, progress)
+        answer, stderr = _run([exe, str(PROBE)], json.dumps(req), env, progress)
     except FileNotFoundError:
         raise PredictError(f"python interpreter not found: {exe}") from None
     except PermissionError:
@@ -135,14 +138,19 @@ def _invoke(req: Mapping[str, Any], env: Mapping[str, str], exe: str,
     except subprocess.TimeoutExpired:
         raise PredictError(f"the vLLM probe did not answer within {PROBE_TIMEOUT_S:.0f} s "
                            f"({exe})") from None
-    line = next((ln for ln in stdout.splitlines() if ln.startswith("VCT_PROBE ")), None)
-    if line is None:
+    if answer is None:
         if "No module named 'vllm'" in stderr or "No module named 'torch'" in stderr:
             raise PredictError(f"vLLM is not installed for {exe} (use --python to point at "
                                "the interpreter that runs vLLM)")
         tail = stderr.strip().splitlines()[-1:] or ["no output"]
         raise PredictError(f"the vLLM probe failed: {tail[0][:300]}")
-    return _checked(json.loads(line.split(" ", 1)[1]), exe)
+    try:
+        data = json.loads(answer)
+    except ValueError:
+        raise PredictError(f"the vLLM probe's answer is not JSON ({exe})") from None
+    if not isinstance(data, dict):
+        raise PredictError(f"the vLLM probe's answer is not an object ({exe})")
+    return _checked(data, exe)
 
 
 def _from_standby(path: Path | None, req: Mapping[str, Any], env: Mapping[str, str],

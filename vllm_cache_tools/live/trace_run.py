@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from vllm_cache_tools.layout import AOT_DIRNAME
+from vllm_cache_tools.live import answer as answers
 from vllm_cache_tools.live import memo as probememo
 from vllm_cache_tools.live.runner import PROBE, memo_dir
 
@@ -58,9 +59,9 @@ class TraceRun:
 def _invoke(req: Mapping[str, object], env: Mapping[str, str], exe: str,
             cancel: threading.Event | None = None) -> dict[str, object]:
     try:
-        proc = subprocess.Popen([exe, str(TRACE)], stdin=subprocess.PIPE,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(env),
-                                encoding="utf-8", errors="replace")
+        proc, answer = answers.spawn([exe, str(TRACE)], stdin=subprocess.PIPE,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                     env=dict(env), encoding="utf-8", errors="replace")
     except OSError as exc:
         return {"error": f"cannot run the tracer with {exe}: {exc}"}
     done = threading.Event()
@@ -72,7 +73,7 @@ def _invoke(req: Mapping[str, object], env: Mapping[str, str], exe: str,
     if cancel is not None:
         threading.Thread(target=stop_when_cancelled, daemon=True).start()
     try:
-        stdout, stderr = proc.communicate(json.dumps(req), timeout=TRACE_TIMEOUT_S)
+        _, stderr = proc.communicate(json.dumps(req), timeout=TRACE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.communicate()
@@ -81,11 +82,14 @@ def _invoke(req: Mapping[str, object], env: Mapping[str, str], exe: str,
         done.set()
     if cancel is not None and cancel.is_set():
         return {"error": "cancelled"}
-    line = next((ln for ln in stdout.splitlines() if ln.startswith("VCT_TRACE ")), None)
+    line = answer.get(timeout=5)
     if line is None:
         tail = stderr.strip().splitlines()[-1:] or ["no output"]
         return {"error": f"the tracer gave no answer: {tail[0][:300]}"}
-    data = json.loads(line.split(" ", 1)[1])
+    try:
+        data = json.loads(line)
+    except ValueError:
+        return {"error": "the tracer's answer is not JSON"}
     return data if isinstance(data, dict) else {"error": "the tracer's answer is not a dict"}
 
 
