@@ -203,8 +203,12 @@ def test_predict_names_vllms_folder_while_every_process_logs_on_stdout(
         r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
     assert r.returncode in (0, 1), r.stderr[-3000:]
     noisy = (tmp_path / "noisy-processes").read_text().split()
-    assert "probe.py" in noisy and "trace.py" in noisy, noisy  # both logged on stdout
     doc = json.loads(r.stdout)
+    assert "probe.py" in noisy, noisy  # it logged on stdout and still answered
+    # On a cold root the probe traces the model itself; a tracer process of its own (which
+    # then logged on stdout too) only where that failed.
+    assert doc["trace"] is not None, doc
+    assert doc["trace"]["served_by"] == "probe" or "trace.py" in noisy, (doc["trace"], noisy)
     assert {doc["aot"]["key"]} == did["aot"], (doc["aot"], did)
     # The backend key hashes the traced files' paths: comparable when vLLM's start ran in
     # this venv (not in a harness home copied from another).
