@@ -137,7 +137,8 @@ def _tmp_name(name: str) -> str:
     return f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
 
 
-def _write_all(fd: int, data: bytes) -> None:
+def write_all(fd: int, data: bytes) -> None:
+    """All of ``data`` to ``fd`` (``os.write`` may write part of it)."""
     view = memoryview(data)
     while view:
         n = os.write(fd, view)
@@ -153,7 +154,7 @@ def _new_file(dir_fd: int, data: bytes, name: str, mode: int) -> str:
         except FileExistsError:
             continue
         try:
-            _write_all(fd, data)
+            write_all(fd, data)
         except BaseException:
             os.close(fd)
             unlink_at(dir_fd, tmp)
@@ -172,7 +173,7 @@ def create_exclusive(dir_fd: int, name: str, data: bytes, mode: int = 0o644) -> 
     except FileExistsError:
         return False
     try:
-        _write_all(fd, data)
+        write_all(fd, data)
     finally:
         os.close(fd)
     return True
@@ -415,7 +416,7 @@ class NamedOutput:
         raise OutputExists(errno.EEXIST, _TAKEN)
 
     def write(self, data: bytes) -> None:
-        _write_all(self.fd, data)
+        write_all(self.fd, data)
 
     def file(self) -> io.FileIO:
         """A file object on the new file (closing it leaves this output open)."""
@@ -641,7 +642,7 @@ def _copy_fd(src: int, dst: int, size: int) -> None:
                 b = os.read(src, 1 << 20)
                 if not b:
                     return
-                _write_all(dst, b)
+                write_all(dst, b)
         if n == 0:
             return
         off += n

@@ -159,9 +159,7 @@ class Staging:
         dfd = self._dir(parent)
         fd = os.open(name, _NEW, 0o755 if rec.executable else 0o644, dir_fd=dfd)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
+            safeio.write_all(fd, data)
         finally:
             os.close(fd)
         self.written += len(data)

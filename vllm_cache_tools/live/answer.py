@@ -96,6 +96,8 @@ def send(fd: int | None, text: str) -> None:
         sys.stdout.buffer.flush()
         return
     try:
+        # Not safeio.write_all: the probe loads this file by path in the user's vLLM
+        # environment, where this package may not be installed (standard library only).
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
