@@ -1,6 +1,6 @@
 """Benchmark: ``vllm-cache prune`` of a 100k-file tree against ``rm -rf`` of an identical copy.
 
-    python benchmarks/bench_prune.py [--files 100000] [--repeat 2]
+    python benchmarks/bench_prune.py [--files 100000] [--repeat 3] [--entry-files N]
 
 Each round generates two identical trees with benchmarks/synth.py (same seed, so the same keys
 and files) from real caches made by real vLLM (the test harness makes them on first use), then
@@ -9,7 +9,12 @@ times, in alternating order, ``rm -rf`` of one tree's ``torch_compile_cache`` an
 the plan, re-checks every entry under its lock, renames it into the trash and removes it).
 ``sync`` runs before each timed command so neither pays for the other's writeback.
 Throughput ratio = rm's wall time / prune's wall time (files per second, prune vs rm; the
-median over rounds). Peak RSS of prune from ``os.wait4``. Goals (issue #6): ratio >= 0.9,
+median over rounds); CPU seconds (user + system, ``os.wait4``) of both beside it, since the
+machine is shared and wall time alone moves with other load. Peak RSS of prune from
+``os.wait4``. ``--entry-files N`` makes every entry hold about N files (each template file
+cloned under numbered names in the same folders; ``--files 100000 --entry-files 1000`` gives
+100 entries of 1,000 files), where the default keeps the real entries' sizes (many small
+entries, as real roots have). Goals (issue #6): ratio >= 0.9,
 peak RSS < 200 MB; exit status 1 when missed. Results also go to .bench/prune.json.
 """
 
@@ -29,22 +34,55 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.synth import generate  # noqa: E402
+from benchmarks.synth import READ_BY_TOOLS, generate, templates  # noqa: E402
 from tests.realvllm.harness import SCENARIOS, run_scenario  # noqa: E402
 
 
-def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int, bytes]:
-    """Wall seconds, peak RSS (KiB) and stdout of one child process."""
+def generate_big(dst: Path, roots: list[Path], target_files: int, entry_files: int,
+                 seed: int = 0) -> dict[str, int]:
+    """Like :func:`benchmarks.synth.generate`, but each entry holds about ``entry_files``
+    files: its template's files, each cloned ``entry_files // len(files)`` times under
+    ``<name>.<i>`` in the same folder (the files tools read stay hard links, once)."""
+    import random
+
+    rng = random.Random(seed)
+    tpls = templates(roots)
+    cc = dst / "torch_compile_cache"
+    (cc / "torch_aot_compile").mkdir(parents=True, exist_ok=True)
+    made = entries = 0
+    while made < target_files:
+        layout, src, files = tpls[entries % len(tpls)]
+        key = f"{rng.getrandbits(256):064x}" if layout == "aot" else f"{rng.getrandbits(40):010x}"
+        base = cc / "torch_aot_compile" / key if layout == "aot" else cc / key
+        copies = max(1, entry_files // max(1, len(files)))
+        for rel, size in files:
+            f = base / rel
+            f.parent.mkdir(parents=True, exist_ok=True)
+            if f.name in READ_BY_TOOLS:
+                os.link(src / rel, f)
+                made += 1
+                continue
+            for i in range(copies):
+                with open(f if i == 0 else f.with_name(f"{f.name}.{i}"), "wb") as fh:
+                    fh.truncate(size)
+                made += 1
+        entries += 1
+    return {"files": made, "entries": entries, "templates": len(tpls)}
+
+
+def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int, bytes, float]:
+    """Wall seconds, peak RSS (KiB), stdout and CPU seconds (user + system) of one child."""
     with tempfile.TemporaryFile() as out:
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.PIPE, env=env)
         _, status, usage = os.wait4(proc.pid, 0)
+        cpu = usage.ru_utime + usage.ru_stime
         wall = time.perf_counter() - t0
         err = proc.stderr.read().decode() if proc.stderr else ""
         if os.waitstatus_to_exitcode(status) != 0:
             raise SystemExit(f"{cmd[0]} failed: {err}")
         out.seek(0)
-        return wall, usage.ru_maxrss, out.read()
+        return wall, usage.ru_maxrss, out.read(), cpu
 
 
 def count_files(top: Path) -> int:
@@ -63,7 +101,9 @@ def count_files(top: Path) -> int:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--files", type=int, default=100_000)
-    ap.add_argument("--repeat", type=int, default=2)
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--entry-files", type=int, default=0,
+                    help="files per entry (default: the real entries' own sizes)")
     ap.add_argument("--template-root", action="append", type=Path, default=None,
                     help="real vLLM cache roots to clone (default: the test harness's)")
     a = ap.parse_args()
@@ -79,14 +119,18 @@ def main() -> int:
     for i in range(a.repeat):
         work = bench / "prune-trees"
         shutil.rmtree(work, ignore_errors=True)
-        meta = generate(work / "a", roots, a.files)
-        generate(work / "b", roots, a.files)
+        if a.entry_files:
+            meta = generate_big(work / "a", roots, a.files, a.entry_files)
+            generate_big(work / "b", roots, a.files, a.entry_files)
+        else:
+            meta = generate(work / "a", roots, a.files)
+            generate(work / "b", roots, a.files)
         files = count_files(work / "a" / "torch_compile_cache")
         prune_cmd = [exe, "prune", "--root", str(work / "a"), "--older-than", "0s",
                      "--grace", "0", "--yes", "--json"]
         rm_cmd = ["rm", "-rf", str(work / "b" / "torch_compile_cache")]
         order = ["rm", "prune"] if i % 2 == 0 else ["prune", "rm"]
-        got: dict[str, tuple[float, int, bytes]] = {}
+        got: dict[str, tuple[float, int, bytes, float]] = {}
         for name in order:
             subprocess.run(["sync"], check=True)
             got[name] = timed(rm_cmd if name == "rm" else prune_cmd, env)
@@ -96,6 +140,7 @@ def main() -> int:
             "files": files, "entries": meta["entries"], "order": order,
             "rm_s": round(got["rm"][0], 3), "prune_s": round(got["prune"][0], 3),
             "ratio": round(got["rm"][0] / got["prune"][0], 3),
+            "rm_cpu_s": round(got["rm"][3], 3), "prune_cpu_s": round(got["prune"][3], 3),
             "prune_rss_mb": round(got["prune"][1] / 1024, 1),
             "deleted": len(report["deleted"]), "skipped": len(report["skipped"]),
             "freed_bytes": report["freed_bytes"], "files_left": left,
@@ -110,11 +155,16 @@ def main() -> int:
         "tree": {"files": rounds[0]["files"], "entries": rounds[0]["entries"]},
         "rounds": rounds,
         "throughput_ratio": ratio,
+        "rm_s_median": statistics.median(r["rm_s"] for r in rounds),
+        "prune_s_median": statistics.median(r["prune_s"] for r in rounds),
+        "rm_cpu_s_median": statistics.median(r["rm_cpu_s"] for r in rounds),
+        "prune_cpu_s_median": statistics.median(r["prune_cpu_s"] for r in rounds),
         "prune_peak_rss_mb": rss,
         "goals": {"ratio_min": 0.9, "rss_mb_max": 200},
         "met": ratio >= 0.9 and rss < 200 and complete,
     }
-    (bench / "prune.json").write_text(json.dumps(result, indent=2))
+    name = f"prune-{a.entry_files}.json" if a.entry_files else "prune.json"
+    (bench / name).write_text(json.dumps(result, indent=2))
     print(json.dumps(result, indent=2))
     return 0 if result["met"] else 1
 
