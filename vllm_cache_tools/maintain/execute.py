@@ -25,11 +25,10 @@ from vllm_cache_tools.maintain.trash import (
     RootHandle,
     Trash,
     TrashItem,
-    check_tree_at,
-    is_dir_stat,
+    check_tree_fd,
 )
-from vllm_cache_tools.safeio import rename_at
-from vllm_cache_tools.store.in_use import held_unseen
+from vllm_cache_tools.safeio import UnsafeTree, open_dir, rename_at
+from vllm_cache_tools.store.in_use import held_open_in, proc_shows_every_process
 from vllm_cache_tools.units import fmt_duration
 
 SNAPSHOT_MIN_AGE_S = 600.0
@@ -77,38 +76,47 @@ class _CannotRemove(str):
     """Why an entry stays that is no protection: the deletion failed (permission, I/O)."""
 
 
-def _move_to_trash(h: RootHandle, trash: Trash, pe: PlannedEntry, prot: Protections,
-                   busy: _Busy) -> tuple[str | None, str | None]:
-    """(trash name, None) when moved, else (None, why it stays): a :class:`_CannotRemove`
-    when that is a failure, not a protection. Caller holds the lock."""
-    parent = h.parent_fd(pe.tree)
+def _move_to_trash(parent: int | None, trash: Trash, pe: PlannedEntry, prot: Protections,
+                   busy: _Busy, leases: bool) -> tuple[str | None, str | None]:
+    """One fd-relative pass over the entry (the caller holds its lock): open its folder under
+    its parent's fd without following a link, then, through that one fd, check it is the
+    planned folder, re-stat every planned subfolder (nothing added, removed or modified;
+    each ours to empty), the grace period, /proc, and where /proc may hide a holder
+    (``leases``), a write lease per file; then one ``renameat`` into the trash, of that
+    folder only. (trash name, None) when moved, else (None, why it stays): a
+    :class:`_CannotRemove` when that is a failure, not a protection."""
     if parent is None:
         return None, "its parent folder is gone or is a symlink (not followed)"
     try:
-        s = os.stat(pe.key, dir_fd=parent, follow_symlinks=False)
+        fd = open_dir(pe.key, parent)
     except FileNotFoundError:
         return None, "already gone"
-    except OSError as exc:
-        return None, _CannotRemove(f"cannot stat: {exc.strerror}")
-    if not is_dir_stat(s):
+    except UnsafeTree:
         return None, "no longer a folder"
-    if (s.st_dev, s.st_ino) != pe.ident:
-        return None, "replaced since the plan was made"
-    chk = check_tree_at(parent, pe.key, pe.dir_mtimes, prot.uid)
-    if chk.problem is not None:  # a folder we may not empty, or one we cannot read
-        return None, _CannotRemove(chk.problem)
-    if chk.changed:
-        return None, "changed since the plan was made (being written?)"
-    age = time.time() - chk.newest_ns / 1e9
-    if prot.grace_s > 0 and age < prot.grace_s:
-        return None, (f"modified {fmt_duration(age)} ago, within --grace "
-                      f"{fmt_duration(prot.grace_s)}")
-    pids = busy.get().get(entry_rel_path(pe.tree, pe.key))
-    if pids:
-        return None, f"in use: open by pid {', '.join(map(str, pids[:5]))}"
-    held = held_unseen(pe.key, parent, prot.uid)
-    if held is not None:
-        return None, in_use_elsewhere(held)
+    except OSError as exc:
+        return None, _CannotRemove(f"{pe.key}: {exc.strerror or exc}")
+    try:
+        s = os.fstat(fd)
+        if (s.st_dev, s.st_ino) != pe.ident:
+            return None, "replaced since the plan was made"
+        chk = check_tree_fd(fd, parent, pe.key, pe.dir_mtimes, prot.uid)
+        if chk.problem is not None:  # a folder we may not empty, or one we cannot read
+            return None, _CannotRemove(chk.problem)
+        if chk.changed:
+            return None, "changed since the plan was made (being written?)"
+        age = time.time() - chk.newest_ns / 1e9
+        if prot.grace_s > 0 and age < prot.grace_s:
+            return None, (f"modified {fmt_duration(age)} ago, within --grace "
+                          f"{fmt_duration(prot.grace_s)}")
+        pids = busy.get().get(entry_rel_path(pe.tree, pe.key))
+        if pids:
+            return None, f"in use: open by pid {', '.join(map(str, pids[:5]))}"
+        if leases:
+            held = held_open_in(fd, prot.uid)
+            if held is not None:
+                return None, in_use_elsewhere(held)
+    finally:
+        os.close(fd)
     assert trash.fd is not None
     name = trash.new_name(pe.key)
     try:
@@ -144,6 +152,9 @@ def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1
                                     "torch_compile_cache is missing or a symlink"))
             return PruneResult(plan, (), tuple(skipped), 0)
         busy = _Busy(plan.root, proc_refresh_s)
+        # Asked once per run: where /proc shows every process, its look (``busy``) sees
+        # every holder and no lease is taken (store/in_use.py).
+        leases = not proc_shows_every_process()
         locks = EntryLocks(trash.locks_fd) if trash.locks_fd is not None else None
         try:
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
@@ -160,7 +171,8 @@ def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1
                                             "another vllm-cache process is working on it"))
                         continue
                     try:
-                        name, why = _move_to_trash(h, trash, pe, prot, busy)
+                        name, why = _move_to_trash(h.parent_fd(pe.tree), trash, pe, prot,
+                                                   busy, leases)
                     finally:
                         locks.unlock(lock_name)
                     if name is None:

@@ -51,21 +51,31 @@ class TreeCheck:
 
 def check_tree_at(parent_fd: int, name: str, dir_mtimes: tuple[tuple[str, int], ...],
                   uid: int | None = None) -> TreeCheck:
-    """Re-stat, relative to the entry's folder fd, every folder recorded when the entry was
-    planned (``dir_mtimes``: relative path -> mtime_ns; ``.`` is the entry). Creating,
-    renaming or removing a file changes its folder's mtime, which is how vLLM and Inductor
-    write, so equal mtimes mean no file came or went; a new subfolder changes its parent's.
-    Each folder must also be ours to empty (read, write and search), so that an entry we
-    could only partly remove is never moved at all."""
-    uid = os.geteuid() if uid is None else uid
-    newest = 0
-    ok = os.W_OK | os.X_OK | os.R_OK
+    """:func:`check_tree_fd` on the folder ``name`` under ``parent_fd`` (opened here without
+    following a link)."""
     try:
         fd = open_dir(name, parent_fd)
     except OSError as exc:
         return TreeCheck(True, 0, f"{name}: {exc.strerror or exc}")
     try:
-        lstat = os.lstat
+        return check_tree_fd(fd, parent_fd, name, dir_mtimes, uid)
+    finally:
+        os.close(fd)
+
+
+def check_tree_fd(fd: int, parent_fd: int, name: str,
+                  dir_mtimes: tuple[tuple[str, int], ...], uid: int | None = None) -> TreeCheck:
+    """Re-stat, relative to the entry's open folder ``fd`` (``name`` under ``parent_fd``),
+    every folder recorded when the entry was planned (``dir_mtimes``: relative path ->
+    mtime_ns; ``.`` is the entry). Creating, renaming or removing a file changes its folder's
+    mtime, which is how vLLM and Inductor write, so equal mtimes mean no file came or went; a
+    new subfolder changes its parent's. Each folder must also be ours to empty (read, write
+    and search), so that an entry we could only partly remove is never moved at all."""
+    uid = os.geteuid() if uid is None else uid
+    newest = 0
+    ok = os.W_OK | os.X_OK | os.R_OK
+    lstat = os.lstat
+    try:
         for rel, mtime in dir_mtimes:
             try:
                 s = lstat(rel, dir_fd=fd) if rel != "." else os.fstat(fd)
@@ -88,8 +98,6 @@ def check_tree_at(parent_fd: int, name: str, dir_mtimes: tuple[tuple[str, int], 
                 return TreeCheck(False, newest, f"permission denied: cannot empty {where}")
     except OSError as exc:
         return TreeCheck(True, newest, f"{exc.strerror or exc}")
-    finally:
-        os.close(fd)
     return TreeCheck(False, newest, None)
 
 
@@ -329,5 +337,6 @@ def is_dir_stat(s: os.stat_result) -> bool:
 
 
 __all__ = ["LOCKS_DIRNAME", "TRASH_DIRNAME", "EntryLocks", "RemoveResult", "RootHandle",
-           "Trash", "TrashItem", "TreeCheck", "UnsafeTree", "check_tree_at", "entry_tree",
+           "Trash", "TrashItem", "TreeCheck", "UnsafeTree", "check_tree_at", "check_tree_fd",
+           "entry_tree",
            "is_dir_stat", "open_dir", "remove_tree_at"]

@@ -149,6 +149,17 @@ def held_unseen(name: str | os.PathLike[str], parent_fd: int | None = None,
     return held_open_at(name, parent_fd, uid)
 
 
+def held_open_in(dir_fd: int, uid: int | None = None) -> str | None:
+    """:func:`held_open_at` on a folder already open (``dir_fd``, opened without following
+    a link): the first file under it another process holds, as a path relative to it, or
+    ``None``. For callers that hold the folder's fd for the rest of their checks (prune's
+    one pass per entry), so that the lease walk looks at the very folder they move."""
+    try:
+        return _first_held(dir_fd, os.geteuid() if uid is None else uid, "")
+    except OSError:
+        return None
+
+
 def held_open_at(name: str | os.PathLike[str], parent_fd: int | None = None,
                  uid: int | None = None) -> str | None:
     """The first file under the folder ``name`` (relative to ``parent_fd`` when given;
