@@ -28,7 +28,7 @@ from vllm_cache_tools.maintain.trash import (
     check_tree_fd,
 )
 from vllm_cache_tools.safeio import UnsafeTree, open_dir, rename_at
-from vllm_cache_tools.store.in_use import held_open_in, proc_shows_every_process
+from vllm_cache_tools.store import in_use
 from vllm_cache_tools.units import fmt_duration
 
 SNAPSHOT_MIN_AGE_S = 600.0
@@ -112,7 +112,7 @@ def _move_to_trash(parent: int | None, trash: Trash, pe: PlannedEntry, prot: Pro
         if pids:
             return None, f"in use: open by pid {', '.join(map(str, pids[:5]))}"
         if leases:
-            held = held_open_in(fd, prot.uid)
+            held = in_use.held_open_in(fd, prot.uid)
             if held is not None:
                 return None, in_use_elsewhere(held)
     finally:
@@ -154,7 +154,7 @@ def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1
         busy = _Busy(plan.root, proc_refresh_s)
         # Asked once per run: where /proc shows every process, its look (``busy``) sees
         # every holder and no lease is taken (store/in_use.py).
-        leases = not proc_shows_every_process()
+        leases = not in_use.proc_shows_every_process()
         locks = EntryLocks(trash.locks_fd) if trash.locks_fd is not None else None
         try:
             with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
