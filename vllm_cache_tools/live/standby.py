@@ -14,9 +14,12 @@ reason and leaves: the caller runs a fresh probe and starts the next standby in 
 environment. At most :data:`MAX_STANDBYS` wait at once for one user (several interpreters),
 and none is started while memory is short (:func:`memory_short`).
 
-Why it is as exact as a fresh probe: it imports only what a fresh probe imports before it
-parses the arguments (``STANDBY_IMPORTS`` in the probe) and serves one request per process,
-so no state carries from one request to the next. Why it is never stale: it notes every
+Why it is as exact as a fresh probe: it imports what a fresh probe imports before it
+parses the arguments (``STANDBY_IMPORTS`` in the probe) and, ahead, the modules the answer
+before it imported (:func:`write_warm`; on the H200 those imports and CUDA's first calls were
+most of a standby's answer, issue 24), under one watch of the environment variables they
+read: a request whose value of one differs is not served. It serves one request per
+process, so no state of an answer carries to the next. Why it is never stale: it notes every
 file's stat when it imports it; the answer's dependencies carry those, and the caller
 re-checks them (:func:`vllm_cache_tools.live.memo.stale_dependency`) and runs a fresh probe
 instead when any file changed since.
