@@ -1139,6 +1139,7 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
             out["trace"] = _trace_here(req, _BUILT[0])
             _TIMINGS["trace_s"] = time.perf_counter() - mark
         out["timings"] = {k: round(v, 3) for k, v in _TIMINGS.items()}
+        out["warm"] = warm_list()
     except SystemExit as exc:  # argparse rejected the arguments
         out = {"error": f"invalid vLLM arguments: {exc.code}" if isinstance(exc.code, str)
                else f"invalid vLLM arguments (argparse exit {exc.code})",
@@ -1153,6 +1154,83 @@ def answer(req: dict[str, Any]) -> dict[str, Any]:
         if k in out:
             out[k] = _redaction().redact_text(out[k])
     return out
+
+
+WARM_MAX = 20000
+"""At most this many module names in an answer's ``warm`` list."""
+
+
+def warm_list() -> dict[str, Any]:
+    """What the next standby imports ahead (:func:`_warm_up`): the modules this process
+    imported to answer (by name, in ``sys.modules`` order: the order their imports completed,
+    so what a module imports comes before it; Python imports a parent package before its
+    child either way), and whether it initialized CUDA."""
+    names = [name for name, m in list(sys.modules.items())
+             if isinstance(getattr(m, "__file__", None), str) and name != "__main__"
+             and not name.startswith("_vct_") and not name.startswith("vct_")]
+    cuda = sys.modules.get("torch.cuda")
+    inited = getattr(cuda, "is_initialized", None)
+    return {"modules": names[:WARM_MAX], "cuda": bool(inited()) if callable(inited) else False}
+
+
+_WARM: dict[str, Any] = {}
+"""What :func:`_warm_up` did: ``modules`` imported, ``cuda`` initialized, ``error``."""
+
+
+def _warm_up(path: str) -> None:
+    """A standby's imports ahead of its request (issue 24: on the H200 a standby's answer spent
+    most of its time importing what vLLM's config build, the attention backend, the model's
+    module and Inductor import, and in CUDA's and Triton's first calls): the modules the
+    answer before it imported, in that answer's order, and CUDA's initialization when that
+    answer made it (no context: no GPU memory). Read from ``<socket>.warm.json``, which the
+    caller that started this standby wrote (``standby.start``) in the private runtime
+    folder. Inside the standby's import watch, so a variable these imports read is compared
+    with the request's like any other (a difference: not served, ``_Imported.mismatch``);
+    files they read are dependencies re-checked before the answer is used; the Inductor
+    factors' own checks (``inproc.why_not``) see the config modules' import environments.
+    A failed import stops the warm-up (as vLLM's optional imports do, the rest is imported
+    while answering); the request is served either way."""
+    import importlib
+    import stat as st
+
+    warm_file = path + ".warm.json"
+    try:
+        fd = os.open(warm_file, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return
+    try:
+        info = os.fstat(fd)
+        if (not st.S_ISREG(info.st_mode) or info.st_uid != os.getuid()
+                or info.st_size > 8 << 20):
+            return
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            doc = json.loads(f.read())
+    except (OSError, ValueError):
+        return
+    finally:
+        os.close(fd)
+    if not isinstance(doc, dict) or not isinstance(doc.get("modules"), list):
+        return
+    done = 0
+    for name in doc["modules"][:WARM_MAX]:
+        if not isinstance(name, str) or name in sys.modules:
+            continue
+        try:
+            importlib.import_module(name)
+        except BaseException as exc:  # an import may raise anything, SystemExit too
+            _WARM["error"] = f"{name}: {type(exc).__name__}"
+            break
+        done += 1
+    _WARM["modules"] = done
+    if doc.get("cuda") is True and "error" not in _WARM:
+        cuda = sys.modules.get("torch.cuda")
+        init = getattr(cuda, "init", None)
+        try:
+            if callable(init):
+                init()
+                _WARM["cuda"] = True
+        except Exception as exc:
+            _WARM["error"] = f"torch.cuda.init: {type(exc).__name__}"
 
 
 STAGE_SINKS: list[Any] = []
@@ -1474,8 +1552,9 @@ def standby_main(path: str, idle_s: float) -> None:
         with EnvWatch() as watch:
             for name in STANDBY_IMPORTS:
                 __import__(name)
+            _warm_up(path)
         _WATCHES.append(watch)
-        _prefetch()  # torch's source hash, while it waits
+        _prefetch()  # torch's source hash (and Triton's key on a GPU build), while it waits
         after_imports = dict(os.environ)
         imported = _Imported(before, after_imports, watch, cwd)
         # vLLM's argument parsers, built ahead with their own watch: their defaults read
@@ -1529,7 +1608,9 @@ def standby_main(path: str, idle_s: float) -> None:
         imported.adopt(req["env"], req["cwd"])
         STAGE_SINKS.append(lambda line: conn.sendall(line.encode()))
         out = answer(req)
-        out["standby"] = {"rss_bytes": imported.rss}
+        out["standby"] = {"rss_bytes": imported.rss, "warm": dict(_WARM)}
+        if isinstance(out.get("timings"), dict):
+            out["timings"]["warm_modules"] = _WARM.get("modules", 0)
     try:
         conn.sendall(_emit(out))
     finally:

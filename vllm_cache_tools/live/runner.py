@@ -178,14 +178,16 @@ def _from_standby(path: Path | None, req: Mapping[str, Any], env: Mapping[str, s
     return data, "answered"
 
 
-def _next_standby(path: Path, exe: str, env: Mapping[str, str], idle: float) -> str:
+def _next_standby(path: Path, exe: str, env: Mapping[str, str], idle: float,
+                  warm: Mapping[str, Any] | None = None) -> str:
     if standbys.alive(path):
         return ""
     short = standbys.memory_short()
     if short is not None:
         return f"; none started ({short})"
     standbys.make_room(path)
-    return "; next one started" if standbys.start(path, exe, PROBE, env, idle) else ""
+    return "; next one started" if standbys.start(path, exe, PROBE, env, idle,
+                                                  warm) else ""
 
 
 _EARLY: dict[str, tuple[Future[ProbeRun], StageRelay]] = {}
@@ -324,8 +326,9 @@ def _run_probe(vllm_args: Sequence[str], env: Mapping[str, str], python: str | N
         data = _invoke(req, env, exe, say)
     else:
         say("answered by the waiting probe (standby)")
+    warm = data.pop("warm", None)  # what the next standby imports ahead (not memoized)
     if idle is not None and path is not None:
-        sb += _next_standby(path, exe, env, idle)
+        sb += _next_standby(path, exe, env, idle, warm if isinstance(warm, dict) else None)
     data.pop("standby", None)
     traced = data.pop("trace", None)
     timings = data.pop("timings", None)

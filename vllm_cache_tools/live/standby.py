@@ -14,9 +14,12 @@ reason and leaves: the caller runs a fresh probe and starts the next standby in 
 environment. At most :data:`MAX_STANDBYS` wait at once for one user (several interpreters),
 and none is started while memory is short (:func:`memory_short`).
 
-Why it is as exact as a fresh probe: it imports only what a fresh probe imports before it
-parses the arguments (``STANDBY_IMPORTS`` in the probe) and serves one request per process,
-so no state carries from one request to the next. Why it is never stale: it notes every
+Why it is as exact as a fresh probe: it imports what a fresh probe imports before it
+parses the arguments (``STANDBY_IMPORTS`` in the probe) and, ahead, the modules the answer
+before it imported (:func:`write_warm`; on the H200 those imports and CUDA's first calls were
+most of a standby's answer, issue 24), under one watch of the environment variables they
+read: a request whose value of one differs is not served. It serves one request per
+process, so no state of an answer carries to the next. Why it is never stale: it notes every
 file's stat when it imports it; the answer's dependencies carry those, and the caller
 re-checks them (:func:`vllm_cache_tools.live.memo.stale_dependency`) and runs a fresh probe
 instead when any file changed since.
@@ -219,12 +222,41 @@ def ready(path: Path, timeout: float = 300.0) -> bool:
         s.close()
 
 
+def warm_path(path: Path) -> Path:
+    """Where the standby at ``path`` finds what to import ahead (``probe._warm_up``)."""
+    return path.with_name(path.name + ".warm.json")
+
+
+def write_warm(path: Path, warm: Mapping[str, Any]) -> None:
+    """``warm`` (the answer's module list and CUDA flag) for the next standby at ``path``:
+    written whole (a temporary file renamed), readable by this user only, in the private
+    runtime folder; a failure only means a standby that imports less ahead."""
+    target = warm_path(path)
+    tmp = target.with_name(f"{target.name}.{os.getpid()}.tmp")
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump({"modules": [m for m in warm.get("modules", []) if isinstance(m, str)],
+                       "cuda": warm.get("cuda") is True}, f)
+        os.replace(tmp, target)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
 def start(path: Path, python: str, probe: Path, env: Mapping[str, str],
-          idle_s: float) -> bool:
+          idle_s: float, warm: Mapping[str, Any] | None = None) -> bool:
     """Start a standby at ``path`` unless one listens there (the standby itself replaces a
-    socket file nobody listens on, under a lock). Detached, silent, in its own session."""
+    socket file nobody listens on, under a lock). Detached, silent, in its own session.
+    ``warm``: what the answer before it imported (:func:`write_warm`); without it, a standby
+    imports only what a probe imports before it parses its arguments."""
     if alive(path):
         return False
+    if warm:
+        write_warm(path, warm)
+    else:
+        with contextlib.suppress(OSError):
+            warm_path(path).unlink()
     try:
         subprocess.Popen([python, str(probe), "--standby", str(path), str(idle_s)],
                          env=dict(env), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -236,4 +268,5 @@ def start(path: Path, python: str, probe: Path, env: Mapping[str, str],
 
 __all__ = ["EXPECTED_RSS", "IDLE_S", "MAX_STANDBYS", "MIN_AVAILABLE", "STANDBY_VAR", "alive",
            "ask", "idle_seconds", "leave", "make_room", "memory_short",
-           "ready", "runtime_dir", "socket_path", "standby_key", "start"]
+           "ready", "runtime_dir", "socket_path", "standby_key", "start", "warm_path",
+           "write_warm"]
