@@ -266,3 +266,56 @@ def test_pull_if_hit_from_a_lying_registry(registry: Registry, real_compile: Sce
         assert re.search(PULL_LIES[mode], res.stderr), res.stderr
         assert "nothing placed" in res.stderr, res.stderr
         _nothing_placed(root / "torch_compile_cache")
+
+
+def test_a_token_service_that_drips(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A registry whose Bearer challenge names a token service that answers one byte per
+    0.2 s: given up after ``TIMEOUT[1]`` (1 s here), one line, no secret in it."""
+    import http.server
+    import threading
+
+    from tests.oci_support import docker_config
+    from vllm_cache_tools.fleet import oci
+    from vllm_cache_tools.fleet.remote import Store
+
+    monkeypatch.setattr(oci, "TIMEOUT", (1.0, 1.0))
+    stop = threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            if self.path.startswith("/v2/"):
+                self.send_response(401)
+                self.send_header("WWW-Authenticate", f'Bearer realm="http://127.0.0.1:'
+                                 f'{port}/token",service="x",scope="repository:x:pull"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.send_header("Content-Length", str(1 << 30))
+            self.end_headers()
+            while not stop.wait(0.2):
+                try:
+                    self.wfile.write(b" ")
+                    self.wfile.flush()
+                except OSError:
+                    return
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("REGISTRY_AUTH_FILE", str(docker_config(
+        tmp_path / "auth", f"127.0.0.1:{port}")))
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(StoreError, match="token answer came at under") as exc:
+            Store(f"oci://127.0.0.1:{port}/x").listing()
+        assert time.monotonic() - t0 < 15
+        assert "pw-" not in str(exc.value)
+    finally:
+        stop.set()
+        server.shutdown()
+        server.server_close()

@@ -205,7 +205,8 @@ class OciFileSystem:
 
     def _authenticate(self, header: str) -> None:
         self._auth = authorization(header, host=self.host, repo=self.repo,
-                                   display=self.display, insecure=self.insecure)
+                                   display=self.display, insecure=self.insecure,
+                                   read=lambda r, n: _Reader(r, "token answer").read(n))
 
     def _error(self, method: str, r: Any) -> StoreError:
         code = ""
