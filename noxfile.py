@@ -82,6 +82,17 @@ def bench(session: nox.Session) -> None:
 
 
 @nox.session(python="3.11")
+def imagevolume(session: nox.Session) -> None:
+    """Issue 28's ImageVolume figures (benchmarks/bench_imagevolume.py): an overlay over a
+    read-only image of a real start's cache against copying it, and a real vLLM start on the
+    overlay. Needs root (mount) and the harness's vLLM venv; ``bench`` runs it too, skipping
+    it (one line) when not root. Posargs go to the script, e.g. ``-- --no-start``."""
+    session.install("-e", ".[test]")
+    session.run("python", "benchmarks/bench_imagevolume.py", "--require-root",
+                *session.posargs)
+
+
+@nox.session(python="3.11")
 def docs(session: nox.Session) -> None:
     """Check that docs/cli.md holds the current --help of every command."""
     session.install("-e", ".")

@@ -10,6 +10,7 @@ installs them for the tests: without them the registry tests skip, naming what i
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import shutil
 import subprocess
@@ -20,6 +21,8 @@ from pathlib import Path
 import pytest
 
 from tests.fleet_support import LoopbackServer
+
+MEDIA_INDEX = "application/vnd.oci.image.index.v1+json"
 
 REGISTRY = "/usr/bin/docker-registry"
 USER, PASSWORD = "alice", "pw-Zq81-never-printed"
@@ -177,3 +180,197 @@ def token_registry(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Registr
     finally:
         server.stop()
         svc.stop()
+
+
+class LyingRegistry:
+    """A loopback HTTP proxy in front of a real :class:`Registry` that lies in one way
+    (``mode``), the rest passed through byte for byte:
+
+    * ``index-sizes``: every entry artifact's index object (its config) claims each file is
+      one byte shorter than it is; the manifest's config descriptor and the served config
+      blob agree with the lie (a registry that lies coherently);
+    * ``index-digests``: the same, with each file's sha256 replaced by another blob's of the
+      same entry (when it has two) or a digest the registry has no blob for;
+    * ``config-size``: the manifest's config descriptor claims a size its blob is not;
+    * ``blob-bytes``: every file blob is served with one byte changed (same length);
+    * ``blob-longer``: every file blob is served with 4 KiB more than claimed;
+    * ``drip``: every file blob is served one byte per 0.2 s, never ending;
+    * ``huge-index``: the URL's tag (and every manifest) is an endless JSON body;
+    * ``foreign-tag``: the URL's tag names an image manifest that is none of ours.
+
+    Blobs are told from our index objects by the manifests the proxy has served: a config
+    digest is an index object, a layer digest a file."""
+
+    def __init__(self, upstream: Registry, mode: str) -> None:
+        import http.client
+        import http.server
+        import threading
+
+        self.upstream, self.mode = upstream, mode
+        self.configs: dict[str, bytes] = {}
+        """Rewritten index objects served by their (new) digest."""
+        self.files: set[str] = set()
+        self.requests: list[str] = []
+        self.stopping = threading.Event()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+            def _forward(self) -> tuple[int, dict[str, str], bytes]:
+                n = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(n) if n else None
+                conn = http.client.HTTPConnection("127.0.0.1", upstream.port, timeout=30)
+                headers = {k: v for k, v in self.headers.items()
+                           if k.lower() in ("accept", "authorization", "content-type",
+                                            "content-length", "content-range")}
+                conn.request(self.command, self.path, body=body, headers=headers)
+                r = conn.getresponse()
+                data = r.read()
+                out = {k: v for k, v in r.getheaders()
+                       if k.lower() not in ("content-length", "connection",
+                                            "transfer-encoding")}
+                conn.close()
+                return r.status, out, data
+
+            def _send(self, status: int, headers: dict[str, str], data: bytes) -> None:
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(data)
+
+            def _any(self) -> None:
+                proxy.requests.append(f"{self.command} {self.path}")
+                path = self.path.split("?", 1)[0]
+                if "/blobs/sha256:" in path and self.command in ("GET", "HEAD"):
+                    sha = path.rsplit("sha256:", 1)[1]
+                    if sha in proxy.configs:
+                        self._send(200, {"Docker-Content-Digest": f"sha256:{sha}"},
+                                   proxy.configs[sha])
+                        return
+                    if sha in proxy.files and self.command == "GET":
+                        self._blob(sha)
+                        return
+                if "/manifests/" in path and self.command == "GET":
+                    if proxy.mode == "huge-index":
+                        self._endless()
+                        return
+                    status, headers, data = self._forward()
+                    if status == 200:
+                        data = proxy._manifest(path, data)
+                        headers["Docker-Content-Digest"] = (
+                            "sha256:" + hashlib.sha256(data).hexdigest())
+                    self._send(status, headers, data)
+                    return
+                self._send(*self._forward())
+
+            def _blob(self, sha: str) -> None:
+                status, headers, data = self._forward()
+                if status != 200 or proxy.mode not in ("blob-bytes", "blob-longer", "drip"):
+                    self._send(status, headers, data)
+                    return
+                if proxy.mode == "blob-bytes":
+                    data = data[:-1] + bytes([data[-1] ^ 1]) if data else b"x"
+                elif proxy.mode == "blob-longer":
+                    data += b"\0" * 4096
+                else:
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(1 << 40))
+                    self.end_headers()
+                    for _ in range(10_000):
+                        if proxy.stopping.wait(0.2):
+                            break
+                        try:
+                            self.wfile.write(b"\0")
+                            self.wfile.flush()
+                        except OSError:
+                            break
+                    return
+                self._send(status, headers, data)
+
+            def _endless(self) -> None:
+                self.send_response(200)
+                self.send_header("Content-Type", MEDIA_INDEX)
+                self.send_header("Content-Length", str(1 << 40))
+                self.end_headers()
+                chunk = b" " * (1 << 20)
+                self.wfile.write(b'{"manifests": [')
+                while not proxy.stopping.is_set():
+                    try:
+                        self.wfile.write(chunk)
+                    except OSError:
+                        break
+
+            do_GET = do_HEAD = do_PUT = do_POST = do_PATCH = do_DELETE = _any
+
+        class Server(http.server.ThreadingHTTPServer):
+            daemon_threads = True
+
+            def handle_error(self, request: object, client_address: object) -> None:
+                pass  # a client that gave up on a lie (the point of the test)
+
+        self.server = Server(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        self.host = f"127.0.0.1:{self.port}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def url(self, repo: str) -> str:
+        return f"oci://{self.host}/{repo}"
+
+    def _manifest(self, path: str, data: bytes) -> bytes:
+        """A manifest as the mode serves it (the files it lists remembered)."""
+        repo, _, ref = path.removeprefix("/v2/").rpartition("/manifests/")
+        try:
+            m = json.loads(data)
+        except ValueError:
+            return data
+        if not isinstance(m, dict):
+            return data
+        if self.mode == "foreign-tag" and not ref.startswith(("aot-", "backend-", "sha256:")) \
+                and "." not in ref:
+            foreign = {"schemaVersion": 2,
+                       "mediaType": "application/vnd.oci.image.manifest.v1+json",
+                       "config": {"mediaType": "application/vnd.oci.image.config.v1+json",
+                                  "digest": "sha256:" + "ab" * 32, "size": 2},
+                       "layers": []}
+            return json.dumps(foreign).encode()
+        if m.get("artifactType") != "application/vnd.vllm-cache.entry.v1+json":
+            return data
+        self.files.update(x["digest"].removeprefix("sha256:") for x in m.get("layers") or [])
+        cfg = m["config"]
+        if self.mode == "config-size":
+            cfg["size"] = int(cfg["size"]) // 2
+            return json.dumps(m).encode()
+        if self.mode not in ("index-sizes", "index-digests"):
+            return data
+        import requests
+
+        sha = cfg["digest"].removeprefix("sha256:")
+        raw = requests.get(f"http://{self.upstream.host}/v2/{repo}"
+                           f"/blobs/sha256:{sha}", timeout=30).content
+        doc = json.loads(raw)
+        files = doc["entry"]["files"]
+        shas = [f["sha256"] for f in files]
+        for f in files:
+            if self.mode == "index-sizes":
+                f["size"] = max(0, int(f["size"]) - 1)
+            else:
+                other = [s for s in shas if s != f["sha256"]]
+                f["sha256"] = other[0] if other else "0" * 64
+        new = json.dumps(doc).encode()
+        new_sha = hashlib.sha256(new).hexdigest()
+        self.configs[new_sha] = new
+        cfg.update(digest=f"sha256:{new_sha}", size=len(new))
+        return json.dumps(m).encode()
+
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.server.shutdown()
+        self.server.server_close()

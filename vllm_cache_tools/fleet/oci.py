@@ -42,11 +42,12 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urljoin, urlsplit
 
-from vllm_cache_tools.fleet.errors import StoreError
+from vllm_cache_tools.fleet.errors import BadIndex, StoreError
 from vllm_cache_tools.fleet.oci_auth import TIMEOUT, authorization, is_loopback
 from vllm_cache_tools.read import jsontext
 
@@ -65,6 +66,17 @@ MAX_TAGS = 200_000
 TAG_PAGE = 1000
 MAX_PIN_TAGS = 1000
 """Tags that are none of our objects' read by ``prune-remote`` to find what they pin."""
+MIN_RATE = 64 << 10
+"""Bytes a second a response body must average once its first ``TIMEOUT[1]`` seconds are
+over (a slow drip is refused, not waited on)."""
+_READ = 1 << 20
+_ACCEPT = ", ".join((
+    "application/vnd.oci.image.manifest.v1+json", "application/vnd.oci.image.index.v1+json",
+    "application/vnd.docker.distribution.manifest.v2+json",
+    "application/vnd.docker.distribution.manifest.list.v2+json"))
+"""What a manifest GET accepts: ours, and the others a tag of someone else may name (a
+registry answers 400 to a GET that does not accept what the tag names)."""
+_SMALL = 1 << 20
 MAX_MANIFEST_BYTES = 32 << 20
 MAX_OBJECT_BYTES = 32 << 20
 _TAG = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$")
@@ -159,7 +171,7 @@ class OciFileSystem:
             if self._auth:
                 headers["Authorization"] = self._auth
             try:
-                r = self._session.request(method, url, headers=headers, stream=stream,
+                r = self._session.request(method, url, headers=headers, stream=True,
                                           timeout=TIMEOUT, allow_redirects=True, **kw)
             except requests.exceptions.SSLError:
                 raise StoreError(f"{self.display}: TLS with {self.host} failed (a registry "
@@ -173,6 +185,8 @@ class OciFileSystem:
                 raise StoreError(f"{self.display}: cannot reach {self.host} ({why})") from None
             except requests.exceptions.RequestException as exc:
                 raise StoreError(f"{self.display}: {type(exc).__name__}") from None
+            if not stream or r.status_code not in ok:
+                _drain(r)
             if r.status_code == 401 and attempt == 0:
                 r.close()
                 self._authenticate(r.headers.get("WWW-Authenticate", ""))
@@ -191,7 +205,8 @@ class OciFileSystem:
 
     def _authenticate(self, header: str) -> None:
         self._auth = authorization(header, host=self.host, repo=self.repo,
-                                   display=self.display, insecure=self.insecure)
+                                   display=self.display, insecure=self.insecure,
+                                   read=lambda r, n: _Reader(r, "token answer").read(n))
 
     def _error(self, method: str, r: Any) -> StoreError:
         code = ""
@@ -225,11 +240,11 @@ class OciFileSystem:
     def _manifest(self, ref: str) -> tuple[str, int, dict[str, Any]] | None:
         """``(digest, size, manifest)`` of a tag or digest, ``None`` when there is none."""
         r = self._request("GET", f"{self._api}/manifests/{ref}", ok=(200, 404), stream=True,
-                          headers={"Accept": f"{MEDIA_MANIFEST}, {MEDIA_INDEX}"})
+                          headers={"Accept": _ACCEPT})
         with r:
             if r.status_code == 404:
                 return None
-            raw = r.raw.read(MAX_MANIFEST_BYTES + 1, decode_content=True)
+            raw = _Reader(r, "manifest").read(MAX_MANIFEST_BYTES + 1)
         if len(raw) > MAX_MANIFEST_BYTES:
             raise StoreError(f"{self.display}: manifest {ref[:80]} is over "
                              f"{MAX_MANIFEST_BYTES >> 20} MiB (not read)")
@@ -302,6 +317,7 @@ class OciFileSystem:
         got = self._manifest(self._ref(rel))
         if got is None:
             return None
+        _ours(got[2], rel, self.display)
         cfg = got[2].get("config")
         if not isinstance(cfg, dict) or not isinstance(cfg.get("digest"), str):
             raise StoreError(f"{self.display}: {rel} has no config")
@@ -311,9 +327,10 @@ class OciFileSystem:
         sha = cfg["digest"].removeprefix("sha256:")
         with self._open_blob(sha) as f:
             data = f.read(cap + 1)
-        if len(data) <= cap and hashlib.sha256(data).hexdigest() != sha:
+        if len(data) <= cap and (len(data) != size
+                                 or hashlib.sha256(data).hexdigest() != sha):
             raise StoreError(f"{self.display}: the config of {rel} has other bytes than its "
-                             "digest says")
+                             "descriptor says (size or digest)")
         return bytes(data)
 
     # ---- blobs ----
@@ -423,7 +440,7 @@ class OciFileSystem:
                 if r.status_code == 404:
                     return out
                 try:
-                    got = json.loads(r.raw.read(8 << 20, decode_content=True)).get("tags")
+                    got = json.loads(_Reader(r, "tag list").read(8 << 20)).get("tags")
                 except (ValueError, AttributeError):
                     raise StoreError(f"{self.display}: the tag list is not JSON") from None
                 nxt = r.links.get("next", {}).get("url")
@@ -442,13 +459,11 @@ class OciFileSystem:
         if sha is not None:
             self._request("DELETE", f"{self._api}/blobs/sha256:{sha}", ok=(202, 404)).close()
             return
-        r = self._request("HEAD", f"{self._api}/manifests/{path_tag(rel)}", ok=(200, 404),
-                          headers={"Accept": MEDIA_MANIFEST})
-        r.close()
-        digest = r.headers.get("Docker-Content-Digest")
-        if r.status_code == 404 or not digest:
+        got = self._manifest(path_tag(rel))
+        if got is None:
             raise FileNotFoundError(path)
-        self._request("DELETE", f"{self._api}/manifests/{digest}", ok=(202,)).close()
+        _ours(got[2], rel, self.display, "not removed")
+        self._request("DELETE", f"{self._api}/manifests/{got[0]}", ok=(202,)).close()
 
     # ---- the URL's tag ----
     def pin(self, rels: Iterable[str]) -> str | None:
@@ -476,6 +491,19 @@ class OciFileSystem:
                                       "artifactType": ARTIFACT_PIN, "manifests": descs})
         self._pin = None
         return self.tag
+
+
+def _ours(m: Mapping[str, Any], rel: str, display: str, what: str = "not read") -> None:
+    """Refuse a manifest under one of our tags that is not an artifact of ours (an image,
+    another tool's artifact): it is never read as ours, nor removed."""
+    want = ARTIFACT_ENTRY if _ENTRY.match(rel) else ARTIFACT_OBJECT
+    cfg = m.get("config")
+    media = cfg.get("mediaType") if isinstance(cfg, dict) else None
+    if m.get("mediaType") != MEDIA_MANIFEST or m.get("artifactType") != want or media != want:
+        kind = str(m.get("artifactType") or media or m.get("mediaType"))[:100]
+        error = BadIndex if want == ARTIFACT_ENTRY and what == "not read" else StoreError
+        raise error(f"{display}: {rel} names an artifact that is not vllm-cache's "
+                         f"({kind}): {what}")
 
 
 def _pin_paths(index: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
@@ -532,19 +560,40 @@ def _layers_and_annotations(data: bytes) -> tuple[list[dict[str, Any]], dict[str
 
 
 class _Reader:
-    """A blob's body, read as it arrives (``read(n)``, a context manager)."""
+    """A response body, read as it arrives (``read(n)``: ``n`` bytes unless it ends first; a
+    context manager). A body that comes slower than :data:`MIN_RATE` on average once its
+    first ``TIMEOUT[1]`` seconds are over is an error: a registry that drips a blob byte by
+    byte (each under the read timeout) is refused in bounded time, not waited on forever."""
 
-    def __init__(self, r: Any) -> None:
-        self.r = r
+    def __init__(self, r: Any, what: str = "blob download") -> None:
+        self.r, self.what = r, what
+        self.t0 = time.monotonic()
+        self.got = 0
 
     def read(self, n: int = -1) -> bytes:
         import requests
 
+        parts: list[bytes] = []
+        left = n if n >= 0 else 1 << 62
         try:
-            return bytes(self.r.raw.read(None if n < 0 else n, decode_content=True))
+            while left > 0:
+                b = self.r.raw.read1(min(left, _READ), decode_content=True)
+                if not b:
+                    break
+                parts.append(b)
+                left -= len(b)
+                self.got += len(b)
+                slow = time.monotonic() - self.t0 - TIMEOUT[1] - self.got / MIN_RATE
+                if slow > 0:
+                    raise StoreError(f"the registry's {self.what} came at under "
+                                     f"{MIN_RATE >> 10} KiB/s ({self.got} bytes in "
+                                     f"{time.monotonic() - self.t0:.0f} s): given up")
+        except StoreError:
+            raise
         except (requests.exceptions.RequestException, OSError, Exception) as exc:
-            raise StoreError(f"the registry's blob download broke off ({_reason(exc)})"
+            raise StoreError(f"the registry's {self.what} broke off ({_reason(exc)})"
                              ) from None
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def close(self) -> None:
         self.r.close()
@@ -594,6 +643,19 @@ class _Writer:
     def __exit__(self, exc_type: object, *exc: object) -> None:
         if exc_type is None:  # a failed source leaves the session unfinished: nothing made
             self.close()
+
+
+def _drain(r: Any) -> None:
+    """Read a short answer's body (at most :data:`_SMALL` bytes kept, the rest refused) so
+    that its connection goes back to the pool; an answer that is not short, or comes at a
+    drip, is an error (``requests`` would read it whole, in unbounded time)."""
+    body = _Reader(r, "answer").read(_SMALL + 1)
+    if len(body) > _SMALL:
+        r.close()
+        raise StoreError(f"the registry answered {r.status_code} with a body over "
+                         f"{_SMALL >> 10} KiB (not read)")
+    r._content = body
+    r._content_consumed = True
 
 
 def _reason(exc: BaseException) -> str:

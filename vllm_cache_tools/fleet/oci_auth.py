@@ -10,6 +10,8 @@ import base64
 import ipaddress
 import os
 import re
+from collections.abc import Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from vllm_cache_tools.fleet.errors import StoreError
@@ -71,10 +73,13 @@ def _challenge(header: str) -> tuple[str, dict[str, str]]:
     return scheme.lower(), dict(re.findall(r'(\w+)="([^"]*)"', rest))
 
 
-def authorization(header: str, *, host: str, repo: str, display: str, insecure: bool) -> str:
+def authorization(header: str, *, host: str, repo: str, display: str, insecure: bool,
+                  read: Callable[[Any, int], bytes] | None = None) -> str:
     """The ``Authorization`` value that answers a registry's ``WWW-Authenticate`` challenge
     (``Basic``, or ``Bearer`` through its token service) with the standard file's
-    credentials for ``host``; :class:`StoreError` (one line, no secret) when it cannot be."""
+    credentials for ``host``; :class:`StoreError` (one line, no secret) when it cannot be.
+    ``read(response, n)``: at most ``n`` bytes of the token answer's body (``fleet.oci``
+    passes its reader, which gives up on a body that drips)."""
     scheme, params = _challenge(header)
     creds = credentials(host)
     if creds is None and scheme == "basic":
@@ -100,11 +105,14 @@ def authorization(header: str, *, host: str, repo: str, display: str, insecure: 
         # different scopes would replace each other); the service grants what it allows.
         q["scope"] = f"repository:{repo}:pull,push,delete"
     try:
-        r = requests.get(realm, params=q, timeout=TIMEOUT,
+        r = requests.get(realm, params=q, timeout=TIMEOUT, stream=True,
                          auth=creds if creds else None)
     except requests.exceptions.RequestException:
         raise StoreError(f"{display}: cannot reach the registry's token service"
                          ) from None
+    with r:
+        body = (read(r, 1 << 20) if read is not None
+                else r.raw.read(1 << 20, decode_content=True))
     if r.status_code in (401, 403):
         raise StoreError(f"{display}: the registry's token service refused the "
                          f"credentials for {host}" if creds else
@@ -112,7 +120,7 @@ def authorization(header: str, *, host: str, repo: str, display: str, insecure: 
                          f"set for {host} (~/.docker/config.json or "
                          "REGISTRY_AUTH_FILE)")
     try:
-        tok = jsontext.loads(r.content[:1 << 20], "token")
+        tok = jsontext.loads(body, "token")
         token = (tok.get("token") or tok.get("access_token")) if isinstance(tok, dict) else None
     except ValueError:
         token = None
