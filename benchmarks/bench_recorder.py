@@ -28,14 +28,14 @@ that entry (the hit's ``seconds`` in the scenario's ledger). Goal: < 50 ms per s
 Results go to .bench/recorder_guard.json.
 
 ``--metrics`` (issue 29 item 1; no vLLM start: the vLLM venv's Python with this checkout
-installed and prometheus_client as vLLM ships it): what the recorder's metrics add to one
-start (the first process's ``setup()``, which registers the collector, plus, in a child like
-the engine core, every report a VLLM_COMPILE start makes: an AOT miss, the AOT entry saved,
-three backend misses, each written to the private folder; prometheus_client's own import,
-which vLLM has already paid, timed apart) against one ledger event (the
-recorder's own write per decision: the reference, same run); and one scrape of our part (our
-collector encoded by prometheus_client) against the process/platform/gc collectors that every
-``/metrics`` holds. Goals: < 1 ms per start, < 5 ms per scrape. Results in
+installed and prometheus_client as vLLM ships it): what the recorder's metrics add to one start
+(the first process's ``setup()``, which registers the collector, plus, in a child like the
+engine core, every report a VLLM_COMPILE start makes: an AOT miss, the AOT entry saved, three
+backend misses, each stored in the process's mapped file in the private folder;
+prometheus_client's own import, which vLLM has already paid, timed apart) against one ledger
+event (the recorder's own write per decision: the reference, same run); and one scrape of our
+part (our collector encoded by prometheus_client) against the process/platform/gc collectors
+that every ``/metrics`` holds. Goals: < 1 ms per start, < 5 ms per scrape. Results in
 .bench/recorder-metrics.json.
 """
 

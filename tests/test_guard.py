@@ -190,3 +190,64 @@ def test_compiling_manifest_reads_the_compiling_start_first(tmp_path: Path) -> N
     assert guard.check(_manifest(3), str(tmp_path / "model"), "aot", "k", "r",
                        environ={"VLLM_CACHE_TOOLS_GUARD": "off"}) is None
     assert guard.check(_manifest(2), str(tmp_path / "model"), "aot", "k", "r", environ={}) is None
+
+
+# --- real vLLM, the backend tree (AOT off) ---------------------------------------------------
+
+BACKEND_LOADED = "Directly load the compiled graph(s) for compile range"
+
+
+@pytest.fixture(scope="module")
+def backend_run() -> ScenarioRun:
+    return run_scenario(SCENARIOS["guard-backend"])
+
+
+def _backend_events(run: ScenarioRun) -> list[Any]:
+    events, problems = read_ledger(run.compile_cache)
+    assert not problems
+    assert not [e for e in events if e.tree == "aot"]  # AOT off: the backend tree only
+    return [e for e in events if e.tree == "backend"]
+
+
+@pytest.mark.realvllm
+def test_backend_hit_warn_mode_warns_and_loads(backend_run: ScenarioRun) -> None:
+    run = backend_run
+    assert GUARD_LINE not in run.log(0) and COMPILED.search(run.log(0))
+    log = run.log(1)
+    line = next(ln for ln in log.splitlines() if GUARD_LINE in ln)
+    assert " WARNING " in line and line.startswith("(Worker")  # vLLM's logger, process tag
+    assert ": backend entry " in line
+    assert "speculative_config.num_speculative_tokens: entry 2, this start 3" in line
+    assert "loading it anyway" in line
+    assert BACKEND_LOADED in log and not COMPILED.search(log)  # the wrong hit itself
+    ev = _backend_events(run)
+    assert [e.event for e in ev] == ["miss", "hit", "disabled", "hit"]
+    assert len({e.key for e in ev}) == 1  # one backend key: the field is not hashed
+    assert ev[0].guard is None and ev[3].guard is None
+    assert (ev[1].guard.mode, ev[1].guard.action, ev[1].guard.rules) == (
+        "warn", "loaded", RULES_VERSION)
+
+
+@pytest.mark.realvllm
+def test_backend_hit_strict_mode_compiles_afresh_and_keeps_the_entry(
+        backend_run: ScenarioRun) -> None:
+    run = backend_run
+    log = run.log(2)
+    assert GUARD_LINE in log and "compiling afresh" in log
+    assert BACKEND_LOADED not in log
+    assert COMPILED.search(log)  # vLLM really compiled
+    ev = _backend_events(run)
+    assert (ev[2].guard.mode, ev[2].guard.action) == ("strict", "recompiled")
+    assert ev[2].manifest is None
+    key = ev[0].key
+    folder = Path("torch_compile_cache") / key / "rank_0_0" / "backbone"
+    # The entry start 0 compiled: not rewritten by the strict start, and no manifest of it.
+    for name in ("vllm_compile_cache.py", "computation_graph.py"):
+        assert _sha(run.before(2) / folder / name) == _sha(run.before(3) / folder / name)
+    assert sorted(p.name for p in (run.before(2) / folder).glob("vct-manifest.*")) == sorted(
+        p.name for p in (run.before(3) / folder).glob("vct-manifest.*"))
+    # The same settings as the entry's: no warning, a hit, even in strict mode.
+    assert GUARD_LINE not in run.log(3) and BACKEND_LOADED in run.log(3)
+    r = run_cli("stats", "--json", "--root", str(run.vllm_root))
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["events"]["backend"]["guard-warning"] == 2

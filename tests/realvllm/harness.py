@@ -468,6 +468,7 @@ GUARD_ENV = "VLLM_CACHE_TOOLS_GUARD"
 NGRAM_2 = {"method": "ngram", "num_speculative_tokens": 2, "prompt_lookup_max": 3,
            "prompt_lookup_min": 1}
 NGRAM_3 = {**NGRAM_2, "num_speculative_tokens": 3}
+NO_AOT_ENV = {"VLLM_USE_AOT_COMPILE": "0"}
 
 
 def _block_recorder_state(root: Path) -> None:
@@ -571,6 +572,20 @@ SCENARIOS: dict[str, Scenario] = {
         Start.make(env={**RECORD_ENV, GUARD_ENV: "strict"}, compile_mode=True,
                    speculative_config=NGRAM_3),
         Start.make(env={**RECORD_ENV, GUARD_ENV: "strict"}, compile_mode=True,
+                   speculative_config=NGRAM_2),
+    ), recorder=True),
+    # The guard at a backend-tree hit (issue 29 item 3): the same four starts with vLLM's AOT
+    # compile off (VLLM_USE_AOT_COMPILE=0, VLLM_COMPILE mode), so a warm start loads the
+    # backend tree's vllm_compile_cache.py (with AOT on, the AOT tree answers first; vLLM's
+    # default CPU mode writes no backend tree at all).
+    "guard-backend": Scenario("guard-backend", (
+        Start.make(env={**RECORD_ENV, **NO_AOT_ENV}, compile_mode=True,
+                   speculative_config=NGRAM_2),
+        Start.make(env={**RECORD_ENV, **NO_AOT_ENV}, compile_mode=True,
+                   speculative_config=NGRAM_3),
+        Start.make(env={**RECORD_ENV, **NO_AOT_ENV, GUARD_ENV: "strict"}, compile_mode=True,
+                   speculative_config=NGRAM_3),
+        Start.make(env={**RECORD_ENV, **NO_AOT_ENV, GUARD_ENV: "strict"}, compile_mode=True,
                    speculative_config=NGRAM_2),
     ), recorder=True),
     # The recorder cannot write its ledger or snapshots (a file where its folder goes):

@@ -1,11 +1,13 @@
-"""The wrong-hit guard (issue 29, item 3): at each AOT hit, this start's manifest against the
-manifest of the start that compiled the entry about to be loaded
+"""The wrong-hit guard (issue 29, item 3): at each hit, in either tree (an AOT ``model``
+about to be loaded, or a backend folder whose ``vllm_compile_cache.py`` vLLM is about to read),
+this start's manifest against the manifest of the start that compiled the entry
 (:func:`vllm_cache_tools.keys.wrong_hit.guarded_differences`, over the curated list of
 :mod:`vllm_cache_tools.keys.guard_fields`).
 
 ``VLLM_CACHE_TOOLS_GUARD``: ``warn`` (default): a WARNING line in vLLM's log, the hit's ledger
 event carries a ``guard`` note, and vLLM loads as usual. ``strict``: the same, and this
-process compiles afresh instead of loading: the recorder does not call vLLM's loader and sets
+process compiles afresh instead of loading: the recorder does not call vLLM's AOT loader (a
+backend hit: it passes ``disable_cache=True`` to vLLM's ``initialize_cache``) and sets
 ``VLLM_DISABLE_COMPILE_CACHE=1`` in this process before vLLM compiles, so neither tree is read
 or written by this start (the entry compiled for the other settings stays as it is; this start
 pays a full compile every time until the field enters the key). ``off``: no comparison.
@@ -121,7 +123,8 @@ def compiling_manifest(entry_dir: str, artifact: str) -> Mapping[str, Any] | Non
 def check(start: Mapping[str, Any], artifact: str, tree: str, key: str, rank: str,
           environ: Mapping[str, str] | None = None) -> Verdict | None:
     """The guard's verdict for this start (its manifest ``start``) about to load
-    ``artifact`` (an AOT ``model`` file; its folder holds the manifests); ``None`` when the
+    ``artifact`` (an AOT ``model`` file or a backend ``vllm_compile_cache.py``; its folder
+    holds the manifests); ``None`` when the
     guard is off, the entry's compiling start is unknown, or nothing on the list differs."""
     m = mode(environ)
     if m == "off":

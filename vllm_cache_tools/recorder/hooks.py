@@ -74,21 +74,37 @@ def patch_backends(mod: ModuleType) -> None:
     backend, manager = mod.VllmBackend, mod.CompilerManager
     orig_init, orig_call = manager.initialize_cache, backend.__call__
     sig = inspect.signature(orig_init)
+    logger = getattr(mod, "logger", None)
 
     def initialize_cache(self: Any, *args: Any, **kwargs: Any) -> Any:
+        verdict: guard.Verdict | None = None
         try:
             with _Timed():
                 ba = sig.bind(self, *args, **kwargs)
                 ba.apply_defaults()
                 d = str(ba.arguments["cache_dir"])
-                self._vct_decision = (d, bool(ba.arguments.get("disable_cache", False)),
-                                      os.path.exists(os.path.join(d, "vllm_compile_cache.py")))
+                disabled = bool(ba.arguments.get("disable_cache", False))
+                artifact = os.path.join(d, BACKEND_ARTIFACT)
+                existed = os.path.exists(artifact)
+                owner = getattr(self, "_vct_backend", None)
+                if existed and not disabled and owner is not None:
+                    try:
+                        verdict = _backend_guard(owner, d, artifact, logger)
+                    except Exception as exc:
+                        warn("wrong-hit guard", exc)
+                self._vct_decision = (d, disabled, existed, verdict)
         except Exception as exc:
             warn("backend cache decision", exc)
+        if verdict is not None and verdict.recompile:
+            # vLLM's own "cache off" path for this folder: nothing read, nothing saved.
+            ba.arguments["disable_cache"] = True
+            return orig_init(*ba.args, **ba.kwargs)
         return orig_init(self, *args, **kwargs)
 
     def call(self: Any, graph: Any, example_inputs: Any) -> Any:
         pre: dict[str, Any] | None = None
+        with contextlib.suppress(Exception):  # the guard in initialize_cache reads our config
+            self.compiler_manager._vct_backend = self
         try:
             with _Timed():
                 from vllm.compilation import monitor
@@ -112,18 +128,57 @@ def patch_backends(mod: ModuleType) -> None:
     backend.__call__ = call
 
 
+BACKEND_ARTIFACT = "vllm_compile_cache.py"
+"""What vLLM loads a backend entry from (``CompilerManager.initialize_cache``): present, a hit."""
+
+
+def _backend_where(backend: Any, local_dir: str) -> tuple[str, str, str, str]:
+    """``(compile_cache, key, rank, prefix)`` of a backend entry folder."""
+    key_dir = str(backend.compilation_config.cache_dir)
+    parts = os.path.relpath(local_dir, key_dir).split(os.sep)
+    return (os.path.dirname(os.path.normpath(key_dir)),
+            os.path.basename(os.path.normpath(key_dir)), parts[0], "/".join(parts[1:]))
+
+
+def _backend_guard(backend: Any, local_dir: str, artifact: str,
+                   logger: Any) -> guard.Verdict | None:
+    """The wrong-hit guard before a backend-tree load (the entry's ``vllm_compile_cache.py``
+    is there): this start's manifest as far as it is known before compiling (config, env,
+    versions, and the Inductor options in the context vLLM just hashed them) against the
+    manifest of the start that compiled the entry, as for an AOT hit."""
+    if guard.mode() == "off":
+        return None
+    _, key, rank, prefix = _backend_where(backend, local_dir)
+    start = capture.base_manifest(backend.vllm_config, "backend", key, rank, prefix)
+    try:
+        from vllm.compilation.compiler_interface import get_inductor_factors
+
+        start["inductor"] = capture.inductor_json(get_inductor_factors())
+    except Exception:
+        start["inductor"] = None
+    verdict = guard.check(start, artifact, "backend", key, rank)
+    if verdict is not None:
+        guard.announce(verdict, logger)
+        if verdict.recompile:
+            guard.compile_afresh()
+    return verdict
+
+
 def _backend_record(backend: Any, pre: dict[str, Any], backend_s: float) -> None:
     t0 = time.perf_counter()
     decision = getattr(backend.compiler_manager, "_vct_decision", None)
     if decision is None:
         return
-    local_dir, disabled, existed = decision
-    key_dir = str(backend.compilation_config.cache_dir)
-    compile_cache = os.path.dirname(os.path.normpath(key_dir))
-    parts = os.path.relpath(local_dir, key_dir).split(os.sep)
-    rank, prefix = parts[0], "/".join(parts[1:])
-    manifest = capture.base_manifest(backend.vllm_config, "backend",
-                                     os.path.basename(os.path.normpath(key_dir)), rank, prefix)
+    local_dir, disabled, existed, verdict = decision
+    compile_cache, key, rank, prefix = _backend_where(backend, local_dir)
+    if verdict is not None and verdict.recompile:
+        # Strict: this start compiled with the cache off and did not use the entry (no
+        # manifest in its folder: audit must not count it among the entry's users).
+        _event(compile_cache, t0, event="disabled", tree="backend", key=key, rank=rank,
+               prefix=prefix, manifest=None, seconds=round(backend_s, 4),
+               dynamo_s=pre["dynamo_s"], guard=verdict.note())
+        return
+    manifest = capture.base_manifest(backend.vllm_config, "backend", key, rank, prefix)
     try:
         # Read like every cache read: a FIFO planted here must not hang vLLM.
         stored = json.loads(safeio.read_regular(
@@ -147,7 +202,7 @@ def _backend_record(backend: Any, pre: dict[str, Any], backend_s: float) -> None
     digest, _ = write.write_manifest(local_dir, manifest, base=compile_cache)
     _event(compile_cache, t0, event=event, tree="backend", key=manifest["key"], rank=rank,
            prefix=prefix, manifest=digest, seconds=round(backend_s, 4),
-           dynamo_s=pre["dynamo_s"])
+           dynamo_s=pre["dynamo_s"], **({"guard": verdict.note()} if verdict else {}))
 
 
 # --- AOT tree -------------------------------------------------------------------------------

