@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_layer_support import assert_same_keywords, assert_same_outcome
 from tests.conftest import run_cli
-from tests.plain_args_support import assert_reads_as_typer
 from tests.realvllm.harness import ScenarioRun
-from vllm_cache_tools.cli.ls_run import parse_argv, run_ls
+from vllm_cache_tools.cli.ls_run import run_ls
 
 PLAIN = [
     [],
@@ -32,15 +32,16 @@ LEFT_TO_TYPER = [
 
 
 @pytest.mark.parametrize("args", PLAIN, ids=" ".join)
-def test_plain_arguments_read_as_typer_reads_them(args: list[str],
+def test_plain_values_are_the_ones_typer_converts(args: list[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_reads_as_typer("ls", args, parse_argv, "vllm_cache_tools.cli.ls.run_ls", run_ls,
-                          monkeypatch)
+    assert_same_keywords("ls", args, "vllm_cache_tools.cli.ls.run_ls",
+                         run_ls, monkeypatch)
 
 
 @pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
-def test_anything_else_is_left_to_typer(args: list[str]) -> None:
-    assert parse_argv(args) is None
+def test_help_and_errors_are_typers(args: list[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    assert_same_outcome("ls", args, "vllm_cache_tools.cli.ls.run_ls", monkeypatch)
 
 
 @pytest.mark.realvllm
