@@ -1,6 +1,5 @@
 """``vllm-cache ls``: every entry of both trees with sizes, ages, ranks and state. The verb's
-options live here; what it does is :mod:`vllm_cache_tools.cli.ls_run` (free of typer, so a
-plain ``ls`` runs without building the typer command)."""
+options live here; what it does is :mod:`vllm_cache_tools.cli.ls_run`."""
 
 from __future__ import annotations
 
@@ -9,15 +8,10 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.fleetcommon import StorageOpt
 from vllm_cache_tools.cli.ls_run import ls_columns, model_label, run_ls
+from vllm_cache_tools.cli.options import RootOpt, StorageOpt
 
 __all__ = ["LS_COLUMNS", "RootOpt", "ls", "model_label"]
-
-RootOpt = Annotated[Path | None, typer.Option(
-    "--root", help="vLLM cache root (default: $VLLM_CACHE_ROOT, else $XDG_CACHE_HOME/vllm, "
-    "else ~/.cache/vllm); its torch_compile_cache folder is accepted too.",
-    show_default=False, readable=False, resolve_path=False)]
 
 
 def ls(

@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.fleetcommon import StorageOpt
 from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.cli.options import StorageOpt
 from vllm_cache_tools.cli.stats_run import run_stats
 
 
