@@ -1,7 +1,7 @@
-"""``pull`` with plain options runs without typer (cli/pull_run.py), a pod's init step: it must
-pass the values typer would pass and leave everything else to typer. The decision itself
-(store, checks, exit codes) is tested through the CLI in test_fleet_remote.py and
-test_fleet_realvllm.py, which now take this path."""
+"""``pull`` through the one CLI layer (cli/coercion.py), a pod's init step: the keywords, help,
+errors and exit codes are those of typer's own conversion, and the store's client is imported
+beside the rest. The decision itself (store, checks, exit codes) is tested through the CLI in
+test_fleet_remote.py and test_fleet_realvllm.py."""
 
 from __future__ import annotations
 

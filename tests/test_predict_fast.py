@@ -1,8 +1,7 @@
-"""``predict`` with plain options runs without typer (cli/predict_run.py) and starts the vLLM
-probe before it imports the rest (live/runner.py ``prestart``): it must pass the values typer
-would pass, leave everything else to typer, and the early probe run must be the one predict
-uses (never a second one). The prediction itself is tested through the CLI in
-test_predict.py, which now takes this path."""
+"""``predict`` through the one CLI layer (cli/coercion.py) starts the vLLM probe before it
+imports the rest (live/runner.py ``prestart``): the keywords, help, errors and exit codes are
+those of typer's own conversion, and the early probe run must be the one predict uses (never a
+second one). The prediction itself is tested through the CLI in test_predict.py."""
 
 from __future__ import annotations
 
