@@ -44,7 +44,7 @@ def test_help_and_errors_are_typers(args: list[str],
 
 
 def test_the_store_client_is_imported_beside_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
-    """run_argv starts the backend import before anything else; a second start is a no-op
+    """run_pull starts the backend import before anything else; a second start is a no-op
     and the Store waits for it."""
     from vllm_cache_tools.fleet import remote
 

@@ -1,5 +1,5 @@
 """``vllm-cache stats``: hits, misses and seconds saved, from the recorder's ledgers (the work:
-:mod:`vllm_cache_tools.cli.stats_run`, which also reads plain command lines without typer)."""
+:mod:`vllm_cache_tools.cli.stats_run`)."""
 
 from __future__ import annotations
 
