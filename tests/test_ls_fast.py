@@ -36,14 +36,14 @@ LEFT_TO_TYPER = [
 @pytest.mark.parametrize("args", PLAIN, ids=" ".join)
 def test_plain_values_are_the_ones_typer_converts(args: list[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_same_keywords("ls", args, "vllm_cache_tools.cli.ls.run_ls",
+    assert_same_keywords("ls", args, "vllm_cache_tools.cli.ls_run.run_ls",
                          run_ls, monkeypatch)
 
 
 @pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
 def test_help_and_errors_are_typers(args: list[str],
                                     monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_same_outcome("ls", args, "vllm_cache_tools.cli.ls.run_ls", monkeypatch)
+    assert_same_outcome("ls", args, "vllm_cache_tools.cli.ls_run.run_ls", monkeypatch)
 
 
 @pytest.mark.realvllm
