@@ -177,7 +177,7 @@ def test_ls_of_an_entry_path_in_another_root(tmp_path: Path) -> None:
     for name in ("a", "b"):
         shutil.copytree(REPO / "examples" / "sample_cache", tmp_path / name)
     other = tmp_path / "a" / "torch_compile_cache" / "28fd362d4e"
-    for extra in ([], ["--json"], ["--sort", "key", "--sort", "key"]):  # fast path and typer
+    for extra in ([], ["--json"], ["--sort", "key", "--sort", "key"]):  # a repeated option too
         r = run_cli("ls", str(other), "--root", str(tmp_path / "b"), *extra)
         assert r.returncode == 2 and r.stdout == "", (extra, r.stdout, r.stderr)
         assert r.stderr.count("\n") == 1 and "is not an entry of" in r.stderr, r.stderr
@@ -193,7 +193,7 @@ def test_key_prefixes_in_upper_case(tmp_path: Path) -> None:
     shutil.copytree(REPO / "examples" / "sample_cache", root)
     r = run_cli("show", "28FD", "--root", str(root))
     assert r.returncode == 0 and "backend entry 28fd362d4e" in r.stdout, r.stderr
-    for extra in ([], ["--json"]):  # ls's fast path and its full one
+    for extra in ([], ["--json"]):  # the table and JSON
         r = run_cli("ls", "28Fd362D4E", "--root", str(root), *extra)
         assert r.returncode == 0 and "28fd362d4e" in r.stdout, (extra, r.stderr)
     r = run_cli("rm", "28FD", "--root", str(root), "--dry-run", "--grace", "0")

@@ -1,7 +1,7 @@
-"""``pull`` with plain options runs without typer (cli/pull_run.py), a pod's init step: it must
-pass the values typer would pass and leave everything else to typer. The decision itself
-(store, checks, exit codes) is tested through the CLI in test_fleet_remote.py and
-test_fleet_realvllm.py, which now take this path."""
+"""``pull`` through the one CLI layer (cli/coercion.py), a pod's init step: the keywords, help,
+errors and exit codes are those of typer's own conversion, and the store's client is imported
+beside the rest. The decision itself (store, checks, exit codes) is tested through the CLI in
+test_fleet_remote.py and test_fleet_realvllm.py."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.plain_args_support import assert_reads_as_typer
-from vllm_cache_tools.cli.pull_run import parse_argv, run_pull
+from tests.cli_layer_support import assert_same_keywords, assert_same_outcome
+from vllm_cache_tools.cli.pull_run import run_pull
 
 URL = "s3://bucket/store"
 PLAIN = [
@@ -31,19 +31,20 @@ LEFT_TO_TYPER = [
 
 
 @pytest.mark.parametrize("args", PLAIN, ids=" ".join)
-def test_plain_arguments_read_as_typer_reads_them(args: list[str],
+def test_plain_values_are_the_ones_typer_converts(args: list[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_reads_as_typer("pull", args, parse_argv, "vllm_cache_tools.cli.pull_run.run_pull",
-                          run_pull, monkeypatch)
+    assert_same_keywords("pull", args, "vllm_cache_tools.cli.pull_run.run_pull",
+                         run_pull, monkeypatch)
 
 
 @pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
-def test_anything_else_is_left_to_typer(args: list[str]) -> None:
-    assert parse_argv(args) is None
+def test_help_and_errors_are_typers(args: list[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    assert_same_outcome("pull", args, "vllm_cache_tools.cli.pull_run.run_pull", monkeypatch)
 
 
 def test_the_store_client_is_imported_beside_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:
-    """run_argv starts the backend import before anything else; a second start is a no-op
+    """run_pull starts the backend import before anything else; a second start is a no-op
     and the Store waits for it."""
     from vllm_cache_tools.fleet import remote
 

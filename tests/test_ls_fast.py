@@ -1,5 +1,7 @@
-"""``ls`` with plain options runs without typer (cli/ls_run.py): it must pass the values typer
-would pass, print the same bytes, and leave everything else to typer."""
+"""``ls`` through the one CLI layer (typer, its pydantic conversion avoided for plain values:
+cli/coercion.py): the keywords, help, errors and exit codes are those of typer's own
+conversion, for the command lines the removed typer-free reader took and for those it left
+to typer."""
 
 from __future__ import annotations
 
@@ -7,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_layer_support import assert_same_keywords, assert_same_outcome
 from tests.conftest import run_cli
-from tests.plain_args_support import assert_reads_as_typer
 from tests.realvllm.harness import ScenarioRun
-from vllm_cache_tools.cli.ls_run import parse_argv, run_ls
+from vllm_cache_tools.cli.ls_run import run_ls
 
 PLAIN = [
     [],
@@ -32,22 +34,24 @@ LEFT_TO_TYPER = [
 
 
 @pytest.mark.parametrize("args", PLAIN, ids=" ".join)
-def test_plain_arguments_read_as_typer_reads_them(args: list[str],
+def test_plain_values_are_the_ones_typer_converts(args: list[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_reads_as_typer("ls", args, parse_argv, "vllm_cache_tools.cli.ls.run_ls", run_ls,
-                          monkeypatch)
+    assert_same_keywords("ls", args, "vllm_cache_tools.cli.ls_run.run_ls",
+                         run_ls, monkeypatch)
 
 
 @pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
-def test_anything_else_is_left_to_typer(args: list[str]) -> None:
-    assert parse_argv(args) is None
+def test_help_and_errors_are_typers(args: list[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    assert_same_outcome("ls", args, "vllm_cache_tools.cli.ls_run.run_ls", monkeypatch)
 
 
 @pytest.mark.realvllm
-def test_same_bytes_with_and_without_typer(real_compile: ScenarioRun, tmp_path: Path) -> None:
+def test_a_repeated_option_keeps_the_last_value(real_compile: ScenarioRun,
+                                                tmp_path: Path) -> None:
     root = str(real_compile.vllm_root)
-    # A repeated option sends the same listing through typer (it keeps the last value).
-    for args in (["--json"], [], ["--by-owner"], ["--json", "--filter", "layout=aot"]):
+    # Same bytes (the table's ages move between two runs on a slow machine: JSON and owners).
+    for args in (["--json"], ["--by-owner"], ["--json", "--filter", "layout=aot"]):
         fast = run_cli("ls", "--root", root, *args)
         typed = run_cli("ls", "--root", root, "--sort", "last-used", "--sort", "last-used",
                         *args)
@@ -58,3 +62,25 @@ def test_same_bytes_with_and_without_typer(real_compile: ScenarioRun, tmp_path: 
     typed = run_cli("ls", "--root", missing, "--sort", "key", "--sort", "key")
     assert fast.returncode == typed.returncode == 2
     assert fast.stderr == typed.stderr and "does not exist" in fast.stderr
+
+
+def test_a_plain_listing_never_imports_pydantic(tmp_path: Path) -> None:
+    """The cost the one layer avoids (~0.08 s of CPU a run): typer's pydantic conversion is
+    built only for a value that needs it (here ``-o`` given twice is plain too)."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from vllm_cache_tools.cli import main; sys.argv = ['vllm-cache', "
+            "*sys.argv[1:]]\ntry:\n    main()\nexcept SystemExit:\n    pass\n"
+            "sys.stderr.write('pydantic: %s' % ('pydantic' in sys.modules))")
+    sample = str(Path(__file__).resolve().parent.parent / "examples" / "sample_cache")
+    env = {**__import__("os").environ, "XDG_CACHE_HOME": str(tmp_path)}
+    for args in (["ls", "--root", sample, "--json"], ["ls", "--root", sample, "-w", "--sort",
+                                                      "size"], ["stats", "--root", sample],
+                 ["ls", "--help"]):
+        r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True,
+                           text=True, env=env, timeout=120)
+        assert r.stderr.endswith("pydantic: False"), (args, r.stderr[-500:])
+    r = subprocess.run([sys.executable, "-c", code, "stats", "--root", sample, "-j", "x"],
+                       capture_output=True, text=True, env=env, timeout=120)
+    assert "pydantic: True" in r.stderr and "Invalid value for '--jobs' / '-j'" in r.stderr

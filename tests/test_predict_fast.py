@@ -1,8 +1,7 @@
-"""``predict`` with plain options runs without typer (cli/predict_run.py) and starts the vLLM
-probe before it imports the rest (live/runner.py ``prestart``): it must pass the values typer
-would pass, leave everything else to typer, and the early probe run must be the one predict
-uses (never a second one). The prediction itself is tested through the CLI in
-test_predict.py, which now takes this path."""
+"""``predict`` through the one CLI layer (cli/coercion.py) starts the vLLM probe before it
+imports the rest (live/runner.py ``prestart``): the keywords, help, errors and exit codes are
+those of typer's own conversion, and the early probe run must be the one predict uses (never a
+second one). The prediction itself is tested through the CLI in test_predict.py."""
 
 from __future__ import annotations
 
@@ -10,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from tests.plain_args_support import assert_reads_as_typer
-from vllm_cache_tools.cli.predict_run import parse_argv, run_predict
+from tests.cli_layer_support import assert_same_keywords, assert_same_outcome
+from vllm_cache_tools.cli.predict_run import run_predict
 from vllm_cache_tools.live import runner
 
 SERVE = ["--", "/models/m", "--max-model-len", "128", "-cc", '{"mode": 3}']
@@ -31,15 +30,16 @@ LEFT_TO_TYPER = [
 
 
 @pytest.mark.parametrize("args", PLAIN, ids=" ".join)
-def test_plain_arguments_read_as_typer_reads_them(args: list[str],
+def test_plain_values_are_the_ones_typer_converts(args: list[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_reads_as_typer("predict", args, parse_argv,
-                          "vllm_cache_tools.cli.predict.run_predict", run_predict, monkeypatch)
+    assert_same_keywords("predict", args, "vllm_cache_tools.cli.predict.run_predict",
+                         run_predict, monkeypatch)
 
 
 @pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
-def test_anything_else_is_left_to_typer(args: list[str]) -> None:
-    assert parse_argv(args) is None
+def test_help_and_errors_are_typers(args: list[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    assert_same_outcome("predict", args, "vllm_cache_tools.cli.predict.run_predict", monkeypatch)
 
 
 def test_a_prestarted_run_answers_the_same_call_once(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,5 +1,6 @@
-"""``stats`` with plain options runs without typer (cli/stats_run.py): it must pass the values
-typer would pass, print the same bytes, and leave everything else to typer."""
+"""``stats`` through the one CLI layer (cli/coercion.py): the keywords, help, errors and exit
+codes are those of typer's own conversion (``--jobs`` out of range or not a number is still
+answered by typer's pydantic conversion, built then)."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.cli_layer_support import assert_same_keywords, assert_same_outcome
 from tests.conftest import run_cli
-from tests.plain_args_support import assert_reads_as_typer
 from tests.test_stats import AOT, root_with, start_lines
-from vllm_cache_tools.cli.stats_run import parse_argv, run_stats
+from vllm_cache_tools.cli.stats_run import run_stats
 
 PLAIN = [
     [],
@@ -32,22 +33,22 @@ LEFT_TO_TYPER = [
 
 
 @pytest.mark.parametrize("args", PLAIN, ids=" ".join)
-def test_plain_arguments_read_as_typer_reads_them(args: list[str],
+def test_plain_values_are_the_ones_typer_converts(args: list[str],
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_reads_as_typer("stats", args, parse_argv, "vllm_cache_tools.cli.stats.run_stats",
-                          run_stats, monkeypatch)
+    assert_same_keywords("stats", args, "vllm_cache_tools.cli.stats.run_stats",
+                         run_stats, monkeypatch)
 
 
 @pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
-def test_anything_else_is_left_to_typer(args: list[str]) -> None:
-    assert parse_argv(args) is None
+def test_help_and_errors_are_typers(args: list[str],
+                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    assert_same_outcome("stats", args, "vllm_cache_tools.cli.stats.run_stats", monkeypatch)
 
 
-def test_same_bytes_with_and_without_typer(tmp_path: Path) -> None:
+def test_a_repeated_option_keeps_the_last_value(tmp_path: Path) -> None:
     lines = [x for i in range(4) for x in start_lines("h", f"s{i}", 1.8e9 + i * 100,
                                                          ("miss", "hit")[i % 2], tp=2)]
     root = str(root_with(tmp_path, {"h": [*lines, "not json"]}))
-    # A repeated option sends the same report through typer (it keeps the last value).
     for args in (["--json"], [], ["--by", "entry", "--wide"], ["--by", "bogus"]):
         fast = run_cli("stats", "--root", root, *args)
         typed = run_cli("stats", "--root", root, "--jobs", "1", "--jobs", "1", *args)

@@ -53,13 +53,6 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(name)
 
 
-FAST_PATHS = {"ls": "vllm_cache_tools.cli.ls_run",  # an indexed listing: a tenth of du
-              "pull": "vllm_cache_tools.cli.pull_run",  # a pod's init step (pull --if-hit)
-              "predict": "vllm_cache_tools.cli.predict_run",  # the probe starts at once
-              "stats": "vllm_cache_tools.cli.stats_run"}  # a memo's sums: ~0.1 s of counting
-"""Verbs whose plain command lines run without typer: module -> ``run_argv(args) -> bool``."""
-
-
 def build_command(only: str | None = None) -> Any:
     """The click command ``main`` runs (:func:`vllm_cache_tools.cli.app.build_command`)."""
     from vllm_cache_tools.cli.app import build_command as build
@@ -70,13 +63,6 @@ def build_command(only: str | None = None) -> Any:
 def main() -> None:
     verb = sys.argv[1] if len(sys.argv) > 1 else None
     try:
-        if verb in FAST_PATHS:
-            # typer, click and pydantic cost ~0.2 s a run; these verbs with plain options run
-            # without them (anything else, --help included, goes through typer below).
-            import importlib
-
-            if importlib.import_module(FAST_PATHS[verb]).run_argv(sys.argv[2:]):
-                return
         build_command(verb if verb in COMMANDS else None)(prog_name="vllm-cache")
     except KeyboardInterrupt:
         from vllm_cache_tools.cli.common import write_err

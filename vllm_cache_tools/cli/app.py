@@ -11,6 +11,7 @@ import typer
 import typer.main
 
 from vllm_cache_tools.cli import COMMANDS
+from vllm_cache_tools.cli.coercion import install
 
 # -h as well as --help, on the command and on every verb (click passes it down).
 _HELP = {"help_option_names": ["-h", "--help"]}
@@ -19,6 +20,7 @@ _HELP = {"help_option_names": ["-h", "--help"]}
 def build_app(only: str | None = None) -> typer.Typer:
     """The app with every verb, or with ``only`` one (kept a group, so ``vllm-cache VERB``
     parses the same either way)."""
+    install()  # typer's values without pydantic where they are plain (cli/coercion.py)
     app = typer.Typer(
         name="vllm-cache",
         help="Inspect and manage vLLM's torch.compile cache "

@@ -9,8 +9,8 @@ import typer
 
 from vllm_cache_tools.analyze.drift import DriftReport, Factor, drift
 from vllm_cache_tools.cli.common import fail, print_json, warn, write_out
-from vllm_cache_tools.cli.fleetcommon import StorageOpt
 from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.cli.options import StorageOpt
 from vllm_cache_tools.units import fmt_duration, human_size
 from vllm_cache_tools.views.insight import drift_document
 

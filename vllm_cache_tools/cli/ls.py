@@ -1,23 +1,16 @@
 """``vllm-cache ls``: every entry of both trees with sizes, ages, ranks and state. The verb's
-options live here; what it does is :mod:`vllm_cache_tools.cli.ls_run` (free of typer, so a
-plain ``ls`` runs without building the typer command)."""
+options live here; what it does is :mod:`vllm_cache_tools.cli.ls_run`, imported when it runs."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
-from vllm_cache_tools.cli.fleetcommon import StorageOpt
-from vllm_cache_tools.cli.ls_run import ls_columns, model_label, run_ls
+from vllm_cache_tools.cli.options import RootOpt, StorageOpt
 
-__all__ = ["LS_COLUMNS", "RootOpt", "ls", "model_label"]
-
-RootOpt = Annotated[Path | None, typer.Option(
-    "--root", help="vLLM cache root (default: $VLLM_CACHE_ROOT, else $XDG_CACHE_HOME/vllm, "
-    "else ~/.cache/vllm); its torch_compile_cache folder is accepted too.",
-    show_default=False, readable=False, resolve_path=False)]
+__all__ = ["LS_COLUMNS", "RootOpt", "ls", "model_label"]  # noqa: F822 (the first and last: __getattr__)
 
 
 def ls(
@@ -66,9 +59,20 @@ def ls(
 
     The first listing of a root walks every file; later ones re-read only entries whose
     folders or key files changed (an index in the user cache dir; --rescan skips it)."""
+    from vllm_cache_tools.cli.ls_run import run_ls
+
     run_ls(refs, root, json_out=json_out, sort=sort, filter_expr=filter_expr, rescan=rescan,
            by_owner=by_owner, wide=wide, all_caches=all_caches, trust=trust,
            storage_option=storage_option)
 
 
-LS_COLUMNS = ls_columns()
+def __getattr__(name: str) -> Any:
+    """``LS_COLUMNS`` and ``model_label``, from :mod:`.ls_run` when asked: the verbs that take
+    ``RootOpt`` from here import neither the listing nor rich's tables."""
+    from vllm_cache_tools.cli import ls_run
+
+    if name == "LS_COLUMNS":
+        return ls_run.ls_columns()
+    if name == "model_label":
+        return ls_run.model_label
+    raise AttributeError(name)

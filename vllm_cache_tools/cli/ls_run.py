@@ -1,13 +1,5 @@
-"""What ``vllm-cache ls`` does (:func:`run_ls`), free of typer, and the reading of its plain
-command lines without typer (:func:`run_argv`).
-
-Why: an indexed re-listing of a big root is meant to cost a tenth of ``du`` (issue 17), and
-building the typer command alone costs more than that (typer converts every parameter through
-a pydantic ``TypeAdapter``: ~0.2 s of the ~0.3 s an empty listing took, measured with
-cProfile). :func:`run_argv` takes only the options it fully understands, each once, and calls
-:func:`run_ls` with the values typer would pass (tests/test_ls_fast.py compares both);
-anything else (``--help``, an unknown or repeated option, a value starting with ``-``) is
-left to typer, so help, errors and their exit codes stay typer's."""
+"""What ``vllm-cache ls`` does (:func:`run_ls`): the verb's options are typer's, in
+:mod:`vllm_cache_tools.cli.ls`."""
 
 from __future__ import annotations
 
@@ -25,38 +17,10 @@ from vllm_cache_tools.cli.common import (
     write_json_text,
     write_out,
 )
-from vllm_cache_tools.cli.plainargs import read_plain, run_printing, typed
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Entry, Problem
 from vllm_cache_tools.units import human_age, human_size
-
-_FLAGS = {"--json": "json_out", "--rescan": "rescan", "--by-owner": "by_owner",
-          "--wide": "wide", "-w": "wide", "--all-caches": "all_caches"}
-_VALUED = {"--root": "root", "--sort": "sort", "--filter": "filter_expr", "--trust": "trust"}
-_LISTS = {"--storage-option": "storage_option", "-o": "storage_option"}
-
-
-def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
-    """``ls``'s arguments as :func:`run_ls` keywords, or ``None`` when typer should read
-    them."""
-    plain = read_plain(args, flags=_FLAGS, valued=_VALUED, lists=_LISTS)
-    if plain is None:
-        return None
-    out = typed(plain.keywords)
-    if out is not None and "trust" in out:
-        out["trust"] = Path(out["trust"])
-    return None if out is None else {"refs": plain.positionals or None, **out}
-
-
-def run_argv(args: Sequence[str]) -> bool:
-    """Run ``ls`` from its arguments when :func:`parse_argv` reads them; ``False`` (nothing
-    done) otherwise. Exits as typer would: 0 when done, 1 on a closed pipe."""
-    kw = parse_argv(args)
-    if kw is None:
-        return False
-    run_printing(lambda: run_ls(**kw))
-    return True
 
 
 def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out: bool = False,

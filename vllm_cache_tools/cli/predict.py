@@ -54,4 +54,4 @@ def predict_cmd(
     Exit status: 0 predicted hit, 1 predicted miss, 2 usage error."""
     raise typer.Exit(run_predict(list(ctx.args), root=root, json_out=json_out, python=python,
                                  usage=usage, rank=rank, fresh=fresh, for_host=for_host,
-                                 no_standby=no_standby, no_trace=no_trace))
+                                 no_standby=no_standby, no_trace=no_trace, early=True))

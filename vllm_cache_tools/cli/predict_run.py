@@ -1,60 +1,16 @@
-"""What ``vllm-cache predict`` does (:func:`run_predict`), free of typer, and the reading of
-its plain command lines without typer (:func:`run_argv`).
+"""What ``vllm-cache predict`` does (:func:`run_predict`): the verb's options are typer's, in
+:mod:`vllm_cache_tools.cli.predict`.
 
-Why: a first predict in an environment is measured against vLLM's own import and config build
-(issue 16: at most 1.2x that floor), and building the typer command costs ~0.15 s before the
-probe could start. So :func:`run_argv` takes only the options it fully understands
-(``--root``, ``--python``, ``--usage``, ``--rank``, ``--json``, ``--fresh``, ``--no-standby``,
-``--no-trace``, then ``--`` and vLLM's arguments), starts the vLLM probe at once
-(:func:`vllm_cache_tools.live.runner.prestart`) and imports the rest beside it, and calls
-:func:`run_predict` with the values typer would pass (tests/test_predict_fast.py compares
-both). Anything else (``--help``, ``--for-host``, an unknown option, a value starting with
-``-``, a rank that is not a number, arguments before ``--``) is left to typer (the reading is
-:func:`vllm_cache_tools.cli.plainargs.read_plain`, shared with ``ls`` and ``pull``), so help,
-errors and their exit codes stay typer's."""
+A first predict in an environment is measured against vLLM's own import and config build
+(issue 16: at most 1.2x that floor), so :func:`run_predict` with ``early`` starts the vLLM
+probe (:func:`vllm_cache_tools.live.runner.prestart`) before it imports the rest."""
 
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-
-from vllm_cache_tools.cli.plainargs import read_plain
-
-_FLAGS = {"--json": "json_out", "--fresh": "fresh", "--no-standby": "no_standby",
-          "--no-trace": "no_trace"}
-_VALUED = {"--root": "root", "--python": "python", "--usage": "usage", "--rank": "rank"}
-
-
-def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
-    """The keyword arguments of :func:`run_predict` for ``predict``'s arguments (after the
-    verb), or ``None`` when typer should read them."""
-    plain = read_plain(args, flags=_FLAGS, valued=_VALUED, dashdash=True)
-    if plain is None or plain.positionals or not plain.after_dashdash:
-        return None
-    kw: dict[str, Any] = {"vllm_args": plain.after_dashdash, **plain.keywords}
-    if "rank" in kw:
-        if not kw["rank"].isdigit():
-            return None
-        kw["rank"] = int(kw["rank"])
-    if "root" in kw:
-        kw["root"] = Path(kw["root"])
-    return kw
-
-
-def run_argv(args: Sequence[str]) -> bool:
-    """Run ``predict`` from its arguments when :func:`parse_argv` reads them; ``False``
-    (nothing done) otherwise. Exits with :func:`run_predict`'s status."""
-    kw = parse_argv(args)
-    if kw is None or kw.get("usage", "serve") not in ("serve", "llm"):
-        return False
-    code = run_predict(**kw, early=True)
-    sys.stdout.flush()
-    if code:
-        raise SystemExit(code)
-    return True
 
 
 def _prestart(vllm_args: Sequence[str], root: Path | None, python: str | None, usage: str,
@@ -169,4 +125,4 @@ def _render(p: Any, json_out: bool) -> None:
                       + (f" {c.detail}" if c.detail else ""), markup=False)
 
 
-__all__ = ["parse_argv", "run_argv", "run_predict"]
+__all__ = ["run_predict"]

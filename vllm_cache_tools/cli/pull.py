@@ -1,6 +1,6 @@
 """``vllm-cache pull URL [KEY...] [--if-hit] [-- <vllm serve args>]``: entries from a remote
-store into the cache root, checked like unpack. The verb's options (typer); what it does, and
-the reading of plain command lines without typer: :mod:`.pull_run`."""
+store into the cache root, checked like unpack. The verb's options (typer); what it does:
+:mod:`.pull_run`."""
 
 from __future__ import annotations
 

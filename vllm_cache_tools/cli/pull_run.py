@@ -1,20 +1,13 @@
-"""What ``vllm-cache pull`` does (:func:`run_pull`), free of typer, and the reading of its
-plain command lines without typer (:func:`run_argv`).
+"""What ``vllm-cache pull`` does (:func:`run_pull`): the verb's options are typer's, in
+:mod:`vllm_cache_tools.cli.pull`.
 
-Why: ``pull --if-hit -- <serve args>`` is a pod's init step, and its decision is meant to take
-under a second. Building the typer command costs ~0.2 s (typer converts every parameter
-through a pydantic ``TypeAdapter``) and the store's client (s3fs, aiobotocore, aiohttp) ~0.4 s
-of imports. So :func:`run_argv` starts importing the store's client at once (a thread; see
-:func:`vllm_cache_tools.fleet.remote.prefetch_backend`), takes only the options it fully
-understands and calls :func:`run_pull` with the values typer would pass
-(tests/test_fleet_pull_fast.py compares both); anything else (``--help``, an unknown option,
-a value starting with ``-``, a number out of range) is left to typer (the reading is
-:func:`vllm_cache_tools.cli.plainargs.read_plain`, shared with ``ls``), so help,
-errors and their exit codes stay typer's."""
+``pull --if-hit -- <serve args>`` is a pod's init step, and its decision is meant to take
+under a second: the store's client (s3fs, aiobotocore, aiohttp) costs ~0.4 s of imports, so
+:func:`run_pull` starts importing it at once (a thread; see
+:func:`vllm_cache_tools.fleet.remote.prefetch_backend`) and imports the rest beside it."""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -30,46 +23,8 @@ from vllm_cache_tools.cli.fleetout import (
     render_placements,
     run,
 )
-from vllm_cache_tools.cli.plainargs import read_plain, typed
 from vllm_cache_tools.fleet.remote import is_url, prefetch_backend
 from vllm_cache_tools.units import human_size
-
-_FLAGS = {"--if-hit": "if_hit", "--check": "check", "--force": "force", "--json": "json_out",
-          "--require-signature": "require_signature"}
-_VALUED = {"--root": "root", "--python": "python", "--usage": "usage", "--jobs": "jobs",
-           "-j": "jobs", "--trust": "trust"}
-_LISTS = {"--storage-option": "storage_option", "-o": "storage_option"}
-MAX_JOBS = 256
-
-
-def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
-    """The keyword arguments of :func:`run_pull` for ``pull``'s arguments (after the verb),
-    or ``None`` when typer should read them."""
-    plain = read_plain(args, flags=_FLAGS, valued=_VALUED, lists=_LISTS, dashdash=True)
-    if plain is None or not plain.positionals:
-        return None
-    kw = typed(plain.keywords, bounded={"jobs": MAX_JOBS})
-    if kw is None:
-        return None
-    if "trust" in kw:
-        kw["trust"] = Path(kw["trust"])
-    return {"vllm_args": plain.after_dashdash, **kw, "url": plain.positionals[0],
-            "refs": plain.positionals[1:]}
-
-
-def run_argv(args: Sequence[str]) -> bool:
-    """Run ``pull`` from its arguments when :func:`parse_argv` reads them; ``False`` (nothing
-    done) otherwise. Exits with :func:`run_pull`'s status."""
-    kw = parse_argv(args)
-    if kw is None:
-        return False
-    if is_url(kw["url"]):
-        prefetch_backend(kw["url"])
-    code = run_pull(**kw)
-    sys.stdout.flush()
-    if code:
-        raise SystemExit(code)
-    return True
 
 
 def run_pull(url: str, refs: Sequence[str] = (), vllm_args: Sequence[str] = (), *,
@@ -133,4 +88,4 @@ def render_signatures(judged: Any) -> str:
                    + "\n" for k, s in judged.items())
 
 
-__all__ = ["parse_argv", "run_argv", "run_pull"]
+__all__ = ["run_pull"]

@@ -18,8 +18,8 @@ from typing import Annotated, Any
 import typer
 
 from vllm_cache_tools.cli.common import fail, warn, write_err
-from vllm_cache_tools.cli.fleetcommon import StorageOpt
 from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.cli.options import StorageOpt
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_REFRESH = 30.0

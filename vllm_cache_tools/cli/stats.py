@@ -1,5 +1,5 @@
 """``vllm-cache stats``: hits, misses and seconds saved, from the recorder's ledgers (the work:
-:mod:`vllm_cache_tools.cli.stats_run`, which also reads plain command lines without typer)."""
+:mod:`vllm_cache_tools.cli.stats_run`)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Annotated
 
 import typer
 
-from vllm_cache_tools.cli.fleetcommon import StorageOpt
 from vllm_cache_tools.cli.ls import RootOpt
+from vllm_cache_tools.cli.options import StorageOpt
 from vllm_cache_tools.cli.stats_run import run_stats
 
 

@@ -1,15 +1,5 @@
-"""What ``vllm-cache stats`` does (:func:`run_stats`), free of typer, and the reading of its
-plain command lines without typer (:func:`run_argv`).
-
-Why: ``stats --json`` over a fleet's ledgers that a memo already summed up
-(analyze/stats_memo.py) takes ~0.1 s of counting; building the typer command would add ~0.2 s
-(typer converts every parameter through a pydantic ``TypeAdapter``) and rich's tables another
-few tens of ms. So plain command lines (the options below, each at most once, values as
-``--opt value`` or ``--opt=value``) are read by
-:func:`vllm_cache_tools.cli.plainargs.read_plain`; anything else (``--help``, ``-o``, an
-unknown option, a ``--jobs`` that is not 1..64) is left to typer, so help, errors and their
-exit codes stay typer's (tests/test_stats_fast.py compares the
-keywords with typer's)."""
+"""What ``vllm-cache stats`` does (:func:`run_stats`): the verb's options are typer's, in
+:mod:`vllm_cache_tools.cli.stats`."""
 
 from __future__ import annotations
 
@@ -20,39 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 from vllm_cache_tools.analyze.stats import GROUPINGS, Counters, StatsReport, stats
 from vllm_cache_tools.cli.common import fail, print_json, warn, write_out
-from vllm_cache_tools.cli.plainargs import read_plain, run_printing, typed
 from vllm_cache_tools.units import fmt_duration, human_size, iso, parse_age
 
 if TYPE_CHECKING:
     from vllm_cache_tools.analyze.drift import DriftReport
-
-_FLAGS = {"--json": "json_out", "--wide": "wide", "--drift": "drift"}
-_VALUED = {"--root": "root", "--since": "since", "--by": "by", "--jobs": "jobs", "-j": "jobs",
-           "--format": "fmt"}
-MAX_JOBS = 64
-
-
-def parse_argv(args: Sequence[str]) -> dict[str, Any] | None:
-    """``stats``' arguments as :func:`run_stats` keywords, or ``None`` when typer should read
-    them."""
-    plain = read_plain(args, flags=_FLAGS, valued=_VALUED)
-    if plain is None or len(plain.positionals) > 1:
-        return None
-    kw = typed(plain.keywords, bounded={"jobs": MAX_JOBS})
-    if kw is None:
-        return None
-    return {"source": plain.positionals[0] if plain.positionals else None, **kw}
-
-
-def run_argv(args: Sequence[str]) -> bool:
-    """Run ``stats`` from its arguments when :func:`parse_argv` reads them; ``False``
-    (nothing done) otherwise. Exits as typer would: 0 when done, 1 on a closed pipe."""
-    kw = parse_argv(args)
-    if kw is None:
-        return False
-    run_printing(lambda: run_stats(**kw))
-    return True
-
 
 def run_stats(source: str | None = None, root: Path | None = None, *, since: str | None = None,
               by: str = "model", json_out: bool = False, wide: bool = False,
