@@ -215,6 +215,15 @@ def test_warm_log_dash_is_refused_before_vllm_starts(tmp_path: Path) -> None:
         "--force replaces it)\n"), r.stderr
 
 
+def test_warm_where_vllm_is_not_installed_says_so_in_one_line(tmp_path: Path) -> None:
+    """The test interpreter has no vLLM: vLLM's child says so without a traceback, warm names
+    the interpreter, exit 2."""
+    r = run_cli("warm", "--root", str(tmp_path / "root"), "--", "some-model")
+    assert r.returncode == 2, r.stderr
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.endswith(" (--python)\n") and "vLLM is not installed for " in r.stderr
+
+
 def _without_manifests(root: Path) -> None:
     for m in root.rglob("vct-manifest.*.json"):
         m.unlink()

@@ -300,7 +300,7 @@ def _read_back(log: IO[bytes], source: str
                 with contextlib.suppress(ValueError, AttributeError):
                     engine_s = json.JSONDecoder().raw_decode(
                         text.split(RESULT, 1)[1])[0].get("engine_s")
-            no_vllm = no_vllm or "No module named 'vllm'" in text
+            no_vllm = no_vllm or any(f"No module named '{m}'" in text for m in ("vllm", "torch"))
             tail.append(text.strip())
             del tail[:-3]
             yield raw

@@ -35,6 +35,13 @@ def build_engine_args(args: list[str], usage: str) -> tuple[object, object]:
 def main() -> None:
     req = json.loads(sys.argv[1])
     t0 = time.time()
+    try:
+        import vllm  # noqa: F401
+    except ModuleNotFoundError as exc:  # one line, no traceback: warm names the interpreter
+        if exc.name not in ("vllm", "torch"):
+            raise
+        print(f"No module named {exc.name!r}", file=sys.stderr, flush=True)
+        sys.exit(2)
     engine_args, ctx = build_engine_args(req["args"], req.get("usage", "serve"))
     from vllm.v1.engine.llm_engine import LLMEngine
 
