@@ -353,8 +353,7 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
                   for p in links]
         bad = [s for s in states if s[1] not in allow_states]
         if bad:
-            for fut in hashing.values():
-                fut.cancel()
+            ex.shutdown(wait=False, cancel_futures=True)  # no more hashing for a refusal
             key, state, detail = bad[0]
             raise Refused(f"entry {short_key(key)} is {state}"
                           + (f" ({detail})" if detail else "")
