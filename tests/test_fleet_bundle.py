@@ -420,3 +420,31 @@ def test_pack_to_stdout_pipes_into_unpack_of_stdin(tmp_path: Path) -> None:
                        input=blob[: len(blob) // 2], capture_output=True)
     assert r.returncode == 2 and r.stderr.count(b"\n") == 1, r.stderr
     assert not (tmp_path / "c").exists()
+
+
+def test_pack_tolerates_a_new_hard_link_and_refuses_changed_bytes(real_compile: ScenarioRun,
+                                                                  tmp_path: Path) -> None:
+    """Between the selection's hashing and the archive, a hard link made to a file (its ctime
+    moves, its bytes do not: other tools and the test harness link cache files) is hashed
+    again as it is archived and packed; a file rewritten in place with other bytes of the same
+    size is refused, nothing written."""
+    from vllm_cache_tools.fleet.bundle import write_bundle
+    from vllm_cache_tools.fleet.selection import select
+
+    root = tmp_path / "root"
+    shutil.copytree(real_compile.vllm_root, root)
+    key = _backend_key(real_compile)
+    sel = select(root, [key])
+    factors = next((root / "torch_compile_cache" / key).rglob("cache_key_factors.json"))
+    os.link(factors, tmp_path / "extra-link")
+    w = write_bundle(sel, tmp_path / "linked.tar.zst")
+    plain = api.pack([key], tmp_path / "plain.tar.zst", root=root)
+    assert w.path.read_bytes() == plain.path.read_bytes()
+
+    sel = select(root, [key])
+    data = factors.read_bytes()
+    with open(factors, "r+b") as f:  # same size, other bytes, same inode
+        f.write(b"X" if data[:1] != b"X" else b"Y")
+    with pytest.raises(FleetError, match="changed while it was packed"):
+        write_bundle(sel, tmp_path / "changed.tar.zst")
+    assert not (tmp_path / "changed.tar.zst").exists()

@@ -195,12 +195,16 @@ class _TarWriter:
 
 
 def _same(f: BinaryIO, lf: LocalFile, name: str) -> None:
-    """The file the selection hashed, unchanged (same inode, size, mtime, ctime) before and
-    after it is archived: reading it a second time costs no second hash. A bundle that
-    contradicts its manifest anyway is refused whole by unpack."""
-    if file_ident(os.fstat(f.fileno())) != lf.ident:
+    """The file the selection hashed, unchanged (same inode, size, mtime, ctime) after it is
+    archived: reading it a second time costs no second hash. A bundle that contradicts its
+    manifest anyway is refused whole by unpack."""
+    if not _unchanged(f, lf):
         raise FleetError(f"{name} changed while it was packed (being written?): run pack "
                          "again")
+
+
+def _unchanged(f: BinaryIO, lf: LocalFile) -> bool:
+    return file_ident(os.fstat(f.fileno())) == lf.ident
 
 
 def selection_manifest(sel: Selection, with_provenance: bool = False) -> BundleManifest:
@@ -285,12 +289,14 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
                 with open_noatime(lf.source, buffering=0) as f:
                     info = _info(name, lf.record.size, lf.record.executable)
                     header = ustar_header(name, lf.record.size, lf.record.executable)
-                    if lf.ident is None:
+                    if lf.ident is None or not _unchanged(f, lf):
+                        # Not hashed by the selection, or its identity moved since (a
+                        # hard link made or removed changes the ctime, not the bytes): hashed
+                        # as it is archived, and refused if the bytes differ.
                         src = _Checked(f, lf.record, name)
                         tar.add(info, src, header)
                         src.check()
                     else:  # hashed by the selection: the same file, unchanged since?
-                        _same(f, lf, name)
                         tar.add(info, f, header)
                         _same(f, lf, name)
                 if on_bytes is not None:

@@ -10,7 +10,7 @@ import hashlib
 import os
 import stat
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -318,31 +318,49 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
         raise FleetError("no entry matches the selection")
     facts = EntryFacts(by_path, PackMemo(croot.compile_cache), entry_walk)
     links: dict[str, set[str]] = {p: set() for p in dict.fromkeys(chosen)}
-    if linked:
-        if progress is not None:
-            progress("linking the two trees' entries of each start")
-        link_entries(info.entries, facts, links)
     known: dict[str, tuple[EntryRecord, tuple[LocalFile, ...], tuple[str, ...]]] = {}
-    for p in links:
+
+    def memo_hit(p: str) -> None:
         hit = facts.memo.record(p, facts.walk(p)[1])
         files = _known_files(facts.walk(p)[0], hit[0]) if hit else None
         if hit is not None and files is not None:
             known[p] = (hit[0], files, hit[1])
-    deep = {p: facts.full(p) for p in links if p not in known}
-    states = [(by_path[p].key, known[p][0].state, known[p][0].state_detail) if p in known
-              else (by_path[p].key, deep[p].state, deep[p].state_detail) for p in links]
-    bad = [s for s in states if s[1] not in allow_states]
-    if bad:
-        key, state, detail = bad[0]
-        raise Refused(f"entry {short_key(key)} is {state}" + (f" ({detail})" if detail else "")
-                      + ": its files are not whole, not packed")
-    if progress is not None and deep:
-        progress(f"hashing {sum(e.stats.files for e in deep.values())} files")
-    # hashlib lets go of the GIL on large buffers: the files of the entries read in full
-    # are hashed by a thread per core (after the forked reads above: no fork with threads).
+
+    # The files of the entries the memo does not know are hashed by a thread per core while
+    # this thread reads the pickles and runs the link proofs (pure Python): hashlib and file
+    # reads let go of the GIL, so hashing costs no wall time of its own on two cores or
+    # more. (After the scan's forked checkers: no fork with threads.)
+    hashing: dict[str, Future[tuple[tuple[LocalFile, ...], bool]]] = {}
     with ThreadPoolExecutor(max_workers=scan_workers()) as ex:
-        hashed = dict(zip(deep, ex.map(lambda p: _hash_files(facts.walk(p)[0]), deep),
-                          strict=True))
+
+        def hash_unknown(ps: Iterable[str]) -> None:
+            for p in ps:
+                if p in hashing or p in known:
+                    continue
+                memo_hit(p)
+                if p not in known:
+                    hashing[p] = ex.submit(_hash_files, facts.walk(p)[0])
+
+        hash_unknown(links)
+        if linked:
+            if progress is not None:
+                progress("linking the two trees' entries of each start")
+            link_entries(info.entries, facts, links)
+            hash_unknown(links)
+        deep = {p: facts.full(p) for p in links if p not in known}
+        states = [(by_path[p].key, known[p][0].state, known[p][0].state_detail)
+                  if p in known else (by_path[p].key, deep[p].state, deep[p].state_detail)
+                  for p in links]
+        bad = [s for s in states if s[1] not in allow_states]
+        if bad:
+            ex.shutdown(wait=False, cancel_futures=True)  # no more hashing for a refusal
+            key, state, detail = bad[0]
+            raise Refused(f"entry {short_key(key)} is {state}"
+                          + (f" ({detail})" if detail else "")
+                          + ": its files are not whole, not packed")
+        if progress is not None and deep:
+            progress(f"hashing {sum(e.stats.files for e in deep.values())} files")
+        hashed = {p: hashing[p].result() for p in deep}
     for p, e in deep.items():
         files, same = hashed[p]
         rec = record_of(e, info.root, files)
