@@ -25,7 +25,7 @@ export PYTHONPATH=$S PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_USE_FLASHINFER_SAM
 say "compileall"
 SP=$(python3 -c "import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))")
 env -u PYTHONDONTWRITEBYTECODE python3 -m compileall -q -j 16 $S $SP > $W/compileall.txt 2>&1
-say "compileall rc=$?"
+say "compileall rc=$?"; touch /tmp/compiled.ok
 say "versions"
 (cd /tmp && python3 -c 'import vllm, vllm._C, torch, vllm_cache_tools; print("vllm", vllm.__version__, "torch", torch.__version__, "vct", vllm_cache_tools.__file__)') 2>&1 | tail -2 | tee -a $OUT/steps.txt
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee -a $OUT/steps.txt
