@@ -237,3 +237,45 @@ def test_an_inherited_forward_not_surely_resolved_is_left_to_the_import(
     base, _ = module(BASE)
     _, mc = module(change.format(base_module=base))
     assert static_read.compiled_forwards(mc) is None
+
+
+POOLING = r"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("vct_probe", sys.argv[1])
+probe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(probe)
+from vllm.engine.arg_utils import EngineArgs
+out = {}
+for runner in ("generate", "pooling"):
+    cfg = EngineArgs(model=sys.argv[2], runner=runner, max_model_len=128,
+                     max_num_batched_tokens=128).create_engine_config()
+    out[runner] = [cfg.model_config.convert_type, probe.compiled_forwards(cfg)]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.realvllm
+def test_a_pooling_adapter_hashes_the_wrapped_models_forward(tmp_path: Path) -> None:
+    """``runner="pooling"`` wraps LlamaForCausalLM in adapters.py's ModelForEmbedding (a
+    class of adapters.py, which compiles nothing): vLLM still compiles LlamaModel and hashes
+    its forward into the AOT key. Before issue 26's fix the probe looked only in adapters.py
+    and named no AOT key (flagged approximate) where vLLM wrote one."""
+    from tests.realvllm.harness import HERE, ensure_venv, model_dir
+
+    python = ensure_venv()
+    spec = tmp_path / "spec.json"
+    spec.write_text(json.dumps({"family": "llama", "model_dir": str(model_dir()),
+                                "make_model_only": True}))
+    subprocess.run([str(python), str(HERE / "start_family.py"), str(spec)], check=True,
+                   capture_output=True, timeout=600)
+    probe_py = Path(static_read.__file__).parent / "probe.py"
+    r = subprocess.run([str(python), "-c", POOLING, str(probe_py), str(model_dir())],
+                       capture_output=True, text=True, timeout=600,
+                       env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
+                            "VLLM_CPU_KVCACHE_SPACE": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["pooling"][0] == "embed" and out["generate"][0] == "none"
+    pooled = [(f["qualname"], f["firstlineno"]) for f in out["pooling"][1]]
+    assert pooled == [(f["qualname"], f["firstlineno"]) for f in out["generate"][1]]
+    assert pooled and pooled[0][0] == "LlamaModel.forward"

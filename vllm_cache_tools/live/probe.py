@@ -465,19 +465,36 @@ def compiled_forwards(vllm_config: Any) -> list[dict[str, Any]]:
     from vllm.model_executor.model_loader.utils import get_model_architecture
 
     model_cls, _ = get_model_architecture(vllm_config.model_config)
-    mod = sys.modules[model_cls.__module__]
-    out = []
+    # An adapter (``runner="pooling"``: adapters.py's ``ModelForEmbedding`` subclassing the
+    # architecture's class) keeps the compiled inner model of the class it wraps: the first
+    # module along the method resolution order that defines a compiled class is the one.
+    for klass in model_cls.__mro__:
+        found = _compiled_in(sys.modules.get(klass.__module__))
+        if found is not None:
+            return found
+    return []
+
+
+def _compiled_in(mod: Any) -> list[dict[str, Any]] | None:
+    """The ``@support_torch_compile`` classes defined in ``mod`` with a ``forward`` of their
+    own (name order); None when ``mod`` defines no compiled class at all."""
+    if mod is None:
+        return None
+    out: list[dict[str, Any]] = []
+    compiled = False
     for _, obj in inspect.getmembers(mod, inspect.isclass):
         if obj.__module__ != mod.__name__:
             continue
         init, fwd = obj.__dict__.get("__init__"), obj.__dict__.get("forward")
-        if fwd is None or init is None:
+        if init is None or not getattr(init, "__qualname__", "").startswith(
+                "_support_torch_compile"):
             continue
-        if getattr(init, "__qualname__", "").startswith("_support_torch_compile"):
+        compiled = True
+        if fwd is not None:
             out.append({"class": obj.__qualname__, "qualname": fwd.__qualname__,
                         "firstlineno": fwd.__code__.co_firstlineno,
                         "file": inspect.getfile(obj)})
-    return out
+    return out if compiled else None
 
 
 def custom_op_counts_hashed(vllm_config: Any) -> bool:
