@@ -86,6 +86,10 @@ def test_decorated_classes_in_name_order_with_their_def_line(module: Any) -> Non
     MODEL + "\nWrapped = support_torch_compile(ForCausalLM)\n",
     MODEL + "\nclass ZModel:\n    pass\n",
     MODEL.replace("class ForCausalLM:", "class Other:"),
+    # A multimodal encoder's pieces (Qwen2.5-VL's vision blocks): compiled apart, under
+    # their own AOT key, or not at all; never the backbone's forward (issue 26).
+    MODEL.replace('dynamic_arg_dims={"x": 0}', 'dynamic_arg_dims={"x": 0}, is_encoder=True'),
+    MODEL.replace('dynamic_arg_dims={"x": 0}', 'dynamic_arg_dims={"x": 0}, enable_if=f'),
 ])
 def test_any_other_shape_is_left_to_the_import(module: Any, change: str) -> None:
     _, mc = module(change)
@@ -250,12 +254,16 @@ for runner in ("generate", "pooling"):
     cfg = EngineArgs(model=sys.argv[2], runner=runner, max_model_len=128,
                      max_num_batched_tokens=128).create_engine_config()
     out[runner] = [cfg.model_config.convert_type, probe.compiled_forwards(cfg)]
+import vllm.model_executor.models.intern_vit as vl
+out["vl"] = probe._compiled_in(vl, cfg)
+cfg.compilation_config.compile_mm_encoder = True
+out["vl_on"] = probe._compiled_in(vl, cfg)
 print(json.dumps(out))
 """
 
 
 @pytest.mark.realvllm
-def test_a_pooling_adapter_hashes_the_wrapped_models_forward(tmp_path: Path) -> None:
+def test_the_backbones_forward_through_an_adapter_never_an_encoders(tmp_path: Path) -> None:
     """``runner="pooling"`` wraps LlamaForCausalLM in adapters.py's ModelForEmbedding (a
     class of adapters.py, which compiles nothing): vLLM still compiles LlamaModel and hashes
     its forward into the AOT key. Before issue 26's fix the probe looked only in adapters.py
@@ -279,3 +287,7 @@ def test_a_pooling_adapter_hashes_the_wrapped_models_forward(tmp_path: Path) -> 
     pooled = [(f["qualname"], f["firstlineno"]) for f in out["pooling"][1]]
     assert pooled == [(f["qualname"], f["firstlineno"]) for f in out["generate"][1]]
     assert pooled and pooled[0][0] == "LlamaModel.forward"
+    # intern_vit (InternVL's vision encoder) compiles only encoder pieces (is_encoder, enable_if
+    # compile_mm_encoder): never listed as the backbone, compile_mm_encoder on or off; before
+    # the fix they were listed, and the first one listed names the AOT key (a wrong one).
+    assert out["vl"] == [] and out["vl_on"] == []

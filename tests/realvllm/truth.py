@@ -125,6 +125,10 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case.make("deepseek-v2", "deepseek_v2"),
     Case.make("qwen3-tp2", "qwen3", env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
               ranks=(0, 1), tensor_parallel_size=2),
+    Case.make("llama-custom-ops-none", "llama", compilation_config={**COMPILE_CC,
+                                                                    "custom_ops": ["none"]}),
+    # Online quantization (no quantized checkpoint needed): int8 weights, per channel.
+    Case.make("llama-int8", "llama", quantization="int8_per_channel_weight_only"),
 )}
 
 

@@ -469,15 +469,30 @@ def compiled_forwards(vllm_config: Any) -> list[dict[str, Any]]:
     # architecture's class) keeps the compiled inner model of the class it wraps: the first
     # module along the method resolution order that defines a compiled class is the one.
     for klass in model_cls.__mro__:
-        found = _compiled_in(sys.modules.get(klass.__module__))
+        found = _compiled_in(sys.modules.get(klass.__module__), vllm_config)
         if found is not None:
             return found
     return []
 
 
-def _compiled_in(mod: Any) -> list[dict[str, Any]] | None:
+def _decorator_args(init: Any) -> dict[str, Any]:
+    """The ``support_torch_compile`` arguments the wrapped ``__init__`` closes over."""
+    code, cells = getattr(init, "__code__", None), getattr(init, "__closure__", None) or ()
+    out: dict[str, Any] = {}
+    for name, cell in zip(getattr(code, "co_freevars", ()), cells, strict=False):
+        with contextlib.suppress(ValueError):  # an empty cell
+            out[name] = cell.cell_contents
+    return out
+
+
+def _compiled_in(mod: Any, vllm_config: Any) -> list[dict[str, Any]] | None:
     """The ``@support_torch_compile`` classes defined in ``mod`` with a ``forward`` of their
-    own (name order); None when ``mod`` defines no compiled class at all."""
+    own (name order) that compile as the model's backbone; None when ``mod`` defines no
+    compiled class at all. A multimodal encoder's piece (``is_encoder=True``: its own AOT
+    folder, under its class name) or a class whose ``enable_if`` refuses this config
+    (Qwen2.5-VL's vision blocks without ``compile_mm_encoder``) is not the backbone: counted
+    as compiled, never listed (the backbone may then live in another module: the AOT key is
+    then unknown, not a wrong one)."""
     if mod is None:
         return None
     out: list[dict[str, Any]] = []
@@ -490,6 +505,10 @@ def _compiled_in(mod: Any) -> list[dict[str, Any]] | None:
                 "_support_torch_compile"):
             continue
         compiled = True
+        args = _decorator_args(init)
+        enable_if = args.get("enable_if")
+        if args.get("is_encoder") or (enable_if is not None and not enable_if(vllm_config)):
+            continue
         if fwd is not None:
             out.append({"class": obj.__qualname__, "qualname": fwd.__qualname__,
                         "firstlineno": fwd.__code__.co_firstlineno,
