@@ -258,26 +258,33 @@ import vllm.model_executor.models.intern_vit as vl
 out["vl"] = probe._compiled_in(vl, cfg)
 cfg.compilation_config.compile_mm_encoder = True
 out["vl_on"] = probe._compiled_in(vl, cfg)
+out["layout"] = probe.resolve_kv_layout(cfg)
+mla = EngineArgs(model=sys.argv[3], max_model_len=128,
+                 max_num_batched_tokens=128).create_engine_config()
+out["mla"] = [mla.model_config.use_mla, probe.resolve_kv_layout(mla)]
 print(json.dumps(out))
 """
 
 
 @pytest.mark.realvllm
-def test_the_backbones_forward_through_an_adapter_never_an_encoders(tmp_path: Path) -> None:
+def test_probe_answers_for_an_adapter_an_encoder_and_mla(tmp_path: Path) -> None:
     """``runner="pooling"`` wraps LlamaForCausalLM in adapters.py's ModelForEmbedding (a
     class of adapters.py, which compiles nothing): vLLM still compiles LlamaModel and hashes
     its forward into the AOT key. Before issue 26's fix the probe looked only in adapters.py
     and named no AOT key (flagged approximate) where vLLM wrote one."""
-    from tests.realvllm.harness import HERE, ensure_venv, model_dir
+    from tests.realvllm.harness import HERE, ensure_venv, home, model_dir
 
     python = ensure_venv()
-    spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"family": "llama", "model_dir": str(model_dir()),
-                                "make_model_only": True}))
-    subprocess.run([str(python), str(HERE / "start_family.py"), str(spec)], check=True,
-                   capture_output=True, timeout=600)
+    deepseek = home() / "models" / "tiny-deepseek_v2-v1"
+    for family, where in (("llama", model_dir()), ("deepseek_v2", deepseek)):
+        spec = tmp_path / f"{family}.json"
+        spec.write_text(json.dumps({"family": family, "model_dir": str(where),
+                                    "make_model_only": True}))
+        subprocess.run([str(python), str(HERE / "start_family.py"), str(spec)], check=True,
+                       capture_output=True, timeout=600)
     probe_py = Path(static_read.__file__).parent / "probe.py"
-    r = subprocess.run([str(python), "-c", POOLING, str(probe_py), str(model_dir())],
+    r = subprocess.run([str(python), "-c", POOLING, str(probe_py), str(model_dir()),
+                        str(deepseek)],
                        capture_output=True, text=True, timeout=600,
                        env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
                             "VLLM_CPU_KVCACHE_SPACE": "1"})
@@ -291,3 +298,7 @@ def test_the_backbones_forward_through_an_adapter_never_an_encoders(tmp_path: Pa
     # compile_mm_encoder): never listed as the backbone, compile_mm_encoder on or off; before
     # the fix they were listed, and the first one listed names the AOT key (a wrong one).
     assert out["vl"] == [] and out["vl_on"] == []
+    # The KV layout the engine core resolves (config hash): over the backend the platform
+    # picks, MLA's for DeepSeek-V2 (the truth case deepseek-v2: vLLM logged "Using LBNHC KV
+    # cache layout"; the probe resolved LBHNC over CPUAttentionBackend before the fix).
+    assert out["layout"] == "LBHNC" and out["mla"] == [True, "LBNHC"]
