@@ -54,3 +54,26 @@ def test_no_compiled_forward_names_no_aot_folder(tmp_path: Path) -> None:
                        False)
     assert out.tree.key is None and out.tree.path is None
     assert "unknown" in out.tree.detail and out.tree.evidence.startswith("approximate:")
+
+
+def test_root_evidence_that_a_trace_made_anyway_contradicts_is_approximate(
+        tmp_path: Path) -> None:
+    """DeepSeek-V2 warm (issue 26): its AOT entry's inlined sources lacked
+    ``transformers/configuration_utils.py``, which vLLM's traced-file list (the backend key)
+    held; the trace predict made for the MoE config hash had it. The trace's files are hashed
+    and the evidence says approximate, with the difference."""
+    from vllm_cache_tools.analyze.predict import _against_trace
+    from vllm_cache_tools.live.trace_run import TraceRun
+
+    a, b = tmp_path / "a.py", tmp_path / "configuration_utils.py"
+    a.write_text("x = 1\n")
+    b.write_text("y = 2\n")
+    aot = {str(a): "x = 1\n"}
+    run = TraceRun(files=(str(a), str(b)), exact=True)
+    files, how = _against_trace(aot, "traced sources of this start's AOT entry", run)
+    assert set(files) == {str(a), str(b)} and files[str(b)] == "y = 2\n"
+    assert how.startswith("approximate:") and "+configuration_utils.py" in how
+    same = TraceRun(files=(str(a),), exact=True)
+    assert _against_trace(aot, "h", same) == (aot, "h")  # agreeing: unchanged
+    assert _against_trace(aot, "h", None) == (aot, "h")  # no trace made: unchanged
+    assert _against_trace(aot, "h", TraceRun(error="boom")) == (aot, "h")

@@ -86,6 +86,10 @@ def test_decorated_classes_in_name_order_with_their_def_line(module: Any) -> Non
     MODEL + "\nWrapped = support_torch_compile(ForCausalLM)\n",
     MODEL + "\nclass ZModel:\n    pass\n",
     MODEL.replace("class ForCausalLM:", "class Other:"),
+    # A multimodal encoder's pieces (Qwen2.5-VL's vision blocks): compiled apart, under
+    # their own AOT key, or not at all; never the backbone's forward (issue 26).
+    MODEL.replace('dynamic_arg_dims={"x": 0}', 'dynamic_arg_dims={"x": 0}, is_encoder=True'),
+    MODEL.replace('dynamic_arg_dims={"x": 0}', 'dynamic_arg_dims={"x": 0}, enable_if=f'),
 ])
 def test_any_other_shape_is_left_to_the_import(module: Any, change: str) -> None:
     _, mc = module(change)
@@ -237,3 +241,64 @@ def test_an_inherited_forward_not_surely_resolved_is_left_to_the_import(
     base, _ = module(BASE)
     _, mc = module(change.format(base_module=base))
     assert static_read.compiled_forwards(mc) is None
+
+
+POOLING = r"""
+import importlib.util, json, sys
+spec = importlib.util.spec_from_file_location("vct_probe", sys.argv[1])
+probe = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(probe)
+from vllm.engine.arg_utils import EngineArgs
+out = {}
+for runner in ("generate", "pooling"):
+    cfg = EngineArgs(model=sys.argv[2], runner=runner, max_model_len=128,
+                     max_num_batched_tokens=128).create_engine_config()
+    out[runner] = [cfg.model_config.convert_type, probe.compiled_forwards(cfg)]
+import vllm.model_executor.models.intern_vit as vl
+out["vl"] = probe._compiled_in(vl, cfg)
+cfg.compilation_config.compile_mm_encoder = True
+out["vl_on"] = probe._compiled_in(vl, cfg)
+out["layout"] = probe.resolve_kv_layout(cfg)
+mla = EngineArgs(model=sys.argv[3], max_model_len=128,
+                 max_num_batched_tokens=128).create_engine_config()
+out["mla"] = [mla.model_config.use_mla, probe.resolve_kv_layout(mla)]
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.realvllm
+def test_probe_answers_for_an_adapter_an_encoder_and_mla(tmp_path: Path) -> None:
+    """``runner="pooling"`` wraps LlamaForCausalLM in adapters.py's ModelForEmbedding (a
+    class of adapters.py, which compiles nothing): vLLM still compiles LlamaModel and hashes
+    its forward into the AOT key. Before issue 26's fix the probe looked only in adapters.py
+    and named no AOT key (flagged approximate) where vLLM wrote one."""
+    from tests.realvllm.harness import HERE, ensure_venv, home, model_dir
+
+    python = ensure_venv()
+    deepseek = home() / "models" / "tiny-deepseek_v2-v1"
+    for family, where in (("llama", model_dir()), ("deepseek_v2", deepseek)):
+        spec = tmp_path / f"{family}.json"
+        spec.write_text(json.dumps({"family": family, "model_dir": str(where),
+                                    "make_model_only": True}))
+        subprocess.run([str(python), str(HERE / "start_family.py"), str(spec)], check=True,
+                       capture_output=True, timeout=600)
+    probe_py = Path(static_read.__file__).parent / "probe.py"
+    r = subprocess.run([str(python), "-c", POOLING, str(probe_py), str(model_dir()),
+                        str(deepseek)],
+                       capture_output=True, text=True, timeout=600,
+                       env={"HF_HUB_OFFLINE": "1", "PATH": "/usr/bin:/bin",
+                            "VLLM_CPU_KVCACHE_SPACE": "1"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    out = json.loads(r.stdout.strip().splitlines()[-1])
+    assert out["pooling"][0] == "embed" and out["generate"][0] == "none"
+    pooled = [(f["qualname"], f["firstlineno"]) for f in out["pooling"][1]]
+    assert pooled == [(f["qualname"], f["firstlineno"]) for f in out["generate"][1]]
+    assert pooled and pooled[0][0] == "LlamaModel.forward"
+    # intern_vit (InternVL's vision encoder) compiles only encoder pieces (is_encoder, enable_if
+    # compile_mm_encoder): never listed as the backbone, compile_mm_encoder on or off; before
+    # the fix they were listed, and the first one listed names the AOT key (a wrong one).
+    assert out["vl"] == [] and out["vl_on"] == []
+    # The KV layout the engine core resolves (config hash): over the backend the platform
+    # picks, MLA's for DeepSeek-V2 (the truth case deepseek-v2: vLLM logged "Using LBNHC KV
+    # cache layout"; the probe resolved LBHNC over CPUAttentionBackend before the fix).
+    assert out["layout"] == "LBHNC" and out["mla"] == [True, "LBNHC"]

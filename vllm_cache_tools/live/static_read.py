@@ -17,7 +17,8 @@ the import gives, and answers None otherwise (the probe then imports, as before)
   ``Qwen3Model(Qwen2Model)``) runs the one it inherits, which vLLM hashes: followed through
   single bases bound by ``from X import Name`` (or defined in the module), else None. The
   module must bind each such class once, never alias or rebind it, and use the name
-  ``support_torch_compile`` only as such a decorator and in its import.
+  ``support_torch_compile`` only as such a decorator and in its import, never with
+  ``enable_if`` or ``is_encoder`` (a multimodal encoder's pieces).
 - KV layouts: the backend class's own ``supported_kv_cache_layouts`` is a classmethod whose
   body is one ``return`` of a tuple of ``KVCacheLayout.<NAME>`` (docstring and comments aside).
 """
@@ -29,6 +30,9 @@ import importlib.util
 from typing import Any, Literal
 
 DECORATOR = "support_torch_compile"
+CONDITIONAL = {"enable_if", "is_encoder"}
+"""Decorator arguments that make a class compile apart from the backbone or not at all
+(multimodal encoders): the import decides (probe.py)."""
 
 
 def _parse(module: str) -> tuple[str, ast.Module] | None:
@@ -96,6 +100,9 @@ def compiled_forwards(model_config: Any) -> list[dict[str, Any]] | None:
             if DECORATOR not in names:
                 continue
             decorator_uses += names.count(DECORATOR)
+            if any(isinstance(d, ast.Call) and any(k.arg in CONDITIONAL for k in d.keywords)
+                   for d in node.decorator_list):
+                return None  # compiled only for some configs, or an encoder's piece
             fwd = _own_forward(node)
             if fwd is None:
                 return None  # a decorated or repeated forward: its code object differs
