@@ -48,8 +48,20 @@ def run_release(release: str) -> list[dict[str, Any]]:
         rows: list[dict[str, Any]] = json.loads(out.read_text())
     for row in rows:
         row["release"] = release
-        row.pop("predicted", None)
+        keep_prediction(row)
     return rows
+
+
+def keep_prediction(row: dict[str, Any]) -> None:
+    """Replace predict's whole answer with what the table needs: the keys it named and,
+    per tree, the reason it gave for an approximate key (what it could not know)."""
+    doc = row.pop("predicted", None) or {}
+    row["predicted_keys"] = {t: (doc.get(t) or {}).get("key") for t in ("backend", "aot")}
+    row["approximate_why"] = {
+        t: " | ".join(str(v) for v in (doc.get(t) or {}).values()
+                      if "approximate" in str(v).lower())[:800]
+        for t in ("backend", "aot") if str(row.get(t, "")).startswith("approximate")}
+    row["inductor_factors_from"] = (doc.get("probe") or {}).get("inductor_factors_from")
 
 
 def _cell(rows: list[dict[str, Any]], case: str) -> str:
