@@ -5,28 +5,14 @@ set -u
 T0=$(date +%s); REPO=$PWD; G=$REPO/.gpu-stage; S=/tmp/site; W=/tmp/gw; M=/tmp/gmodel
 mkdir -p $S $W
 say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $OUT/steps.txt; }
-unxz() { python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer)'; }
-if [ ! -f $S/vllm/_C.abi3.so ]; then
-say "install"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $S \
-    $G/whl/*.whl $G/b/*.whl > $W/pip.txt 2>&1 || { tail -20 $W/pip.txt; say "pip failed"; }
-unxz < $G/s/py.tar.xz | tar -x -C $S
-unxz < $G/s/C.xz > $S/vllm/_C.abi3.so
-unxz < $G/s/Cs.xz > $S/vllm/_C_stable_libtorch.abi3.so
-unxz < $G/s/small-so.tar.xz | tar -x -C $S
-mkdir -p $S/vllm/vllm_flash_attn; : > $S/vllm/vllm_flash_attn/_vllm_fa2_C.py
-else
+[ -f $S/vllm/_C.abi3.so ] && [ -f /tmp/compiled.ok ] && [ -d $M ] || {
+    say "run benchmarks/gpu/predict_bench.sh first in this device call (its install, byte-code, model)"; exit 2; }
 say "reinstall package only"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $S $G/b/*.whl > $W/pip.txt 2>&1 || tail -5 $W/pip.txt
-fi
+python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target $S \
+    $G/b/*.whl > $W/pip.txt 2>&1 || tail -5 $W/pip.txt
 export PYTHONPATH=$S PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
     VLLM_LOGGING_LEVEL=DEBUG TOKENIZERS_PARALLELISM=false
-[ -d $M ] || { say "model"; echo "{\"model_dir\": \"$M\", \"llm_kwargs\": {}, \"make_model_only\": true}" > $W/mk.json
-(cd /tmp && python3 $REPO/tests/realvllm/start_vllm.py $W/mk.json) > $W/mk.txt 2>&1 || tail -5 $W/mk.txt; }
 PY=$(command -v python3)
-if [ ! -f /tmp/compiled.ok ]; then say "compileall (the device sets PYTHONDONTWRITEBYTECODE=1 and ships no __pycache__)"
-  SP=$(python3 -c "import torch,os;print(os.path.dirname(os.path.dirname(torch.__file__)))")
-  env -u PYTHONDONTWRITEBYTECODE python3 -m compileall -q -j 16 $S $SP > /tmp/compileall.txt 2>&1; say "compileall rc=$? $(grep -c . /tmp/compileall.txt) lines"; touch /tmp/compiled.ok; fi
 printf '#!/bin/sh\nexec %s %s "$@"\n' "$PY" "$REPO/benchmarks/gpu/standby_profile.py" > $W/pyprof; chmod +x $W/pyprof
 export VCT_REAL_PYTHON=$PY VCT_PROF_OUT=/tmp/prof XDG_CACHE_HOME=$W/xdg XDG_RUNTIME_DIR=$W/run VLLM_CACHE_TOOLS_PROBE_STANDBY=900
 rm -rf $W/run $W/xdg $W/r* /tmp/prof; mkdir -p $W/run
