@@ -1,0 +1,65 @@
+#!/bin/bash
+# Issue 27 on the lent 16-core machine (no GPU needed): bench_fleet's pack / unpack and
+# bench_prune with this tree, on examples/sample_cache's first start (no vLLM there: the
+# machine's torch is not the sample's, so unpack runs with --force-unpack, checks then place).
+# Run on the device from the repo root with carry [".gpu-stage/f"]: wheels the image lacks
+# (zstandard, cryptography, cffi, pycparser, msgspec, platformdirs for Python 3.12) and,
+# where the image has no `zstd`, this machine's zstd binary and its liblz4. Steps by $STEPS (default all):
+#   fleet:COPIES  bench_fleet --pack-unpack-only --copies COPIES --repeat $REPEAT
+#   prune:FILES   bench_prune --files FILES --repeat $REPEAT (the real entries' sizes)
+#   prunebig:FILES  the same with --entry-files 1000 (entries of ~1,000 files)
+# A second call on a warm machine reuses the venv in /tmp/v.
+set -u
+T0=$(date +%s); REPO=$PWD; F=$REPO/.gpu-stage/f; V=/tmp/v; S=/tmp/src
+REPEAT=${REPEAT:-3}; STEPS=${STEPS:-"fleet:100 prune:100000 prunebig:100000 fleet:360"}
+say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/steps.txt"; }
+if [ ! -f $V/installed ]; then
+    say "install"; rm -rf $V
+    # The image's python3 is itself a venv (/opt/torch/.venv): a venv made from it sees the
+    # base interpreter's packages, not the image's; a .pth file adds the image's after ours.
+    SP=$(python3 -c 'import site; print(site.getsitepackages()[0])')
+    python3 -m venv $V
+    echo "$SP" > $V/lib/python3.12/site-packages/image-packages.pth
+    $V/bin/pip install -q --no-index --no-deps "$F"/*.whl > /tmp/pip.txt 2>&1 || tail -5 /tmp/pip.txt
+    $V/bin/pip install -q --no-index --no-deps --no-build-isolation . >> /tmp/pip.txt 2>&1 \
+        || { tail -20 /tmp/pip.txt; say "install failed"; exit 2; }
+    $V/bin/python -c 'import vllm_cache_tools.fleet.api, filelock, zstandard' || exit 2
+    touch $V/installed
+fi
+if ! command -v zstd > /dev/null; then
+    mkdir -p /tmp/zstd/lib /tmp/zstd/bin
+    cp "$F/zstd" /tmp/zstd/lib/zstd.real; cp "$F"/liblz4.so.* /tmp/zstd/lib/
+    printf '#!/bin/sh\nLD_LIBRARY_PATH=/tmp/zstd/lib exec /tmp/zstd/lib/zstd.real "$@"\n' \
+        > /tmp/zstd/bin/zstd
+    chmod +x /tmp/zstd/bin/zstd /tmp/zstd/lib/zstd.real
+    export PATH=/tmp/zstd/bin:$PATH
+fi
+if [ ! -d $S ]; then  # the sample's first start alone (its second start's entries removed)
+    cp -a examples/sample_cache $S
+    rm -rf $S/torch_compile_cache/39ecaca4bf \
+        $S/torch_compile_cache/torch_aot_compile/b6a18428ab0d5ff42c7c72b8fabfec0bc1f47e3de967bdff6bb6da79a64fa078
+fi
+{ nproc; python3 --version; zstd --version; tar --version | head -1; df -hT /tmp | tail -1;
+  cat /proc/loadavg; } 2>&1 | tee -a "$OUT/steps.txt"
+export PATH=$V/bin:$PATH
+for step in $STEPS; do
+    what=${step%%:*}; n=${step#*:}
+    say "$step (load $(cut -d' ' -f1-3 /proc/loadavg))"
+    rc=-
+    case $what in
+        fleet) timeout 560 $V/bin/python benchmarks/bench_fleet.py --pack-unpack-only --source $S \
+                   --force-unpack --copies "$n" --repeat "$REPEAT" > "$OUT/fleet-$n.txt" 2>&1; rc=$?
+               cp .bench/fleet-pack-unpack.json "$OUT/fleet-$n.json" 2>/dev/null ;;
+        prune) timeout 560 $V/bin/python benchmarks/bench_prune.py --template-root examples/sample_cache \
+                   --files "$n" --repeat "$REPEAT" > "$OUT/prune-$n.txt" 2>&1; rc=$?
+               cp .bench/prune.json "$OUT/prune-$n.json" 2>/dev/null ;;
+        prunebig) timeout 560 $V/bin/python benchmarks/bench_prune.py --template-root \
+                   examples/sample_cache --files "$n" --entry-files 1000 --repeat "$REPEAT" \
+                   > "$OUT/prunebig-$n.txt" 2>&1; rc=$?
+               cp .bench/prune.json "$OUT/prunebig-$n.json" 2>/dev/null ;;
+    esac
+    say "$step rc=$rc"
+    tail -25 "$OUT/$what-$n.txt"
+done
+rm -rf .bench/prune-trees
+say "done"
