@@ -9,19 +9,8 @@ set -u
 T0=$(date +%s); REPO=$PWD; G=$REPO/.gpu-stage; S=/tmp/site; W=/tmp/gw
 mkdir -p $S $W
 say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $OUT/steps.txt; }
-unxz() { python3 -c 'import lzma,shutil,sys; shutil.copyfileobj(lzma.open(sys.stdin.buffer), sys.stdout.buffer)'; }
-say "install"
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target $S \
-    $G/whl/*.whl $G/b/*.whl > $W/pip.txt 2>&1 || { tail -20 $W/pip.txt; say "pip failed"; }
-unxz < $G/s/py.tar.xz | tar -x -C $S
-unxz < $G/s/C.xz > $S/vllm/_C.abi3.so
-unxz < $G/s/Cs.xz > $S/vllm/_C_stable_libtorch.abi3.so
-unxz < $G/s/small-so.tar.xz | tar -x -C $S
-# vLLM's MoE kernels (Mixtral), pruned to sm_90 like _C when the staging carries them (moe/moe.xz).
-[ -f $G/moe/moe.xz ] && unxz < $G/moe/moe.xz > $S/vllm/_moe_C.abi3.so
-mkdir -p $S/vllm/vllm_flash_attn; : > $S/vllm/vllm_flash_attn/_vllm_fa2_C.py
-export PYTHONPATH=$S PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 VLLM_USE_FLASHINFER_SAMPLER=0 \
-    TOKENIZERS_PARALLELISM=false VLLM_CACHE_TOOLS_PROBE_STANDBY=0
+. "$REPO/benchmarks/gpu/install_vllm.sh"  # vLLM 0.22.1 (+ its MoE kernels) into $S
+export VLLM_CACHE_TOOLS_PROBE_STANDBY=0
 python3 -c 'import transformers, torch; print("transformers", transformers.__version__, "torch", torch.__version__)' 2>&1 | tail -1 | tee -a $OUT/steps.txt
 vc() { (cd /tmp && python3 -P -c 'import sys; from vllm_cache_tools.cli import main; sys.argv[0] = "vllm-cache"; main()' "$@"); }
 KW='"dtype": "bfloat16", "max_model_len": 128, "max_num_batched_tokens": 128, "max_num_seqs": 16, "attention_backend": "TRITON_ATTN", "gpu_memory_utilization": 0.3'
