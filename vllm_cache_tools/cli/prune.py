@@ -154,19 +154,25 @@ def render_result(res: PruneResult) -> None:
         warn(e)
 
 
+def _trash_note(plan: PrunePlan, dry_run: bool) -> None:
+    """What interrupted runs left in the trash: ours (a real run removes them first), and
+    other users' (left for them)."""
+    leftovers = trash_leftovers(plan.root)
+    ours = [i for i in leftovers if finishes(i, plan.protections)]
+    if ours and dry_run:
+        _p(f"  the trash holds {len(ours)} item(s) from an interrupted run; a real run "
+           "removes them first")
+    theirs = sorted({owner_name(i.uid) for i in leftovers if i not in ours})
+    if theirs:
+        _p(f"  the trash holds {len(leftovers) - len(ours)} item(s) of {', '.join(theirs)} "
+           "from an interrupted run: left for them (or a run with --all-users)")
+
+
 def run_plan(plan: PrunePlan, *, dry_run: bool, yes: bool, json_out: bool) -> PruneResult | None:
     """Print the plan, stop on --dry-run, confirm, execute, print the outcome."""
     if not json_out:
         render_plan(plan, dry_run)
-        leftovers = trash_leftovers(plan.root)
-        ours = [i for i in leftovers if finishes(i, plan.protections)]
-        if ours and dry_run:
-            _p(f"  the trash holds {len(ours)} item(s) from an interrupted run; a real run "
-               "removes them first")
-        theirs = sorted({owner_name(i.uid) for i in leftovers if i not in ours})
-        if theirs:
-            _p(f"  the trash holds {len(leftovers) - len(ours)} item(s) of {', '.join(theirs)} "
-               "from an interrupted run: left for them (or a run with --all-users)")
+        _trash_note(plan, dry_run)
     if dry_run:
         if json_out:
             print_json(with_schema("prune", prune_report(plan, None)))
@@ -192,6 +198,7 @@ def show_outcome(res: PruneResult, json_out: bool, plan_shown: bool = False) -> 
         return
     if not plan_shown:
         render_plan(res.plan, dry_run=False)
+        _trash_note(res.plan, dry_run=False)
     _p("")
     render_result(res)
 
