@@ -16,6 +16,11 @@ cloned under numbered names in the same folders; ``--files 100000 --entry-files 
 100 entries of 1,000 files), where the default keeps the real entries' sizes (many small
 entries, as real roots have). Goals (issue #6): ratio >= 0.9,
 peak RSS < 200 MB; exit status 1 when missed. Results also go to .bench/prune.json.
+``--two-phase`` also prunes a third identical tree through the library's scan-plan-move path
+(what the CLI runs without ``--yes``, and for ``--keep``/``--max-size``) in the same round.
+Where vLLM is not installed (the device), pass ``--template-root`` for each of the harness's
+``compile``, ``compile-nomega`` and ``compile-tp2`` roots (~15 MB together, copied there):
+then only this package is needed.
 """
 
 from __future__ import annotations
@@ -35,7 +40,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.synth import READ_BY_TOOLS, generate, templates  # noqa: E402
-from tests.realvllm.harness import SCENARIOS, run_scenario  # noqa: E402
 
 
 def generate_big(dst: Path, roots: list[Path], target_files: int, entry_files: int,
@@ -134,8 +138,13 @@ def main() -> int:
     a = ap.parse_args()
     bench = REPO / ".bench"
     bench.mkdir(exist_ok=True)
-    roots = a.template_root or [run_scenario(SCENARIOS[n]).vllm_root
-                                for n in ("compile", "compile-nomega", "compile-tp2")]
+    if a.template_root:
+        roots = a.template_root
+    else:  # the harness makes them with real vLLM on first use (only then is vLLM needed)
+        from tests.realvllm.harness import SCENARIOS, run_scenario
+
+        roots = [run_scenario(SCENARIOS[n]).vllm_root
+                 for n in ("compile", "compile-nomega", "compile-tp2")]
     exe = str(Path(sys.executable).parent / "vllm-cache")
     state = Path(tempfile.mkdtemp(prefix="vct-bench-"))
     env = {**os.environ, "XDG_CACHE_HOME": str(state / "cache"),
