@@ -16,6 +16,11 @@ cloned under numbered names in the same folders; ``--files 100000 --entry-files 
 100 entries of 1,000 files), where the default keeps the real entries' sizes (many small
 entries, as real roots have). Goals (issue #6): ratio >= 0.9,
 peak RSS < 200 MB; exit status 1 when missed. Results also go to .bench/prune.json.
+``--two-phase`` also prunes a third identical tree through the library's scan-plan-move path
+(what the CLI runs without ``--yes``, and for ``--keep``/``--max-size``) in the same round.
+Where vLLM is not installed (the device), pass ``--template-root`` for each of the harness's
+``compile``, ``compile-nomega`` and ``compile-tp2`` roots (~15 MB together, copied there):
+then only this package is needed.
 """
 
 from __future__ import annotations
@@ -35,7 +40,6 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.synth import READ_BY_TOOLS, generate, templates  # noqa: E402
-from tests.realvllm.harness import SCENARIOS, run_scenario  # noqa: E402
 
 
 def generate_big(dst: Path, roots: list[Path], target_files: int, entry_files: int,
@@ -85,6 +89,27 @@ def timed(cmd: list[str], env: dict[str, str]) -> tuple[float, int, bytes, float
         return wall, usage.ru_maxrss, out.read(), cpu
 
 
+TWO_PHASE = """
+import sys
+from vllm_cache_tools.maintain.execute import execute_plan
+from vllm_cache_tools.maintain.plan import Protections, plan_prune_root
+from vllm_cache_tools.maintain.policies import Policies
+plan = plan_prune_root(sys.argv[1], Policies(older_than_s=0.0),
+                       Protections(grace_s=0.0, leases_when_planning=False))
+res = execute_plan(plan)
+sys.exit(1 if res.errors or res.failed or len(res.deleted) != len(plan.entries) else 0)
+"""
+"""The two-phase prune (``prune --older-than 0s --grace 0 --yes`` before it streamed: a whole
+scan and plan, then the moves), through the library: the CLI streams these policies."""
+
+
+def _loadavg() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "?"
+
+
 def count_files(top: Path) -> int:
     """Files left outside prune's trash, plus items left inside it (its lock file aside)."""
     n = 0
@@ -104,13 +129,22 @@ def main() -> int:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--entry-files", type=int, default=0,
                     help="files per entry (default: the real entries' own sizes)")
+    ap.add_argument("--two-phase", action="store_true",
+                    help="also prune a third identical tree the two-phase way (scan, plan, "
+                    "then move: what prune does without --yes, and for --keep/--max-size), "
+                    "timed in the same round")
     ap.add_argument("--template-root", action="append", type=Path, default=None,
                     help="real vLLM cache roots to clone (default: the test harness's)")
     a = ap.parse_args()
     bench = REPO / ".bench"
     bench.mkdir(exist_ok=True)
-    roots = a.template_root or [run_scenario(SCENARIOS[n]).vllm_root
-                                for n in ("compile", "compile-nomega", "compile-tp2")]
+    if a.template_root:
+        roots = a.template_root
+    else:  # the harness makes them with real vLLM on first use (only then is vLLM needed)
+        from tests.realvllm.harness import SCENARIOS, run_scenario
+
+        roots = [run_scenario(SCENARIOS[n]).vllm_root
+                 for n in ("compile", "compile-nomega", "compile-tp2")]
     exe = str(Path(sys.executable).parent / "vllm-cache")
     state = Path(tempfile.mkdtemp(prefix="vct-bench-"))
     env = {**os.environ, "XDG_CACHE_HOME": str(state / "cache"),
@@ -122,18 +156,26 @@ def main() -> int:
         if a.entry_files:
             meta = generate_big(work / "a", roots, a.files, a.entry_files)
             generate_big(work / "b", roots, a.files, a.entry_files)
+            if a.two_phase:
+                generate_big(work / "c", roots, a.files, a.entry_files)
         else:
             meta = generate(work / "a", roots, a.files)
             generate(work / "b", roots, a.files)
+            if a.two_phase:
+                generate(work / "c", roots, a.files)
         files = count_files(work / "a" / "torch_compile_cache")
         prune_cmd = [exe, "prune", "--root", str(work / "a"), "--older-than", "0s",
                      "--grace", "0", "--yes", "--json"]
         rm_cmd = ["rm", "-rf", str(work / "b" / "torch_compile_cache")]
+        two_cmd = [sys.executable, "-c", TWO_PHASE, str(work / "c")]
         order = ["rm", "prune"] if i % 2 == 0 else ["prune", "rm"]
+        if a.two_phase:
+            order.insert(1, "two-phase")
+        cmds = {"rm": rm_cmd, "prune": prune_cmd, "two-phase": two_cmd}
         got: dict[str, tuple[float, int, bytes, float]] = {}
         for name in order:
             subprocess.run(["sync"], check=True)
-            got[name] = timed(rm_cmd if name == "rm" else prune_cmd, env)
+            got[name] = timed(cmds[name], env)
         report = json.loads(got["prune"][2])
         left = count_files(work / "a" / "torch_compile_cache")
         rounds.append({
@@ -145,6 +187,13 @@ def main() -> int:
             "deleted": len(report["deleted"]), "skipped": len(report["skipped"]),
             "freed_bytes": report["freed_bytes"], "files_left": left,
         })
+        if a.two_phase:
+            left_c = count_files(work / "c" / "torch_compile_cache")
+            rounds[-1].update({
+                "two_phase_s": round(got["two-phase"][0], 3),
+                "two_phase_cpu_s": round(got["two-phase"][3], 3),
+                "two_phase_ratio": round(got["rm"][0] / got["two-phase"][0], 3),
+                "two_phase_files_left": left_c})
         print(json.dumps(rounds[-1]), file=sys.stderr, flush=True)
         shutil.rmtree(work, ignore_errors=True)
     shutil.rmtree(state, ignore_errors=True)
@@ -160,6 +209,11 @@ def main() -> int:
         "rm_cpu_s_median": statistics.median(r["rm_cpu_s"] for r in rounds),
         "prune_cpu_s_median": statistics.median(r["prune_cpu_s"] for r in rounds),
         "prune_peak_rss_mb": rss,
+        **({"two_phase_s_median": statistics.median(r["two_phase_s"] for r in rounds),
+            "two_phase_cpu_s_median": statistics.median(r["two_phase_cpu_s"] for r in rounds),
+            "two_phase_ratio": statistics.median(r["two_phase_ratio"] for r in rounds)}
+           if a.two_phase else {}),
+        "loadavg": _loadavg(),
         "goals": {"ratio_min": 0.9, "rss_mb_max": 200},
         "met": ratio >= 0.9 and rss < 200 and complete,
     }

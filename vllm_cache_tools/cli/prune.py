@@ -27,6 +27,7 @@ from vllm_cache_tools.maintain.plan import (
     plan_prune,
 )
 from vllm_cache_tools.maintain.policies import Policies
+from vllm_cache_tools.maintain.stream import stream_prune, streams
 from vllm_cache_tools.store.locate import display_path, resolve_root
 from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.store.types import CacheInfo
@@ -153,19 +154,25 @@ def render_result(res: PruneResult) -> None:
         warn(e)
 
 
+def _trash_note(plan: PrunePlan, dry_run: bool) -> None:
+    """What interrupted runs left in the trash: ours (a real run removes them first), and
+    other users' (left for them)."""
+    leftovers = trash_leftovers(plan.root)
+    ours = [i for i in leftovers if finishes(i, plan.protections)]
+    if ours and dry_run:
+        _p(f"  the trash holds {len(ours)} item(s) from an interrupted run; a real run "
+           "removes them first")
+    theirs = sorted({owner_name(i.uid) for i in leftovers if i not in ours})
+    if theirs:
+        _p(f"  the trash holds {len(leftovers) - len(ours)} item(s) of {', '.join(theirs)} "
+           "from an interrupted run: left for them (or a run with --all-users)")
+
+
 def run_plan(plan: PrunePlan, *, dry_run: bool, yes: bool, json_out: bool) -> PruneResult | None:
     """Print the plan, stop on --dry-run, confirm, execute, print the outcome."""
     if not json_out:
         render_plan(plan, dry_run)
-        leftovers = trash_leftovers(plan.root)
-        ours = [i for i in leftovers if finishes(i, plan.protections)]
-        if ours and dry_run:
-            _p(f"  the trash holds {len(ours)} item(s) from an interrupted run; a real run "
-               "removes them first")
-        theirs = sorted({owner_name(i.uid) for i in leftovers if i not in ours})
-        if theirs:
-            _p(f"  the trash holds {len(leftovers) - len(ours)} item(s) of {', '.join(theirs)} "
-               "from an interrupted run: left for them (or a run with --all-users)")
+        _trash_note(plan, dry_run)
     if dry_run:
         if json_out:
             print_json(with_schema("prune", prune_report(plan, None)))
@@ -180,12 +187,20 @@ def run_plan(plan: PrunePlan, *, dry_run: bool, yes: bool, json_out: bool) -> Pr
         res = execute_plan(plan)
     except OSError as exc:
         fail(f"cannot prune {plan.root}: {exc.strerror or exc}", code=1)
-    if json_out:
-        print_json(with_schema("prune", prune_report(plan, res)))
-    else:
-        _p("")
-        render_result(res)
+    show_outcome(res, json_out, plan_shown=True)
     return res
+
+
+def show_outcome(res: PruneResult, json_out: bool, plan_shown: bool = False) -> None:
+    """The result (and, for a streamed run, the plan it followed, known only now)."""
+    if json_out:
+        print_json(with_schema("prune", prune_report(res.plan, res)))
+        return
+    if not plan_shown:
+        render_plan(res.plan, dry_run=False)
+        _trash_note(res.plan, dry_run=False)
+    _p("")
+    render_result(res)
 
 
 def prune(
@@ -258,11 +273,22 @@ def prune(
              "KEY`)")
     prot = Protections(grace_s=parse_grace(grace), all_users=all_users,
                        leases_when_planning=dry_run or not yes)
-    info = load_root(root, force)
     env: Environment | None = detect_environment(python) if unhittable else None
     if env is not None and env.error and python:
         fail(f"--python {python}: {env.error}")
-    plan = plan_prune(info, pol, prot, environment=env, link_sources=True)
-    res = run_plan(plan, dry_run=dry_run, yes=yes, json_out=json_out)
+    res: PruneResult | None
+    if yes and not dry_run and streams(pol):
+        # Each entry judged and moved as the scan reads it (maintain/stream.py).
+        croot = resolve_root(root)
+        check_prunable_root(croot, force)
+        try:
+            res = stream_prune(croot, pol, prot, environment=env)
+        except OSError as exc:
+            fail(f"cannot prune {croot.vllm_root}: {exc.strerror or exc}", code=1)
+        show_outcome(res, json_out)
+    else:
+        plan = plan_prune(load_root(root, force), pol, prot, environment=env,
+                          link_sources=True)
+        res = run_plan(plan, dry_run=dry_run, yes=yes, json_out=json_out)
     if res is not None and (res.errors or res.failed):
         raise typer.Exit(1)  # a partial failure: some of what the plan deletes stays

@@ -8,6 +8,7 @@ checked. Afterwards the recorder's unreferenced source snapshots are swept.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import time
 from collections.abc import Callable
@@ -53,7 +54,7 @@ class PruneResult:
     """The recorder's source snapshots no manifest names any more, swept after deleting."""
 
 
-class _Busy:
+class Busy:
     """/proc snapshots of open/mapped files, refreshed when older than ``max_age_s``."""
 
     def __init__(self, root: Path, max_age_s: float) -> None:
@@ -64,7 +65,14 @@ class _Busy:
 
     def get(self) -> dict[str, list[int]]:
         if time.monotonic() - self.taken > self.max_age_s:
-            self.map = busy_entries(self.root)
+            busy = busy_entries(self.root)
+            # Our own reading processes (a streaming prune's scan pool reads entries ahead
+            # of the one being moved) are not users of the cache.
+            ours = {p.pid for p in multiprocessing.active_children()}
+            if ours:
+                busy = {k: kept for k, pids in busy.items()
+                        if (kept := [p for p in pids if p not in ours])}
+            self.map = busy
             self.taken = time.monotonic()
         return self.map
 
@@ -77,7 +85,7 @@ class _CannotRemove(str):
 
 
 def _move_to_trash(parent: int | None, trash: Trash, pe: PlannedEntry, prot: Protections,
-                   busy: _Busy, leases: bool) -> tuple[str | None, str | None]:
+                   busy: Busy, leases: bool) -> tuple[str | None, str | None]:
     """One fd-relative pass over the entry (the caller holds its lock): open its folder under
     its parent's fd without following a link, then, through that one fd, check it is the
     planned folder, re-stat every planned subfolder (nothing added, removed or modified;
@@ -128,6 +136,127 @@ def _move_to_trash(parent: int | None, trash: Trash, pe: PlannedEntry, prot: Pro
     return name, None
 
 
+class Mover:
+    """What moving entries into the trash needs for one run, held while it lasts: the root's
+    folder fds, the trash and its entry locks, the /proc look, and the threads that remove
+    trash items. :func:`execute_plan` moves a plan's entries through it; the streaming
+    ``prune --yes`` (:mod:`vllm_cache_tools.maintain.stream`) moves each entry as the scan
+    reads it. Use as a context manager; :meth:`ready` is ``False`` where nothing can be moved
+    (no ``torch_compile_cache``, or a symlink there)."""
+
+    def __init__(self, root: Path, prot: Protections, *, create: bool, workers: int = 4,
+                 proc_refresh_s: float = 1.0, progress: Progress | None = None,
+                 busy: Busy | None = None) -> None:
+        self.root, self.prot, self.progress = root, prot, progress
+        self.workers, self.create = workers, create
+        self.busy = busy if busy is not None else Busy(root, proc_refresh_s)
+        self.skipped: list[Skip] = []
+        self.failed: list[Skip] = []
+        self._moved: list[tuple[PlannedEntry, Future[RemoveResult]]] = []
+        self._leftovers: list[tuple[str, Future[RemoveResult]]] = []
+        self._locks: EntryLocks | None = None
+        self._pool: ThreadPoolExecutor | None = None
+        self._leases = False
+        self.handle = RootHandle(root)
+        self._open = True
+        self.trash = self.handle.trash(create=create)
+
+    @property
+    def ready(self) -> bool:
+        t = self.trash
+        return t is not None and t.fd is not None and (not self.create or t.locks_fd is not None)
+
+    def start(self) -> None:
+        """Start the removal threads and queue what interrupted runs left in the trash. Call
+        it after any process pool was forked (a threaded process is not forked)."""
+        assert self.trash is not None and self.ready
+        # Asked once per run: where /proc shows every process, its look (``busy``) sees
+        # every holder and no lease is taken (store/in_use.py).
+        self._leases = not in_use.proc_shows_every_process()
+        if self.trash.locks_fd is not None:
+            self._locks = EntryLocks(self.trash.locks_fd)
+        self._pool = ThreadPoolExecutor(max_workers=max(1, self.workers))
+        for item in self.trash.items():
+            if finishes(item, self.prot):
+                self._leftovers.append((item.name, self._pool.submit(self.trash.remove,
+                                                                      item.name)))
+
+    def move(self, pe: PlannedEntry) -> bool:
+        """Lock, re-check and move one entry into the trash, where a thread removes it;
+        ``False`` (and a :class:`Skip` recorded) where it stays."""
+        assert self._pool is not None and self.trash is not None
+        locks = self._locks
+        assert locks is not None
+        lock_name = f"{pe.layout}-{pe.key}"
+        if not locks.try_lock(lock_name):
+            self.skipped.append(Skip(pe.key, pe.layout, pe.path,
+                                     "another vllm-cache process is working on it"))
+            return False
+        try:
+            name, why = _move_to_trash(self.handle.parent_fd(pe.tree), self.trash, pe,
+                                       self.prot, self.busy, self._leases)
+        finally:
+            locks.unlock(lock_name)
+        if name is None:
+            self.skipped.append(Skip(pe.key, pe.layout, pe.path, why or "?"))
+            if isinstance(why, _CannotRemove):
+                self.failed.append(self.skipped[-1])
+            return False
+        if self.progress is not None:
+            self.progress("moved", pe.key)
+        self._moved.append((pe, self._pool.submit(self.trash.remove, name, pe.ident)))
+        return True
+
+    def finish(self, plan: PrunePlan) -> PruneResult:
+        """Wait for the removals, sweep the recorder's unreferenced snapshots, and report.
+        ``plan``: what was planned (its skips come first in the result's)."""
+        deleted: list[str] = []
+        errors: list[str] = []
+        finished: list[str] = []
+        freed = 0
+        for name, fut in self._leftovers:
+            res = fut.result()
+            if res.error:
+                errors.append(f"trash item {name}: {res.error}")
+            else:
+                finished.append(name)
+        for pe, fut in self._moved:
+            res = fut.result()
+            deleted.append(pe.key)
+            if res.error:
+                errors.append(f"{pe.key}: moved to the trash but not fully removed: "
+                              f"{res.error}")
+            else:
+                freed += pe.size_bytes
+        self.close()
+        sweep = (sweep_snapshots(plan.root / COMPILE_CACHE_DIRNAME,
+                                 min_age_s=max(SNAPSHOT_MIN_AGE_S, self.prot.grace_s))
+                 if deleted else None)
+        return PruneResult(plan, tuple(deleted), (*plan.skipped, *self.skipped), freed,
+                           tuple(finished), tuple(errors), snapshots=sweep,
+                           failed=tuple(self.failed))
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        if self._locks is not None:
+            self._locks.close()
+            self._locks = None
+        if self.trash is not None:
+            self.trash.close()
+            self.trash = None
+        if self._open:
+            self.handle.close()
+            self._open = False
+
+    def __enter__(self) -> Mover:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
 def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1.0,
                  progress: Progress | None = None) -> PruneResult:
     """Delete what ``plan`` lists. Per entry: take its lock, re-check it (same folder, no
@@ -135,77 +264,17 @@ def execute_plan(plan: PrunePlan, *, workers: int = 4, proc_refresh_s: float = 1
     ours to empty, not open per a /proc look at most ``proc_refresh_s`` old), then one
     rename into the trash. Trash items (and any left by an interrupted run) are removed by
     ``workers`` threads while later entries are still being checked."""
-    prot = plan.protections
-    deleted: list[str] = []
-    skipped = list(plan.skipped)
-    errors: list[str] = []
-    failed: list[Skip] = []
-    finished: list[str] = []
-    freed = 0
-    with RootHandle(plan.root) as h:
-        trash = h.trash(create=bool(plan.entries))
-        if trash is None or trash.fd is None or (plan.entries and trash.locks_fd is None):
-            if trash is not None:
-                trash.close()
-            for pe in plan.entries:
-                skipped.append(Skip(pe.key, pe.layout, pe.path,
-                                    "torch_compile_cache is missing or a symlink"))
+    with Mover(plan.root, plan.protections, create=bool(plan.entries), workers=workers,
+               proc_refresh_s=proc_refresh_s, progress=progress) as m:
+        if not m.ready:
+            skipped = [*plan.skipped, *(Skip(pe.key, pe.layout, pe.path,
+                                             "torch_compile_cache is missing or a symlink")
+                                        for pe in plan.entries)]
             return PruneResult(plan, (), tuple(skipped), 0)
-        busy = _Busy(plan.root, proc_refresh_s)
-        # Asked once per run: where /proc shows every process, its look (``busy``) sees
-        # every holder and no lease is taken (store/in_use.py).
-        leases = not in_use.proc_shows_every_process()
-        locks = EntryLocks(trash.locks_fd) if trash.locks_fd is not None else None
-        try:
-            with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-                leftovers: list[tuple[str, Future[RemoveResult]]] = []
-                for item in trash.items():
-                    if finishes(item, prot):
-                        leftovers.append((item.name, pool.submit(trash.remove, item.name)))
-                moved: list[tuple[PlannedEntry, Future[RemoveResult]]] = []
-                for pe in plan.entries:
-                    assert locks is not None
-                    lock_name = f"{pe.layout}-{pe.key}"
-                    if not locks.try_lock(lock_name):
-                        skipped.append(Skip(pe.key, pe.layout, pe.path,
-                                            "another vllm-cache process is working on it"))
-                        continue
-                    try:
-                        name, why = _move_to_trash(h.parent_fd(pe.tree), trash, pe, prot,
-                                                   busy, leases)
-                    finally:
-                        locks.unlock(lock_name)
-                    if name is None:
-                        skipped.append(Skip(pe.key, pe.layout, pe.path, why or "?"))
-                        if isinstance(why, _CannotRemove):
-                            failed.append(skipped[-1])
-                        continue
-                    if progress is not None:
-                        progress("moved", pe.key)
-                    moved.append((pe, pool.submit(trash.remove, name, pe.ident)))
-                for name, fut in leftovers:
-                    res = fut.result()
-                    if res.error:
-                        errors.append(f"trash item {name}: {res.error}")
-                    else:
-                        finished.append(name)
-                for pe, fut in moved:
-                    res = fut.result()
-                    deleted.append(pe.key)
-                    if res.error:
-                        errors.append(f"{pe.key}: moved to the trash but not fully removed: "
-                                      f"{res.error}")
-                    else:
-                        freed += pe.size_bytes
-        finally:
-            if locks is not None:
-                locks.close()
-            trash.close()
-    sweep = (sweep_snapshots(plan.root / COMPILE_CACHE_DIRNAME,
-                             min_age_s=max(SNAPSHOT_MIN_AGE_S, prot.grace_s))
-             if deleted else None)
-    return PruneResult(plan, tuple(deleted), tuple(skipped), freed, tuple(finished),
-                       tuple(errors), snapshots=sweep, failed=tuple(failed))
+        m.start()
+        for pe in plan.entries:
+            m.move(pe)
+        return m.finish(plan)
 
 
 def finishes(item: TrashItem, prot: Protections) -> bool:

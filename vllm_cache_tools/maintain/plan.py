@@ -216,7 +216,7 @@ def plan_prune(info: CacheInfo, policies: Policies, protections: Protections | N
         if why_not is not None:
             skipped.append(Skip(e.key, e.layout, e.path, f"{why_not} [{'; '.join(reasons)}]"))
             continue
-        pe = _planned(e, info.root, reasons, c.lu[id(e)])
+        pe = planned_entry(e, info.root, reasons, c.lu[id(e)])
         if pe is not None and id(e) in c.same_start:
             pe = replace(pe, same_start=c.same_start[id(e)])
         if pe is None:
@@ -277,7 +277,7 @@ def _fill_budget(c: Choosing, budget: Budget, root: Path, prot: Protections,
         if why_not is not None:
             skipped.append(Skip(e.key, e.layout, e.path, f"{why_not} [{reason}]"))
             continue
-        pe = _planned(e, root, (reason,), (t, src))
+        pe = planned_entry(e, root, (reason,), (t, src))
         if pe is not None:
             planned.append(pe)
             remaining -= budget.measure(e)
@@ -374,7 +374,7 @@ def protection_reason(e: Entry, root: Path, prot: Protections, now: float,
     return None
 
 
-def _planned(e: Entry, root: Path, reasons: tuple[str, ...],
+def planned_entry(e: Entry, root: Path, reasons: tuple[str, ...],
              lu: tuple[float | None, str | None]) -> PlannedEntry | None:
     tree = entry_tree(e.path, root)
     try:
