@@ -65,8 +65,13 @@ def _wait(cond: object, timeout: float = 90.0) -> bool:
 
 @pytest.fixture
 def sb(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Standbys on, in a private runtime folder of this test (short: socket paths must fit
-    108 bytes); all killed afterwards."""
+    """Standbys on, in a private runtime folder of this test; all killed afterwards."""
+    yield from standby_runtime(monkeypatch)
+
+
+def standby_runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """For a fixture: standbys on (120 s), in a private runtime folder (short: socket paths
+    must fit 108 bytes); yields the standbys' folder; kills every standby there afterwards."""
     run = Path(tempfile.mkdtemp(prefix="vct-", dir="/tmp"))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
     monkeypatch.setenv(standby.STANDBY_VAR, "120")
