@@ -92,3 +92,24 @@ def assert_same_outcome(verb: str, args: list[str], target: str,
         theirs = _outcome(verb, args)
     assert ours == theirs
     return ours
+
+
+def layer_checks(verb: str, target: str, fn: Callable[..., Any], plain: list[list[str]],
+                 left_to_typer: list[list[str]]) -> tuple[Callable[..., None], Callable[..., None]]:
+    """The two checks each verb's test file makes, for its module to bind to these names:
+    ``test_plain_values_are_the_ones_typer_converts`` (the keywords ``fn``, patched at
+    ``target``, is given from each ``plain`` line) and ``test_help_and_errors_are_typers``
+    (status, stdout and stderr of each ``left_to_typer`` line), each against typer's own
+    conversion."""
+
+    @pytest.mark.parametrize("args", plain, ids=" ".join)
+    def test_plain_values_are_the_ones_typer_converts(args: list[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+        assert_same_keywords(verb, args, target, fn, monkeypatch)
+
+    @pytest.mark.parametrize("args", left_to_typer, ids=" ".join)
+    def test_help_and_errors_are_typers(args: list[str],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+        assert_same_outcome(verb, args, target, monkeypatch)
+
+    return test_plain_values_are_the_ones_typer_converts, test_help_and_errors_are_typers

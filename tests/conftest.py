@@ -6,8 +6,11 @@ runs reuse them from a content-addressed folder (tests/realvllm/harness.py)."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,6 +30,17 @@ def _own_state_dirs(tmp_path_factory: pytest.TempPathFactory,
     monkeypatch.setenv("XDG_STATE_HOME", str(d / "state"))
     # No probe standby outliving a test (tests/test_standby.py turns it on for itself).
     monkeypatch.setenv("VLLM_CACHE_TOOLS_PROBE_STANDBY", "0")
+
+
+@pytest.fixture()
+def world_tmp() -> Iterator[Path]:
+    """A temp folder other users can reach (for the unprivileged-user cases), removed after
+    the test even where they left parts of it unwritable to us."""
+    d = Path(tempfile.mkdtemp(prefix="vct-"))
+    d.chmod(0o755)
+    yield d
+    subprocess.run(["chmod", "-R", "u+rwx", str(d)], check=False)
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

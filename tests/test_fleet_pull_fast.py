@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli_layer_support import assert_same_keywords, assert_same_outcome
+from tests.cli_layer_support import layer_checks
 from vllm_cache_tools.cli.pull_run import run_pull
 
 URL = "s3://bucket/store"
@@ -30,17 +30,8 @@ LEFT_TO_TYPER = [
 ]
 
 
-@pytest.mark.parametrize("args", PLAIN, ids=" ".join)
-def test_plain_values_are_the_ones_typer_converts(args: list[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_same_keywords("pull", args, "vllm_cache_tools.cli.pull_run.run_pull",
-                         run_pull, monkeypatch)
-
-
-@pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
-def test_help_and_errors_are_typers(args: list[str],
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_same_outcome("pull", args, "vllm_cache_tools.cli.pull_run.run_pull", monkeypatch)
+test_plain_values_are_the_ones_typer_converts, test_help_and_errors_are_typers = layer_checks(
+    "pull", "vllm_cache_tools.cli.pull_run.run_pull", run_pull, PLAIN, LEFT_TO_TYPER)
 
 
 def test_the_store_client_is_imported_beside_the_rest(monkeypatch: pytest.MonkeyPatch) -> None:

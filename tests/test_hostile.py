@@ -11,9 +11,7 @@ import pickle
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,15 +22,6 @@ from vllm_cache_tools import scan
 
 pytestmark = pytest.mark.realvllm
 
-
-@pytest.fixture()
-def world_tmp() -> Iterator[Path]:
-    """A temp folder other users can reach (for the unprivileged-user cases)."""
-    d = Path(tempfile.mkdtemp(prefix="vct-"))
-    d.chmod(0o755)
-    yield d
-    subprocess.run(["chmod", "-R", "u+rwx", str(d)], check=False)
-    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_layer_support import assert_same_keywords, assert_same_outcome
+from tests.cli_layer_support import layer_checks
 from tests.conftest import run_cli
 from tests.realvllm.harness import ScenarioRun
 from vllm_cache_tools.cli.ls_run import run_ls
@@ -33,17 +33,8 @@ LEFT_TO_TYPER = [
 ]
 
 
-@pytest.mark.parametrize("args", PLAIN, ids=" ".join)
-def test_plain_values_are_the_ones_typer_converts(args: list[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_same_keywords("ls", args, "vllm_cache_tools.cli.ls_run.run_ls",
-                         run_ls, monkeypatch)
-
-
-@pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
-def test_help_and_errors_are_typers(args: list[str],
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_same_outcome("ls", args, "vllm_cache_tools.cli.ls_run.run_ls", monkeypatch)
+test_plain_values_are_the_ones_typer_converts, test_help_and_errors_are_typers = layer_checks(
+    "ls", "vllm_cache_tools.cli.ls_run.run_ls", run_ls, PLAIN, LEFT_TO_TYPER)
 
 
 @pytest.mark.realvllm

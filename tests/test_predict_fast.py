@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli_layer_support import assert_same_keywords, assert_same_outcome
+from tests.cli_layer_support import layer_checks
 from vllm_cache_tools.cli.predict_run import run_predict
 from vllm_cache_tools.live import runner
 
@@ -29,17 +29,8 @@ LEFT_TO_TYPER = [
 ]
 
 
-@pytest.mark.parametrize("args", PLAIN, ids=" ".join)
-def test_plain_values_are_the_ones_typer_converts(args: list[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_same_keywords("predict", args, "vllm_cache_tools.cli.predict.run_predict",
-                         run_predict, monkeypatch)
-
-
-@pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
-def test_help_and_errors_are_typers(args: list[str],
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_same_outcome("predict", args, "vllm_cache_tools.cli.predict.run_predict", monkeypatch)
+test_plain_values_are_the_ones_typer_converts, test_help_and_errors_are_typers = layer_checks(
+    "predict", "vllm_cache_tools.cli.predict.run_predict", run_predict, PLAIN, LEFT_TO_TYPER)
 
 
 def test_a_prestarted_run_answers_the_same_call_once(monkeypatch: pytest.MonkeyPatch) -> None:

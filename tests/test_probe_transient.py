@@ -29,10 +29,9 @@ from tests.realvllm.harness import (
     start_env,
     venv_python,
 )
-from tests.test_standby import _pids, _socket
+from tests.test_standby import _socket, standby_runtime
 from vllm_cache_tools.analyze.predict import predict
 from vllm_cache_tools.live import memo as probememo
-from vllm_cache_tools.live import standby
 from vllm_cache_tools.live.runner import memo_dir, run_probe
 
 pytestmark = pytest.mark.realvllm
@@ -81,16 +80,7 @@ def transient_env(real_compile: ScenarioRun, tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    run = Path(tempfile.mkdtemp(prefix="vct-", dir="/tmp"))
-    monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
-    monkeypatch.setenv(standby.STANDBY_VAR, "120")
-    try:
-        yield run / "vllm-cache-tools"
-    finally:
-        for sock in (run / "vllm-cache-tools").glob("*"):
-            for pid in _pids(sock):
-                os.kill(pid, 9)
-        shutil.rmtree(run, ignore_errors=True)
+    yield from standby_runtime(monkeypatch)
 
 
 def test_module_built_and_removed_while_vllm_imports_keeps_memo_and_standby(

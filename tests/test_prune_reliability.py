@@ -17,12 +17,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import traceback
 from collections import Counter
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,15 +49,6 @@ from vllm_cache_tools.maintain.trash import remove_tree_at
 
 pytestmark = pytest.mark.realvllm
 
-
-@pytest.fixture()
-def world_tmp() -> Iterator[Path]:
-    """A temp folder other users can reach (for the unprivileged cases)."""
-    d = Path(tempfile.mkdtemp(prefix="vct-rel-"))
-    d.chmod(0o755)
-    yield d
-    subprocess.run(["chmod", "-R", "u+rwx", str(d)], check=False)
-    shutil.rmtree(d, ignore_errors=True)
 
 
 

@@ -26,32 +26,27 @@ from vllm_cache_tools.live.runner import PROBE, run_probe
 pytestmark = pytest.mark.realvllm
 
 
-def _pids(path: Path) -> list[int]:
-    out = []
+def _standby_processes() -> Iterator[tuple[int, list[bytes]]]:
+    """Every standby process (``--standby`` in its command line), with its arguments."""
     for d in Path("/proc").iterdir():
         if d.name.isdigit():
             try:
                 cmd = (d / "cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if b"--standby" in cmd and str(path).encode() in cmd:
-                out.append(int(d.name))
-    return out
+            if b"--standby" in cmd:
+                yield int(d.name), cmd
+
+
+def _pids(path: Path) -> list[int]:
+    """The standby processes serving the socket ``path``."""
+    return [pid for pid, cmd in _standby_processes() if str(path).encode() in cmd]
 
 
 def _standby_pids(folder: Path) -> list[int]:
     """Every standby process whose socket is in ``folder``, by its command line."""
-    out = []
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                cmd = (d / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"--standby" in cmd and any(c.startswith(str(folder).encode() + b"/")
-                                           for c in cmd):
-                out.append(int(d.name))
-    return out
+    inside = str(folder).encode() + b"/"
+    return [pid for pid, cmd in _standby_processes() if any(c.startswith(inside) for c in cmd)]
 
 
 def _wait(cond: object, timeout: float = 90.0) -> bool:
@@ -65,8 +60,13 @@ def _wait(cond: object, timeout: float = 90.0) -> bool:
 
 @pytest.fixture
 def sb(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """Standbys on, in a private runtime folder of this test (short: socket paths must fit
-    108 bytes); all killed afterwards."""
+    """Standbys on, in a private runtime folder of this test; all killed afterwards."""
+    yield from standby_runtime(monkeypatch)
+
+
+def standby_runtime(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """For a fixture: standbys on (120 s), in a private runtime folder (short: socket paths
+    must fit 108 bytes); yields the standbys' folder; kills every standby there afterwards."""
     run = Path(tempfile.mkdtemp(prefix="vct-", dir="/tmp"))
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(run))
     monkeypatch.setenv(standby.STANDBY_VAR, "120")

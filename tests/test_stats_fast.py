@@ -6,9 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from tests.cli_layer_support import assert_same_keywords, assert_same_outcome
+from tests.cli_layer_support import layer_checks
 from tests.conftest import run_cli
 from tests.test_stats import AOT, root_with, start_lines
 from vllm_cache_tools.cli.stats_run import run_stats
@@ -32,17 +30,8 @@ LEFT_TO_TYPER = [
 ]
 
 
-@pytest.mark.parametrize("args", PLAIN, ids=" ".join)
-def test_plain_values_are_the_ones_typer_converts(args: list[str],
-                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_same_keywords("stats", args, "vllm_cache_tools.cli.stats.run_stats",
-                         run_stats, monkeypatch)
-
-
-@pytest.mark.parametrize("args", LEFT_TO_TYPER, ids=" ".join)
-def test_help_and_errors_are_typers(args: list[str],
-                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    assert_same_outcome("stats", args, "vllm_cache_tools.cli.stats.run_stats", monkeypatch)
+test_plain_values_are_the_ones_typer_converts, test_help_and_errors_are_typers = layer_checks(
+    "stats", "vllm_cache_tools.cli.stats.run_stats", run_stats, PLAIN, LEFT_TO_TYPER)
 
 
 def test_a_repeated_option_keeps_the_last_value(tmp_path: Path) -> None:

@@ -7,9 +7,7 @@ import os
 import pickle
 import shutil
 import subprocess
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,15 +18,6 @@ from tests.realvllm.harness import ScenarioRun, copy_root
 
 pytestmark = pytest.mark.realvllm
 
-
-@pytest.fixture()
-def world_tmp() -> Iterator[Path]:
-    """A temp folder other users can reach (for the unprivileged case)."""
-    d = Path(tempfile.mkdtemp(prefix="vct-verify-"))
-    d.chmod(0o755)
-    yield d
-    subprocess.run(["chmod", "-R", "u+rwx", str(d)], check=False)
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def _old(path: Path) -> None:

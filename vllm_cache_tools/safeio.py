@@ -38,7 +38,6 @@ import contextlib
 import errno
 import io
 import os
-import secrets
 import stat
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -134,7 +133,9 @@ def check_writable_folder(fd: int, what: str = "folder") -> os.stat_result:
 
 
 def _tmp_name(name: str) -> str:
-    return f".{name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+    # os.urandom is what secrets.token_hex reads; importing secrets loaded OpenSSL (hmac)
+    # for every command that imports this module (~5 ms of a 0.2 s ls).
+    return f".{name}.{os.getpid()}.{os.urandom(6).hex()}.tmp"
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -3,10 +3,10 @@ imported only when its verb runs (``vllm-cache log`` does not pay for ``predict`
 
 from __future__ import annotations
 
+import gc
 import sys
 from typing import Any
 
-from vllm_cache_tools.cli.common import fail
 from vllm_cache_tools.errors import VctError
 
 _PASSTHROUGH = {"allow_extra_args": True, "ignore_unknown_options": True}
@@ -60,7 +60,17 @@ def build_command(only: str | None = None) -> Any:
     return build(only)
 
 
+# Start-up allocates tens of thousands of objects that stay (modules, classes, typer's
+# command) and almost no cyclic garbage: at the default first threshold (700) the collector
+# ran 35 times in a listing of examples/sample_cache (each object looked at in two
+# generations) for ~500 objects freed and 8.5 ms of CPU; at 10,000, 5 times and 4.3 ms
+# (gc.callbacks, one process). Cycles are still collected, later. Set before anything heavy
+# is imported: this module imports only the base error.
+_GC_FIRST_THRESHOLD = 10_000
+
+
 def main() -> None:
+    gc.set_threshold(_GC_FIRST_THRESHOLD, *gc.get_threshold()[1:])
     verb = sys.argv[1] if len(sys.argv) > 1 else None
     try:
         build_command(verb if verb in COMMANDS else None)(prog_name="vllm-cache")
@@ -72,6 +82,10 @@ def main() -> None:
     except BrokenPipeError:
         sys.exit(0)
     except VctError as exc:  # every error meant for users, reported here and only here
+        from vllm_cache_tools.cli.common import fail
+
         fail(str(exc), code=exc.exit_code)
     except Exception as exc:  # last resort: one line, never a traceback
+        from vllm_cache_tools.cli.common import fail
+
         fail(f"internal error: {type(exc).__name__}: {exc}", code=3)

@@ -5,7 +5,6 @@ be read is reported, never guessed at. A ledger line is judged by the one record
 
 from __future__ import annotations
 
-import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -145,7 +144,7 @@ def source_snapshot(compile_cache: Path, sha256: str) -> str | None:
     whose sha256 differs from its name was not written by the recorder; see
     :func:`misnamed_snapshot`)."""
     raw = _snapshot_bytes(compile_cache, sha256)
-    if raw is None or hashlib.sha256(raw).hexdigest() != sha256:
+    if raw is None or _sha256_hex(raw) != sha256:
         return None
     return raw.decode("utf-8", errors="replace")
 
@@ -154,7 +153,15 @@ def misnamed_snapshot(compile_cache: Path, sha256: str) -> bool:
     """Whether the snapshot named ``sha256`` is there with other content (a reader skips it
     with a warning)."""
     raw = _snapshot_bytes(compile_cache, sha256)
-    return raw is not None and hashlib.sha256(raw).hexdigest() != sha256
+    return raw is not None and _sha256_hex(raw) != sha256
+
+
+def _sha256_hex(raw: bytes) -> str:
+    # hashlib loads OpenSSL (~5 ms): imported here, where a snapshot is checked, not by every
+    # listing that reads the ledger (ls imports this module for the hit counts).
+    import hashlib
+
+    return hashlib.sha256(raw).hexdigest()
 
 
 def _snapshot_bytes(compile_cache: Path, sha256: str) -> bytes | None:
