@@ -26,7 +26,7 @@ import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, BinaryIO, cast
+from typing import IO, TYPE_CHECKING, Any, BinaryIO, cast
 
 import zstandard
 
@@ -43,6 +43,9 @@ from vllm_cache_tools.fleet.records import (
 )
 from vllm_cache_tools.fleet.redacted import redact_document
 from vllm_cache_tools.fleet.selection import LocalFile, Selection, file_ident
+
+if TYPE_CHECKING:
+    from vllm_cache_tools.fleet.pack_spool import Spool
 from vllm_cache_tools.fleet.sshsig import SigningKey
 from vllm_cache_tools.fleet.trust import BUNDLE_SIG_NAME
 from vllm_cache_tools.read.noatime import open_noatime
@@ -242,7 +245,7 @@ class Written:
 def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
                  on_bytes: Callable[[int], None] | None = None, sync: bool = False,
                  force: bool = False, signing_key: SigningKey | None = None,
-                 tar_digest: bool = False) -> Written:
+                 tar_digest: bool = False, spool: Spool | None = None) -> Written:
     """Write the bundle to ``out`` atomically, through :class:`~vllm_cache_tools.safeio.
     NamedOutput` (a new file beside it, put in place whole; an existing name, a planted
     symlink too, is refused unless ``force``, then replaced as a name, never written
@@ -252,7 +255,10 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
     never used (its zstd checksum and manifest digests refuse it, whole). ``signing_key``:
     the manifest carries the provenance and is signed; the signature is the second member
     (:data:`.trust.BUNDLE_SIG_NAME`). ``tar_digest``: also hash the tar stream before
-    compression (:attr:`Written.tar_sha256`)."""
+    compression (:attr:`Written.tar_sha256`). ``spool``: the one-pass writer
+    (:mod:`.pack_spool`): the entries the selection read through it are copied as their
+    compressed frames, the others read, checked and compressed by a thread per CPU; not with
+    ``tar_digest`` (whose digest needs the tar stream in order)."""
     manifest = selection_manifest(sel, with_provenance=signing_key is not None)
     head = manifest_bytes(manifest)
     sig = signing_key.sign(head) if signing_key is not None else None
@@ -274,34 +280,12 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
                 raw.write(b)
                 return len(b)
 
-        # Worker threads (one per CPU): compression runs beside reading and hashing (as
-        # `tar -I zstd` runs zstd beside tar). zstd's multi-threaded output depends neither
-        # on timing nor on the number of workers (measured: the same bytes with 1, 2, 4 and
-        # -1 workers and any write size), so bundles stay deterministic across machines.
-        cctx = zstandard.ZstdCompressor(level=level, write_checksum=True, threads=-1)
-        sink = cast(IO[bytes], Sink())
-        with cctx.stream_writer(sink, closefd=False, write_size=_BUF) as z:
-            tar = _TarWriter(z, hashlib.sha256() if tar_digest else None)
-            tar.add(_info(MANIFEST_NAME, len(head)), io.BytesIO(head))
-            if sig is not None:
-                tar.add(_info(BUNDLE_SIG_NAME, len(sig)), io.BytesIO(sig))
-            for name, lf in members(sel):
-                with open_noatime(lf.source, buffering=0) as f:
-                    info = _info(name, lf.record.size, lf.record.executable)
-                    header = ustar_header(name, lf.record.size, lf.record.executable)
-                    if lf.ident is None or not _unchanged(f, lf):
-                        # Not hashed by the selection, or its identity moved since (a
-                        # hard link made or removed changes the ctime, not the bytes): hashed
-                        # as it is archived, and refused if the bytes differ.
-                        src = _Checked(f, lf.record, name)
-                        tar.add(info, src, header)
-                        src.check()
-                    else:  # hashed by the selection: the same file, unchanged since?
-                        tar.add(info, f, header)
-                        _same(f, lf, name)
-                if on_bytes is not None:
-                    on_bytes(lf.record.size)
-            tar.close()
+        if spool is not None and not tar_digest:
+            _write_spooled(sel, spool, head, sig, level, Sink(), on_bytes)
+            tar = None
+        else:
+            tar = _write_stream(sel, head, sig, level, cast(IO[bytes], Sink()), on_bytes,
+                                tar_digest)
         raw.flush()
         if sync and target is not None:
             os.fsync(raw.fileno())
@@ -314,7 +298,81 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
     if target is not None:
         target.commit()
     return Written(out, digest.hexdigest(), size,
-                   tar.digest.hexdigest() if tar.digest is not None else None)
+                   tar.digest.hexdigest() if tar is not None and tar.digest is not None
+                   else None)
+
+
+def _write_spooled(sel: Selection, spool: Spool, head: bytes, sig: bytes | None, level: int,
+                   sink: Any, on_bytes: Callable[[int], None] | None) -> None:
+    """The bundle from the spool's frames (:mod:`.pack_spool`): the head's frame, each
+    entry's frames, the extras' frames, the archive's end; the same tar stream as
+    :func:`_write_stream` writes."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from vllm_cache_tools.fleet.pack_spool import copy_frames
+    from vllm_cache_tools.store.folders import scan_workers
+
+    parts = [(rec.path, files) for rec, files in zip(sel.records, sel.files, strict=True)]
+    with ThreadPoolExecutor(max_workers=scan_workers()) as ex:
+        todo = {prefix: ex.submit(spool.read_known, prefix, files) for prefix, files in parts
+                if spool.frames_for(prefix, files) is None}
+        extras = ex.submit(spool.read_known, "", sel.extras) if sel.extras else None
+        cctx = zstandard.ZstdCompressor(level=level, write_checksum=True)
+        tar = _TarWriter(io.BytesIO())
+        tar.add(_info(MANIFEST_NAME, len(head)), io.BytesIO(head))
+        if sig is not None:
+            tar.add(_info(BUNDLE_SIG_NAME, len(sig)), io.BytesIO(sig))
+        sink.write(cctx.compress(tar.out.getvalue()))
+        offset = tar.offset
+        groups = [(todo[p].result() if p in todo else spool.frames_for(p, files), files)
+                  for p, files in parts]
+        if extras is not None:
+            groups.append((extras.result(), sel.extras))
+        spool.flush()
+        for frames, files in groups:
+            assert frames is not None
+            for b in copy_frames(frames):
+                sink.write(b)
+            offset += sum(f.tar_bytes for f in frames)
+            if on_bytes is not None:
+                on_bytes(sum(f.record.size for f in files))
+    end = tarfile.NUL * (2 * tarfile.BLOCKSIZE)
+    end += tarfile.NUL * (-(offset + len(end)) % tarfile.RECORDSIZE)
+    sink.write(cctx.compress(end))
+
+
+def _write_stream(sel: Selection, head: bytes, sig: bytes | None, level: int, sink: IO[bytes],
+                  on_bytes: Callable[[int], None] | None, tar_digest: bool) -> _TarWriter:
+    """The bundle as one zstd stream, each file read once more and checked against its
+    record (an OCI layer's ``diff_id`` is the tar stream's digest, hashed in order here)."""
+    # Worker threads (one per CPU): compression runs beside reading and hashing (as
+    # `tar -I zstd` runs zstd beside tar). zstd's multi-threaded output depends neither
+    # on timing nor on the number of workers (measured: the same bytes with 1, 2, 4 and
+    # -1 workers and any write size), so bundles stay deterministic across machines.
+    cctx = zstandard.ZstdCompressor(level=level, write_checksum=True, threads=-1)
+    with cctx.stream_writer(sink, closefd=False, write_size=_BUF) as z:
+        tar = _TarWriter(z, hashlib.sha256() if tar_digest else None)
+        tar.add(_info(MANIFEST_NAME, len(head)), io.BytesIO(head))
+        if sig is not None:
+            tar.add(_info(BUNDLE_SIG_NAME, len(sig)), io.BytesIO(sig))
+        for name, lf in members(sel):
+            with open_noatime(lf.source, buffering=0) as f:
+                info = _info(name, lf.record.size, lf.record.executable)
+                header = ustar_header(name, lf.record.size, lf.record.executable)
+                if lf.ident is None or not _unchanged(f, lf):
+                    # Not hashed by the selection, or its identity moved since (a hard
+                    # link made or removed changes the ctime, not the bytes): hashed as it
+                    # is archived, and refused if the bytes differ.
+                    src = _Checked(f, lf.record, name)
+                    tar.add(info, src, header)
+                    src.check()
+                else:  # hashed by the selection: the same file, unchanged since?
+                    tar.add(info, f, header)
+                    _same(f, lf, name)
+            if on_bytes is not None:
+                on_bytes(lf.record.size)
+        tar.close()
+    return tar
 
 
 __all__ = ["DEFAULT_LEVEL", "Written", "extract", "manifest_bytes", "members",
