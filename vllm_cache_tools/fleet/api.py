@@ -8,7 +8,6 @@ findings and causes; unusable input raises :class:`.errors.FleetError` (one line
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -153,9 +152,8 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
         except OSError as exc:
             raise FleetError(f"cannot write {out}: {exc.strerror or exc}") from None
     # One pass over the files (fleet/pack_spool.py): the selection hashes and compresses
-    # each file it reads; an OCI layer needs the tar stream's digest, written as one stream.
-    spool = None if image else Spool(level, spool_folder(out))
-    with spool if spool is not None else contextlib.nullcontext():
+    # each file it reads, and the bundle is written from those frames.
+    with Spool(level, spool_folder(out)) as spool:
         return _pack_selected(root, refs, model, filter_expr, level, progress, sync, force,
                               key, out, image, spool, t0)
 
@@ -163,14 +161,14 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
 def _pack_selected(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str],
                    model: str | None, filter_expr: str | None, level: int,
                    progress: BytesProgress | None, sync: bool, force: bool,
-                   key: SigningKey | None, out: Path, image: bool, spool: Spool | None,
+                   key: SigningKey | None, out: Path, image: bool, spool: Spool,
                    t0: float) -> PackResult:
     from vllm_cache_tools.fleet import oci_image
     from vllm_cache_tools.fleet.bundle import write_bundle
     from vllm_cache_tools.fleet.selection import select
 
     sel = select(root, refs, model=model, filter_expr=filter_expr,
-                 reader=spool.read_entry if spool is not None else None)
+                 reader=spool.read_entry)
     total = sum(f.record.size for fs in sel.files for f in fs) + sum(
         x.record.size for x in sel.extras)
     done = [0]
