@@ -448,3 +448,64 @@ def test_pack_tolerates_a_new_hard_link_and_refuses_changed_bytes(real_compile: 
     with pytest.raises(FleetError, match="changed while it was packed"):
         write_bundle(sel, tmp_path / "changed.tar.zst")
     assert not (tmp_path / "changed.tar.zst").exists()
+
+
+def _frames(blob: bytes) -> list[bytes]:
+    """The decompressed content of each zstd frame of ``blob``, in order."""
+    out = []
+    while blob:
+        d = zstandard.ZstdDecompressor().decompressobj()
+        out.append(d.decompress(blob))
+        assert d.eof
+        blob = d.unused_data
+    return out
+
+
+def test_first_pack_is_one_pass_in_frames_that_tar_reads(real_compile: ScenarioRun,
+                                                         tmp_path: Path) -> None:
+    """The first pack reads each file once (hashed and compressed together, fleet/
+    pack_spool.py): the bundle is the manifest's frame, frames of whole tar members per
+    entry, and the archive's end; their concatenation is one tar stream that GNU tar lists
+    with the manifest first, and whose members are the files packed."""
+    from vllm_cache_tools.fleet.pack_memo import memo_path
+
+    root = tmp_path / "root"
+    shutil.copytree(real_compile.vllm_root, root)
+    memo_path(root / "torch_compile_cache").unlink(missing_ok=True)
+    key = _backend_key(real_compile)
+    r = api.pack([key], tmp_path / "b.tar.zst", root=root)
+    frames = _frames(r.path.read_bytes())
+    assert len(frames) >= 4  # head, >= 1 per entry (two entries), end
+    with tarfile.open(fileobj=io.BytesIO(frames[0])) as head:  # the head frame alone is a tar
+        assert [m.name for m in head.getmembers()] == [MANIFEST_NAME]
+    assert set(frames[-1]) == {0} and sum(map(len, frames)) % 10240 == 0
+    listed = subprocess.run(["tar", "-I", "zstd", "-tf", str(r.path)], capture_output=True,
+                            text=True, check=True).stdout.split()
+    assert listed[0] == MANIFEST_NAME and len(listed) == r.files + 1
+    m = read_manifest(r.path)
+    for e in m.entries:
+        for f in e.files:
+            assert (root / e.path / f.path).stat().st_size == f.size
+    # Packed again through the memo (its files read once, by the writer): the same bytes.
+    again = api.pack([key], tmp_path / "again.tar.zst", root=root)
+    assert again.path.read_bytes() == r.path.read_bytes()
+
+
+def test_spool_refuses_bytes_other_than_the_record(real_compile: ScenarioRun,
+                                                  tmp_path: Path) -> None:
+    """A file whose bytes are not the ones its record names (the memo's digest, changed in
+    place since) is refused by the one-pass reader with the pack's one line."""
+    from vllm_cache_tools.fleet.pack_spool import Spool
+    from vllm_cache_tools.fleet.selection import select
+
+    root = tmp_path / "root"
+    shutil.copytree(real_compile.vllm_root, root)
+    key = _backend_key(real_compile)
+    sel = select(root, [key])
+    f = sel.files[0][0]
+    data = f.source.read_bytes()
+    f.source.write_bytes(b"X" * len(data) if data[:1] != b"X" else b"Y" * len(data))
+    with Spool(3, tmp_path) as spool, pytest.raises(FleetError,
+                                                    match="changed while it was packed"):
+        spool.read_known(sel.records[0].path, sel.files[0])
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".vllm-cache-pack-")]
