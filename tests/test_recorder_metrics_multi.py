@@ -28,6 +28,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -105,22 +106,31 @@ def ours(scrape: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     return out
 
 
-@pytest.fixture(scope="module")
-def served(tmp_path_factory: pytest.TempPathFactory
-           ) -> tuple[list[str], list[str | None], str, Path]:
-    ensure_package()
-    tmp = tmp_path_factory.mktemp("metrics-two-servers")
-    root, tmpdir = tmp / "root", tmp / "tmp"
-    tmpdir.mkdir()
+class Run(NamedTuple):
+    """One ``vllm serve --api-server-count 2`` start: the /metrics answers, which API
+    server gave each, the log, and how long the start took (command to last scrape)."""
+
+    scrapes: list[str]
+    who: list[str | None]
+    log: str
+    seconds: float
+
+
+def serve_two_api_servers(root: Path, tmp: Path, name: str) -> Run:
+    """Start vLLM with two API servers on ``root``, scrape /metrics SCRAPES times over new
+    connections once both are up, stop it."""
+    tmpdir = tmp / "tmp"
+    tmpdir.mkdir(exist_ok=True)
     env = {**start_env(root, START), "TMPDIR": str(tmpdir)}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)  # vLLM sets it itself for two API servers
     port = free_port()
     args = START.serve_args()
     cmd = [str(venv_python()), "-c", LAUNCH, "serve", args[0], *args[1:],
            "--api-server-count", "2", "--host", "127.0.0.1", "--port", str(port)]
-    log = tmp / "serve.log"
+    log = tmp / f"{name}.log"
     scrapes: list[str] = []
     who: list[str | None] = []
+    t0 = time.monotonic()
     with model_lock(), open(log, "wb") as out:
         restore_pristine_sources()
         proc = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -138,6 +148,7 @@ def served(tmp_path_factory: pytest.TempPathFactory
                     scrapes.append(body)
                     who.append(pid)
         finally:
+            seconds = time.monotonic() - t0
             proc.send_signal(signal.SIGINT)
             try:
                 proc.wait(90)
@@ -147,26 +158,63 @@ def served(tmp_path_factory: pytest.TempPathFactory
     text = log.read_text(errors="replace")
     assert scrapes, text[-4000:]
     for i, s in enumerate(scrapes):
-        (tmp / f"scrape-{i}.txt").write_text(s)
-    (tmp / "answered-by.txt").write_text("\n".join(map(str, who)) + "\n")
-    return scrapes, who, text, root
+        (tmp / f"{name}-scrape-{i}.txt").write_text(s)
+    (tmp / f"{name}-answered-by.txt").write_text(
+        "\n".join(map(str, who)) + f"\nseconds {seconds:.1f}\n")
+    return Run(scrapes, who, text, seconds)
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> tuple[Run, Run, Path]:
+    """A cold start, then a warm start on the same root (the first one's cache)."""
+    ensure_package()
+    tmp = tmp_path_factory.mktemp("metrics-two-servers")
+    root = tmp / "root"
+    cold = serve_two_api_servers(root, tmp, "cold")
+    warm = serve_two_api_servers(root, tmp, "warm")
+    return cold, warm, root
 
 
 def test_both_api_servers_answer_with_the_same_counts(
-        served: tuple[list[str], list[str | None], str, Path]) -> None:
-    scrapes, who, log, root = served
-    servers = set(API_SERVER.findall(log))
+        served: tuple[Run, Run, Path]) -> None:
+    cold, _, root = served
+    servers = set(API_SERVER.findall(cold.log))
     assert len(servers) == 2, servers
-    assert set(who) == servers, who  # each API server answered some of the scrapes
-    first = ours(scrapes[0])
+    assert set(cold.who) == servers, cold.who  # each API server answered some of the scrapes
+    first = ours(cold.scrapes[0])
     assert {n for n, _ in first} == set(live_sample_names())
-    assert all(ours(s) == first for s in scrapes[1:])
+    assert all(ours(s) == first for s in cold.scrapes[1:])
     counts = ledger_counts(root, 0)
     for tree in ("aot", "backend"):
         assert first[(PREFIX + "misses_total", (("tree", tree),))] == counts[("miss", tree)] == 1
         assert first[(PREFIX + "hits_total", (("tree", tree),))] == 0
     assert first[(PREFIX + "entries_written_total", (("tree", "aot"),))] == 1
-    assert any(line.startswith("vllm:") for line in scrapes[0].splitlines())
+    assert any(line.startswith("vllm:") for line in cold.scrapes[0].splitlines())
+
+
+def test_a_hit_behind_two_api_servers(served: tuple[Run, Run, Path]) -> None:
+    """The warm start on the first one's root: vLLM loads the AOT entry; every answer, from
+    either API server, carries the same hit count, equal to the ledger's."""
+    _, warm, root = served
+    assert "Directly load AOT compilation" in warm.log
+    assert "Compiling a graph" not in warm.log
+    servers = set(API_SERVER.findall(warm.log))
+    assert len(servers) == 2 and set(warm.who) == servers, (servers, warm.who)
+    first = ours(warm.scrapes[0])
+    assert {n for n, _ in first} == set(live_sample_names())
+    assert all(ours(s) == first for s in warm.scrapes[1:])
+    counts = ledger_counts(root, 1)
+    hits = first[(PREFIX + "hits_total", (("tree", "aot"),))]
+    assert hits > 0 and hits == counts[("hit", "aot")] == 1, counts
+    assert ("miss", "aot") not in counts, counts
+    for tree in ("aot", "backend"):
+        assert first[(PREFIX + "misses_total", (("tree", tree),))] == counts.get(("miss", tree), 0)
+        assert first[(PREFIX + "load_failures_total", (("tree", tree),))] == 0
+    assert first[(PREFIX + "hits_total", (("tree", "backend"),))] == counts.get(
+        ("hit", "backend"), 0)
+    assert first[(PREFIX + "entries_written_total", (("tree", "aot"),))] == 0
+    assert first[(PREFIX + "load_seconds_count", (("tree", "aot"),))] == 1
+    assert first[(PREFIX + "load_seconds_sum", (("tree", "aot"),))] > 0
 
 
 def promtool(text: str) -> tuple[int, list[str]]:
@@ -178,17 +226,19 @@ def promtool(text: str) -> tuple[int, list[str]]:
 
 @pytest.mark.skipif(PROMTOOL is None, reason="promtool is absent (apt-get install prometheus)")
 def test_promtool_on_the_whole_answer_flags_only_vllms_own_names(
-        served: tuple[list[str], list[str | None], str, Path]) -> None:
+        served: tuple[Run, Run, Path]) -> None:
     """promtool 2.42 parses the whole answer (no parse error) and lints it: its only problems
     are vLLM's own ``vllm:`` names (measured: "metric names should not contain ':'" for each
     of them, and "non-counter metrics should not have "_total" suffix" for
     ``vllm:iteration_tokens_total``; lints of Prometheus' naming guide, exit 3, not a format
-    error); ours pass clean, alone or in the whole."""
-    for s in served[0][:2]:
-        rc, lines = promtool(s)
-        assert lines and rc == 3  # vLLM's names: a lint, exit 3
-        assert all(ln.startswith("vllm:") for ln in lines), lines
-        assert not any(PREFIX in ln for ln in lines)
-        ours_only = "".join(ln + "\n" for ln in s.splitlines()
-                            if ln.startswith((PREFIX, f"# HELP {PREFIX}", f"# TYPE {PREFIX}")))
-        assert promtool(ours_only) == (0, [])
+    error); ours pass clean, alone or in the whole, cold and warm."""
+    for run in served[:2]:
+        for s in run.scrapes[:2]:
+            rc, lines = promtool(s)
+            assert lines and rc == 3  # vLLM's names: a lint, exit 3
+            assert all(ln.startswith("vllm:") for ln in lines), lines
+            assert not any(PREFIX in ln for ln in lines)
+            ours_only = "".join(ln + "\n" for ln in s.splitlines()
+                                if ln.startswith((PREFIX, f"# HELP {PREFIX}",
+                                                  f"# TYPE {PREFIX}")))
+            assert promtool(ours_only) == (0, [])
