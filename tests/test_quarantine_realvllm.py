@@ -15,7 +15,9 @@ setting at all) loads the entry cleanly. Then the same for the entry's table
 (``vllm_compile_cache.py`` cut in half: ``ast.literal_eval`` raises in ``initialize_cache``).
 
 Heavy: six vLLM starts (a cold compile, one that fails, two that compile after a move, two
-warm loads); marked realvllm like every test that starts vLLM."""
+warm loads), 16 min on 2 shared cores at load 12-17 (964 s measured, 2026-12-03); marked
+realvllm like every test that starts vLLM, and heavy: ``nox -s heavy`` runs it, ``nox -s
+tests`` leaves it out."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ from tests.realvllm.harness import (
 )
 from vllm_cache_tools.read.manifest import read_ledger
 
-pytestmark = pytest.mark.realvllm
+pytestmark = [pytest.mark.realvllm, pytest.mark.heavy]
 GUARD = "VLLM_CACHE_TOOLS_GUARD"
 BASE = {**RECORD_ENV, **NO_AOT_ENV}
 ARTIFACT = "artifact_compile_range_1_128_subgraph_0"
