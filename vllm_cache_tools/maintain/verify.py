@@ -30,7 +30,10 @@ Notes (reported, never a failure): ``graph-only``, a backend folder holding fact
 traced graph but no compiled graph (normal with the AOT tree's mega artifact: vLLM loads the
 compiled model from the AOT entry, never from this folder); ``key-linked`` and
 ``key-unproven``, an AOT entry whose key could not be re-derived from its content (linked: a
-proven backend entry of the same start reproduces its sources; unproven: nothing does).
+proven backend entry of the same start reproduces its sources; unproven: nothing does);
+``quarantined``, files of an entry vLLM failed to load that the recorder moved aside
+(``VLLM_CACHE_TOOLS_GUARD=strict`` or ``quarantine``) so vLLM compiled them again: kept for a
+look, never removed by ``verify`` or ``--fix`` (remove the folder when done).
 
 ``key-mismatch`` is reported, not fixed: the recipe is vLLM 0.32-0.33's, and an entry written
 by another version may be named by another recipe (docs/recipes.md).
@@ -48,10 +51,12 @@ from pathlib import Path
 
 from vllm_cache_tools.keys import backend_key, env_hash_from_factors
 from vllm_cache_tools.keys.entry_proof import LINKED, MISMATCH, PROVEN, prove_entry
+from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.maintain.evidence import busy_entries, entry_rel_path
 from vllm_cache_tools.maintain.trash import entry_tree, open_dir
 from vllm_cache_tools.safeio import ident, unlink_at
 from vllm_cache_tools.store.locate import CacheRoot, display_path
+from vllm_cache_tools.store.quarantine import quarantined
 from vllm_cache_tools.store.scan import scan
 from vllm_cache_tools.store.types import UNREAD_KINDS, Entry
 from vllm_cache_tools.units import fmt_duration
@@ -59,7 +64,7 @@ from vllm_cache_tools.units import fmt_duration
 FIXABLE = frozenset({"empty-model", "truncated-model", "corrupt-model", "not-aot-model",
                      "missing-model", "missing-artifact", "no-artifacts", "corrupt"})
 """Kinds that make ``--fix`` remove the whole entry."""
-NOTES = frozenset({"graph-only", "key-linked", "key-unproven"})
+NOTES = frozenset({"graph-only", "key-linked", "key-unproven", "quarantined"})
 """Kinds reported for information: not a failure (exit 0)."""
 _SUFFIX = re.compile(r"-\d+$")  # vLLM 0.9.0-0.9.1 "<key>-<n>"
 
@@ -238,8 +243,23 @@ def verify(root: str | Path | CacheRoot | None = None, *, now: float | None = No
     problems += [VerifyProblem("", "root", p.path, p.kind, p.detail) for p in info.problems
                  if p.kind in UNREAD_KINDS]  # layout root, no key
     problems += aot_key_problems(info.entries)
+    problems += quarantine_notes(info.root / COMPILE_CACHE_DIRNAME, now)
     return VerifyReport(info.root, info.root_source, len(info.entries), tuple(problems),
                         info.entries)
+
+
+def quarantine_notes(compile_cache: Path, now: float) -> list[VerifyProblem]:
+    """One note per folder the recorder moved files into at a load failure."""
+    out = []
+    for q in quarantined(compile_cache):
+        age = f", {fmt_duration(now - q.time)} ago" if q.time is not None else ""
+        where = q.rank + ("/" + q.prefix if q.prefix else "")
+        out.append(VerifyProblem(
+            q.key, q.tree, str(q.path), "quarantined",
+            f"{', '.join(q.files) or 'nothing'} ({q.size} bytes) of {where or 'the entry'} "
+            f"moved aside by the recorder at a load failure{age}: {q.reason}; vLLM compiled "
+            "them again (kept for a look: remove the folder when done)"))
+    return out
 
 
 def _activity_note(e: Entry, root: Path, now: float, busy: Mapping[str, Sequence[int]]

@@ -11,6 +11,8 @@ backend hit: it passes ``disable_cache=True`` to vLLM's ``initialize_cache``) an
 ``VLLM_DISABLE_COMPILE_CACHE=1`` in this process before vLLM compiles, so neither tree is read
 or written by this start (the entry compiled for the other settings stays as it is; this start
 pays a full compile every time until the field enters the key). ``off``: no comparison.
+``quarantine`` may follow the mode (``warn,quarantine``; ``strict`` implies it): an entry
+vLLM fails to load in the backend tree is moved aside (:mod:`.quarantine`).
 
 Standard library only; never raises into vLLM (the hooks catch)."""
 
@@ -28,7 +30,7 @@ from vllm_cache_tools.keys import guard_fields
 from vllm_cache_tools.keys.wrong_hit import GuardDifference, compiled_by
 from vllm_cache_tools.keys.wrong_hit import guarded_differences as _differences
 from vllm_cache_tools.layout import is_manifest_name
-from vllm_cache_tools.recorder import metrics
+from vllm_cache_tools.recorder import metrics, quarantine
 
 MODE_ENV = "VLLM_CACHE_TOOLS_GUARD"
 MODES = ("off", "warn", "strict")
@@ -41,10 +43,11 @@ DISABLE_ENV = "VLLM_DISABLE_COMPILE_CACHE"
 
 
 def mode(environ: Mapping[str, str] | None = None) -> str:
-    """The guard's mode; an unknown value is ``warn`` (the guard never fails a start)."""
-    v = (os.environ if environ is None else environ).get(MODE_ENV, DEFAULT_MODE)
-    v = v.strip().lower()
-    return v if v in MODES else DEFAULT_MODE
+    """The guard's mode; an unknown value is ``warn`` (the guard never fails a start). The
+    variable may carry ``quarantine`` beside the mode (``warn,quarantine``: :mod:`.quarantine`);
+    with several modes, the first of ``MODES`` among them counts."""
+    found = quarantine.words(environ)
+    return next((m for m in MODES if m in found), DEFAULT_MODE)
 
 
 @dataclass(frozen=True)

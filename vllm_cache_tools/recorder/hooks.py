@@ -7,6 +7,9 @@
   clears them), the Inductor factors in the exact context vLLM hashed them, and timings; the
   backend manifest is written when it returns;
 * ``vllm.compilation.caching.aot_compile_hash_factors``: the AOT key's factors as computed;
+* ``vllm.compilation.backends.CompilerManager.load``: a backend artifact vLLM cannot load
+  (vLLM raises and the start fails): counted, and moved aside when allowed
+  (:mod:`.quarantine`), so vLLM compiles it again;
 * ``vllm.compilation.decorators._try_load_aot_compiled_fn(model, path)``: the AOT tree's
   ``<sha256>/rank_i_j/model``, hit / miss / load failure (with vLLM's own reason).
 
@@ -31,7 +34,7 @@ from types import ModuleType
 from typing import Any
 
 from vllm_cache_tools import safeio
-from vllm_cache_tools.recorder import START_ENV, capture, guard, metrics, write
+from vllm_cache_tools.recorder import START_ENV, capture, guard, metrics, quarantine, write
 
 SPENT = [0.0]
 """Seconds this process spent in the recorder (reported in ledger events)."""
@@ -73,11 +76,16 @@ def _event(compile_cache: str, t0: float, **fields: Any) -> None:
 def patch_backends(mod: ModuleType) -> None:
     backend, manager = mod.VllmBackend, mod.CompilerManager
     orig_init, orig_call = manager.initialize_cache, backend.__call__
-    sig = inspect.signature(orig_init)
+    orig_load = manager.load
+    sig, load_sig = inspect.signature(orig_init), inspect.signature(orig_load)
     logger = getattr(mod, "logger", None)
 
     def initialize_cache(self: Any, *args: Any, **kwargs: Any) -> Any:
         verdict: guard.Verdict | None = None
+        existed = disabled = False
+        d = ""
+        with contextlib.suppress(Exception):
+            self._vct_failures = []
         try:
             with _Timed():
                 ba = sig.bind(self, *args, **kwargs)
@@ -99,7 +107,37 @@ def patch_backends(mod: ModuleType) -> None:
             # vLLM's own "cache off" path for this folder: nothing read, nothing saved.
             ba.arguments["disable_cache"] = True
             return orig_init(*ba.args, **ba.kwargs)
+        try:
+            return orig_init(self, *args, **kwargs)
+        except Exception as exc:
+            # A table vLLM cannot parse (a cut vllm_compile_cache.py): vLLM 0.32 raises here
+            # and the start fails. Moved aside (when allowed), this prefix starts empty.
+            if not (existed and not disabled) or not _backend_failed(
+                    self, d, [BACKEND_ARTIFACT], exc, logger):
+                raise
         return orig_init(self, *args, **kwargs)
+
+    def load(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return orig_load(self, *args, **kwargs)
+        except Exception as exc:
+            # An artifact vLLM cannot load (truncated, damaged): vLLM 0.32 does not catch
+            # this; the start fails at every start until the folder goes.
+            slot, names = None, []
+            with contextlib.suppress(Exception):
+                ba = load_sig.bind(self, *args, **kwargs)
+                slot = (ba.arguments["compile_range"], ba.arguments["graph_index"],
+                        self.compiler.name)
+                name = str(self.cache[slot]["graph_handle"][0])
+                if name and os.path.basename(name) == name and name not in (".", ".."):
+                    names = [name]
+            if slot is None or not _backend_failed(self, str(self.cache_dir), names, exc,
+                                                   logger):
+                raise
+            # vLLM's own "not in the table" answer: it compiles this graph and saves it
+            # (artifact and table) in the entry's folder again.
+            self.cache.pop(slot, None)
+            return None
 
     def call(self: Any, graph: Any, example_inputs: Any) -> Any:
         pre: dict[str, Any] | None = None
@@ -125,6 +163,7 @@ def patch_backends(mod: ModuleType) -> None:
         return out
 
     manager.initialize_cache = initialize_cache
+    manager.load = load
     backend.__call__ = call
 
 
@@ -164,6 +203,51 @@ def _backend_guard(backend: Any, local_dir: str, artifact: str,
     return verdict
 
 
+def _backend_failed(manager: Any, local_dir: str, names: list[str], exc: BaseException,
+                    logger: Any) -> bool:
+    """vLLM failed to load (part of) the backend entry in ``local_dir``: counted, logged and,
+    when ``VLLM_CACHE_TOOLS_GUARD`` allows it and ``names`` (the files it could not load) are
+    moved aside, True: the caller lets vLLM compile instead. False: vLLM raises as before
+    (the ledger has the failure first: the start is about to stop)."""
+    t0 = time.perf_counter()
+    try:
+        with _Timed():
+            owner = getattr(manager, "_vct_backend", None)
+            if owner is None:
+                return False
+            compile_cache, key, rank, prefix = _backend_where(owner, local_dir)
+            reason = quarantine.first_line(exc)
+            moved = None
+            if names and quarantine.allowed():
+                moved = quarantine.move_aside(compile_cache, local_dir, names, tree="backend",
+                                              key=key, rank=rank, prefix=prefix, reason=reason)
+            rel = os.path.relpath(moved, compile_cache) if moved else None
+            metrics.count("load_failures", "backend")
+            where = f"backend entry {key} ({rank}{'/' + prefix if prefix else ''})"
+            if rel is not None:
+                metrics.count("quarantined", "backend")
+                manager._vct_failures = [*getattr(manager, "_vct_failures", []),
+                                         (reason, rel)]
+                line = (f"vllm-cache-tools QUARANTINE: {where} failed to load: {reason}; "
+                        f"moved {', '.join(names)} aside to {moved}; vLLM compiles it again "
+                        "(VLLM_CACHE_TOOLS_GUARD allows moving it aside)")
+            else:
+                _event(compile_cache, t0, event="load-failure", tree="backend", key=key,
+                       rank=rank, prefix=prefix, manifest=None, reason=reason,
+                       quarantined=None)
+                line = (f"vllm-cache-tools: {where} failed to load: {reason}; vLLM stops on "
+                        "it at every start (VLLM_CACHE_TOOLS_GUARD=warn,quarantine moves it "
+                        "aside and lets vLLM compile it again)")
+            if logger is not None:
+                logger.warning("%s", line)
+            else:
+                sys.stderr.write(f"WARNING {line}\n")
+            return rel is not None
+    except Exception as exc2:
+        warn("backend load failure", exc2)
+        return False
+
+
 def _backend_record(backend: Any, pre: dict[str, Any], backend_s: float) -> None:
     t0 = time.perf_counter()
     decision = getattr(backend.compiler_manager, "_vct_decision", None)
@@ -195,14 +279,20 @@ def _backend_record(backend: Any, pre: dict[str, Any], backend_s: float) -> None
         manifest["inductor"] = None
     manifest["traced_files"] = [write.snapshot_file(compile_cache, p)
                                 for p in pre["traced"] if p != "<string>"]
-    event = "disabled" if disabled else ("hit" if existed else "miss")
+    failures = getattr(backend.compiler_manager, "_vct_failures", None) or []
+    event = ("disabled" if disabled else "load-failure" if failures
+             else ("hit" if existed else "miss"))
     manifest["timings"] = {"dynamo_s": pre["dynamo_s"], "backend_s": round(backend_s, 4),
                            "event": event}
     metrics.on_backend(event, backend_s, local_dir)
     digest, _ = write.write_manifest(local_dir, manifest, base=compile_cache)
+    extra: dict[str, Any] = {"guard": verdict.note()} if verdict else {}
+    if failures:
+        # The first failure's reason, and every quarantine folder this start made.
+        extra |= {"reason": failures[0][0], "quarantined": [q for _, q in failures]}
     _event(compile_cache, t0, event=event, tree="backend", key=manifest["key"], rank=rank,
            prefix=prefix, manifest=digest, seconds=round(backend_s, 4),
-           dynamo_s=pre["dynamo_s"], **({"guard": verdict.note()} if verdict else {}))
+           dynamo_s=pre["dynamo_s"], **extra)
 
 
 # --- AOT tree -------------------------------------------------------------------------------

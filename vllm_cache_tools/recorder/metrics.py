@@ -136,12 +136,15 @@ the one moment the AOT tree is written, logged with the path."""
 
 
 def on_backend(event: str, seconds: float, folder: str) -> None:
-    """A backend-tree decision (``hit``/``miss``/``disabled``) after vLLM's backend ran."""
+    """A backend-tree decision (``hit``/``miss``/``load-failure``/``disabled``) after vLLM's
+    backend ran."""
     if event == "hit":
         count("hits", "backend", flush=False)
         observe("load_seconds", "backend", seconds)
-    elif event == "miss":
-        count("misses", "backend", flush=False)
+    elif event in ("miss", "load-failure"):
+        # A load failure was counted when it happened (hooks); here vLLM compiled again.
+        if event == "miss":
+            count("misses", "backend", flush=False)
         observe("compile_seconds", "backend", seconds, flush=False)
         count("entries_written", "backend", flush=False)
         count("written_bytes", "backend", _folder_bytes(folder))
