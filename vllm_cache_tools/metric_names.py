@@ -15,8 +15,9 @@ LIVE_COUNTERS: dict[str, str] = {
     "hits": "Entries vLLM loaded from its compile cache in this vLLM (one per worker, entry "
             "and backend prefix)",
     "misses": "Entries vLLM found absent and compiled in this vLLM",
-    "load_failures": "Entries vLLM found and could not load, then compiled again in this vLLM "
-                     "(vllm-cache ls shows them load-failed)",
+    "load_failures": "Entries vLLM found and could not load in this vLLM (AOT: compiled "
+                     "again; backend: the start stops unless the recorder moves the file "
+                     "aside; vllm-cache ls shows them load-failed)",
     "entries_written": "Entries vLLM wrote to its compile cache in this vLLM (AOT: the model "
                        "file saved; backend: a prefix folder compiled)",
     "written_bytes": "Bytes of the entries written (AOT: the model file; backend: the "

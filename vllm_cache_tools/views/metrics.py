@@ -45,8 +45,8 @@ HELP: dict[str, str] = {
             "backend prefix)",
     "misses": "Entries compiled and written: ledger events, one per worker, entry (and "
               "backend prefix)",
-    "load_failures": "Entries vLLM found and could not load (then compiled again): ledger "
-                     "events",
+    "load_failures": "Entries vLLM found and could not load (AOT: compiled again; "
+                     "backend: the start stops unless moved aside): ledger events",
     "guard_warnings": "Decisions the wrong-hit guard warned about: the entry was compiled "
                       "for settings vLLM's key does not see (ledger events with a guard "
                       "note; docs/guard.md)",
