@@ -321,11 +321,14 @@ def download(store: Store, chosen: Sequence[StoreEntry], staging: Any, *,
                 raise store_error(exc, store.url, "downloading a blob") from None
         finally:
             f.close()
-        for rel, rec2, _ in targets[1:]:
-            if stop.is_set():
+        for rel, rec2, key2 in targets[1:]:  # the same blob under other names: copies of
+            if stop.is_set():                # the checked bytes, not hashed again
                 return
-            with open(staging.path / first, "rb") as src:
-                staging.write(rel, src, rec2)
+            try:
+                staging.copy_checked(rel, first, rec, rec2)
+            except FleetError as exc:
+                raise StoreError(f"{store.url}: blob {sha[:16]} of entry {short_key(key2)}: "
+                                 f"{exc}: nothing placed") from None
 
     with ThreadPoolExecutor(max(1, workers)) as pool:
         pending: set[Future[None]] = set()
