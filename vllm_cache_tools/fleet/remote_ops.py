@@ -264,6 +264,16 @@ class _UntilStopped:
         return bytes(self.f.read(n))
 
 
+def _linkable(rel: str) -> bool:
+    """Whether a second name of a blob may be a hard link to the first in the staging
+    folder (and so in the root): the kinds ``vllm-cache dedup`` links (files vLLM, Inductor
+    and Triton never write in place), shared objects excepted (``dlopen`` of two names of
+    one inode gives one library)."""
+    from vllm_cache_tools.maintain.dedup_kinds import file_kind
+
+    return file_kind(rel.split("/"))[0] is not None and not rel.endswith(".so")
+
+
 def download(store: Store, chosen: Sequence[StoreEntry], staging: Any, *,
              workers: int = DEFAULT_WORKERS,
              progress: Callable[[int, int], None] | None = None) -> int:
@@ -325,7 +335,7 @@ def download(store: Store, chosen: Sequence[StoreEntry], staging: Any, *,
             if stop.is_set():                # the checked bytes, not hashed again
                 return
             try:
-                staging.copy_checked(rel, first, rec, rec2)
+                staging.copy_checked(rel, first, rec, rec2, link=_linkable(rel))
             except FleetError as exc:
                 raise StoreError(f"{store.url}: blob {sha[:16]} of entry {short_key(key2)}: "
                                  f"{exc}: nothing placed") from None
