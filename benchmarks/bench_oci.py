@@ -18,7 +18,9 @@ registry on loopback (Debian's docker-registry, distribution 2.8, tests/oci_supp
   ``skopeo copy --all docker://registry/repo:tag oci:FRESH-LAYOUT`` (written, not placed).
 
 The cases run interleaved ``--repeat`` times, medians reported. ``ratio`` = skopeo's time /
-ours (>= 0.9 meets the goal). Results to .bench/oci.json; exit 1 if a goal is missed."""
+ours (>= 0.9 meets the goal). ``cpu_s``: CPU seconds of this process (all its threads) or of
+skopeo (a child), medians; the registry's own CPU is in neither. Results to .bench/oci.json;
+exit 1 if a goal is missed."""
 
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from benchmarks.bench_fleet import entry_dirs, interleaved, report, synth_starts  # noqa: E402
+from benchmarks.bench_fleet import CPU, entry_dirs, interleaved, report, synth_starts  # noqa: E402
 from tests.oci_support import REGISTRY, Registry  # noqa: E402
 from vllm_cache_tools.fleet import api  # noqa: E402
 
@@ -102,9 +104,11 @@ def main() -> int:
             "data": {"entries": len(keys), "bytes": raw,
                      "blobs": first.blobs_uploaded, "blob_bytes": first.bytes_uploaded},
             "push": {"s": t["push"], "skopeo_s": t["skopeo_push"],
-                     "ratio": t["skopeo_push"] / t["push"]},
+                     "ratio": t["skopeo_push"] / t["push"], "cpu_s": CPU["push"],
+                     "skopeo_cpu_s": CPU["skopeo_push"]},
             "pull": {"s": t["pull"], "skopeo_s": t["skopeo_pull"],
-                     "ratio": t["skopeo_pull"] / t["pull"]},
+                     "ratio": t["skopeo_pull"] / t["pull"], "cpu_s": CPU["pull"],
+                     "skopeo_cpu_s": CPU["skopeo_pull"]},
         }
         ok = all(r["ratio"] >= 0.9 for k, r in results.items()  # type: ignore[index]
                  if k in ("push", "pull"))

@@ -319,3 +319,79 @@ def test_a_token_service_that_drips(monkeypatch: pytest.MonkeyPatch, tmp_path: P
         stop.set()
         server.shutdown()
         server.server_close()
+
+
+class _HeaderDrip:
+    """A loopback server that answers every request by sending its status line and headers
+    one byte every ``gap`` seconds, never ending them (each byte well within the read
+    timeout, so only a deadline on the whole header block ends the wait)."""
+
+    def __init__(self, gap: float) -> None:
+        import http.server
+        import threading
+
+        stop = self.stop_event = threading.Event()
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nX-Drip: "
+                i = 0
+                while not stop.wait(gap if i >= len(head) else 0):
+                    try:
+                        self.wfile.write(head[i:i + 1] if i < len(head) else b"x")
+                        self.wfile.flush()
+                    except OSError:
+                        return
+                    i += 1
+
+            do_HEAD = do_GET
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.stop_event.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_registry_that_drips_its_headers(monkeypatch: pytest.MonkeyPatch,
+                                           tmp_path: Path) -> None:
+    """Headers one byte per 0.3 s (each byte within the 1 s read timeout set here): the
+    answer's headers must all come within the read timeout, so the pull is given up after
+    ~1 s, one error, nothing placed (``oci_http``: the real session, a short timeout)."""
+    from vllm_cache_tools.fleet import api, oci
+
+    monkeypatch.setattr(oci, "TIMEOUT", (1.0, 1.0))
+    drip = _HeaderDrip(0.3)
+    root = tmp_path / "pod"
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(StoreError, match=r"did not answer within 1 s"):
+            api.pull(f"oci://127.0.0.1:{drip.port}/x", root=root, force=True)
+        assert time.monotonic() - t0 < 10
+    finally:
+        drip.close()
+    _nothing_placed(root)
+
+
+@pytest.mark.hostile
+def test_a_registry_that_drips_its_headers_cli(tmp_path: Path) -> None:
+    """The same through the CLI with the default read timeout (60 s) and one byte per
+    second: one line, exit 2, within twice the timeout."""
+    drip = _HeaderDrip(1.0)
+    root = tmp_path / "pod"
+    try:
+        t0 = time.monotonic()
+        res = run_cli("pull", f"oci://127.0.0.1:{drip.port}/x", "--root", str(root),
+                      "--force")
+        _one_line_refusal(res, seconds=time.monotonic(), t0=t0, limit=130)
+        assert res.returncode == 2 and "did not answer within 60 s" in res.stderr, res.stderr
+    finally:
+        drip.close()
+    _nothing_placed(root)

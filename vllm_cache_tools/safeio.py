@@ -601,7 +601,7 @@ def split_link_at(dir_fd: int, name: str, expect: tuple[int, ...]) -> bool:
             raise FileExistsError(errno.EEXIST, f"no free temporary name for {name}")
         try:
             _blocking(src)
-            _copy_fd(src, out, s.st_size)
+            copy_fd(src, out, s.st_size)
             with contextlib.suppress(OSError):
                 os.fchown(out, -1, s.st_gid)
             os.fchmod(out, mode)
@@ -630,7 +630,10 @@ def _blocking(fd: int) -> None:
     fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
 
 
-def _copy_fd(src: int, dst: int, size: int) -> None:
+def copy_fd(src: int, dst: int, size: int) -> None:
+    """Copy ``size`` bytes from ``src``'s offset to ``dst``'s in the kernel
+    (``copy_file_range``: no bytes through Python, a reflink where the filesystem has them);
+    plain reads and writes where the kernel or filesystem cannot."""
     off = 0
     while off < size:
         try:

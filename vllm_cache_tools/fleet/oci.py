@@ -23,7 +23,8 @@ A registry has no blob listing: ``prune-remote`` removes entries (their manifest
 registry's own garbage collection reclaims the blobs no manifest references any more.
 
 Transport: plain HTTP(S) through ``requests`` with timeouts (a registry that hangs is an error
-after :data:`TIMEOUT`), streamed blob bodies (a blob is never held whole in memory) and a
+after :data:`TIMEOUT`; an answer's headers must all come within the read timeout,
+:mod:`.oci_http`), streamed blob bodies (a blob is never held whole in memory) and a
 page-capped tag list. A loopback host is reached over plain HTTP, any other over HTTPS unless
 the store option ``plain_http=true`` is given. Credentials come from ``REGISTRY_AUTH_FILE``, else
 ``$DOCKER_CONFIG/config.json`` or ``~/.docker/config.json`` (``auths``), answered to a Basic or a
@@ -140,7 +141,7 @@ class OciFileSystem:
     protocol = ("oci",)
 
     def __init__(self, url: str, storage_options: Mapping[str, Any] | None = None) -> None:
-        import requests
+        from vllm_cache_tools.fleet import oci_http
 
         opts = dict(storage_options or {})
         plain = opts.pop("plain_http", False)
@@ -154,8 +155,7 @@ class OciFileSystem:
         self.base = f"{self.host}/{self.repo}"
         self.display = f"oci://{self.base}" + (f":{self.tag}" if self.tag else "")
         self._api = f"{self.scheme}://{self.host}/v2/{self.repo}"
-        self._session = requests.Session()
-        self._session.headers["User-Agent"] = "vllm-cache-tools"
+        self._session = oci_http.session()
         self._auth: str | None = None
         self._lock = threading.Lock()
         self._pin: dict[str, dict[str, Any]] | None = None
@@ -206,7 +206,8 @@ class OciFileSystem:
     def _authenticate(self, header: str) -> None:
         self._auth = authorization(header, host=self.host, repo=self.repo,
                                    display=self.display, insecure=self.insecure,
-                                   read=lambda r, n: _Reader(r, "token answer").read(n))
+                                   read=lambda r, n: _Reader(r, "token answer").read(n),
+                                   session=self._session)
 
     def _error(self, method: str, r: Any) -> StoreError:
         code = ""

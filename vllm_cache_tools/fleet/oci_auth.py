@@ -74,12 +74,14 @@ def _challenge(header: str) -> tuple[str, dict[str, str]]:
 
 
 def authorization(header: str, *, host: str, repo: str, display: str, insecure: bool,
-                  read: Callable[[Any, int], bytes] | None = None) -> str:
+                  read: Callable[[Any, int], bytes] | None = None,
+                  session: Any = None) -> str:
     """The ``Authorization`` value that answers a registry's ``WWW-Authenticate`` challenge
     (``Basic``, or ``Bearer`` through its token service) with the standard file's
     credentials for ``host``; :class:`StoreError` (one line, no secret) when it cannot be.
     ``read(response, n)``: at most ``n`` bytes of the token answer's body (``fleet.oci``
-    passes its reader, which gives up on a body that drips)."""
+    passes its reader, which gives up on a body that drips). ``session``: the ``requests``
+    session to ask the token service with (``fleet.oci``'s, whose headers are bounded)."""
     scheme, params = _challenge(header)
     creds = credentials(host)
     if creds is None and scheme == "basic":
@@ -105,8 +107,8 @@ def authorization(header: str, *, host: str, repo: str, display: str, insecure: 
         # different scopes would replace each other); the service grants what it allows.
         q["scope"] = f"repository:{repo}:pull,push,delete"
     try:
-        r = requests.get(realm, params=q, timeout=TIMEOUT, stream=True,
-                         auth=creds if creds else None)
+        r = (session or requests).get(realm, params=q, timeout=TIMEOUT, stream=True,
+                                      auth=creds if creds else None)
     except requests.exceptions.RequestException:
         raise StoreError(f"{display}: cannot reach the registry's token service"
                          ) from None

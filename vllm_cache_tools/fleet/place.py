@@ -166,6 +166,42 @@ class Staging:
         if on_bytes is not None:
             on_bytes(len(data))
 
+    def copy_checked(self, rel: str, of: str, of_rec: FileRecord, rec: FileRecord, *,
+                     link: bool = False) -> None:
+        """``rel`` as a copy of ``of``, a file :meth:`write` made here and checked against
+        ``of_rec`` (a blob listed under several names is fetched and hashed once, then copied
+        in the kernel, not read back through Python and hashed again). ``rec`` must name the
+        same bytes (size and sha256): a :class:`FleetError` otherwise. ``link``: a hard link
+        to ``of`` instead (the caller knows the file is never written in place, as
+        ``vllm-cache dedup`` links; the mode must agree)."""
+        if (rec.sha256, rec.size) != (of_rec.sha256, of_rec.size):
+            raise FleetError(f"{rel}: sha256 differs from the manifest (tampered or corrupt)"
+                             if rec.sha256 != of_rec.sha256 else
+                             f"{rel}: listed with {rec.size} bytes, its blob has "
+                             f"{of_rec.size} (tampered or corrupt)")
+        sparent, _, sname = of.rpartition("/")
+        parent, _, name = rel.rpartition("/")
+        if link and rec.executable == of_rec.executable:
+            os.link(sname, name, src_dir_fd=self._dir(sparent), dst_dir_fd=self._dir(parent),
+                    follow_symlinks=False)
+            return
+        src = os.open(sname, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
+                      dir_fd=self._dir(sparent))
+        try:
+            fd = os.open(name, _NEW, 0o755 if rec.executable else 0o644,
+                         dir_fd=self._dir(parent))
+            try:
+                safeio.copy_fd(src, fd, rec.size)
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+        finally:
+            os.close(src)
+        if size != rec.size:
+            raise FleetError(f"{rel}: {size} bytes of {rec.size} copied (the staged copy "
+                             "changed)")
+        self.written += size
+
     def close_dirs(self) -> None:
         """Close the kept folder fds (before entries are moved out of the staging folder)."""
         with self._lock:

@@ -264,6 +264,16 @@ class _UntilStopped:
         return bytes(self.f.read(n))
 
 
+def _linkable(rel: str) -> bool:
+    """Whether a second name of a blob may be a hard link to the first in the staging
+    folder (and so in the root): the kinds ``vllm-cache dedup`` links (files vLLM, Inductor
+    and Triton never write in place), shared objects excepted (``dlopen`` of two names of
+    one inode gives one library)."""
+    from vllm_cache_tools.maintain.dedup_kinds import file_kind
+
+    return file_kind(rel.split("/"))[0] is not None and not rel.endswith(".so")
+
+
 def download(store: Store, chosen: Sequence[StoreEntry], staging: Any, *,
              workers: int = DEFAULT_WORKERS,
              progress: Callable[[int, int], None] | None = None) -> int:
@@ -321,11 +331,14 @@ def download(store: Store, chosen: Sequence[StoreEntry], staging: Any, *,
                 raise store_error(exc, store.url, "downloading a blob") from None
         finally:
             f.close()
-        for rel, rec2, _ in targets[1:]:
-            if stop.is_set():
+        for rel, rec2, key2 in targets[1:]:  # the same blob under other names: copies of
+            if stop.is_set():                # the checked bytes, not hashed again
                 return
-            with open(staging.path / first, "rb") as src:
-                staging.write(rel, src, rec2)
+            try:
+                staging.copy_checked(rel, first, rec, rec2, link=_linkable(rel))
+            except FleetError as exc:
+                raise StoreError(f"{store.url}: blob {sha[:16]} of entry {short_key(key2)}: "
+                                 f"{exc}: nothing placed") from None
 
     with ThreadPoolExecutor(max(1, workers)) as pool:
         pending: set[Future[None]] = set()
