@@ -97,8 +97,7 @@ def make_tiny_model(family: str, model_dir: str) -> None:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
                                    eos_token="</s>")
     if family == "qwen2_vl":  # the processor (image + video) carries the tokenizer
-        from transformers import (Qwen2VLImageProcessor, Qwen2VLProcessor,
-                                  Qwen2VLVideoProcessor)
+        from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
 
         fast.add_special_tokens({"additional_special_tokens": list(_VL_TOKENS)})
         Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**_VL_PIXELS), tokenizer=fast,

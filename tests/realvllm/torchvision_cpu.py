@@ -100,7 +100,7 @@ def _compile(python: Path, src: Path, work: Path) -> Path:
     with ThreadPoolExecutor(2) as pool:
         list(pool.map(lambda so: _run(["g++", *flags, f"-I{work}", "-include", "pch.h",
                                        "-Winvalid-pch", "-c", str(so[0]), "-o", str(so[1])]),
-                      zip(sources, objs)))
+                      zip(sources, objs, strict=True)))
     out = work / "_C.so"
     _run(["g++", "-shared", *map(str, objs), *(f"-L{d}" for d in lib), "-lc10", "-ltorch",
           "-ltorch_cpu", "-ltorch_python", "-o", str(out)])
