@@ -11,6 +11,7 @@ from vllm_cache_tools.analyze.predict import (
     TreePrediction,
     _approximate,
     _built_config_unknown,
+    _multimodal_unknown,
     _predict_aot,
 )
 
@@ -45,6 +46,15 @@ def test_no_moe_no_field_or_a_filled_list_is_exact(tmp_path: Path) -> None:
     assert _built_config_unknown(_probe([], str(module)), {LLAMA: ""}) is None
     assert _built_config_unknown(_probe(None), {FUSED: ""}) is None  # a release without it
     assert _built_config_unknown(_probe(["model.layers.0.experts"]), {FUSED: ""}) is None
+
+
+def test_a_multimodal_model_makes_both_keys_approximate() -> None:
+    """A real tiny Qwen2-VL start (``nox -s truth qwen2-vl``) compiled under a config hash
+    the probe does not reproduce: the key is said approximate, not silently wrong."""
+    why = _multimodal_unknown({"multimodal": True})
+    assert why is not None and why.startswith("approximate:") and "multimodal" in why
+    assert _multimodal_unknown({"multimodal": False}) is None
+    assert _multimodal_unknown({}) is None  # a memo from before the field: not flagged
 
 
 def test_no_compiled_forward_names_no_aot_folder(tmp_path: Path) -> None:
