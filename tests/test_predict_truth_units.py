@@ -11,8 +11,11 @@ from vllm_cache_tools.analyze.predict import (
     TreePrediction,
     _approximate,
     _built_config_unknown,
+    _multimodal_unknown,
     _predict_aot,
+    _use_language_model,
 )
+from vllm_cache_tools.live.trace_run import TraceRun
 
 FUSED = "/venv/lib/python3.11/site-packages/vllm/model_executor/layers/fused_moe/layer.py"
 LLAMA = "/venv/lib/python3.11/site-packages/vllm/model_executor/models/llama.py"
@@ -45,6 +48,33 @@ def test_no_moe_no_field_or_a_filled_list_is_exact(tmp_path: Path) -> None:
     assert _built_config_unknown(_probe([], str(module)), {LLAMA: ""}) is None
     assert _built_config_unknown(_probe(None), {FUSED: ""}) is None  # a release without it
     assert _built_config_unknown(_probe(["model.layers.0.experts"]), {FUSED: ""}) is None
+
+
+def test_a_multimodal_model_makes_both_keys_approximate() -> None:
+    """A real tiny Qwen2-VL start (``nox -s truth qwen2-vl``) compiled under a config hash
+    the probe does not reproduce: the key is said approximate, not silently wrong."""
+    why = _multimodal_unknown({"multimodal": True})
+    assert why is not None and why.startswith("approximate:") and "multimodal" in why
+    assert _multimodal_unknown({"multimodal": False}) is None
+    assert _multimodal_unknown({}) is None  # a memo from before the field: not flagged
+
+
+def test_a_multimodal_model_takes_its_language_models_config_and_forward() -> None:
+    """The real tiny Qwen2-VL start: the worker hashed the language model's sub-config
+    (``cc588411a7``) and ``Qwen2Model.forward``; the engine config hashes ``6fba08c692``."""
+    probe: dict[str, Any] = {"config_hash": "6fba08c692", "forwards": [], "multimodal": True}
+    parts: dict[str, Any] = {"config_hash": "6fba08c692"}
+    run = TraceRun(forward="Qwen2Model.forward", config_hash_unbuilt="6fba08c692",
+                   config_hash_module="cc588411a7", forward_firstlineno=402,
+                   forward_file="/v/qwen2.py")
+    _use_language_model(probe, parts, run)
+    assert probe["config_hash"] == parts["config_hash"] == "cc588411a7"
+    assert probe["config_hash_from"] and _multimodal_unknown(probe) is not None
+    assert probe["forwards"] == [{"qualname": "Qwen2Model.forward", "firstlineno": 402,
+                                  "file": "/v/qwen2.py"}]
+    other: dict[str, Any] = {"config_hash": "aaaaaaaaaa", "forwards": []}
+    _use_language_model(other, {}, run)  # a trace of another config: not used
+    assert other == {"config_hash": "aaaaaaaaaa", "forwards": []}
 
 
 def test_no_compiled_forward_names_no_aot_folder(tmp_path: Path) -> None:

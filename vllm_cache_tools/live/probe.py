@@ -1132,6 +1132,7 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
         "world_size": pc.world_size,
         "forwards": forwards,
         "module_origins": origins,
+        "multimodal": bool(getattr(cfg.model_config, "is_multimodal_model", False)),
     }
 
 

