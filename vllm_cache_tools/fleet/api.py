@@ -46,9 +46,7 @@ from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
 # none of them (a sixth of its imports).
 if TYPE_CHECKING:
     from vllm_cache_tools.fleet.oci_image import ImageLayout
-    from vllm_cache_tools.fleet.pack_spool import Spool
     from vllm_cache_tools.fleet.place import Placement
-    from vllm_cache_tools.fleet.sshsig import SigningKey
     from vllm_cache_tools.fleet.trust import SignatureCheck, TrustPolicy
 
 BytesProgress = Callable[[int, int], None]
@@ -131,7 +129,8 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
     signature follows it (no longer byte-identical between packs: it says when). ``image``:
     ``output`` is a new folder, written as an OCI image layout whose one layer is the bundle
     (:mod:`.oci_image`: the image's filesystem is a cache root)."""
-    from vllm_cache_tools.fleet.pack_spool import Spool, spool_folder
+    from vllm_cache_tools.fleet.bundle import write_bundle
+    from vllm_cache_tools.fleet.selection import select
 
     t0 = time.perf_counter()
     key = None
@@ -151,24 +150,7 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
             NamedOutput.refuse_taken(out, force)  # before the work; checked again at the end
         except OSError as exc:
             raise FleetError(f"cannot write {out}: {exc.strerror or exc}") from None
-    # One pass over the files (fleet/pack_spool.py): the selection hashes and compresses
-    # each file it reads, and the bundle is written from those frames.
-    with Spool(level, spool_folder(out)) as spool:
-        return _pack_selected(root, refs, model, filter_expr, level, progress, sync, force,
-                              key, out, image, spool, t0)
-
-
-def _pack_selected(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str],
-                   model: str | None, filter_expr: str | None, level: int,
-                   progress: BytesProgress | None, sync: bool, force: bool,
-                   key: SigningKey | None, out: Path, image: bool, spool: Spool,
-                   t0: float) -> PackResult:
-    from vllm_cache_tools.fleet import oci_image
-    from vllm_cache_tools.fleet.bundle import write_bundle
-    from vllm_cache_tools.fleet.selection import select
-
-    sel = select(root, refs, model=model, filter_expr=filter_expr,
-                 reader=spool.read_entry)
+    sel = select(root, refs, model=model, filter_expr=filter_expr)
     total = sum(f.record.size for fs in sel.files for f in fs) + sum(
         x.record.size for x in sel.extras)
     done = [0]
@@ -181,7 +163,7 @@ def _pack_selected(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequen
     target = oci_image.staging_blob(out) if image else out
     try:
         w = write_bundle(sel, target, level, tick, sync=sync, force=force or image,
-                         signing_key=key, tar_digest=image, spool=spool)
+                         signing_key=key, tar_digest=image)
     except OSError as exc:
         raise FleetError(f"cannot write {out}: {exc.strerror or exc}") from None
     layout = None

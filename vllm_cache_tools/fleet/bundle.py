@@ -26,7 +26,7 @@ import tarfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO, cast
 
 import zstandard
 
@@ -34,17 +34,18 @@ from vllm_cache_tools import __version__
 from vllm_cache_tools.fleet.bundle_read import extract, read_manifest
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.host import host_facts
-from vllm_cache_tools.fleet.pack_spool import Spool, spool_folder
 from vllm_cache_tools.fleet.records import (
     DEFAULT_LEVEL,
     MANIFEST_NAME,
     BundleManifest,
+    FileRecord,
     manifest_json,
 )
 from vllm_cache_tools.fleet.redacted import redact_document
-from vllm_cache_tools.fleet.selection import LocalFile, Selection
+from vllm_cache_tools.fleet.selection import LocalFile, Selection, file_ident
 from vllm_cache_tools.fleet.sshsig import SigningKey
 from vllm_cache_tools.fleet.trust import BUNDLE_SIG_NAME
+from vllm_cache_tools.read.noatime import open_noatime
 from vllm_cache_tools.redaction import is_clean
 from vllm_cache_tools.safeio import NamedOutput
 
@@ -72,6 +73,33 @@ def _info(name: str, size: int, executable: bool = False) -> tarfile.TarInfo:
     t.uname = t.gname = ""
     t.type = tarfile.REGTYPE
     return t
+
+
+class _Checked(io.RawIOBase):
+    """A cache file read for the archive, hashed on the way: a file that changed between
+    hashing and archiving is caught (the bundle would contradict its manifest)."""
+
+    def __init__(self, f: BinaryIO, rec: FileRecord, name: str) -> None:
+        self.f, self.rec, self.name = f, rec, name
+        self.h = hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def read(self, n: int = -1) -> bytes:
+        b = self.f.read(n)
+        self.h.update(b)
+        return b
+
+    def readinto(self, buf: Any) -> int:
+        b = self.read(len(buf))
+        buf[:len(b)] = b
+        return len(b)
+
+    def check(self) -> None:
+        if self.h.hexdigest() != self.rec.sha256:
+            raise FleetError(f"{self.name} changed while it was packed (being written?): "
+                             "run pack again")
 
 
 _TEMPLATES: dict[int, bytes] = {}
@@ -166,6 +194,19 @@ class _TarWriter:
             self._write(tarfile.NUL * pad)
 
 
+def _same(f: BinaryIO, lf: LocalFile, name: str) -> None:
+    """The file the selection hashed, unchanged (same inode, size, mtime, ctime) after it is
+    archived: reading it a second time costs no second hash. A bundle that contradicts its
+    manifest anyway is refused whole by unpack."""
+    if not _unchanged(f, lf):
+        raise FleetError(f"{name} changed while it was packed (being written?): run pack "
+                         "again")
+
+
+def _unchanged(f: BinaryIO, lf: LocalFile) -> bool:
+    return file_ident(os.fstat(f.fileno())) == lf.ident
+
+
 def selection_manifest(sel: Selection, with_provenance: bool = False) -> BundleManifest:
     """The manifest of ``sel``; ``with_provenance`` (a signed bundle): who, when, with what
     (:mod:`.provenance`)."""
@@ -201,7 +242,7 @@ class Written:
 def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
                  on_bytes: Callable[[int], None] | None = None, sync: bool = False,
                  force: bool = False, signing_key: SigningKey | None = None,
-                 tar_digest: bool = False, spool: Spool | None = None) -> Written:
+                 tar_digest: bool = False) -> Written:
     """Write the bundle to ``out`` atomically, through :class:`~vllm_cache_tools.safeio.
     NamedOutput` (a new file beside it, put in place whole; an existing name, a planted
     symlink too, is refused unless ``force``, then replaced as a name, never written
@@ -211,11 +252,7 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
     never used (its zstd checksum and manifest digests refuse it, whole). ``signing_key``:
     the manifest carries the provenance and is signed; the signature is the second member
     (:data:`.trust.BUNDLE_SIG_NAME`). ``tar_digest``: also hash the tar stream before
-    compression (:attr:`Written.tar_sha256`). ``spool``: the one-pass writer
-    (:mod:`.pack_spool`) the selection read the files through: its entries are copied as
-    their compressed frames; the others (the pack memo's, the snapshots, or all when no
-    spool is given) are read, checked against their records and compressed by a thread per
-    CPU, in frames cut the same way (the same entries give the same bytes either way)."""
+    compression (:attr:`Written.tar_sha256`)."""
     manifest = selection_manifest(sel, with_provenance=signing_key is not None)
     head = manifest_bytes(manifest)
     sig = signing_key.sign(head) if signing_key is not None else None
@@ -237,15 +274,34 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
                 raw.write(b)
                 return len(b)
 
-        own = None
-        if spool is None:
-            own = spool = Spool(level, spool_folder(out))
-        try:
-            tar_sha = _write_spooled(sel, spool, head, sig, level, Sink(), on_bytes,
-                                     tar_digest)
-        finally:
-            if own is not None:
-                own.close()
+        # Worker threads (one per CPU): compression runs beside reading and hashing (as
+        # `tar -I zstd` runs zstd beside tar). zstd's multi-threaded output depends neither
+        # on timing nor on the number of workers (measured: the same bytes with 1, 2, 4 and
+        # -1 workers and any write size), so bundles stay deterministic across machines.
+        cctx = zstandard.ZstdCompressor(level=level, write_checksum=True, threads=-1)
+        sink = cast(IO[bytes], Sink())
+        with cctx.stream_writer(sink, closefd=False, write_size=_BUF) as z:
+            tar = _TarWriter(z, hashlib.sha256() if tar_digest else None)
+            tar.add(_info(MANIFEST_NAME, len(head)), io.BytesIO(head))
+            if sig is not None:
+                tar.add(_info(BUNDLE_SIG_NAME, len(sig)), io.BytesIO(sig))
+            for name, lf in members(sel):
+                with open_noatime(lf.source, buffering=0) as f:
+                    info = _info(name, lf.record.size, lf.record.executable)
+                    header = ustar_header(name, lf.record.size, lf.record.executable)
+                    if lf.ident is None or not _unchanged(f, lf):
+                        # Not hashed by the selection, or its identity moved since (a
+                        # hard link made or removed changes the ctime, not the bytes): hashed
+                        # as it is archived, and refused if the bytes differ.
+                        src = _Checked(f, lf.record, name)
+                        tar.add(info, src, header)
+                        src.check()
+                    else:  # hashed by the selection: the same file, unchanged since?
+                        tar.add(info, f, header)
+                        _same(f, lf, name)
+                if on_bytes is not None:
+                    on_bytes(lf.record.size)
+            tar.close()
         raw.flush()
         if sync and target is not None:
             os.fsync(raw.fileno())
@@ -257,59 +313,8 @@ def write_bundle(sel: Selection, out: Path, level: int = DEFAULT_LEVEL,
     raw.close()
     if target is not None:
         target.commit()
-    return Written(out, digest.hexdigest(), size, tar_sha)
-
-
-def _write_spooled(sel: Selection, spool: Spool, head: bytes, sig: bytes | None, level: int,
-                   sink: Any, on_bytes: Callable[[int], None] | None,
-                   tar_digest: bool) -> str | None:
-    """The bundle from the spool's frames (:mod:`.pack_spool`): the head's frame, each
-    entry's frames, the extras' frames, the archive's end. ``tar_digest``: the sha256 of
-    the tar stream they decompress to, returned (the frames decompressed again, in order:
-    an OCI layer's ``diff_id``)."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from vllm_cache_tools.fleet.pack_spool import copy_frames
-    from vllm_cache_tools.store.folders import scan_workers
-
-    parts = [(rec.path, files) for rec, files in zip(sel.records, sel.files, strict=True)]
-    with ThreadPoolExecutor(max_workers=scan_workers()) as ex:
-        todo = {prefix: ex.submit(spool.read_known, prefix, files) for prefix, files in parts
-                if spool.frames_for(prefix, files) is None}
-        extras = ex.submit(spool.read_known, "", sel.extras) if sel.extras else None
-        cctx = zstandard.ZstdCompressor(level=level, write_checksum=True)
-        tar = _TarWriter(io.BytesIO())
-        tar.add(_info(MANIFEST_NAME, len(head)), io.BytesIO(head))
-        if sig is not None:
-            tar.add(_info(BUNDLE_SIG_NAME, len(sig)), io.BytesIO(sig))
-        first = tar.out.getvalue()
-        sink.write(cctx.compress(first))
-        offset = tar.offset
-        th = hashlib.sha256(first) if tar_digest else None
-        dctx = zstandard.ZstdDecompressor() if tar_digest else None
-        groups = [(todo[p].result() if p in todo else spool.frames_for(p, files), files)
-                  for p, files in parts]
-        if extras is not None:
-            groups.append((extras.result(), sel.extras))
-        spool.flush()
-        for frames, files in groups:
-            assert frames is not None
-            for fr in frames:
-                dobj = dctx.decompressobj() if dctx is not None else None
-                for b in copy_frames((fr,)):
-                    sink.write(b)
-                    if dobj is not None and th is not None:
-                        th.update(dobj.decompress(b))
-            offset += sum(f.tar_bytes for f in frames)
-            if on_bytes is not None:
-                on_bytes(sum(f.record.size for f in files))
-    end = tarfile.NUL * (2 * tarfile.BLOCKSIZE)
-    end += tarfile.NUL * (-(offset + len(end)) % tarfile.RECORDSIZE)
-    sink.write(cctx.compress(end))
-    if th is None:
-        return None
-    th.update(end)
-    return th.hexdigest()
+    return Written(out, digest.hexdigest(), size,
+                   tar.digest.hexdigest() if tar.digest is not None else None)
 
 
 __all__ = ["DEFAULT_LEVEL", "Written", "extract", "manifest_bytes", "members",

@@ -225,9 +225,6 @@ def recorded_keys(e: Entry) -> dict[str, object]:
 
 
 Walked = list[tuple[str, Path, bool, tuple[int, ...]]]
-EntryReader = Callable[[str, Walked], tuple[tuple[LocalFile, ...], bool]]
-"""Hashes an entry's files: (its path under the root, its walk) -> (the files, whether each
-is the walk's file)."""
 
 
 def _hash_files(walked: Walked) -> tuple[tuple[LocalFile, ...], bool]:
@@ -283,8 +280,7 @@ def _locate(refs: Sequence[str], croot: CacheRoot) -> list[Path]:
 def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] = (), *,
            model: str | None = None, filter_expr: str | None = None, linked: bool = True,
            allow_states: Sequence[str] = PACKABLE,
-           progress: Callable[[str], None] | None = None,
-           reader: EntryReader | None = None) -> Selection:
+           progress: Callable[[str], None] | None = None) -> Selection:
     """The entries named by ``refs`` (keys, unique prefixes, paths), by ``model`` (a
     substring of the served model or traced model code) or by ``filter_expr`` (``ls
     --filter``), plus (``linked``) the other tree's entries proven to be of the same starts.
@@ -292,10 +288,7 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
     state whose files are not whole (partial, corrupt, unknown).
 
     An entry whose files are unchanged since an earlier pack or push (:mod:`.pack_memo`) is
-    not read again: its record, digests and link proofs come from the memo. ``reader``
-    hashes the files of each entry the memo does not know (given the entry's path under the
-    root and its walk); a pack passes one that compresses them in the same read
-    (:class:`.pack_spool.Spool`)."""
+    not read again: its record, digests and link proofs come from the memo."""
     croot = root if isinstance(root, CacheRoot) else resolve_root(root)
     if not refs and model is None and filter_expr is None:
         raise FleetError("name the entries: KEY..., --model or --filter")
@@ -346,11 +339,7 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
                     continue
                 memo_hit(p)
                 if p not in known:
-                    if reader is None:
-                        hashing[p] = ex.submit(_hash_files, facts.walk(p)[0])
-                    else:
-                        rel = os.path.relpath(by_path[p].path, info.root).replace(os.sep, "/")
-                        hashing[p] = ex.submit(reader, rel, facts.walk(p)[0])
+                    hashing[p] = ex.submit(_hash_files, facts.walk(p)[0])
 
         hash_unknown(links)
         if linked:
@@ -394,6 +383,5 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
                      tuple(known[p][2] for p in ordered))
 
 
-__all__ = ["PACKABLE", "EntryReader", "LocalFile", "Selection", "Walked", "entry_files",
-           "entry_walk", "file_digest", "file_digest_ident", "file_ident",
-           "manifest_snapshots", "record_of", "select"]
+__all__ = ["PACKABLE", "LocalFile", "Selection", "entry_files", "entry_walk", "file_digest",
+           "file_digest_ident", "file_ident", "manifest_snapshots", "record_of", "select"]
