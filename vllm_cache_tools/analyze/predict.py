@@ -427,9 +427,12 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
         trace_runs.append(run)
         return trace_runs[0]
 
-    if trace and _nothing_compiled(probe) is None \
+    if trace and not probe.get("multimodal") and _nothing_compiled(probe) is None \
             and _built_config_unknown(probe, {}) is not None:
-        # A MoE model: the worker's config hash is the one after it built the model.
+        # A MoE model: the worker's config hash is the one after it built the model. (A
+        # multimodal one's comes from its language model's sub-config, below, built with the
+        # same layers; taking the built engine hash here first would make that check fail
+        # and the engine's hash pass unflagged.)
         run = traced("a MoE model: the config hash a worker that built it computes")
         if (run.error is None and run.config_hash_built and run.moe_layers
                 and run.config_hash_unbuilt == probe["config_hash"]):

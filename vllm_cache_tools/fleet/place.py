@@ -182,9 +182,14 @@ class Staging:
         sparent, _, sname = of.rpartition("/")
         parent, _, name = rel.rpartition("/")
         if link and rec.executable == of_rec.executable:
-            os.link(sname, name, src_dir_fd=self._dir(sparent), dst_dir_fd=self._dir(parent),
-                    follow_symlinks=False)
-            return
+            try:
+                os.link(sname, name, src_dir_fd=self._dir(sparent),
+                        dst_dir_fd=self._dir(parent), follow_symlinks=False)
+                return
+            except FileExistsError:
+                raise
+            except OSError:
+                pass  # no hard links here (some NFS, SMB, FUSE mounts; EMLINK): a copy
         src = os.open(sname, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC,
                       dir_fd=self._dir(sparent))
         try:

@@ -62,13 +62,16 @@ class Busy:
         self.max_age_s = max_age_s
         self.taken = -1e18
         self.map: dict[str, list[int]] = {}
+        # Child processes this process had before (an engine a library caller started, as
+        # vLLM's V1 starts its EngineCore) are users like any other.
+        self.before = {p.pid for p in multiprocessing.active_children()}
 
     def get(self) -> dict[str, list[int]]:
         if time.monotonic() - self.taken > self.max_age_s:
             busy = busy_entries(self.root)
-            # Our own reading processes (a streaming prune's scan pool reads entries ahead
-            # of the one being moved) are not users of the cache.
-            ours = {p.pid for p in multiprocessing.active_children()}
+            # Our own reading processes (a streaming prune's scan pool, started after this,
+            # reads entries ahead of the one being moved) are not users of the cache.
+            ours = {p.pid for p in multiprocessing.active_children()} - self.before
             if ours:
                 busy = {k: kept for k, pids in busy.items()
                         if (kept := [p for p in pids if p not in ours])}
