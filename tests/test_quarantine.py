@@ -92,3 +92,19 @@ def test_verify_notes_and_ls_names_the_folder(tmp_path: Path) -> None:
     r = run_cli("ls", "--root", str(cc.parent))
     assert "2 folder(s) of files the recorder moved aside" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_only_a_fault_of_the_file_moves_it_and_each_move_has_its_own_folder() -> None:
+    from vllm_cache_tools.recorder.quarantine import artifact_fault, folder_name
+
+    class OutOfMemoryError(RuntimeError):  # torch's name for a device out of memory
+        pass
+
+    assert artifact_fault(RuntimeError("Bytes object is corrupted, checksum does not match"))
+    assert artifact_fault(SyntaxError("unterminated string literal"))
+    assert not artifact_fault(MemoryError())
+    assert not artifact_fault(ImportError("No module named 'triton'"))
+    assert not artifact_fault(OutOfMemoryError("CUDA out of memory"))
+    names = {folder_name("backend", "86937bda5d", "rank_0_0", "backbone", now=0.0)
+             for _ in range(50)}  # one second, one process: 50 failures, 50 folders
+    assert len(names) == 50

@@ -110,9 +110,12 @@ def patch_backends(mod: ModuleType) -> None:
         try:
             return orig_init(self, *args, **kwargs)
         except Exception as exc:
-            # A table vLLM cannot parse (a cut vllm_compile_cache.py): vLLM 0.32 raises here
-            # and the start fails. Moved aside (when allowed), this prefix starts empty.
-            if not (existed and not disabled) or not _backend_failed(
+            # A table vLLM cannot parse (a cut vllm_compile_cache.py: ast.literal_eval's
+            # SyntaxError / ValueError): vLLM 0.32 raises here and the start fails. Moved
+            # aside (when allowed), this prefix starts empty. Any other error (a folder it
+            # cannot make, the compiler's own set-up) is not the table's.
+            if not isinstance(exc, (SyntaxError, ValueError)) \
+                    or not (existed and not disabled) or not _backend_failed(
                     self, d, [BACKEND_ARTIFACT], exc, logger):
                 raise
         return orig_init(self, *args, **kwargs)
@@ -218,7 +221,7 @@ def _backend_failed(manager: Any, local_dir: str, names: list[str], exc: BaseExc
             compile_cache, key, rank, prefix = _backend_where(owner, local_dir)
             reason = quarantine.first_line(exc)
             moved = None
-            if names and quarantine.allowed():
+            if names and quarantine.allowed() and quarantine.artifact_fault(exc):
                 moved = quarantine.move_aside(compile_cache, local_dir, names, tree="backend",
                                               key=key, rank=rank, prefix=prefix, reason=reason)
             rel = os.path.relpath(moved, compile_cache) if moved else None

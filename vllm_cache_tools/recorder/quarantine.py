@@ -55,9 +55,20 @@ def first_line(exc: BaseException) -> str:
     return text[:300]
 
 
+def artifact_fault(exc: BaseException) -> bool:
+    """Whether a failed load can be the file's fault: not when the machine failed (memory, a
+    module that does not import, a device out of memory), where moving a good file aside
+    would only cost a compile and fail the same way."""
+    if isinstance(exc, (MemoryError, ImportError)):
+        return False
+    return "OutOfMemory" not in type(exc).__name__
+
+
 def folder_name(tree: str, key: str, rank: str, prefix: str, now: float | None = None) -> str:
     when = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
-    parts = [tree, key, rank, *([prefix] if prefix else []), when, str(os.getpid())]
+    # Several graphs of one prefix can fail within a second: each move gets its own folder.
+    parts = [tree, key, rank, *([prefix] if prefix else []), when, str(os.getpid()),
+             os.urandom(3).hex()]
     return _SAFE.sub("_", "-".join(parts))
 
 
