@@ -17,6 +17,7 @@ from vllm_cache_tools.cli.common import (
     write_json_text,
     write_out,
 )
+from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, QUARANTINE_DIRNAME, STATE_DIRNAME
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Entry, Problem
@@ -101,14 +102,15 @@ def run_ls(refs: list[str] | None = None, root: Path | None = None, *, json_out:
 
     for note in fs.notes:  # a shared filesystem, or atime not kept: stderr, like problems
         warn(f"note: {note}")
-    from vllm_cache_tools.store.quarantine import quarantine_dir, quarantined
+    cc = info.root / COMPILE_CACHE_DIRNAME
+    if os.path.isdir(cc / STATE_DIRNAME / QUARANTINE_DIRNAME):  # the reader only then
+        from vllm_cache_tools.store.quarantine import quarantine_dir, quarantined
 
-    moved = quarantined(info.root / "torch_compile_cache")
-    if moved:  # not entries (vLLM never loads them), but disk the user may want back
-        warn(f"note: {len(moved)} folder(s) of files the recorder moved aside at load "
-             f"failures ({human_size(sum(q.size for q in moved))}) in "
-             f"{display_path(quarantine_dir(info.root / 'torch_compile_cache'))} "
-             "(vllm-cache verify lists them)")
+        moved = quarantined(cc)
+        if moved:  # not entries (vLLM never loads them), but disk the user may want back
+            warn(f"note: {len(moved)} folder(s) of files the recorder moved aside at load "
+                 f"failures ({human_size(sum(q.size for q in moved))}) in "
+                 f"{display_path(quarantine_dir(cc))} (vllm-cache verify lists them)")
     if placed:  # who vouched for entries that came from a bundle or a store
         keys_shown = shown_keys(e.key for e in info.entries)
         for (source, signer, status), ks in _group_placed(placed).items():
