@@ -20,7 +20,7 @@ def tests(session: nox.Session) -> None:
     reuse them from ~/.cache/vllm-cache-tools-tests (override with VCT_TEST_HOME). Tests
     marked ``heavy`` are left to ``nox -s heavy``."""
     session.install("-e", ".[test]")
-    session.run("pytest", "-q", "-ra", "-m", "not heavy", *session.posargs)
+    session.run("pytest", "-q", "-ra", "--durations=25", "-m", "not heavy", *session.posargs)
     if not session.posargs:
         session.notify("tests_oldest")
 
