@@ -56,6 +56,44 @@ rank: the code hash vLLM logged; tests/test_cold_root.py for 0.32.0, by hand for
 2026-12-03, ``nox -s releases``; docs/predict.md).
 Any other release is answered, and said approximate."""
 
+META_CHECKED_ON = {"CudaPlatform": ("0.22.1",)}
+"""Platforms (the CPU aside) and vLLM releases where the model built on the meta device was
+compared with vLLM's own starts: an NVIDIA H200, vLLM 0.22.1 (torch 2.11), tiny bfloat16 Llama,
+Qwen3 and Mixtral (MoE) models, unquantized, one rank, no LoRA, no draft model: the cold-root
+backend key named the folder vLLM's start wrote each time (benchmarks/gpu/predict_bench.sh,
+truth_family.sh; docs/recipes.md). Unquantized linear and MoE layers pick their kernels there
+from the config, not from the weights' values, so a weightless build traces the same files."""
+
+META_UNCHECKED = (("quantization", "quantization {}"), ("lora_config", "LoRA"),
+                  ("speculative_config", "speculative decoding"))
+"""Config parts never compared on the meta device: (attribute of the config or its
+model_config, what the caveat calls it)."""
+
+
+def meta_device_caveat(cfg: Any, release: str, platform: str) -> str | None:
+    """Why a model built on the meta device for ``platform`` may not trace vLLM's files, or
+    None where that build was compared with vLLM's own starts (``META_CHECKED_ON``) and nothing
+    outside what was compared is on. Tensor parallel on a GPU has its own caveat
+    (``_tensor_parallel_view``); a multimodal model too."""
+    checked = META_CHECKED_ON.get(platform, ())
+    head = (f"built on the meta device for a {platform}: kernels picked from real weights "
+            "after loading are not seen")
+    if release not in checked:
+        where = (f"vLLM {', '.join(checked)} only" if checked
+                 else "never compared with a start on this platform")
+        return f"{head}; {where}"
+    unseen = []
+    for attr, says in META_UNCHECKED:
+        value = getattr(cfg.model_config, attr, None) if attr == "quantization" \
+            else getattr(cfg, attr, None)
+        if value:
+            unseen.append(says.format(value))
+    if not unseen:
+        return None
+    return (f"{head}; compared with vLLM's starts for unquantized models without LoRA or a "
+            f"draft model only, here: {', '.join(unseen)}")
+
+
 MATERIALIZE_MAX_BYTES = 4 << 30
 """Largest model built with real (uninitialized) CPU tensors; also at most a quarter of the
 memory available now."""
@@ -354,9 +392,9 @@ def traced_files(probe: Any, req: dict[str, Any], cfg: Any = None) -> dict[str, 
                                "vLLM's CPU linear layers skip the kernel choice they make "
                                "from real weights (measured: other traced files)")
         else:
-            caveats.append(f"built on the meta device for a {type(current_platform).__name__}"
-                           ": kernels picked from real weights after loading are not seen; "
-                           "never compared with a start on this platform")
+            caveat = meta_device_caveat(cfg, release, type(current_platform).__name__)
+            if caveat:
+                caveats.append(caveat)
         timings["build_s"] = time.perf_counter() - t
         t = time.perf_counter()
         process_weights_after_loading(model, cfg.model_config, torch.device(device))
