@@ -14,12 +14,12 @@ say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a $OUT/steps.txt; }
 export VLLM_CACHE_TOOLS_PROBE_STANDBY=0
 python3 -c 'import transformers, torch; print("transformers", transformers.__version__, "torch", torch.__version__)' 2>&1 | tail -1 | tee -a $OUT/steps.txt
 vc() { (cd /tmp && python3 -P -c 'import sys; from vllm_cache_tools.cli import main; sys.argv[0] = "vllm-cache"; main()' "$@"); }
-KW='"dtype": "bfloat16", "max_model_len": 128, "max_num_batched_tokens": 128, "max_num_seqs": 16, "attention_backend": "TRITON_ATTN", "gpu_memory_utilization": 0.25'
+KW='"dtype": "bfloat16", "max_model_len": 128, "max_num_batched_tokens": 128, "max_num_seqs": 16, "attention_backend": "TRITON_ATTN", "gpu_memory_utilization": 0.3'
 one() {  # family
   f=$1; M=$W/m-$f; R=$W/root-$f; E=$W/empty-$f; mkdir -p $E
   echo "{\"family\": \"$f\", \"model_dir\": \"$M\", \"llm_kwargs\": {}, \"make_model_only\": true}" > $W/mk-$f.json
   (cd /tmp && python3 $REPO/tests/realvllm/start_family.py $W/mk-$f.json) > $OUT/mk-$f.txt 2>&1 || { say "$f model failed"; tail -5 $OUT/mk-$f.txt; return; }
-  ARGS="$M --dtype bfloat16 --max-model-len 128 --max-num-batched-tokens 128 --max-num-seqs 16 --attention-backend TRITON_ATTN --gpu-memory-utilization 0.25"
+  ARGS="$M --dtype bfloat16 --max-model-len 128 --max-num-batched-tokens 128 --max-num-seqs 16 --attention-backend TRITON_ATTN --gpu-memory-utilization 0.3"
   say "$f: cold predict and vLLM start, side by side"
   ( t=$(date +%s.%N); XDG_CACHE_HOME=$W/x-$f timeout 300 bash -c "$(declare -f vc); vc predict --fresh --root $E --json --usage llm -- $ARGS" > $OUT/$f-cold.json 2> $OUT/$f-cold.err; echo "rc=$? wall=$(python3 -c "import time;print(round(time.time()-$t,1))")" >> $OUT/$f-cold.err ) &
   echo "{\"family\": \"$f\", \"model_dir\": \"$M\", \"llm_kwargs\": {$KW}}" > $W/st-$f.json
@@ -33,9 +33,8 @@ one() {  # family
 one qwen3 > $OUT/qwen3.out 2>&1 &
 sleep 5
 [ -n "${MIXTRAL:-}" ] && one mixtral > $OUT/mixtral.out 2>&1 &
-sleep 5
-[ -n "${LLAMA:-}" ] && one llama > $OUT/llama.out 2>&1 &
-wait
+wait  # the Llama after them: vLLM's memory profile counts what the other starts hold
+[ -n "${LLAMA:-}" ] && one llama > $OUT/llama.out 2>&1
 python3 - "$OUT" <<'PY' | tee $OUT/summary.txt
 import json, re, sys, pathlib
 out = pathlib.Path(sys.argv[1])

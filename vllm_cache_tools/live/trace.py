@@ -57,12 +57,13 @@ rank: the code hash vLLM logged; tests/test_cold_root.py for 0.32.0, by hand for
 Any other release is answered, and said approximate."""
 
 META_CHECKED_ON = {"CudaPlatform": ("0.22.1",)}
-"""Platforms (the CPU aside) and vLLM releases where the model built on the meta device was
-compared with vLLM's own starts: an NVIDIA H200, vLLM 0.22.1 (torch 2.11), tiny bfloat16 Llama,
-Qwen3 and Mixtral (MoE) models, unquantized, one rank, no LoRA, no draft model: the cold-root
-backend key named the folder vLLM's start wrote each time (benchmarks/gpu/predict_bench.sh,
-truth_family.sh; docs/recipes.md). Unquantized linear and MoE layers pick their kernels there
-from the config, not from the weights' values, so a weightless build traces the same files."""
+"""Platform classes (the CPU aside; a subclass such as vLLM's ``NvmlCudaPlatform`` counts)
+and vLLM releases where the model built on the meta device was compared with vLLM's starts:
+an NVIDIA H200, vLLM 0.22.1 (torch 2.11), tiny bfloat16 Llama, Qwen3 and Mixtral (MoE)
+models, unquantized, one rank, no LoRA, no draft model: the cold-root backend key named the
+folder vLLM's start wrote each time (benchmarks/gpu/predict_bench.sh, truth_family.sh;
+docs/recipes.md). Unquantized linear and MoE layers pick their kernels there from the
+config, not from the weights' values, so a weightless build traces the same files."""
 
 META_UNCHECKED = (("quantization", "quantization {}"), ("lora_config", "LoRA"),
                   ("speculative_config", "speculative decoding"))
@@ -392,7 +393,9 @@ def traced_files(probe: Any, req: dict[str, Any], cfg: Any = None) -> dict[str, 
                                "vLLM's CPU linear layers skip the kernel choice they make "
                                "from real weights (measured: other traced files)")
         else:
-            caveat = meta_device_caveat(cfg, release, type(current_platform).__name__)
+            names = [c.__name__ for c in type(current_platform).__mro__]
+            caveat = meta_device_caveat(cfg, release, next(
+                (n for n in names if n in META_CHECKED_ON), names[0]))
             if caveat:
                 caveats.append(caveat)
         timings["build_s"] = time.perf_counter() - t
