@@ -16,18 +16,18 @@ def _cfg(quantization: str | None = None, lora: object = None,
 
 
 def test_compared_gpu_release_unquantized_is_not_flagged() -> None:
-    assert meta_device_caveat(_cfg(), "0.22.1", "CudaPlatform") is None
+    assert meta_device_caveat(_cfg(), "0.22.1", "CudaPlatformBase") is None
 
 
 def test_other_release_or_platform_is_flagged() -> None:
-    other = meta_device_caveat(_cfg(), "0.23.0", "CudaPlatform")
+    other = meta_device_caveat(_cfg(), "0.23.0", "CudaPlatformBase")
     assert other and "vLLM 0.22.1 only" in other
     rocm = meta_device_caveat(_cfg(), "0.22.1", "RocmPlatform")
     assert rocm and "never compared with a start on this platform" in rocm
 
 
 def test_features_never_compared_are_named() -> None:
-    q = meta_device_caveat(_cfg(quantization="fp8"), "0.22.1", "CudaPlatform")
+    q = meta_device_caveat(_cfg(quantization="fp8"), "0.22.1", "CudaPlatformBase")
     assert q and "quantization fp8" in q
-    both = meta_device_caveat(_cfg(lora=object(), spec=object()), "0.22.1", "CudaPlatform")
+    both = meta_device_caveat(_cfg(lora=object(), spec=object()), "0.22.1", "CudaPlatformBase")
     assert both and "LoRA" in both and "speculative decoding" in both

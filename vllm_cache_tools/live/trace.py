@@ -56,7 +56,7 @@ rank: the code hash vLLM logged; tests/test_cold_root.py for 0.32.0, by hand for
 2026-12-03, ``nox -s releases``; docs/predict.md).
 Any other release is answered, and said approximate."""
 
-META_CHECKED_ON = {"CudaPlatform": ("0.22.1",)}
+META_CHECKED_ON = {"CudaPlatformBase": ("0.22.1",)}
 """Platform classes (the CPU aside; a subclass such as vLLM's ``NvmlCudaPlatform`` counts)
 and vLLM releases where the model built on the meta device was compared with vLLM's starts:
 an NVIDIA H200, vLLM 0.22.1 (torch 2.11), tiny bfloat16 Llama, Qwen3 and Mixtral (MoE)
