@@ -5,6 +5,7 @@ the pruning user may not read stays, as the full read keeps it."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -13,9 +14,11 @@ from tests.multiuser import chown_tree, other_user, run_as, vllm_cache_argv
 from tests.realvllm.harness import ScenarioRun
 from tests.trees import age
 from vllm_cache_tools.maintain.stream import LIGHT_NOTE
+from vllm_cache_tools.safeio import remove_tree_at
 from vllm_cache_tools.store.entries import read_aot_entry, read_backend_entry
 from vllm_cache_tools.store.light import LIGHT_DETAIL, light_entry
 from vllm_cache_tools.store.scan import classify
+from vllm_cache_tools.store.tree_stats import Listing, tree_stats
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -62,3 +65,36 @@ def test_streamed_older_than_keeps_an_entry_whose_key_file_it_cannot_read(
     again = run_cli("prune", "--root", str(root), "--corrupt", "--yes", "--json")
     assert again.returncode == 0, again.stderr
     assert LIGHT_NOTE not in json.loads(again.stdout)["plan"]["notes"]
+
+
+def test_removal_over_a_stale_listing_removes_what_is_there_and_follows_no_link(
+        tmp_path: Path) -> None:
+    """The removal reuses the walk's names (safeio.remove_tree_at ``listing``): names added,
+    gone, or swapped (a file for a folder, a folder for a link out) since the walk are each
+    handled as a fresh listing would."""
+    top = tmp_path / "entry"
+    (top / "a" / "b").mkdir(parents=True)
+    for rel in ("f0", "a/f1", "a/b/f2", "a/gone", "was_file", "a/b/will_be_link/x"):
+        (top / rel).parent.mkdir(parents=True, exist_ok=True)
+        (top / rel).write_text(rel)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "precious").write_text("keep")
+    listing: Listing = {}
+    tree_stats(str(top), listing=listing)
+    assert sorted(listing["."][0]) == ["f0", "was_file"] and listing["."][1] == ["a"]
+    assert sorted(listing["a/b"][1]) == ["will_be_link"]
+    (top / "a" / "gone").unlink()
+    (top / "a" / "new").write_text("new")
+    (top / "was_file").unlink()
+    (top / "was_file").mkdir()
+    (top / "was_file" / "inner").write_text("inner")
+    shutil.rmtree(top / "a" / "b" / "will_be_link")
+    (top / "a" / "b" / "will_be_link").symlink_to(outside)
+    fd = os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        res = remove_tree_at(fd, "entry", listing=listing)
+    finally:
+        os.close(fd)
+    assert res.error is None and not top.exists()
+    assert (outside / "precious").read_text() == "keep"

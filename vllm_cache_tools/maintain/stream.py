@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 from vllm_cache_tools.keys.compat import Environment
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
@@ -49,6 +50,7 @@ from vllm_cache_tools.store.light import light_entry
 from vllm_cache_tools.store.locate import CacheRoot
 from vllm_cache_tools.store.parallel_read import read_entries
 from vllm_cache_tools.store.scan import classify
+from vllm_cache_tools.store.tree_stats import Listing
 from vllm_cache_tools.store.types import Entry
 from vllm_cache_tools.store.usage import apply_usage, summarize
 
@@ -95,10 +97,9 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
         # The reading pool forks on the first entry, before any removal thread exists. The
         # light read runs here, in this thread: one walk per entry is cheaper in this
         # process than shipping its stats through a pipe (docs/prune.md, measured).
-        entries: Iterator[Entry] = (
-            (light_entry(path, layout) for layout, path in items) if light
-            else read_entries(items))
-        for e in entries:
+        entries: Iterator[tuple[Entry, Listing | None]] = (
+            _light_entries(items) if light else ((e, None) for e in read_entries(items)))
+        for e, listing in entries:
             if use:
                 e = apply_usage((e,), use)[0]
             count += 1
@@ -128,7 +129,7 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
                 if mover.ready:
                     mover.start()
             if mover.ready:
-                mover.move(pe)
+                mover.move(pe, listing)
             else:
                 mover.skipped.append(Skip(pe.key, pe.layout, pe.path,
                                           "torch_compile_cache is missing or a symlink"))
@@ -147,6 +148,13 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
     finally:
         if mover is not None:
             mover.close()
+
+
+def _light_entries(items: list[tuple[str, Path]]) -> Iterator[tuple[Entry, Listing]]:
+    """Each entry's light read, with the names its walk saw (the removal reuses them)."""
+    for layout, path in items:
+        listing: Listing = {}
+        yield light_entry(path, layout, listing), listing
 
 
 def _by_last_use(planned: list[PlannedEntry]) -> list[PlannedEntry]:

@@ -20,19 +20,21 @@ from pathlib import Path
 
 from vllm_cache_tools.layout import AOT_DIRNAME
 from vllm_cache_tools.store.folders import entry_times
-from vllm_cache_tools.store.tree_stats import tree_stats
+from vllm_cache_tools.store.tree_stats import Listing, tree_stats
 from vllm_cache_tools.store.types import Entry, Layout, Problem, State
 
 LIGHT_DETAIL = "not judged: light read (file times, sizes and owners only)"
 
 
-def light_entry(path: Path, layout: str | None = None) -> Entry:
+def light_entry(path: Path, layout: str | None = None, listing: Listing | None = None
+                ) -> Entry:
     """``path``'s entry (``layout``: ``aot`` or ``backend``, else told by its parent's name)
-    from its walk alone (see the module's doc)."""
+    from its walk alone (see the module's doc); ``listing``: filled with the names the walk
+    saw (:func:`~vllm_cache_tools.store.tree_stats.tree_stats`)."""
     if layout is None:
         layout = "aot" if path.parent.name == AOT_DIRNAME else "backend"
     lay: Layout = "aot" if layout == "aot" else "backend"
-    stats = tree_stats(os.fsdecode(path))
+    stats = tree_stats(os.fsdecode(path), listing=listing)
     state: State = "complete"
     detail = LIGHT_DETAIL
     problems: tuple[Problem, ...] = ()
