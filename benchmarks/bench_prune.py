@@ -11,11 +11,11 @@ the plan, re-checks every entry under its lock, renames it into the trash and re
 Throughput ratio = rm's wall time / prune's wall time (files per second, prune vs rm; the
 median over rounds); CPU seconds (user + system, ``os.wait4``) of both beside it, since the
 machine is shared and wall time alone moves with other load (``cpu_ratio``: rm's CPU seconds
-/ prune's, the median over rounds; the load average before and after the run is recorded). Peak RSS of prune from
-``os.wait4``. ``--entry-files N`` makes every entry hold about N files (each template file
-cloned under numbered names in the same folders; ``--files 100000 --entry-files 1000`` gives
-100 entries of 1,000 files), where the default keeps the real entries' sizes (many small
-entries, as real roots have). Goals (issue #6): ratio >= 0.9,
+/ prune's, the median over rounds; the load average before and after the run is recorded).
+Peak RSS of prune from ``os.wait4``. ``--entry-files N`` makes every entry hold about N files
+(each template file cloned under numbered names in the same folders; ``--files 100000
+--entry-files 1000`` gives 100 entries of 1,000 files), where the default keeps the real
+entries' sizes (many small entries, as real roots have). Goals (issue #6): ratio >= 0.9,
 peak RSS < 200 MB; exit status 1 when missed. Results also go to .bench/prune.json.
 ``--two-phase`` also prunes a third identical tree through the library's scan-plan-move path
 (what the CLI runs without ``--yes``, and for ``--keep``/``--max-size``) in the same round.
@@ -155,6 +155,14 @@ def main() -> int:
                  for n in ("compile", "compile-nomega", "compile-tp2")]
     exe = str(Path(sys.executable).parent / "vllm-cache")
     state = Path(tempfile.mkdtemp(prefix="vct-bench-"))
+    # The trees' key files are hard links to the templates' (synth.py): a private copy, so
+    # that another process reading the shared templates meanwhile (atime: last use) cannot
+    # make entries look used after `--older-than 0s` started (it kept 293 entries once).
+    private = []
+    for n, r in enumerate(roots):
+        shutil.copytree(r, state / "templates" / str(n), symlinks=True)
+        private.append(state / "templates" / str(n))
+    roots = private
     env = {**os.environ, "XDG_CACHE_HOME": str(state / "cache"),
            "XDG_STATE_HOME": str(state / "state")}
     rounds = []
