@@ -39,7 +39,7 @@ import errno
 import io
 import os
 import stat
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -662,7 +662,9 @@ class RemoveResult:
 
 
 def remove_tree_at(parent_fd: int, name: str, *, expect: tuple[int, ...] | None = None,
-                   one_filesystem: bool = True) -> RemoveResult:
+                   one_filesystem: bool = True,
+                   listing: Mapping[str, tuple[Sequence[str], Sequence[str]]] | None = None
+                   ) -> RemoveResult:
     """Remove ``name`` under the folder ``parent_fd`` and everything in it.
 
     Iterative (no recursion limit), fd-relative (``unlinkat``/``openat``/``rmdir`` with
@@ -670,7 +672,13 @@ def remove_tree_at(parent_fd: int, name: str, *, expect: tuple[int, ...] | None 
     the ``(st_dev, st_ino)`` the caller means to remove; anything else now at that name is
     left alone. ``one_filesystem``: a folder on another device (a mount point somebody made
     inside the tree) is left, with an error. Names that vanish meanwhile (another process
-    emptying the same item) are not errors."""
+    emptying the same item) are not errors.
+
+    ``listing``: the names in each folder (relative path, ``.`` for the top -> (non-folders,
+    folders)) as a walk of this tree just saw them: each folder's first pass unlinks those
+    names instead of listing it again. A listed name that is gone is skipped, one that became
+    a folder is entered, one that became a file is unlinked; a name added since is found
+    when the folder's ``rmdir`` fails (not empty), which lists it afresh, as without one."""
     files = dirs = 0
     try:
         top = open_dir(name, parent_fd)
@@ -694,16 +702,30 @@ def remove_tree_at(parent_fd: int, name: str, *, expect: tuple[int, ...] | None 
         os.close(top)
         return RemoveResult(0, 0, f"{name}: replaced by another folder (left)")
     dev = top_st.st_dev
-    # Frames: [folder fd, its name in the parent frame, pending subfolder names or None, tries]
-    stack: list[list[object]] = [[top, name, None, 0]]
+    # Frames: [folder fd, its name in the parent frame, pending subfolder names or None, tries,
+    # its path relative to the top]
+    stack: list[list[object]] = [[top, name, None, 0, "."]]
     unlink = os.unlink
     try:
         while stack:
             frame = stack[-1]
             fd = frame[0]
             assert isinstance(fd, int)
-            if frame[2] is None:
-                subdirs: list[str] = []
+            listed = (listing.get(str(frame[4])) if listing is not None and frame[3] == 0
+                      else None)
+            if frame[2] is None and listed is not None:
+                subdirs = list(listed[1])
+                for n in listed[0]:
+                    try:
+                        unlink(n, dir_fd=fd)
+                        files += 1
+                    except FileNotFoundError:
+                        pass
+                    except IsADirectoryError:  # replaced by a folder meanwhile
+                        subdirs.append(n)
+                frame[2] = subdirs
+            elif frame[2] is None:
+                subdirs = []
                 with os.scandir(fd) as it:
                     for e in it:
                         try:
@@ -735,7 +757,8 @@ def remove_tree_at(parent_fd: int, name: str, *, expect: tuple[int, ...] | None 
                 if one_filesystem and os.fstat(sfd).st_dev != dev:
                     os.close(sfd)
                     raise OSError(errno.EXDEV, f"{sub} is another filesystem (left)")
-                stack.append([sfd, sub, None, 0])
+                rel = sub if frame[4] == "." else f"{frame[4]}/{sub}"
+                stack.append([sfd, sub, None, 0, rel])
                 continue
             stack.pop()
             os.close(fd)
@@ -755,7 +778,7 @@ def remove_tree_at(parent_fd: int, name: str, *, expect: tuple[int, ...] | None 
                 if os.fstat(again).st_dev != dev and one_filesystem:
                     os.close(again)
                     raise
-                stack.append([again, frame[1], None, tries + 1])
+                stack.append([again, frame[1], None, tries + 1, frame[4]])
     except OSError as exc:
         where = "/".join(str(f[1]) for f in stack)
         for f in stack:

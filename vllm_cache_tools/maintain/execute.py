@@ -30,6 +30,7 @@ from vllm_cache_tools.maintain.trash import (
 )
 from vllm_cache_tools.safeio import UnsafeTree, open_dir, rename_at
 from vllm_cache_tools.store import in_use
+from vllm_cache_tools.store.tree_stats import Listing
 from vllm_cache_tools.units import fmt_duration
 
 SNAPSHOT_MIN_AGE_S = 600.0
@@ -184,9 +185,12 @@ class Mover:
                 self._leftovers.append((item.name, self._pool.submit(self.trash.remove,
                                                                       item.name)))
 
-    def move(self, pe: PlannedEntry) -> bool:
+    def move(self, pe: PlannedEntry, listing: Listing | None = None) -> bool:
         """Lock, re-check and move one entry into the trash, where a thread removes it;
-        ``False`` (and a :class:`Skip` recorded) where it stays."""
+        ``False`` (and a :class:`Skip` recorded) where it stays. ``listing``: the entry's
+        names as the scan walked them (:func:`~vllm_cache_tools.store.tree_stats.tree_stats`):
+        the re-check found its folders unchanged since, so the removal unlinks those names
+        without listing each folder again."""
         assert self._pool is not None and self.trash is not None
         locks = self._locks
         assert locks is not None
@@ -207,7 +211,8 @@ class Mover:
             return False
         if self.progress is not None:
             self.progress("moved", pe.key)
-        self._moved.append((pe, self._pool.submit(self.trash.remove, name, pe.ident)))
+        self._moved.append((pe, self._pool.submit(self.trash.remove, name, pe.ident,
+                                                  listing)))
         return True
 
     def finish(self, plan: PrunePlan) -> PruneResult:

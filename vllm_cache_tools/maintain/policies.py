@@ -264,6 +264,21 @@ POLICY_SELECTORS: dict[str, tuple[Callable[[Policies], bool], Selector]] = {
 ``--max-size`` and ``--max-files`` are not here: they are budgets (:data:`BUDGETS`) over what
 the others and the protections left (:func:`vllm_cache_tools.maintain.plan._fill_budget`)."""
 
+TIMES_ONLY = frozenset({"older-than"})
+"""Selectors that judge an entry by its walk alone (the budgets do too, but need the whole
+root first) (file times, from
+:func:`~vllm_cache_tools.store.tree_stats.tree_stats`, and the recorder's ledger); every
+other reads what the key files say (state, model, versions). The protections
+(:func:`~vllm_cache_tools.maintain.plan.protection_reason`) need the walk (owners, times,
+unreadable parts) and /proc, plus whether a key file may be read."""
+
+
+def reads_contents(policies: Policies) -> bool:
+    """Whether some policy that is on needs the entries' key files read (else the light
+    read, :func:`vllm_cache_tools.store.light.light_entry`, holds every fact it needs)."""
+    return any(active(policies) for name, (active, _) in POLICY_SELECTORS.items()
+               if name not in TIMES_ONLY)
+
 
 def _ordinal(n: int) -> str:
     suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")

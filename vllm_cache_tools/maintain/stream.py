@@ -24,6 +24,8 @@ proven same-sources links to AOT entries (those are read from entries already go
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from pathlib import Path
 
 from vllm_cache_tools.keys.compat import Environment
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
@@ -37,16 +39,25 @@ from vllm_cache_tools.maintain.plan import (
     planned_entry,
     protection_reason,
 )
-from vllm_cache_tools.maintain.policies import POLICY_SELECTORS, Choosing, Policies
+from vllm_cache_tools.maintain.policies import (
+    POLICY_SELECTORS,
+    Choosing,
+    Policies,
+    reads_contents,
+)
 from vllm_cache_tools.read.manifest import read_ledger
+from vllm_cache_tools.store.light import light_entry
 from vllm_cache_tools.store.locate import CacheRoot
 from vllm_cache_tools.store.parallel_read import read_entries
 from vllm_cache_tools.store.scan import classify
-from vllm_cache_tools.store.types import Problem
+from vllm_cache_tools.store.tree_stats import Listing
+from vllm_cache_tools.store.types import Entry
 from vllm_cache_tools.store.usage import apply_usage, summarize
 
 STREAMED_NOTE = ("streamed: each entry was checked and moved as the scan read it (this plan is "
                  "printed after the run; backend/AOT source links not computed)")
+LIGHT_NOTE = ("light read: these policies judge file times only, so no key file was parsed "
+              "(models and versions not read)")
 
 
 def streams(policies: Policies) -> bool:
@@ -74,8 +85,8 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
     use = summarize(events)
     ledger = {k: u.last for k, u in use.items()}
     busy = Busy(root, proc_refresh_s)
-    problems: list[Problem] = []
-    items = classify(cc, problems)
+    items = classify(cc, [])  # foreign items are no entries: prune leaves them, unreported
+    light = not reads_contents(policies)
     planned: list[PlannedEntry] = []
     skipped: list[Skip] = []
     notes: list[str] = []
@@ -83,8 +94,12 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
     selectors = [select for active, select in POLICY_SELECTORS.values() if active(policies)]
     mover: Mover | None = None
     try:
-        # The reading pool forks on the first entry, before any removal thread exists.
-        for e in read_entries(items):
+        # The reading pool forks on the first entry, before any removal thread exists. The
+        # light read runs here, in this thread: one walk per entry is cheaper in this
+        # process than shipping its stats through a pipe (docs/prune.md, measured).
+        entries: Iterator[tuple[Entry, Listing | None]] = (
+            _light_entries(items) if light else ((e, None) for e in read_entries(items)))
+        for e, listing in entries:
             if use:
                 e = apply_usage((e,), use)[0]
             count += 1
@@ -114,7 +129,7 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
                 if mover.ready:
                     mover.start()
             if mover.ready:
-                mover.move(pe)
+                mover.move(pe, listing)
             else:
                 mover.skipped.append(Skip(pe.key, pe.layout, pe.path,
                                           "torch_compile_cache is missing or a symlink"))
@@ -124,7 +139,8 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
                 mover.start()
         plan = PrunePlan(root, croot.source, tuple(_by_last_use(planned)), tuple(skipped),
                          policies.describe(), prot, now, total_bytes, count, environment,
-                         tuple(_notes(planned, ledger, notes)), total_files=total_files)
+                         tuple(_notes(planned, ledger, notes, light)),
+                         total_files=total_files)
         if not mover.ready:
             mover.close()
             return PruneResult(plan, (), (*plan.skipped, *mover.skipped), 0)
@@ -134,13 +150,20 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
             mover.close()
 
 
+def _light_entries(items: list[tuple[str, Path]]) -> Iterator[tuple[Entry, Listing]]:
+    """Each entry's light read, with the names its walk saw (the removal reuses them)."""
+    for layout, path in items:
+        listing: Listing = {}
+        yield light_entry(path, layout, listing), listing
+
+
 def _by_last_use(planned: list[PlannedEntry]) -> list[PlannedEntry]:
     """The two-phase plan's order (least recently used first)."""
     return sorted(planned, key=lambda p: (p.last_used or 0.0, p.key))
 
 
-def _notes(planned: list[PlannedEntry], ledger: dict[str, float], notes: list[str]
-           ) -> list[str]:
+def _notes(planned: list[PlannedEntry], ledger: dict[str, float], notes: list[str],
+           light: bool) -> list[str]:
     """The plan's notes, as :func:`~vllm_cache_tools.maintain.plan.plan_prune` writes them,
     and that the run streamed."""
     out = list(notes)
@@ -154,7 +177,9 @@ def _notes(planned: list[PlannedEntry], ledger: dict[str, float], notes: list[st
             note += "; no hit ledger (the recorder plugin has not run on this root)"
         out.insert(0, note)
     out.append(STREAMED_NOTE)
+    if light:
+        out.append(LIGHT_NOTE)
     return out
 
 
-__all__ = ["STREAMED_NOTE", "stream_prune", "streams"]
+__all__ = ["LIGHT_NOTE", "STREAMED_NOTE", "stream_prune", "streams"]

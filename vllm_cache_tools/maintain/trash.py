@@ -36,6 +36,7 @@ from vllm_cache_tools.safeio import (
     open_dir,
     remove_tree_at,
 )
+from vllm_cache_tools.store.tree_stats import Listing
 
 
 @dataclass(frozen=True)
@@ -251,11 +252,13 @@ class Trash:
                     continue
         return sorted(out, key=lambda t: t.name)
 
-    def remove(self, name: str, expect: tuple[int, ...] | None = None) -> RemoveResult:
+    def remove(self, name: str, expect: tuple[int, ...] | None = None,
+               listing: Listing | None = None) -> RemoveResult:
         """Remove one item; ``expect``: the (st_dev, st_ino) this process moved in (on a
-        shared root another user could swap the name for something else meanwhile)."""
+        shared root another user could swap the name for something else meanwhile);
+        ``listing``: its names as the scan walked them (not listed again)."""
         assert self.fd is not None
-        return remove_tree_at(self.fd, name, expect=expect)
+        return remove_tree_at(self.fd, name, expect=expect, listing=listing)
 
     def empty(self, uid: int | None) -> list[tuple[TrashItem, RemoveResult]]:
         """Finish what earlier (possibly killed) runs left: remove every item, or only those

@@ -13,6 +13,10 @@ from collections.abc import Callable
 from vllm_cache_tools.layout import KEY_FILES
 from vllm_cache_tools.store.types import TreeStats
 
+Listing = dict[str, tuple[list[str], list[str]]]
+"""Folder relative to the walked top (``.`` for the top) -> (names of its non-folders, names
+of its folders), as one walk saw them."""
+
 HASH_NAME_MIN = 20
 """Folder names at least this long are content hashes (Inductor's ``aotautograd/<hash>``,
 ``fxgraph/<xx>/<hash>``, Triton's ``triton_cache/<hash>``)."""
@@ -47,7 +51,11 @@ def watched_dirs(dir_mtimes: tuple[tuple[str, int], ...]) -> tuple[tuple[str, in
     return tuple((rel, m) for rel, m in dir_mtimes if rel == "." or not is_bucket(rel))
 
 
-def tree_stats(top: str, on_file: Callable[[int], None] | None = None) -> TreeStats:
+def tree_stats(top: str, on_file: Callable[[int], None] | None = None,
+               listing: Listing | None = None) -> TreeStats:
+    """The stats of the tree at ``top``; where ``listing`` is given, also the names in each
+    folder, filled in (a later removal of the same tree can skip listing it again:
+    :func:`vllm_cache_tools.safeio.remove_tree_at`)."""
     size = disk = files = dirs = 0
     oldest = newest = -1.0
     tmps: list[str] = []
@@ -74,12 +82,17 @@ def tree_stats(top: str, on_file: Callable[[int], None] | None = None) -> TreeSt
         except OSError:
             unreadable.append(d)
             continue
+        if listing is not None:
+            here: tuple[list[str], list[str]] = ([], [])
+            listing[d[cut:] if len(d) > len(top) else "."] = here
         with it:
             for e in it:
                 try:
                     if e.is_dir(follow_symlinks=False):
                         dirs += 1
                         push(e.path)
+                        if listing is not None:
+                            here[1].append(e.name)
                         ds = e.stat(follow_symlinks=False)
                         # A folder of another user decides as much as its files: prune must
                         # not remove a tree part of which it could not create.
@@ -90,6 +103,8 @@ def tree_stats(top: str, on_file: Callable[[int], None] | None = None) -> TreeSt
                 except OSError:
                     unreadable.append(e.path)
                     continue
+                if listing is not None:
+                    here[0].append(e.name)
                 if S_ISLNK(s.st_mode):
                     links.append(e.path)
                 files += 1
