@@ -189,7 +189,9 @@ def run_case(case: Case) -> Path:
 
 def _children_cpu() -> float:
     """CPU seconds (user + system) of the finished child processes so far: beside a wall
-    time on a shared machine, what the work itself cost."""
+    time on a shared machine, what the work itself cost. A lower bound: a grandchild counts
+    only once its parent reaped it (vLLM's engine process, if it outlives the start script,
+    does not)."""
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
 
