@@ -325,7 +325,7 @@ def judge(case: Case) -> list[dict[str, Any]]:
 EXPECTED_EXACT = {"llama", "llama-default", "qwen3", "mixtral", "llama-lora", "llama-tp2",
                   "mixtral-tp2", "llama-eager", "gemma2", "llama-embed", "llama-custom-ops-none",
                   "llama-int8", "llama-ngram", "qwen3-tp2", "llama-sizes", "llama-bf16",
-                  "llama-no-prefix-cache", "llama-no-chunked"}
+                  "llama-no-prefix-cache", "llama-no-chunked", "llama-fp32"}
 """Cases whose every key must be exact (issue 26's fixes); the others must at least never be
 silently wrong."""
 
