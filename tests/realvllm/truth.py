@@ -45,6 +45,7 @@ from tests.realvllm.torchvision_cpu import build as build_torchvision
 from tests.realvllm.torchvision_cpu import target as tv_target
 
 START_SCRIPT = HERE / "start_family.py"
+MODELS_SCRIPT = HERE / "truth_models.py"
 USING = re.compile(r"Using cache directory: (\S+) for vLLM's torch\.compile")
 AOT_PATH = re.compile(r"(?:saved AOT compiled function to|Directly load AOT compilation from "
                       r"path) (\S+)")
@@ -135,13 +136,25 @@ CASES: dict[str, Case] = {c.name: c for c in (
     # most; its torchvision is built for the CPU torch (torchvision_cpu.py), on PYTHONPATH for
     # the start and for predict's probe.
     Case.make("qwen2-vl", "qwen2_vl", limit_mm_per_prompt={"image": 1, "video": 0}),
+    # Speculative decoding with a draft model (a 1-layer tiny Llama, same vocab) and a
+    # quantized checkpoint (compressed-tensors W8A8 int8, written by hand): truth_models.py.
+    Case.make("llama-draft", "llama", speculative_config={
+        "method": "draft_model", "model": str(home() / "models" / "tiny-llama-draft-v1"),
+        "num_speculative_tokens": 2}),
+    Case.make("llama-w8a8", "llama-w8a8"),
 )}
+
+MADE_MODELS = {"llama-draft": ("draft", "tiny-llama-draft-v1"),
+               "llama-w8a8": ("w8a8", "tiny-llama-w8a8-v1")}
+"""Models of a case made by truth_models.py from the tiny Llama (kind, folder under models/)."""
 
 
 def _case_dir(case: Case) -> Path:
     what: list[Any] = [case.family, case.llm_kwargs, case.env]
     if not case.compile:
         what.append("default-mode")
+    if case.name in MADE_MODELS:  # the model's bytes come from truth_models.py
+        what.append(hashlib.sha256(MODELS_SCRIPT.read_bytes()).hexdigest())
     blob = json.dumps({"vllm": VLLM_REQ, "case": what,
                        "script": hashlib.sha256(START_SCRIPT.read_bytes()).hexdigest(),
                        "compiler": compiler_fingerprint()}, sort_keys=True)
@@ -166,6 +179,8 @@ def run_case(case: Case) -> Path:
     python = ensure_venv()
     if case.family in VL_FAMILIES:
         build_torchvision()
+    if case.name in MADE_MODELS:
+        make_model(python, *MADE_MODELS[case.name])
     d = _case_dir(case)
     d.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(d) + ".lock"):
@@ -184,6 +199,23 @@ def run_case(case: Case) -> Path:
                                 out, d)
         accept_start(d, rc, time.monotonic() - t0)
     return d
+
+
+def make_model(python: Path, kind: str, folder: str) -> None:
+    """A model truth_models.py makes from the tiny Llama (once; the Llama first if absent)."""
+    import subprocess
+
+    out = home() / "models" / folder
+    if (out / "config.json").exists():
+        return
+    with model_lock():
+        if not (model_dir() / "config.json").exists():
+            spec = home() / "models" / "make-llama.json"
+            spec.write_text(json.dumps({"family": "llama", "model_dir": str(model_dir()),
+                                        "make_model_only": True}))
+            subprocess.run([str(python), str(START_SCRIPT), str(spec)], check=True)
+        subprocess.run([str(python), str(MODELS_SCRIPT), kind, str(model_dir()), str(out)],
+                       check=True)
 
 
 def accept_start(d: Path, rc: int, seconds: float) -> None:

@@ -1,0 +1,98 @@
+"""Models of the truth matrix that ``start_family.py`` does not make (issue 26).
+
+Usage: python truth_models.py KIND BASE_DIR OUT_DIR
+Executed with the vLLM venv's Python (torch, transformers, safetensors). Kinds:
+
+- ``draft``: a 1-layer tiny Llama with the base model's vocab and tokenizer (a draft model
+  for ``speculative_config`` method ``draft_model``);
+- ``w8a8``: the base tiny Llama as a compressed-tensors ``int-quantized`` checkpoint, written by
+  hand: every decoder linear layer's weight int8 per output channel (symmetric, scale
+  absmax/127, ``weight_scale`` float32 ``[out, 1]``), activations int8 per token, dynamic;
+  ``lm_head`` and the embeddings stay float32.
+
+Kept apart from start_family.py: that script's bytes key every case of the matrix. A model is
+written into ``OUT_DIR.tmpPID`` and renamed, so a half-written one is never used.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+W8A8_CONFIG = {
+    "quant_method": "compressed-tensors",
+    "format": "int-quantized",
+    "quantization_status": "compressed",
+    "config_groups": {"group_0": {
+        "targets": ["Linear"],
+        "weights": {"num_bits": 8, "type": "int", "symmetric": True, "strategy": "channel",
+                    "dynamic": False},
+        "input_activations": {"num_bits": 8, "type": "int", "symmetric": True,
+                              "strategy": "token", "dynamic": True},
+    }},
+    "ignore": ["lm_head"],
+}
+
+
+def _copy_tokenizer(base: str, tmp: str) -> None:
+    for name in os.listdir(base):
+        if name.startswith("tokenizer") or name == "special_tokens_map.json":
+            shutil.copy2(os.path.join(base, name), tmp)
+
+
+def make_draft(base: str, tmp: str) -> None:
+    import torch
+    import transformers as tf
+
+    cfg = tf.AutoConfig.from_pretrained(base)
+    cfg.num_hidden_layers = 1
+    torch.manual_seed(1)
+    tf.LlamaForCausalLM(cfg).to(torch.float32).save_pretrained(tmp, safe_serialization=True)
+    _copy_tokenizer(base, tmp)
+
+
+def make_w8a8(base: str, tmp: str) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(os.path.join(base, "model.safetensors"))
+    out: dict[str, torch.Tensor] = {}
+    for name, t in tensors.items():
+        if name.endswith(".weight") and name.split(".")[-2] in LINEARS:
+            w = t.to(torch.float32)
+            scale = (w.abs().amax(dim=1, keepdim=True) / 127.0).clamp(min=1e-8)
+            out[name] = torch.round(w / scale).clamp(-128, 127).to(torch.int8).contiguous()
+            out[name[: -len("weight")] + "weight_scale"] = scale.contiguous()
+        else:
+            out[name] = t.contiguous()
+    save_file(out, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(base, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = W8A8_CONFIG
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    for name in ("generation_config.json",):
+        if os.path.exists(os.path.join(base, name)):
+            shutil.copy2(os.path.join(base, name), tmp)
+    _copy_tokenizer(base, tmp)
+
+
+MAKERS = {"draft": make_draft, "w8a8": make_w8a8}
+
+
+def main() -> None:
+    kind, base, out_dir = sys.argv[1:4]
+    if os.path.exists(os.path.join(out_dir, "config.json")):
+        return
+    tmp = out_dir + f".tmp{os.getpid()}"
+    os.makedirs(tmp, exist_ok=True)
+    MAKERS[kind](base, tmp)
+    os.rename(tmp, out_dir)
+
+
+if __name__ == "__main__":
+    main()
