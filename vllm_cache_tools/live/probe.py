@@ -500,6 +500,43 @@ def compiled_forwards(vllm_config: Any) -> list[dict[str, Any]]:
     return []
 
 
+NO_DRAFT_MODEL = ("ngram", "ngram_gpu", "suffix")
+"""Speculative methods that compile no second model (they propose from the tokens)."""
+
+
+def draft_models(vllm_config: Any) -> list[dict[str, Any]]:
+    """The second model speculative decoding compiles, as the worker builds it: vLLM 0.32's
+    ``DraftModelProposer._get_model`` compiles the draft model under ``set_model_tag(
+    "draft_model")`` with the config ``_create_draft_vllm_config()`` returns (the target's,
+    with the draft's model and parallel config): its own config hash, so its own AOT key;
+    the compilation config (and the backend folder vLLM chose for the target) is shared, so
+    its backend folder is the target's under the prefix ``draft_model``. Computed with vLLM's
+    own method on a proposer never initialised (it reads only the two configs). Other
+    methods with a model of their own (EAGLE heads, MTP, Medusa, ...) name their tag and
+    method without a config hash: the caller says approximate."""
+    sc = getattr(vllm_config, "speculative_config", None)
+    method = getattr(sc, "method", None)
+    if sc is None or method is None or method in NO_DRAFT_MODEL:
+        return []
+    if method != "draft_model":
+        return [{"tag": "eagle_head" if sc.use_eagle() else method, "method": method,
+                 "config_hash": None, "forwards": [],
+                 "why": f"speculative method {method!r}: its model's config is not built here"}]
+    try:
+        from vllm.v1.spec_decode.draft_model import DraftModelProposer
+
+        proposer = object.__new__(DraftModelProposer)
+        proposer.speculative_config = sc
+        proposer.vllm_config = vllm_config
+        draft = proposer._create_draft_vllm_config()
+        return [{"tag": "draft_model", "method": method, "config_hash": draft.compute_hash(),
+                 "forwards": compiled_forwards(draft)}]
+    except Exception as exc:  # another release's proposer: named, never guessed
+        return [{"tag": "draft_model", "method": method, "config_hash": None, "forwards": [],
+                 "why": f"the draft model's config could not be built here "
+                        f"({type(exc).__name__}: {exc})"}]
+
+
 def _decorator_args(init: Any) -> dict[str, Any]:
     """The ``support_torch_compile`` arguments the wrapped ``__init__`` closes over."""
     code, cells = getattr(init, "__code__", None), getattr(init, "__closure__", None) or ()
@@ -1097,6 +1134,7 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
         custom_ops = count_custom_ops(cfg)
         env = envs.compile_factors()
         config_hash, parts, origins = cfg.compute_hash(), config_parts(cfg), module_origins()
+        drafts = draft_models(cfg)
         timings["after_config_s"] = (time.perf_counter() - clock - timings["import_s"]
                                      - timings["config_s"])
         stage("Inductor factors" + (" (memo)" if child.cached is not None else ""))
@@ -1131,6 +1169,7 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
         "dp_index": int(getattr(pc, "data_parallel_index", 0) or 0),
         "world_size": pc.world_size,
         "forwards": forwards,
+        "drafts": drafts,
         "module_origins": origins,
         "multimodal": bool(getattr(cfg.model_config, "is_multimodal_model", False)),
     }
