@@ -5,13 +5,18 @@ Executed with the vLLM venv's Python (torch, transformers, safetensors). Kinds:
 
 - ``draft``: a 1-layer tiny Llama with the base model's vocab and tokenizer (a draft model
   for ``speculative_config`` method ``draft_model``);
+- ``eagle``: an EAGLE-1 head for the base tiny Llama, as EAGLE checkpoints ship it: a Llama
+  config with one layer and the head's weights (``fc`` over [embedding, hidden state], one
+  decoder layer without its input norm, the embeddings); vLLM maps the architecture to
+  ``EagleLlamaForCausalLM``;
 - ``w8a8``: the base tiny Llama as a compressed-tensors ``int-quantized`` checkpoint, written by
   hand: every decoder linear layer's weight int8 per output channel (symmetric, scale
   absmax/127, ``weight_scale`` float32 ``[out, 1]``), activations int8 per token, dynamic;
   ``lm_head`` and the embeddings stay float32.
 
 Kept apart from start_family.py: that script's bytes key every case of the matrix. A model is
-written into ``OUT_DIR.tmpPID`` and renamed, so a half-written one is never used.
+written into ``OUT_DIR.tmpPID`` and renamed, so a half-written one is never used. A
+changed maker needs a new folder name (``-v2``): the truth cases are keyed by it.
 """
 
 from __future__ import annotations
@@ -55,6 +60,26 @@ def make_draft(base: str, tmp: str) -> None:
     _copy_tokenizer(base, tmp)
 
 
+def make_eagle(base: str, tmp: str) -> None:
+    import torch
+    import transformers as tf
+    from safetensors.torch import save_file
+
+    cfg = tf.AutoConfig.from_pretrained(base)
+    cfg.num_hidden_layers = 1
+    torch.manual_seed(2)
+    layer = tf.LlamaForCausalLM(cfg).to(torch.float32).state_dict()
+    out = {"fc.weight": torch.randn(cfg.hidden_size, 2 * cfg.hidden_size) * 0.02}
+    for name, t in layer.items():
+        if name.startswith("model.layers.0.") and "input_layernorm" not in name:
+            out[name[len("model."):]] = t.contiguous()
+        elif name == "model.embed_tokens.weight":
+            out["embed_tokens.weight"] = t.contiguous()
+    save_file(out, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    cfg.save_pretrained(tmp)
+    _copy_tokenizer(base, tmp)
+
+
 def make_w8a8(base: str, tmp: str) -> None:
     import torch
     from safetensors.torch import load_file, save_file
@@ -81,7 +106,7 @@ def make_w8a8(base: str, tmp: str) -> None:
     _copy_tokenizer(base, tmp)
 
 
-MAKERS = {"draft": make_draft, "w8a8": make_w8a8}
+MAKERS = {"draft": make_draft, "eagle": make_eagle, "w8a8": make_w8a8}
 
 
 def main() -> None:

@@ -250,7 +250,7 @@ def _predict_aot(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo]
     if disabled:
         return out(False, "compile cache disabled")
     if not path.exists():
-        same_fw = [(k, i) for k, i in aot_infos.items() if i.qualname == fw["qualname"]][:1]
+        same_fw = [(k, i) for k, i in aot_infos.items() if _same_forward(i, [fw])][:1]
         moved = [Cause("code", f"{fw['qualname']} first line", i.firstlineno,
                        fw["firstlineno"], f"AOT entry {short_key(k)}", "forward moved: new AOT key")
                  for k, i in same_fw if i.firstlineno != fw["firstlineno"]]
@@ -272,6 +272,18 @@ def _predict_aot(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo]
     return out(True, "artifact present, sources unchanged", checked)
 
 
+def _same_forward(info: AotModelInfo, forwards: Sequence[Mapping[str, Any]]) -> bool:
+    """The AOT entry compiled the target's forward: its qualname, and its file where both are
+    known. An EAGLE head's ``LlamaModel.forward`` (``llama_eagle.py``) has the qualname of the
+    Llama target's (``llama.py``) and other traced files (truth case ``llama-eagle``: taking
+    its sources gave the backend key a wrong code hash)."""
+    if not forwards or info.qualname != forwards[0].get("qualname"):
+        return False
+    file = forwards[0].get("file")
+    return not (file and info.filename) or os.path.realpath(str(file)) == os.path.realpath(
+        info.filename)
+
+
 def _predict_backend(probe: Mapping[str, Any], parts: dict[str, Any], entries: Sequence[Entry],
                      aot_infos: Mapping[str, AotModelInfo], aot: _AotOutcome, cc: Path,
                      r_dir: str, disabled: bool,
@@ -289,8 +301,7 @@ def _predict_backend(probe: Mapping[str, Any], parts: dict[str, Any], entries: S
         return TreePrediction(None, None, None, "not VLLM_COMPILE mode: no backend tree"), {}
     chosen = aot.chosen
     evidence_info = chosen or next(
-        (i for i in aot_infos.values()
-         if probe["forwards"] and i.qualname == probe["forwards"][0]["qualname"]), None)
+        (i for i in aot_infos.values() if _same_forward(i, probe["forwards"])), None)
     from_manifest = None if chosen is not None else _manifest_files(entries, probe)
     if from_manifest is not None:
         files, digest = from_manifest
