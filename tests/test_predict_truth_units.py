@@ -150,3 +150,49 @@ def test_a_second_model_without_its_config_makes_the_aot_key_approximate(
     assert _predict_drafts(_spec_probe([]), {}, tmp_path, "rank_0_0", False) == ((), None)
     eager = {**_spec_probe([eagle]), "compilation_mode": 0}
     assert _predict_drafts(eager, {}, tmp_path, "rank_0_0", False) == ((), None)
+
+
+def test_an_eagle_heads_same_named_forward_is_not_the_targets(tmp_path: Path) -> None:
+    """The real ``llama-eagle`` start wrote an AOT entry of ``LlamaModel.forward`` from
+    ``llama_eagle.py`` beside the target's (``llama.py``): only the target's file counts as
+    evidence of the target's traced files (its sources gave a wrong backend code hash)."""
+    from vllm_cache_tools.analyze.predict import _same_forward
+    from vllm_cache_tools.read.aot_model import AotModelInfo
+
+    def info(qualname: str, filename: str | None) -> AotModelInfo:
+        return AotModelInfo(qualname, filename, 123, None, None, None, None, None, None, None,
+                            (), None)
+
+    fw = [{"qualname": "LlamaModel.forward", "firstlineno": 406, "file": LLAMA}]
+    eagle = LLAMA.replace("llama.py", "llama_eagle.py")
+    assert _same_forward(info("LlamaModel.forward", LLAMA), fw)
+    assert not _same_forward(info("LlamaModel.forward", eagle), fw)
+    assert not _same_forward(info("Qwen2Model.forward", LLAMA), fw)
+    assert _same_forward(info("LlamaModel.forward", None), fw)  # file unknown: qualname
+    assert not _same_forward(info("LlamaModel.forward", LLAMA), [])
+
+
+def test_an_eagle_head_sets_its_draft_vocab_size_before_the_config_is_hashed() -> None:
+    """vLLM 0.32's ``EagleLlamaForCausalLM.__init__`` sets ``draft_vocab_size`` on the head's
+    hf_config, which the speculative config hashes: the probe does the same first (the real
+    ``llama-eagle`` start: worker ``3abf7e8351``, probe ``04614bb17e`` without it)."""
+    from types import SimpleNamespace
+
+    from vllm_cache_tools.live.probe import draft_build_effects
+
+    def cfg(method: str, **hf: Any) -> Any:
+        draft = SimpleNamespace(hf_config=SimpleNamespace(vocab_size=512, **hf))
+        return SimpleNamespace(speculative_config=SimpleNamespace(
+            method=method, draft_model_config=draft))
+
+    eagle = cfg("eagle")
+    draft_build_effects(eagle)
+    assert eagle.speculative_config.draft_model_config.hf_config.draft_vocab_size == 512
+    kept = cfg("eagle", draft_vocab_size=32)  # the checkpoint's own: left as it is
+    draft_build_effects(kept)
+    assert kept.speculative_config.draft_model_config.hf_config.draft_vocab_size == 32
+    other = cfg("draft_model")
+    draft_build_effects(other)
+    assert not hasattr(other.speculative_config.draft_model_config.hf_config,
+                       "draft_vocab_size")
+    draft_build_effects(SimpleNamespace(speculative_config=None))  # no speculation: nothing
