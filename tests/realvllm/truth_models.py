@@ -12,7 +12,11 @@ Executed with the vLLM venv's Python (torch, transformers, safetensors). Kinds:
 - ``w8a8``: the base tiny Llama as a compressed-tensors ``int-quantized`` checkpoint, written by
   hand: every decoder linear layer's weight int8 per output channel (symmetric, scale
   absmax/127, ``weight_scale`` float32 ``[out, 1]``), activations int8 per token, dynamic;
-  ``lm_head`` and the embeddings stay float32.
+  ``lm_head`` and the embeddings stay float32;
+- ``gptq``: the base tiny Llama as a GPTQ checkpoint (4 bits, symmetric, groups of 64 input
+  rows, ``desc_act`` off, AutoGPTQ's v1 layout): ``qweight`` int32 ``[in / 8, out]`` (eight
+  4-bit values per word along the input), ``qzeros`` int32 ``[groups, out / 8]`` (zero 8,
+  stored as 7 in v1), ``scales`` float16 ``[groups, out]``, ``g_idx`` int32 ``[in]``.
 
 Kept apart from start_family.py: that script's bytes key every case of the matrix. A model is
 written into ``OUT_DIR.tmpPID`` and renamed, so a half-written one is never used. A
@@ -106,7 +110,53 @@ def make_w8a8(base: str, tmp: str) -> None:
     _copy_tokenizer(base, tmp)
 
 
-MAKERS = {"draft": make_draft, "eagle": make_eagle, "w8a8": make_w8a8}
+GPTQ_GROUP = 64
+
+
+def _pack_int32(q, dim: int):  # type: ignore[no-untyped-def]
+    """Eight 4-bit values per int32 along ``dim`` (the lowest bits first), as AutoGPTQ."""
+    import torch
+
+    q = q.to(torch.int64).movedim(dim, 0)
+    q = q.reshape(q.shape[0] // 8, 8, *q.shape[1:])
+    word = sum(q[:, k] << (4 * k) for k in range(8))
+    word = (word + 2**31) % 2**32 - 2**31  # the unsigned word as int32 bits
+    return word.to(torch.int32).movedim(0, dim).contiguous()
+
+
+def make_gptq(base: str, tmp: str) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(os.path.join(base, "model.safetensors"))
+    out: dict[str, torch.Tensor] = {}
+    for name, t in tensors.items():
+        if not (name.endswith(".weight") and name.split(".")[-2] in LINEARS):
+            out[name] = t.contiguous()
+            continue
+        w = t.to(torch.float32).t()  # [in, out]
+        n_in, n_out = w.shape
+        groups = w.reshape(n_in // GPTQ_GROUP, GPTQ_GROUP, n_out)
+        scale = (groups.abs().amax(dim=1) / 7.0).clamp(min=1e-6).to(torch.float16)
+        q = torch.round(groups / scale.to(torch.float32)[:, None, :]) + 8
+        q = q.clamp(0, 15).reshape(n_in, n_out)
+        stem = name[: -len("weight")]
+        out[stem + "qweight"] = _pack_int32(q, 0)
+        out[stem + "qzeros"] = _pack_int32(torch.full((n_in // GPTQ_GROUP, n_out), 7), 1)
+        out[stem + "scales"] = scale.contiguous()
+        out[stem + "g_idx"] = (torch.arange(n_in) // GPTQ_GROUP).to(torch.int32)
+    save_file(out, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(base, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"quant_method": "gptq", "bits": 4,
+                                  "group_size": GPTQ_GROUP, "desc_act": False, "sym": True,
+                                  "lm_head": False, "checkpoint_format": "gptq"}
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    _copy_tokenizer(base, tmp)
+
+
+MAKERS = {"draft": make_draft, "eagle": make_eagle, "gptq": make_gptq, "w8a8": make_w8a8}
 
 
 def main() -> None:
