@@ -147,12 +147,14 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case.make("llama-w8a8", "llama-w8a8"),
     # GPTQ's CPU kernel (CPUWNA16) takes float16 / bfloat16 activations only.
     Case.make("llama-gptq", "llama-gptq", dtype="bfloat16"),
+    Case.make("llama-awq", "llama-awq", dtype="bfloat16"),
 )}
 
 MADE_MODELS = {"llama-draft": ("draft", "tiny-llama-draft-v1"),
                "llama-eagle": ("eagle", "tiny-llama-eagle-v1"),
                "llama-w8a8": ("w8a8", "tiny-llama-w8a8-v1"),
-               "llama-gptq": ("gptq", "tiny-llama-gptq-v1")}
+               "llama-gptq": ("gptq", "tiny-llama-gptq-v1"),
+               "llama-awq": ("awq", "tiny-llama-awq-v1")}
 """Models of a case made by truth_models.py from the tiny Llama (kind, folder under models/;
 the folder's name keys the case: a changed maker writes a new ``-vN``)."""
 

@@ -16,7 +16,10 @@ Executed with the vLLM venv's Python (torch, transformers, safetensors). Kinds:
 - ``gptq``: the base tiny Llama as a GPTQ checkpoint (4 bits, symmetric, groups of 64 input
   rows, ``desc_act`` off, AutoGPTQ's v1 layout): ``qweight`` int32 ``[in / 8, out]`` (eight
   4-bit values per word along the input), ``qzeros`` int32 ``[groups, out / 8]`` (zero 8,
-  stored as 7 in v1), ``scales`` float16 ``[groups, out]``, ``g_idx`` int32 ``[in]``.
+  stored as 7 in v1), ``scales`` float16 ``[groups, out]``, ``g_idx`` int32 ``[in]``;
+- ``awq``: the same as an AutoAWQ GEMM checkpoint (4 bits, zero point, groups of 64):
+  ``qweight`` int32 ``[in, out / 8]`` and ``qzeros`` int32 ``[groups, out / 8]`` packed along
+  the output in AWQ's order (0, 2, 4, 6, 1, 3, 5, 7), ``scales`` float16 ``[groups, out]``.
 
 Kept apart from start_family.py: that script's bytes key every case of the matrix. A model is
 written into ``OUT_DIR.tmpPID`` and renamed, so a half-written one is never used. A
@@ -156,7 +159,52 @@ def make_gptq(base: str, tmp: str) -> None:
     _copy_tokenizer(base, tmp)
 
 
-MAKERS = {"draft": make_draft, "eagle": make_eagle, "gptq": make_gptq, "w8a8": make_w8a8}
+AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
+
+
+def _pack_awq(q):  # type: ignore[no-untyped-def]
+    """Eight 4-bit values per int32 along the output, AWQ's order: nibble i holds column
+    ``AWQ_ORDER[i]`` of each eight."""
+    import torch
+
+    q = q.to(torch.int64).reshape(q.shape[0], q.shape[1] // 8, 8)
+    word = sum(q[:, :, AWQ_ORDER[i]] << (4 * i) for i in range(8))
+    return ((word + 2**31) % 2**32 - 2**31).to(torch.int32).contiguous()
+
+
+def make_awq(base: str, tmp: str) -> None:
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    tensors = load_file(os.path.join(base, "model.safetensors"))
+    out: dict[str, torch.Tensor] = {}
+    for name, t in tensors.items():
+        if not (name.endswith(".weight") and name.split(".")[-2] in LINEARS):
+            out[name] = t.contiguous()
+            continue
+        w = t.to(torch.float32).t()  # [in, out]
+        n_in, n_out = w.shape
+        groups = w.reshape(n_in // GPTQ_GROUP, GPTQ_GROUP, n_out)
+        lo, hi = groups.amin(dim=1), groups.amax(dim=1)
+        scale = ((hi - lo) / 15.0).clamp(min=1e-6).to(torch.float16)
+        zero = torch.round(-lo / scale.to(torch.float32)).clamp(0, 15)
+        q = torch.round(groups / scale.to(torch.float32)[:, None, :]) + zero[:, None, :]
+        stem = name[: -len("weight")]
+        out[stem + "qweight"] = _pack_awq(q.clamp(0, 15).reshape(n_in, n_out))
+        out[stem + "qzeros"] = _pack_awq(zero)
+        out[stem + "scales"] = scale.contiguous()
+    save_file(out, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(base, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": GPTQ_GROUP,
+                                  "zero_point": True, "version": "gemm"}
+    with open(os.path.join(tmp, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    _copy_tokenizer(base, tmp)
+
+
+MAKERS = {"draft": make_draft, "eagle": make_eagle, "gptq": make_gptq, "awq": make_awq,
+          "w8a8": make_w8a8}
 
 
 def main() -> None:
