@@ -480,7 +480,8 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
         reasons.append(Cause("config", "compilation_config.mode", None,
                              probe.get("compilation_mode"), "the probe's config", nothing))
     elif not hit and aot.hit and drafts:  # the target's artifact loads, a draft's does not
-        reasons += [Cause("cache", f"AOT entry {short_key(d.key or '')} ({d.tag})", "absent",
+        reasons += [Cause("cache", f"AOT entry {short_key(d.key or '')} ({d.tag})",
+                          "present" if d.path and os.path.exists(d.path) else "absent",
                           "needed", "AOT tree", f"{d.tag}: {d.detail}; vLLM compiles this "
                           "model (the target's artifact loads)")
                     for d in drafts if not d.hit]
