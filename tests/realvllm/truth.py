@@ -141,6 +141,12 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case.make("llama-draft", "llama", speculative_config={
         "method": "draft_model", "model": str(home() / "models" / "tiny-llama-draft-v1"),
         "num_speculative_tokens": 2}),
+    # vLLM refuses a draft model whose TP differs from the target's (draft_model.py).
+    Case.make("llama-draft-tp2", "llama", env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
+              ranks=(0, 1), tensor_parallel_size=2, speculative_config={
+                  "method": "draft_model",
+                  "model": str(home() / "models" / "tiny-llama-draft-v1"),
+                  "num_speculative_tokens": 2, "draft_tensor_parallel_size": 2}),
     Case.make("llama-eagle", "llama", speculative_config={
         "method": "eagle", "model": str(home() / "models" / "tiny-llama-eagle-v1"),
         "num_speculative_tokens": 2}),
@@ -151,6 +157,7 @@ CASES: dict[str, Case] = {c.name: c for c in (
 )}
 
 MADE_MODELS = {"llama-draft": ("draft", "tiny-llama-draft-v1"),
+               "llama-draft-tp2": ("draft", "tiny-llama-draft-v1"),
                "llama-eagle": ("eagle", "tiny-llama-eagle-v1"),
                "llama-w8a8": ("w8a8", "tiny-llama-w8a8-v1"),
                "llama-gptq": ("gptq", "tiny-llama-gptq-v1"),
