@@ -360,7 +360,7 @@ EXPECTED_EXACT = {"llama", "llama-default", "qwen3", "mixtral", "llama-lora", "l
                   "mixtral-tp2", "llama-eager", "gemma2", "llama-embed", "llama-custom-ops-none",
                   "llama-int8", "llama-ngram", "qwen3-tp2", "llama-sizes", "llama-bf16",
                   "llama-no-prefix-cache", "llama-no-chunked", "llama-draft", "llama-eagle",
-                  "llama-w8a8", "llama-gptq", "llama-awq"}
+                  "llama-w8a8", "llama-gptq", "llama-awq", "llama-draft-tp2"}
 """Cases whose every key must be exact (issue 26's fixes); the others must at least never be
 silently wrong."""
 
