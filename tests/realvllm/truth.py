@@ -155,6 +155,7 @@ CASES: dict[str, Case] = {c.name: c for c in (
     Case.make("llama-gptq", "llama-gptq", dtype="bfloat16"),
     Case.make("llama-awq", "llama-awq", dtype="bfloat16"),
     Case.make("llama-w4a16", "llama-w4a16", dtype="bfloat16"),
+    Case.make("llama-w8a16", "llama-w8a16", dtype="bfloat16"),
 )}
 
 MADE_MODELS = {"llama-draft": ("draft", "tiny-llama-draft-v1"),
@@ -163,7 +164,8 @@ MADE_MODELS = {"llama-draft": ("draft", "tiny-llama-draft-v1"),
                "llama-w8a8": ("w8a8", "tiny-llama-w8a8-v1"),
                "llama-gptq": ("gptq", "tiny-llama-gptq-v1"),
                "llama-awq": ("awq", "tiny-llama-awq-v1"),
-               "llama-w4a16": ("w4a16", "tiny-llama-w4a16-v1")}
+               "llama-w4a16": ("w4a16", "tiny-llama-w4a16-v1"),
+               "llama-w8a16": ("w8a16", "tiny-llama-w8a16-v1")}
 """Models of a case made by truth_models.py from the tiny Llama (kind, folder under models/;
 the folder's name keys the case: a changed maker writes a new ``-vN``)."""
 

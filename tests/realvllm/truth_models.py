@@ -203,7 +203,7 @@ def make_awq(base: str, tmp: str) -> None:
     _copy_tokenizer(base, tmp)
 
 
-def make_w4a16(base: str, tmp: str) -> None:
+def _make_wna16(base: str, tmp: str, bits: int) -> None:
     import torch
     from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
     from safetensors.torch import load_file, save_file
@@ -216,11 +216,13 @@ def make_w4a16(base: str, tmp: str) -> None:
             continue
         w = t.to(torch.float32)  # [out, in]
         n_out, n_in = w.shape
-        groups = w.reshape(n_out, n_in // GPTQ_GROUP, GPTQ_GROUP)
-        scale = (groups.abs().amax(dim=2) / 7.0).clamp(min=1e-6).to(torch.bfloat16)
-        q = torch.round(groups / scale.to(torch.float32)[:, :, None]).clamp(-8, 7)
+        size = GPTQ_GROUP if bits == 4 else n_in  # W8A16: one group per channel
+        top = 2 ** (bits - 1) - 1
+        groups = w.reshape(n_out, n_in // size, size)
+        scale = (groups.abs().amax(dim=2) / top).clamp(min=1e-6).to(torch.bfloat16)
+        q = torch.round(groups / scale.to(torch.float32)[:, :, None]).clamp(-top - 1, top)
         stem = name[: -len("weight")]
-        out[stem + "weight_packed"] = pack_to_int32(q.reshape(n_out, n_in).to(torch.int8), 4)
+        out[stem + "weight_packed"] = pack_to_int32(q.reshape(n_out, n_in).to(torch.int8), bits)
         out[stem + "weight_scale"] = scale.contiguous()
         out[stem + "weight_shape"] = torch.tensor([n_out, n_in], dtype=torch.int64)
     save_file(out, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
@@ -231,16 +233,26 @@ def make_w4a16(base: str, tmp: str) -> None:
         "quantization_status": "compressed",
         "config_groups": {"group_0": {
             "targets": ["Linear"], "input_activations": None,
-            "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
-                        "group_size": GPTQ_GROUP, "dynamic": False}}},
+            "weights": {"num_bits": bits, "type": "int", "symmetric": True,
+                        **({"strategy": "group", "group_size": GPTQ_GROUP} if bits == 4
+                           else {"strategy": "channel"}),
+                        "dynamic": False}}},
         "ignore": ["lm_head"]}
     with open(os.path.join(tmp, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     _copy_tokenizer(base, tmp)
 
 
+def make_w4a16(base: str, tmp: str) -> None:
+    _make_wna16(base, tmp, 4)
+
+
+def make_w8a16(base: str, tmp: str) -> None:
+    _make_wna16(base, tmp, 8)
+
+
 MAKERS = {"draft": make_draft, "eagle": make_eagle, "gptq": make_gptq, "awq": make_awq,
-          "w4a16": make_w4a16, "w8a8": make_w8a8}
+          "w4a16": make_w4a16, "w8a16": make_w8a16, "w8a8": make_w8a8}
 
 
 def main() -> None:
