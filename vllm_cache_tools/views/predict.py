@@ -21,6 +21,7 @@ def prediction_json(p: Prediction) -> dict[str, Any]:
         "compiled": p.compiled,
         "backend": tree(p.backend, "code_hash_evidence"),
         "aot": tree(p.aot, "source_check"),
+        "aot_drafts": [{**tree(d, "source_check"), "tag": d.tag} for d in p.drafts],
         "parts": parts,
         "reasons": [{"component": c.component, "item": c.item, "old": c.old, "new": c.new,
                      "evidence": c.evidence, "detail": c.detail} for c in p.reasons],
