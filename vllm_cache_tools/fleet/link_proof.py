@@ -13,7 +13,7 @@ matching pairs)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from msgspec.structs import replace as struct_replace
@@ -23,6 +23,7 @@ from vllm_cache_tools.keys.entry_proof import manifest_parts
 from vllm_cache_tools.keys.recipes import env_hash_from_factors
 from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
 from vllm_cache_tools.store.entries import read_entry
+from vllm_cache_tools.store.parallel_read import read_entries
 from vllm_cache_tools.store.types import Entry
 
 Walk = tuple[list[tuple[str, Path, bool, tuple[int, ...]]], str]
@@ -56,6 +57,18 @@ class EntryFacts:
         if e is None:
             e = self._deep[p] = read_entry(self.by_path[p].path, deep=True)
         return e
+
+    def read_ahead(self, paths: Iterable[str]) -> Iterator[str]:
+        """Deep-read the entries at ``paths`` not read yet, spread over forked processes where
+        there are enough of them and the cores (:func:`.parallel_read.read_entries`: a
+        process each, the safe pickle reader being pure Python; in this process when it has
+        threads), yielding each path once its entry is kept. The first ``next`` starts the
+        workers: call it before this process starts threads."""
+        todo = [p for p in dict.fromkeys(paths) if p not in self._deep]
+        items = [(self.by_path[p].layout, self.by_path[p].path) for p in todo]
+        for p, e in zip(todo, read_entries(items, deep=True), strict=True):
+            self._deep[p] = e
+            yield p
 
     def link(self, p: str) -> LinkFacts:
         """What the link proof compares of the entry at ``p`` (memo, else a deep read)."""

@@ -326,10 +326,16 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
         if hit is not None and files is not None:
             known[p] = (hit[0], files, hit[1])
 
-    # The files of the entries the memo does not know are hashed by a thread per core while
-    # this thread reads the pickles and runs the link proofs (pure Python): hashlib and file
-    # reads let go of the GIL, so hashing costs no wall time of its own on two cores or
-    # more. (After the scan's forked checkers: no fork with threads.)
+    # The pickles of the selected entries the memo does not know are read by forked
+    # processes (the safe pickle reader is pure Python: one core each; started before this
+    # process has threads), and their files hashed by a thread per core meanwhile: hashlib
+    # and file reads let go of the GIL. This thread then runs the link proofs (reading the
+    # few other candidates itself). (After the scan's forked checkers: no fork with threads.)
+    for p in links:
+        memo_hit(p)
+    tried = set(links)
+    ahead = facts.read_ahead(p for p in links if p not in known)
+    next(ahead, None)
     hashing: dict[str, Future[tuple[tuple[LocalFile, ...], bool]]] = {}
     with ThreadPoolExecutor(max_workers=scan_workers()) as ex:
 
@@ -337,11 +343,15 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
             for p in ps:
                 if p in hashing or p in known:
                     continue
-                memo_hit(p)
+                if p not in tried:
+                    tried.add(p)
+                    memo_hit(p)
                 if p not in known:
                     hashing[p] = ex.submit(_hash_files, facts.walk(p)[0])
 
         hash_unknown(links)
+        for _ in ahead:
+            pass
         if linked:
             if progress is not None:
                 progress("linking the two trees' entries of each start")
