@@ -44,6 +44,8 @@ class EntryFacts:
         self._walks: dict[str, Walk] = {}
         self._deep: dict[str, Entry] = {}
         self._links: dict[str, LinkFacts] = {}
+        self._layouts: dict[tuple[str, tuple[tuple[str, str | None], ...]],
+                            tuple[str, ...]] = {}
 
     def walk(self, p: str) -> Walk:
         """(files, fingerprint) of the entry at real path ``p``."""
@@ -58,7 +60,7 @@ class EntryFacts:
             e = self._deep[p] = read_entry(self.by_path[p].path, deep=True)
         return e
 
-    def read_ahead(self, paths: Iterable[str]) -> Iterator[str]:
+    def read_ahead(self, paths: Iterable[str], workers: int | None = None) -> Iterator[str]:
         """Deep-read the entries at ``paths`` not read yet, spread over forked processes where
         there are enough of them and the cores (:func:`.parallel_read.read_entries`: a
         process each, the safe pickle reader being pure Python; in this process when it has
@@ -66,7 +68,7 @@ class EntryFacts:
         workers: call it before this process starts threads."""
         todo = [p for p in dict.fromkeys(paths) if p not in self._deep]
         items = [(self.by_path[p].layout, self.by_path[p].path) for p in todo]
-        for p, e in zip(todo, read_entries(items, deep=True), strict=True):
+        for p, e in zip(todo, read_entries(items, deep=True, workers=workers), strict=True):
             self._deep[p] = e
             yield p
 
@@ -90,7 +92,14 @@ class EntryFacts:
         got = facts.hashes.get(prefix)
         if got is None:
             info = self.full(p).aot_info
-            got = tuple(sources_code_hashes(info, prefix)) if info is not None else ()
+            got = ()
+            if info is not None:
+                # The starts of one model hold the same sources: hashed once per layout
+                # (comparing the texts is a memcmp, hashing them the backend way is not).
+                k = (prefix, tuple((s.module, s.content) for s in info.inlined_sources))
+                got = self._layouts.get(k)
+                if got is None:
+                    got = self._layouts[k] = tuple(sources_code_hashes(info, prefix))
             facts = self._links[p] = struct_replace(facts, hashes={**facts.hashes, prefix: got})
             self.memo.put_link_facts(p, facts)
         return got
