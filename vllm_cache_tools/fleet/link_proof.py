@@ -7,8 +7,8 @@ entry and kept in the pack memo by the entry's fingerprint, so unchanged entries
 again to prove it. The pairs are not tried one by one (B x A: 129,600 at 360 starts): the
 backend entries are grouped by their graph's files (which fix the install prefix), and per
 group the AOT entries are indexed by the code hashes their sources give under that prefix, so
-a backend entry meets only the AOT entries whose sources give its code hash: O(groups x A + B +
-matching pairs)."""
+a backend entry meets only the AOT entries whose sources give its code hash (and, where the AOT
+entry's manifests name one, its config hash): O(groups x A + B + matching pairs)."""
 
 from __future__ import annotations
 
@@ -156,14 +156,15 @@ def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
     chosen_b_set = set(chosen_b)
     # Backends that can link: the selected ones (from their side), and, where AOT entries are
     # selected, every packable one; grouped by graph files (one group per install and model).
-    groups: dict[tuple[str, ...], dict[str, list[tuple[str, bool]]]] = {}
+    # Per group: code hash -> config hash ("" when none) -> (backend, selected).
+    groups: dict[tuple[str, ...], dict[str, dict[str, list[tuple[str, bool]]]]] = {}
     for bp, chosen_side in [*((p, True) for p in chosen_b),
                             *((p, False) for p in (backends if chosen_a else ())
                               if p not in chosen_b_set)]:
         fb = facts.link(bp)
         if fb.code_hash:
-            groups.setdefault(fb.graph, {}).setdefault(fb.code_hash, []).append(
-                (bp, chosen_side))
+            groups.setdefault(fb.graph, {}).setdefault(fb.code_hash, {}).setdefault(
+                fb.config_hash or "", []).append((bp, chosen_side))
     named: dict[tuple[tuple[str, ...], str | None], bool] = {}
 
     def names(graph: tuple[str, ...], loc: str | None) -> bool:
@@ -177,7 +178,8 @@ def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
     pairs: set[tuple[str, str]] = set()
     chosen_a_set = set(chosen_a)
     for graph, by_code in groups.items():
-        from_backend = any(side for bs in by_code.values() for _, side in bs)
+        from_backend = any(side for cfgs in by_code.values() for bs in cfgs.values()
+                           for _, side in bs)
         # AOT candidates: the selected ones, and (for a selected backend) those whose
         # listing's forward file this graph names (read only then).
         cands = dict.fromkeys(chosen_a)
@@ -195,7 +197,12 @@ def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
             if prefix is None:
                 continue
             for h in facts.code_hashes(ap, prefix):
-                for bp, side in by_code.get(h, ()):
+                cfgs = by_code.get(h, {})
+                # The starts of one code differ by config: an AOT entry whose manifests name
+                # its config hash meets only the backend entries of that config (or none).
+                same = [*cfgs.get(fa.manifest_cfg, ()), *cfgs.get("", ())] \
+                    if fa.manifest_cfg else [b for bs in cfgs.values() for b in bs]
+                for bp, side in same:
                     if not side and ap not in chosen_a_set:
                         continue  # neither end selected
                     if side and ap not in chosen_a_set and \
