@@ -67,6 +67,8 @@ class EntryFacts:
         threads), yielding each path once its entry is kept. The first ``next`` starts the
         workers: call it before this process starts threads."""
         todo = [p for p in dict.fromkeys(paths) if p not in self._deep]
+        if not todo:
+            return
         items = [(self.by_path[p].layout, self.by_path[p].path) for p in todo]
         for p, e in zip(todo, read_entries(items, deep=True, workers=workers), strict=True):
             self._deep[p] = e
