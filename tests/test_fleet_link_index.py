@@ -11,9 +11,12 @@ same code apart, so every copy links every other) and examples/sample_cache's fi
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,6 +28,7 @@ from vllm_cache_tools.fleet.pack_memo import PackMemo
 from vllm_cache_tools.keys.entry_proof import same_start
 from vllm_cache_tools.keys.source_link import linked_aot_entries
 from vllm_cache_tools.store.entries import read_entry
+from vllm_cache_tools.store.types import Entry
 
 STARTS = 8
 SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
@@ -112,3 +116,43 @@ def test_one_backend_entry_links_its_own_start_only(many: Path, tmp_path: Path,
         *(("aot", a) for a in aots), ("backend", backend)]
     assert sel.records[-1].linked == tuple(aots)
     assert len(aots) == (1 if _recorded(many) else STARTS)
+
+
+def test_forked_read_ahead_gives_the_same_records(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """From READ_AHEAD_CORES cores (here forced) the selected entries' pickles are read by
+    forked processes: the same records as read in this process."""
+    src = tmp_path / "sample"
+    shutil.copytree(SAMPLE, src)
+    for rel in SAMPLE_SECOND_START:
+        shutil.rmtree(src / "torch_compile_cache" / rel)
+    root = synth_starts(src, tmp_path / "root", 25)  # 50 entries: past PARALLEL_MIN_ENTRIES
+    keys = [p.name for p in entry_dirs(root)]
+    forks: list[str | None] = []
+    get_context = multiprocessing.get_context
+
+    def spy(method: str | None = None) -> object:
+        forks.append(method)
+        return get_context(method)
+
+    monkeypatch.setattr(multiprocessing, "get_context", spy)
+    ahead: list[int] = []  # forks made while the read-ahead ran
+    read_entries = link_proof.read_entries
+
+    def reading(*a: Any, **k: Any) -> Iterator[Entry]:
+        before = len(forks)
+        yield from read_entries(*a, **k)
+        ahead.append(len(forks) - before)
+
+    monkeypatch.setattr(link_proof, "read_entries", reading)
+    out = {}
+    for workers in ("1", str(selection.READ_AHEAD_CORES)):
+        monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", workers)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / f"xdg{workers}"))
+        out[workers] = selection.select(root, keys)
+        assert ahead == ([] if workers == "1" else [1])  # on 1 core: read by this thread
+        ahead.clear()
+    one, forked = out.values()
+    assert forked.records == one.records
+    assert forked.files == one.files
+    assert all(len(r.linked) == 1 for r in one.records)
