@@ -1,7 +1,9 @@
 """What a pack learned about each entry, reused while the entry's files are the same: its
 record (deep pickle reads, the key check), its files' sha256, the snapshots its manifests
-name, and the results of the proof that links an AOT entry to a backend entry. A pack or push
-of unchanged entries then reads no pickle and hashes no file before it writes.
+name, and what the proof that links an AOT entry to a backend entry compares of each entry
+alone (:class:`LinkFacts`: per entry, not per pair, so the memo grows with the root, never with
+backends x AOT entries). A pack or push of unchanged entries then reads no pickle and hashes no
+file before it writes.
 
 "The same files" is a fingerprint of every file and folder of the entry folder: relative
 path, executable bit and :func:`..selection.file_ident` (device, inode, size, mtime, ctime in
@@ -33,12 +35,34 @@ from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_j
 from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.store.locate import user_cache_dir
 
-FORMAT = 3
+FORMAT = 4
 """2: a link proof also needs the AOT entry's recorder manifests to agree with the backend
 entry's env and config hashes (format 1's proofs linked every start of the same code); 3: records
-keep the manifest's key inputs (EntryRecord.recorded)."""
-MAX_PROOFS = 100_000
-"""Proof results kept at most (two xxh3 digests each); past it the memo starts afresh."""
+keep the manifest's key inputs (EntryRecord.recorded); 4: the link proof's facts per entry
+(:class:`LinkFacts`) instead of one row per (backend, AOT) pair (100,000 rows at most, cleared
+when full: 360 starts are 129,600 pairs, so every AOT pickle was read again)."""
+
+
+class LinkFacts(msgspec.Struct, array_like=True, frozen=True):
+    """What the link proof (:mod:`.link_proof`) compares of one entry, read from it alone.
+    Backend: its graph's files, code hash, config hash and env hash (``has_factors``: it has a
+    ``cache_key_factors.json``). AOT: its forward's file, the traced modules (``None``: no
+    artifact read), the env / config hashes its recorder manifests name, and per install
+    prefix the backend code hashes its compile-time sources give there."""
+
+    fp: str
+    """The entry's :func:`fingerprint` when these were read."""
+    layout: str
+    graph: tuple[str, ...] = ()
+    code_hash: str | None = None
+    has_factors: bool = False
+    config_hash: str | None = None
+    env_hash: str | None = None
+    model_file: str | None = None
+    modules: tuple[str, ...] | None = None
+    manifest_env: str | None = None
+    manifest_cfg: str | None = None
+    hashes: dict[str, tuple[str, ...]] = msgspec.field(default_factory=dict)
 
 
 class _Memo(msgspec.Struct, array_like=True):
@@ -48,8 +72,8 @@ class _Memo(msgspec.Struct, array_like=True):
     """entry path -> :data:`_Entry` (fingerprint, the record's JSON without ``linked``,
     snapshot sha256s), kept encoded until looked up: loading the memo decodes nothing per
     entry (as the listing index)."""
-    proofs: dict[str, bool]
-    """"<backend fingerprint> <AOT fingerprint>" -> linked (same start) or not."""
+    links: dict[str, LinkFacts]
+    """entry path -> what the link proof compares of it."""
 
 
 _Entry = tuple[str, bytes, tuple[str, ...]]
@@ -106,21 +130,24 @@ class PackMemo:
             (fp, json.dumps(d, sort_keys=True).encode(), tuple(sorted(snaps)))))
         self.dirty = True
 
-    def proof(self, backend_fp: str, aot_fp: str) -> bool | None:
-        return self.doc.proofs.get(f"{backend_fp} {aot_fp}")
+    def link_facts(self, path: str, fp: str) -> LinkFacts | None:
+        """The link facts of the entry at ``path`` when its fingerprint is still ``fp``."""
+        got = self.doc.links.get(path)
+        return got if got is not None and got.fp == fp else None
 
-    def put_proof(self, backend_fp: str, aot_fp: str, linked: bool) -> None:
-        if len(self.doc.proofs) >= MAX_PROOFS:
-            self.doc.proofs.clear()
-        self.doc.proofs[f"{backend_fp} {aot_fp}"] = linked
+    def put_link_facts(self, path: str, facts: LinkFacts) -> None:
+        self.doc.links[path] = facts
         self.dirty = True
 
     def forget_missing(self, present: Iterable[str]) -> None:
-        """Drop the records of entries no longer in the root."""
+        """Drop what is kept of entries no longer in the root."""
         keep = set(present)
-        gone = [p for p in self.doc.entries if p not in keep]
-        for p in gone:
-            del self.doc.entries[p]
+        gone = 0
+        for table in (self.doc.entries, self.doc.links):
+            drop = [p for p in table if p not in keep]
+            for p in drop:
+                del table[p]
+            gone += len(drop)
         self.dirty |= bool(gone)
 
     def save(self) -> None:
@@ -140,4 +167,4 @@ class PackMemo:
             self.dirty = False
 
 
-__all__ = ["PackMemo", "fingerprint", "memo_path"]
+__all__ = ["LinkFacts", "PackMemo", "fingerprint", "memo_path"]

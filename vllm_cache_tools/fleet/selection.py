@@ -32,6 +32,10 @@ from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Entry
 
 CHUNK = 1 << 20
+READ_AHEAD_CORES = 4
+"""From this many cores, the selected entries' pickles are read by forked processes. On 2
+cores the forked readers took more CPU than they saved: the hashing threads already keep the
+second core busy while this process reads."""
 
 
 @dataclass(frozen=True)
@@ -326,10 +330,19 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
         if hit is not None and files is not None:
             known[p] = (hit[0], files, hit[1])
 
-    # The files of the entries the memo does not know are hashed by a thread per core while
-    # this thread reads the pickles and runs the link proofs (pure Python): hashlib and file
-    # reads let go of the GIL, so hashing costs no wall time of its own on two cores or
-    # more. (After the scan's forked checkers: no fork with threads.)
+    # The files of the entries the memo does not know are hashed by a thread per core:
+    # hashlib and file reads let go of the GIL. Their pickles (the safe pickle reader is
+    # pure Python) are read meanwhile: where there are READ_AHEAD_CORES cores or more, the
+    # selected entries' by forked processes, one per core (started before this process has
+    # threads; after the scan's forked checkers), else by this thread, which then runs the
+    # link proofs (reading the few other candidates itself).
+    for p in links:
+        memo_hit(p)
+    tried = set(links)
+    cores = scan_workers()
+    ahead = facts.read_ahead([p for p in links if p not in known]
+                             if cores >= READ_AHEAD_CORES else (), cores)
+    next(ahead, None)
     hashing: dict[str, Future[tuple[tuple[LocalFile, ...], bool]]] = {}
     with ThreadPoolExecutor(max_workers=scan_workers()) as ex:
 
@@ -337,11 +350,15 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
             for p in ps:
                 if p in hashing or p in known:
                     continue
-                memo_hit(p)
+                if p not in tried:
+                    tried.add(p)
+                    memo_hit(p)
                 if p not in known:
                     hashing[p] = ex.submit(_hash_files, facts.walk(p)[0])
 
         hash_unknown(links)
+        for _ in ahead:
+            pass
         if linked:
             if progress is not None:
                 progress("linking the two trees' entries of each start")

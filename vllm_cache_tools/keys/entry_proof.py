@@ -173,7 +173,9 @@ def _aot_key(env: str, cfg: str, mk: str, inductor_repr: str | None) -> str | No
         return None
 
 
-def _manifest_parts(e: Entry) -> tuple[str | None, str | None]:
+def manifest_parts(e: Entry) -> tuple[str | None, str | None]:
+    """(env hash, config hash) that the entry's first recorder manifest with key parts
+    names (each ``None`` when absent)."""
     for m in e.manifests:
         kp = m.data.get("key_parts")
         if isinstance(kp, dict):
@@ -196,7 +198,7 @@ def prove_aot(e: Entry, siblings: Iterable[KeyProof], *, versions: Sequence[str]
     if by_manifest is not None and by_manifest.status in (PROVEN, MISMATCH):
         return by_manifest
     fw = _forward(e)
-    m_env, m_cfg = _manifest_parts(e)
+    m_env, m_cfg = manifest_parts(e)
     linked: KeyProof | None = None
     other: tuple[str, str] | None = None
     for s in siblings:
@@ -262,7 +264,7 @@ def same_start(backend: Entry, aot: Entry, *, backend_env_hash: str | None = Non
     ``backend_env_hash``: ``env_hash_from_factors(backend.factors.env)`` when the caller
     has it (one backend entry checked against many AOT entries hashes its env once)."""
     f = backend.factors
-    env, cfg = _manifest_parts(aot)
+    env, cfg = manifest_parts(aot)
     if f is None or not (env or cfg):
         return True
     if cfg and f.config_hash and cfg != f.config_hash:
@@ -291,4 +293,4 @@ def prove_entry(e: Entry, backends: Iterable[Entry], *, versions: Sequence[str] 
 
 
 __all__ = ["LINKED", "MISMATCH", "PLACEABLE", "PROVEN", "UNPROVEN", "KeyProof",
-           "prove_aot", "prove_backend", "prove_entry", "same_start"]
+           "manifest_parts", "prove_aot", "prove_backend", "prove_entry", "same_start"]

@@ -1,0 +1,158 @@
+"""The pack's link proof at scale (fleet/link_proof.py) on starts synthesized from a real
+start (benchmarks/bench_fleet.synth_starts: the real entries under new keys, each copy another
+config hash, as vLLM and the recorder write it): the answers are those of the pairwise proof
+(keys.source_link, keys.entry_proof), pairs are met through the index (not every backend x AOT
+pair), and the pack memo keeps one row per entry, read back without a pickle read.
+
+Two real starts: the harness's (no recorder manifests: the proof cannot tell starts of the
+same code apart, so every copy links every other) and examples/sample_cache's first start
+(with the recorder's manifests: each copy links its own start only)."""
+
+from __future__ import annotations
+
+import itertools
+import multiprocessing
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.bench_fleet import entry_dirs, synth_starts
+from tests.realvllm.harness import ScenarioRun
+from vllm_cache_tools.fleet import link_proof, selection
+from vllm_cache_tools.fleet.link_proof import graph_names, model_file
+from vllm_cache_tools.fleet.pack_memo import PackMemo
+from vllm_cache_tools.keys.entry_proof import same_start
+from vllm_cache_tools.keys.source_link import linked_aot_entries
+from vllm_cache_tools.store.entries import read_entry
+from vllm_cache_tools.store.types import Entry
+
+STARTS = 8
+SAMPLE = Path(__file__).resolve().parent.parent / "examples" / "sample_cache"
+SAMPLE_SECOND_START = ("39ecaca4bf", "torch_aot_compile/b6a18428ab0d5ff42c7c72b8fabfec0bc1f"
+                       "47e3de967bdff6bb6da79a64fa078")
+
+
+@pytest.fixture(scope="module", params=["harness", "sample"])
+def many(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    work = tmp_path_factory.mktemp("many")
+    if request.param == "harness":
+        run: ScenarioRun = request.getfixturevalue("real_compile")
+        src = run.before(1)
+    else:
+        src = work / "sample"
+        shutil.copytree(SAMPLE, src)
+        for rel in SAMPLE_SECOND_START:
+            shutil.rmtree(src / "torch_compile_cache" / rel)
+    return synth_starts(src, work / "root", STARTS)
+
+
+def _recorded(root: Path) -> bool:
+    return any(root.rglob("vct-manifest.*.json"))
+
+
+def _pairwise(root: Path) -> set[tuple[str, str]]:
+    """(backend key, AOT key) of every pair the proof links, tried one by one."""
+    deep = [read_entry(p) for p in entry_dirs(root)]
+    backends = [e for e in deep if e.layout == "backend"]
+    aots = [e for e in deep if e.layout == "aot"]
+    graph = {b.key: [g for p in b.prefix_dirs if p.graph for g in p.graph.files]
+             for b in backends}
+    return {(b.key, a.key) for b, a in itertools.product(backends, aots)
+            if graph_names(graph[b.key], model_file(a)) and same_start(b, a)
+            and linked_aot_entries(b, [a])}
+
+
+def test_the_index_links_what_the_pairwise_proof_links(
+        many: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    keys = [p.name for p in entry_dirs(many)]
+    calls = 0
+    alike = link_proof.started_alike
+
+    def counted(*a: object) -> bool:
+        nonlocal calls
+        calls += 1
+        return alike(*a)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(link_proof, "started_alike", counted)
+    sel = selection.select(many, keys)
+    got = {(r.key, k) for r in sel.records if r.layout == "backend" for k in r.linked}
+    want = _pairwise(many)
+    assert got == want
+    # With manifests, one AOT entry per start and no cross-start link; without, all alike.
+    assert len(want) == (STARTS if _recorded(many) else STARTS * STARTS)
+    assert {(k, r.key) for r in sel.records if r.layout == "aot" for k in r.linked} == want
+    # Only the pairs of one code hash (and config, where the manifests name it) are met, each
+    # once: with manifests STARTS of them, not B x A.
+    assert calls == len(want)
+
+    # One row of link facts per entry; a second selection reads no pickle.
+    memo = PackMemo(many / "torch_compile_cache")
+    assert len(memo.doc.links) == len(keys) == 2 * STARTS
+    assert {os.path.realpath(p) for p in entry_dirs(many)} == set(memo.doc.links)
+
+    def boom(*a: object, **k: object) -> None:
+        raise AssertionError("read although the memo knows the entry")
+
+    monkeypatch.setattr(link_proof, "read_entry", boom)
+    monkeypatch.setattr(link_proof, "read_entries", boom)
+    monkeypatch.setattr(selection, "_hash_files", boom)
+    again = selection.select(many, keys)
+    assert again.records == sel.records
+
+
+def test_one_backend_entry_links_its_own_start_only(many: Path, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    want = _pairwise(many)
+    backend = sorted(want)[0][0]
+    aots = sorted(a for b, a in want if b == backend)
+    sel = selection.select(many, [backend])
+    assert [(r.layout, r.key) for r in sel.records] == [
+        *(("aot", a) for a in aots), ("backend", backend)]
+    assert sel.records[-1].linked == tuple(aots)
+    assert len(aots) == (1 if _recorded(many) else STARTS)
+
+
+def test_forked_read_ahead_gives_the_same_records(tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """From READ_AHEAD_CORES cores (here forced) the selected entries' pickles are read by
+    forked processes: the same records as read in this process."""
+    src = tmp_path / "sample"
+    shutil.copytree(SAMPLE, src)
+    for rel in SAMPLE_SECOND_START:
+        shutil.rmtree(src / "torch_compile_cache" / rel)
+    root = synth_starts(src, tmp_path / "root", 25)  # 50 entries: past PARALLEL_MIN_ENTRIES
+    keys = [p.name for p in entry_dirs(root)]
+    forks: list[str | None] = []
+    get_context = multiprocessing.get_context
+
+    def spy(method: str | None = None) -> object:
+        forks.append(method)
+        return get_context(method)
+
+    monkeypatch.setattr(multiprocessing, "get_context", spy)
+    ahead: list[int] = []  # forks made while the read-ahead ran
+    read_entries = link_proof.read_entries
+
+    def reading(*a: Any, **k: Any) -> Iterator[Entry]:
+        before = len(forks)
+        yield from read_entries(*a, **k)
+        ahead.append(len(forks) - before)
+
+    monkeypatch.setattr(link_proof, "read_entries", reading)
+    out = {}
+    for workers in ("1", str(selection.READ_AHEAD_CORES)):
+        monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", workers)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / f"xdg{workers}"))
+        out[workers] = selection.select(root, keys)
+        assert ahead == ([] if workers == "1" else [1])  # on 1 core: read by this thread
+        ahead.clear()
+    one, forked = out.values()
+    assert forked.records == one.records
+    assert forked.files == one.files
+    assert all(len(r.linked) == 1 for r in one.records)
