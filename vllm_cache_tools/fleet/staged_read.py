@@ -8,9 +8,10 @@ process, it was the larger half of an unpack (profiled at 100 starts / 4,700 fil
 7.7 s). Here it overlaps the extraction and spreads over the cores.
 
 The workers are forked before any thread of the unpack starts (forking a threaded process can
-deadlock), so they inherit the imported readers; when the caller already runs threads, on one
-core, or with ``VLLM_CACHE_TOOLS_SCAN_WORKERS=1``, nothing is forked and the proof reads the
-entries itself, as before. The workers only read: what they return is the same
+deadlock), so they inherit the imported readers; when the caller already runs threads (the
+CLI's progress bar on a terminal), on fewer than 4 cores (:data:`BUSY_CORES`), for a bundle
+under 2 MB, or with ``VLLM_CACHE_TOOLS_SCAN_WORKERS`` below 4, nothing is forked and the
+proof reads the entries itself, as before. The workers only read: what they return is the same
 :class:`~vllm_cache_tools.store.types.Entry` the proof would have read here (sent back
 pickled by :mod:`multiprocessing`, our own objects, never a cache artifact), and an entry is
 handed to them only once every file of it is in the staging folder with its size and sha256
@@ -37,6 +38,16 @@ two (the proof reads a small bundle's entries itself: a fork costs more than it 
 manifest, which counts the entries, is read after the extraction's threads started: too late
 to fork."""
 MAX_WORKERS = 16
+BUSY_CORES = 2
+"""Cores the extraction keeps busy (this thread parsing, the decompressing thread; the
+writer threads mostly wait on the kernel): workers get the others. On 2 cores there are none
+and the proof reads the entries itself, as before: measured there (load 7-10, 100 starts,
+medians of 5), two workers beside the extraction made unpack slower (7.53 s against 5.79 s
+wall, CPU 3.71 s against 2.10 s: every entry also crosses the pipe pickled)."""
+WAIT_S = 120.0
+"""How long :meth:`StagedReader.entries` waits for one entry's read; past it (a worker killed,
+e.g. by the OOM killer, loses its task and the pool never answers) the proof reads the entry
+itself: slower, never a hang and never another answer."""
 
 
 def _read(path: str) -> Entry | None:
@@ -53,7 +64,7 @@ class StagedReader:
     :meth:`entries` collects them all (those never handed over are read by the proof)."""
 
     def __init__(self, bundle_bytes: int, workers: int | None = None) -> None:
-        n = min(scan_workers() if workers is None else workers, MAX_WORKERS,
+        n = min((scan_workers() - BUSY_CORES) if workers is None else workers, MAX_WORKERS,
                 bundle_bytes // BYTES_PER_WORKER)
         self.pool: Pool | None = None
         self.pending: dict[str, AsyncResult[Entry | None]] = {}
@@ -69,8 +80,18 @@ class StagedReader:
 
     def entries(self, records: Sequence[EntryRecord]) -> dict[str, Entry | None]:
         """The entries read so far, by record path (a worker's exception is raised here, as
-        the proof's own read would have raised it)."""
-        return {r.path: self.pending[r.path].get() for r in records if r.path in self.pending}
+        the proof's own read would have raised it; one not answered within :data:`WAIT_S`
+        is left out: the proof reads it)."""
+        out: dict[str, Entry | None] = {}
+        for r in records:
+            got = self.pending.get(r.path)
+            if got is None:
+                continue
+            try:
+                out[r.path] = got.get(WAIT_S)
+            except multiprocessing.TimeoutError:
+                continue
+        return out
 
     def close(self) -> None:
         if self.pool is not None:
