@@ -5,6 +5,8 @@ and a bad bundle still places nothing and leaves no process behind."""
 from __future__ import annotations
 
 import multiprocessing
+import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -89,4 +91,18 @@ def test_tampered_bundle_with_workers_places_nothing(bundle: Path, tmp_path: Pat
         api.unpack(bad, root=root, force=True)
     cc = root / "torch_compile_cache"
     assert not cc.is_dir() or [p.name for p in cc.iterdir() if not p.name.startswith(".")] == []
+    assert multiprocessing.active_children() == []
+
+
+def _killed(path: str) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)  # the OOM killer, say: the pool never answers
+
+
+def test_a_killed_worker_is_not_waited_for(bundle: Path, tmp_path: Path, pooled: list[int],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(staged_read, "WAIT_S", 1.0)
+    monkeypatch.setattr(staged_read, "_read", _killed)  # before the fork: the workers have it
+    r = api.unpack(bundle, root=tmp_path / "root", force=True)
+    assert pooled == [0]  # no worker answered: the proof read every entry itself
+    assert r.ok and {p.action for p in r.placements} == {"placed"}
     assert multiprocessing.active_children() == []
