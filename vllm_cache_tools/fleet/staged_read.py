@@ -19,6 +19,8 @@ checked, so it is read in the state the proof would have seen after the extracti
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -54,9 +56,18 @@ def _read(path: str) -> Entry | None:
     return read_staged(Path(path))
 
 
+_PR_SET_PDEATHSIG = 1
+
+
 def _worker_init() -> None:
     # The parent's Ctrl-C ends the unpack (it terminates the pool); a worker never handles it.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A parent killed outright (SIGKILL, the OOM killer) cannot terminate its pool, and a
+    # worker blocked on the task pipe would wait forever: the kernel ends it with the parent.
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() == 1:  # the parent died before prctl
+        os._exit(0)
 
 
 class StagedReader:
