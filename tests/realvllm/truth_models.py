@@ -87,7 +87,11 @@ def make_eagle(base: str, tmp: str) -> None:
     _copy_tokenizer(base, tmp)
 
 
-def make_w8a8(base: str, tmp: str) -> None:
+def _write_quantized(base: str, tmp: str, linear, qconfig: dict,  # type: ignore[no-untyped-def]
+                     also: tuple[str, ...] = ()) -> None:
+    """The base model with each decoder linear layer's weight replaced by what
+    ``linear(stem, weight)`` gives (tensor name -> tensor), everything else as it was; the
+    base config with ``quantization_config``; the tokenizer and the files named in ``also``."""
     import torch
     from safetensors.torch import load_file, save_file
 
@@ -95,22 +99,31 @@ def make_w8a8(base: str, tmp: str) -> None:
     out: dict[str, torch.Tensor] = {}
     for name, t in tensors.items():
         if name.endswith(".weight") and name.split(".")[-2] in LINEARS:
-            w = t.to(torch.float32)
-            scale = (w.abs().amax(dim=1, keepdim=True) / 127.0).clamp(min=1e-8)
-            out[name] = torch.round(w / scale).clamp(-128, 127).to(torch.int8).contiguous()
-            out[name[: -len("weight")] + "weight_scale"] = scale.contiguous()
+            out.update(linear(name[: -len("weight")], t))
         else:
             out[name] = t.contiguous()
     save_file(out, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
     with open(os.path.join(base, "config.json")) as f:
         cfg = json.load(f)
-    cfg["quantization_config"] = W8A8_CONFIG
+    cfg["quantization_config"] = qconfig
     with open(os.path.join(tmp, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
-    for name in ("generation_config.json",):
+    for name in also:
         if os.path.exists(os.path.join(base, name)):
             shutil.copy2(os.path.join(base, name), tmp)
     _copy_tokenizer(base, tmp)
+
+
+def make_w8a8(base: str, tmp: str) -> None:
+    import torch
+
+    def linear(stem: str, t: torch.Tensor) -> dict[str, torch.Tensor]:
+        w = t.to(torch.float32)
+        scale = (w.abs().amax(dim=1, keepdim=True) / 127.0).clamp(min=1e-8)
+        return {stem + "weight": torch.round(w / scale).clamp(-128, 127).to(torch.int8)
+                .contiguous(), stem + "weight_scale": scale.contiguous()}
+
+    _write_quantized(base, tmp, linear, W8A8_CONFIG, also=("generation_config.json",))
 
 
 GPTQ_GROUP = 64
@@ -129,34 +142,22 @@ def _pack_int32(q, dim: int):  # type: ignore[no-untyped-def]
 
 def make_gptq(base: str, tmp: str) -> None:
     import torch
-    from safetensors.torch import load_file, save_file
 
-    tensors = load_file(os.path.join(base, "model.safetensors"))
-    out: dict[str, torch.Tensor] = {}
-    for name, t in tensors.items():
-        if not (name.endswith(".weight") and name.split(".")[-2] in LINEARS):
-            out[name] = t.contiguous()
-            continue
+    def linear(stem: str, t: torch.Tensor) -> dict[str, torch.Tensor]:
         w = t.to(torch.float32).t()  # [in, out]
         n_in, n_out = w.shape
         groups = w.reshape(n_in // GPTQ_GROUP, GPTQ_GROUP, n_out)
         scale = (groups.abs().amax(dim=1) / 7.0).clamp(min=1e-6).to(torch.float16)
         q = torch.round(groups / scale.to(torch.float32)[:, None, :]) + 8
         q = q.clamp(0, 15).reshape(n_in, n_out)
-        stem = name[: -len("weight")]
-        out[stem + "qweight"] = _pack_int32(q, 0)
-        out[stem + "qzeros"] = _pack_int32(torch.full((n_in // GPTQ_GROUP, n_out), 7), 1)
-        out[stem + "scales"] = scale.contiguous()
-        out[stem + "g_idx"] = (torch.arange(n_in) // GPTQ_GROUP).to(torch.int32)
-    save_file(out, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(base, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["quantization_config"] = {"quant_method": "gptq", "bits": 4,
-                                  "group_size": GPTQ_GROUP, "desc_act": False, "sym": True,
-                                  "lm_head": False, "checkpoint_format": "gptq"}
-    with open(os.path.join(tmp, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
-    _copy_tokenizer(base, tmp)
+        return {stem + "qweight": _pack_int32(q, 0),
+                stem + "qzeros": _pack_int32(torch.full((n_in // GPTQ_GROUP, n_out), 7), 1),
+                stem + "scales": scale.contiguous(),
+                stem + "g_idx": (torch.arange(n_in) // GPTQ_GROUP).to(torch.int32)}
+
+    _write_quantized(base, tmp, linear, {
+        "quant_method": "gptq", "bits": 4, "group_size": GPTQ_GROUP, "desc_act": False,
+        "sym": True, "lm_head": False, "checkpoint_format": "gptq"})
 
 
 AWQ_ORDER = (0, 2, 4, 6, 1, 3, 5, 7)
@@ -174,14 +175,8 @@ def _pack_awq(q):  # type: ignore[no-untyped-def]
 
 def make_awq(base: str, tmp: str) -> None:
     import torch
-    from safetensors.torch import load_file, save_file
 
-    tensors = load_file(os.path.join(base, "model.safetensors"))
-    out: dict[str, torch.Tensor] = {}
-    for name, t in tensors.items():
-        if not (name.endswith(".weight") and name.split(".")[-2] in LINEARS):
-            out[name] = t.contiguous()
-            continue
+    def linear(stem: str, t: torch.Tensor) -> dict[str, torch.Tensor]:
         w = t.to(torch.float32).t()  # [in, out]
         n_in, n_out = w.shape
         groups = w.reshape(n_in // GPTQ_GROUP, GPTQ_GROUP, n_out)
@@ -189,31 +184,19 @@ def make_awq(base: str, tmp: str) -> None:
         scale = ((hi - lo) / 15.0).clamp(min=1e-6).to(torch.float16)
         zero = torch.round(-lo / scale.to(torch.float32)).clamp(0, 15)
         q = torch.round(groups / scale.to(torch.float32)[:, None, :]) + zero[:, None, :]
-        stem = name[: -len("weight")]
-        out[stem + "qweight"] = _pack_awq(q.clamp(0, 15).reshape(n_in, n_out))
-        out[stem + "qzeros"] = _pack_awq(zero)
-        out[stem + "scales"] = scale.contiguous()
-    save_file(out, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(base, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["quantization_config"] = {"quant_method": "awq", "bits": 4, "group_size": GPTQ_GROUP,
-                                  "zero_point": True, "version": "gemm"}
-    with open(os.path.join(tmp, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
-    _copy_tokenizer(base, tmp)
+        return {stem + "qweight": _pack_awq(q.clamp(0, 15).reshape(n_in, n_out)),
+                stem + "qzeros": _pack_awq(zero), stem + "scales": scale.contiguous()}
+
+    _write_quantized(base, tmp, linear, {"quant_method": "awq", "bits": 4,
+                                         "group_size": GPTQ_GROUP, "zero_point": True,
+                                         "version": "gemm"})
 
 
 def _make_wna16(base: str, tmp: str, bits: int) -> None:
     import torch
     from compressed_tensors.compressors.pack_quantized.helpers import pack_to_int32
-    from safetensors.torch import load_file, save_file
 
-    tensors = load_file(os.path.join(base, "model.safetensors"))
-    out: dict[str, torch.Tensor] = {}
-    for name, t in tensors.items():
-        if not (name.endswith(".weight") and name.split(".")[-2] in LINEARS):
-            out[name] = t.contiguous()
-            continue
+    def linear(stem: str, t: torch.Tensor) -> dict[str, torch.Tensor]:
         w = t.to(torch.float32)  # [out, in]
         n_out, n_in = w.shape
         size = GPTQ_GROUP if bits == 4 else n_in  # W8A16: one group per channel
@@ -221,14 +204,12 @@ def _make_wna16(base: str, tmp: str, bits: int) -> None:
         groups = w.reshape(n_out, n_in // size, size)
         scale = (groups.abs().amax(dim=2) / top).clamp(min=1e-6).to(torch.bfloat16)
         q = torch.round(groups / scale.to(torch.float32)[:, :, None]).clamp(-top - 1, top)
-        stem = name[: -len("weight")]
-        out[stem + "weight_packed"] = pack_to_int32(q.reshape(n_out, n_in).to(torch.int8), bits)
-        out[stem + "weight_scale"] = scale.contiguous()
-        out[stem + "weight_shape"] = torch.tensor([n_out, n_in], dtype=torch.int64)
-    save_file(out, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-    with open(os.path.join(base, "config.json")) as f:
-        cfg = json.load(f)
-    cfg["quantization_config"] = {
+        return {stem + "weight_packed": pack_to_int32(q.reshape(n_out, n_in).to(torch.int8),
+                                                      bits),
+                stem + "weight_scale": scale.contiguous(),
+                stem + "weight_shape": torch.tensor([n_out, n_in], dtype=torch.int64)}
+
+    _write_quantized(base, tmp, linear, {
         "quant_method": "compressed-tensors", "format": "pack-quantized",
         "quantization_status": "compressed",
         "config_groups": {"group_0": {
@@ -237,10 +218,7 @@ def _make_wna16(base: str, tmp: str, bits: int) -> None:
                         **({"strategy": "group", "group_size": GPTQ_GROUP} if bits == 4
                            else {"strategy": "channel"}),
                         "dynamic": False}}},
-        "ignore": ["lm_head"]}
-    with open(os.path.join(tmp, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
-    _copy_tokenizer(base, tmp)
+        "ignore": ["lm_head"]})
 
 
 def make_w4a16(base: str, tmp: str) -> None:
