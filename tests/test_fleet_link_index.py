@@ -27,6 +27,7 @@ from vllm_cache_tools.fleet.link_proof import graph_names, model_file
 from vllm_cache_tools.fleet.pack_memo import PackMemo
 from vllm_cache_tools.keys.entry_proof import same_start
 from vllm_cache_tools.keys.source_link import linked_aot_entries
+from vllm_cache_tools.store import parallel_read
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.types import Entry
 
@@ -145,6 +146,10 @@ def test_forked_read_ahead_gives_the_same_records(tmp_path: Path,
         ahead.append(len(forks) - before)
 
     monkeypatch.setattr(link_proof, "read_entries", reading)
+    # A process with threads reads in process by design (forking it could deadlock); earlier
+    # tests leave some in this one (fsspec's IO loop): this test is about the forked path.
+    # Its selection's own hashing threads start only after the read-ahead forked.
+    monkeypatch.setattr(parallel_read.threading, "active_count", lambda: 1)
     out = {}
     for workers in ("1", str(selection.READ_AHEAD_CORES)):
         monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", workers)
