@@ -9,7 +9,6 @@ findings and causes; unusable input raises :class:`.errors.FleetError` (one line
 from __future__ import annotations
 
 import os
-import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -236,7 +235,6 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
     from vllm_cache_tools.fleet.bundle_read import BundleHead, extract, read_head
     from vllm_cache_tools.fleet.key_proof import prove_records
     from vllm_cache_tools.fleet.place import Staging, place_entries
-    from vllm_cache_tools.fleet.staged_read import StagedReader
 
     t0 = time.perf_counter()
     path = Path(os.fspath(bundle))
@@ -265,9 +263,7 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
     # while the files go to the staging folder (the usual answer is yes); nothing leaves
     # the staging folder before they say so.
     checking: list[Future[HitCheck]] = []
-    # Forked first, before this unpack starts any thread (fleet/staged_read.py).
-    reader = StagedReader(_size_of(path))
-    with reader, ThreadPoolExecutor(1) as pool:
+    with ThreadPoolExecutor(1) as pool:
 
         def start_checks(man: BundleManifest) -> None:
             # Before the first file is written (the staging folder is made, and empty).
@@ -280,8 +276,7 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
         try:
             with terminate_as_exit(), _new_folders_undone(croot.vllm_root) as kept, \
                     Staging(croot.vllm_root) as st:
-                m = extract(path, st, tick, on_manifest=start_checks, on_head=judge,
-                            on_entry=lambda rec: reader.entry_done(st.path, rec))
+                m = extract(path, st, tick, on_manifest=start_checks, on_head=judge)
                 check = checking[0].result()
                 if not check.would_hit and not force:
                     return UnpackResult(path, croot.vllm_root, m, check, (), False, True,
@@ -290,9 +285,7 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
                 proofs = prove_records(st.path, croot.vllm_root, m.entries,
                                        inductor=check.inductor_reprs,
                                        vllm_version=check.vllm_version,
-                                       trust=_signed_by({e.key: sig for e in m.entries}),
-                                       entries=reader.entries(m.entries))
-                reader.close()
+                                       trust=_signed_by({e.key: sig for e in m.entries}))
                 placed = place_entries(st, m.entries, m.extras, proofs=proofs, force=force)
                 kept[0] = True
                 shown = "<stdin>" if str(path) == "/dev/stdin" else str(path.resolve())
@@ -305,16 +298,6 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
                              f"{exc.strerror or exc}: nothing placed") from None
     return UnpackResult(path, croot.vllm_root, m, check, placed, False, False,
                         time.perf_counter() - t0, signature[0])
-
-
-def _size_of(path: Path) -> int:
-    """The bundle's size in bytes, 0 for a pipe or what cannot be read (the error is
-    extract's to tell)."""
-    try:
-        st = os.stat(path)
-    except OSError:
-        return 0
-    return st.st_size if stat.S_ISREG(st.st_mode) else 0
 
 
 def _signed_by(judged: Mapping[str, SignatureCheck | None]

@@ -22,7 +22,6 @@ from vllm_cache_tools.fleet.place import Staging
 from vllm_cache_tools.fleet.records import (
     MANIFEST_NAME,
     BundleManifest,
-    EntryRecord,
     FileRecord,
     manifest_from_json,
 )
@@ -315,15 +314,13 @@ class _Writers:
     raised in the reading thread (at a later submit, or at :meth:`finish`)."""
 
     def __init__(self, staging: Staging, path: Path,
-                 on_bytes: Callable[[int], None] | None,
-                 on_written: Callable[[str], None]) -> None:
+                 on_bytes: Callable[[int], None] | None) -> None:
         from collections import deque
         from concurrent.futures import Future, ThreadPoolExecutor
 
         self.staging, self.path, self.on_bytes = staging, path, on_bytes
-        self.on_written = on_written
         self.pool = ThreadPoolExecutor(WRITERS, thread_name_prefix="vllm-cache-unpack")
-        self.pending: deque[tuple[Future[None], int, list[str]]] = deque()
+        self.pending: deque[tuple[Future[None], int]] = deque()
         self.bytes = 0
         self.batch: list[tuple[str, bytes, FileRecord]] = []
         self.batch_bytes = 0
@@ -338,8 +335,7 @@ class _Writers:
         if not self.batch:
             return
         self.pending.append((self.pool.submit(_write_batch, self.staging, self.path,
-                                              self.batch, self.on_bytes), self.batch_bytes,
-                             [name for name, _, _ in self.batch]))
+                                              self.batch, self.on_bytes), self.batch_bytes))
         self.bytes += self.batch_bytes
         self.batch, self.batch_bytes = [], 0
         while self.pending and (self.bytes > _IN_FLIGHT or len(self.pending) > 1024
@@ -347,11 +343,9 @@ class _Writers:
             self._next()
 
     def _next(self) -> None:
-        fut, n, names = self.pending.popleft()
+        fut, n = self.pending.popleft()
         self.bytes -= n
         fut.result()
-        for name in names:
-            self.on_written(name)
 
     def finish(self) -> None:
         self._send()
@@ -368,39 +362,24 @@ class _Writers:
 def extract(path: Path, staging: Staging,
             on_bytes: Callable[[int], None] | None = None,
             on_manifest: Callable[[BundleManifest], None] | None = None,
-            on_head: Callable[[BundleHead], None] | None = None,
-            on_entry: Callable[[EntryRecord], None] | None = None) -> BundleManifest:
+            on_head: Callable[[BundleHead], None] | None = None) -> BundleManifest:
     """Check the bundle and write every file it lists into ``staging``; raises
     :class:`BundleError` (nothing placed) at the first member that is not a listed regular
     file of the listed size and digest, or when a listed file is missing. ``on_manifest``
     gets the checked manifest before the first file is written (one pass over the bundle:
     the caller's checks run while the files are extracted). ``on_head`` gets the manifest with
-    its signature before that (the trust check: raising there places nothing). ``on_entry``
-    gets each entry once all its files are written with size and digest checked (the
-    extraction goes on: the caller may read the entry's staged copy meanwhile)."""
-    expect: dict[str, FileRecord] = {}
-    owner: dict[str, EntryRecord] = {}
-    left: dict[str, int] = {}
-
-    def written(name: str) -> None:
-        e = owner.get(name)
-        if e is not None:
-            left[e.path] -= 1
-            if not left[e.path] and on_entry is not None:
-                on_entry(e)
-
-    with _open_tar(path) as tar, _Writers(staging, path, on_bytes, written) as writers:
+    its signature before that (the trust check: raising there places nothing)."""
+    with _open_tar(path) as tar, _Writers(staging, path, on_bytes) as writers:
         head, pending = _read_head(tar, path)
         m = head.manifest
         if on_head is not None:
             on_head(head)
         if on_manifest is not None:
             on_manifest(m)
+        expect: dict[str, FileRecord] = {}
         for e in m.entries:
-            left[e.path] = left.get(e.path, 0) + len(e.files)
             for f in e.files:
                 expect[f"{e.path}/{f.path}"] = f
-                owner[f"{e.path}/{f.path}"] = e
         for x in m.extras:
             expect[x.path] = x
         seen: set[str] = set()
@@ -429,7 +408,6 @@ def extract(path: Path, staging: Staging,
                 src = tar.extractfile(member)
                 assert src is not None
                 _write(staging, path, name, src, rec, on_bytes)
-                written(name)
             seen.add(name)
         # Nothing may follow the archive's end but tar's zero padding: bytes appended to the
         # file are no zstd frame (the decompressor raises), another frame's data is not zeros.

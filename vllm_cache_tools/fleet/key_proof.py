@@ -51,23 +51,18 @@ def spellings(rec: EntryRecord) -> tuple[str, ...]:
 
 def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRecord], *,
                   inductor: Sequence[str] = (), vllm_version: str | None = None,
-                  trust: TrustHook | None = None,
-                  entries: Mapping[str, Entry | None] | None = None
-                  ) -> dict[tuple[str, str], KeyProof]:
+                  trust: TrustHook | None = None) -> dict[tuple[str, str], KeyProof]:
     """The proof of each record's key from its staged copy (``staged_root / rec.path``).
     An AOT entry's siblings are the staged backend entries and those of its ``linked`` keys
     already in the root, each counted only where the source proof links the two.
     ``inductor`` and ``vllm_version``: this host's, from the hit check's probe (what a mega
     AOT key needs beyond its backend entry). ``trust``: who signed a ``linked`` entry, under
-    the trust policy (:attr:`KeyProof.vouched`). ``entries``: staged copies already read
-    (:func:`read_staged`) by record path (unpack reads them in worker processes while it
-    extracts); the others are read here."""
+    the trust policy (:attr:`KeyProof.vouched`)."""
     out: dict[tuple[str, str], KeyProof] = {}
     staged: dict[str, Entry] = {}
     backends: list[tuple[Entry, KeyProof]] = []
     for rec in records:
-        e = (entries[rec.path] if entries is not None and rec.path in entries
-             else read_staged(staged_root / rec.path))
+        e = _read(staged_root / rec.path)
         if e is None:
             out[(rec.layout, rec.key)] = KeyProof(rec.key, rec.layout, UNPROVEN,
                                                   "its staged copy could not be read")
@@ -87,7 +82,7 @@ def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRec
         cands = list(backends)
         have = {b.key for b, _ in cands}
         for k in rec.linked:
-            if k not in have and (b := read_staged(vllm_root / COMPILE_CACHE_DIRNAME / k)):
+            if k not in have and (b := _read(vllm_root / COMPILE_CACHE_DIRNAME / k)):
                 cands.append((b, prove_backend(b)))
         sibs = [p for b, p in cands if p.status == PROVEN and linker.linked(b, e)]
         out[("aot", rec.key)] = prove_aot(e, sibs, versions=versions, inductor=inductor)
@@ -100,9 +95,7 @@ def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRec
     return out
 
 
-def read_staged(path: Path) -> Entry | None:
-    """The entry at ``path`` read deep, or ``None`` when it is no folder (a symlink) or
-    cannot be read."""
+def _read(path: Path) -> Entry | None:
     try:
         return read_entry(path, deep=True) if path.is_dir() and not path.is_symlink() else None
     except OSError:
@@ -164,4 +157,4 @@ def snapshot_named_by_content(x: FileRecord) -> bool:
 
 
 __all__ = ["CURRENT_AOT_PARENT", "LINKED_WAYS_OUT", "TrustHook", "gate", "placed_note", "proof_of",
-           "prove_records", "read_staged", "snapshot_named_by_content", "spellings", "status_of"]
+           "prove_records", "snapshot_named_by_content", "spellings", "status_of"]
