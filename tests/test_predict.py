@@ -122,8 +122,9 @@ def test_predict_cli_exit_codes(real_compile: ScenarioRun) -> None:
     assert r.returncode == 0, r.stderr
     data = json.loads(r.stdout)
     assert data["hit"] is True and data["aot"]["hit"] is True
-    assert set(data) == {"schema", "hit", "compiled", "backend", "aot", "parts", "causes",
-                         "reasons", "probe", "trace"}
+    assert set(data) == {"schema", "hit", "compiled", "backend", "aot", "aot_drafts", "parts",
+                         "causes", "reasons", "probe", "trace"}
+    assert data["aot_drafts"] == []  # no speculative draft model in these args
     assert {"key", "path", "hit", "code_hash_evidence"} <= set(data["backend"])
     assert {"key", "path", "hit", "source_check"} <= set(data["aot"])
     assert data["aot"]["source_check"].startswith("the artifact's copies of ")  # issue 11
