@@ -4,6 +4,7 @@ is read and hashed again."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
@@ -92,3 +93,66 @@ def test_a_root_path_that_is_not_utf8_packs_without_a_memo(tmp_path: Path) -> No
         r = run_cli("pack", "28fd", "--root", os.fsdecode(root), "-o", str(out), *again)
         assert r.returncode == 0, r.stderr
         assert out.stat().st_size > 0
+
+
+@pytest.fixture()
+def sample(tmp_path: Path) -> Path:
+    """The shipped real cache (vLLM's files and the recorder's manifests)."""
+    out = tmp_path / "sample"
+    shutil.copytree(Path(__file__).parent.parent / "examples" / "sample_cache", out,
+                    symlinks=True)
+    return out
+
+
+def test_entries_found_clean_are_not_redacted_again_until_a_file_changes(
+        sample: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from vllm_cache_tools.fleet import redacted
+    from vllm_cache_tools.fleet.errors import Refused
+
+    key = "0b8536d36d86"
+    cold = api.pack([key], tmp_path / "cold.tar.zst", root=sample)
+    assert {e.layout for e in cold.entries} == {"backend", "aot"}
+
+    def boom(*a: object, **k: object) -> None:
+        raise AssertionError("redacted or read again although the memo found it clean")
+
+    with monkeypatch.context() as mp:  # the memo answers: no record redacted, no manifest read
+        _no_reads(mp)
+        mp.setattr(selection, "redacted_record", boom)
+        mp.setattr(redacted, "read_manifest", boom)
+        warm = api.pack([key], tmp_path / "warm.tar.zst", root=sample)
+    assert warm.path.read_bytes() == cold.path.read_bytes()
+    # A manifest rewritten with a secret in clear (by an older recorder, by hand): the entry's
+    # fingerprint changed, so the memo's mark no longer holds and the pack refuses it.
+    manifest = next((sample / "torch_compile_cache" / "torch_aot_compile").glob(
+        f"{key}*/rank_0_0/vct-manifest.*.json"))
+    data = json.loads(manifest.read_text())
+    data.setdefault("model", {})["model"] = "https://user:hunter2secret@hf.example/m"
+    tmp = manifest.with_name(manifest.name + ".new")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, manifest)
+    with pytest.raises(Refused, match="holds a secret in clear"):
+        api.pack([key], tmp_path / "refused.tar.zst", root=sample)
+    assert not (tmp_path / "refused.tar.zst").exists()
+
+
+def test_the_manifest_of_clean_records_is_the_one_full_redaction_writes(sample: Path) -> None:
+    from dataclasses import replace
+
+    from vllm_cache_tools.fleet.bundle import manifest_bytes, selection_manifest
+    from vllm_cache_tools.fleet.redacted import RECORD_DEPTH, redacted_record
+
+    sel = selection.select(sample, ["0b8536d36d86"])
+    assert len(sel.clean) == len(sel.records) == 2 and all(sel.clean)
+    m = selection_manifest(sel)
+    assert manifest_bytes(m, sel.clean) == manifest_bytes(m)
+    # A secret elsewhere in the document (the packing host's facts) is still hidden.
+    leaky = replace(m, packed_on={**m.packed_on, "hostname": "https://u:hunter2secret@h.x/m"})
+    assert b"hunter2secret" not in manifest_bytes(leaky, sel.clean)
+    assert manifest_bytes(leaky, sel.clean) == manifest_bytes(leaky)
+    # A record holding a secret is redacted (so never taken as clean).
+    rec = replace(sel.records[0], model="https://user:hunter2secret@hf.example/m")
+    red = redacted_record(rec, {}, RECORD_DEPTH)
+    assert red is not rec and "hunter2secret" not in (red.model or "")
+    m2 = replace(m, entries=(rec, *m.entries[1:]))
+    assert b"hunter2secret" not in manifest_bytes(m2, (False, True))

@@ -32,15 +32,16 @@ from filelock import FileLock, Timeout
 
 from vllm_cache_tools import __version__, safeio
 from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_json
-from vllm_cache_tools.read import jsontext
 from vllm_cache_tools.store.locate import user_cache_dir
 
-FORMAT = 4
+FORMAT = 5
 """2: a link proof also needs the AOT entry's recorder manifests to agree with the backend
 entry's env and config hashes (format 1's proofs linked every start of the same code); 3: records
 keep the manifest's key inputs (EntryRecord.recorded); 4: the link proof's facts per entry
 (:class:`LinkFacts`) instead of one row per (backend, AOT) pair (100,000 rows at most, cleared
-when full: 360 starts are 129,600 pairs, so every AOT pickle was read again)."""
+when full: 360 starts are 129,600 pairs, so every AOT pickle was read again); 5: which entries
+were found clean (:meth:`PackMemo.is_clean`: no secret in their record or recorder manifests;
+redacting the records and reading the manifests again was half of a pack from the memo)."""
 
 
 class LinkFacts(msgspec.Struct, array_like=True, frozen=True):
@@ -74,12 +75,17 @@ class _Memo(msgspec.Struct, array_like=True):
     entry (as the listing index)."""
     links: dict[str, LinkFacts]
     """entry path -> what the link proof compares of it."""
+    clean: dict[str, str] = msgspec.field(default_factory=dict)
+    """entry path -> the fingerprint at which its record (``linked`` aside) and its recorder
+    manifests were found to hold no secret (this tool version's redaction rules: the memo
+    of another version is not read)."""
 
 
 _Entry = tuple[str, bytes, tuple[str, ...]]
 _DECODE = msgspec.msgpack.Decoder(_Memo).decode
 _DECODE_ENTRY = msgspec.msgpack.Decoder(_Entry).decode
 _ENCODE = msgspec.msgpack.Encoder().encode
+_DECODE_JSON = msgspec.json.Decoder().decode
 
 
 def memo_path(compile_cache: Path) -> Path:
@@ -101,7 +107,7 @@ class PackMemo:
 
     def __init__(self, compile_cache: Path) -> None:
         self.path = memo_path(compile_cache)
-        self.doc = _Memo(FORMAT, __version__, {}, {})
+        self.doc = _Memo(FORMAT, __version__, {}, {}, {})
         self.dirty = False
         with contextlib.suppress(OSError, msgspec.DecodeError, ValueError):
             doc = _DECODE(self.path.read_bytes())
@@ -118,10 +124,11 @@ class PackMemo:
             hit = _DECODE_ENTRY(raw)
             if hit[0] != fp:
                 return None
-            return entry_from_json(jsontext.loads(hit[1], "pack memo",
-                                                  max_containers=None)), hit[2]
-        except (ValueError, msgspec.DecodeError):  # BundleError too: never trusted blindly
-            return None
+            # msgspec's JSON reader: twice json's speed, bounded depth (RecursionError);
+            # what it cannot read (NaN, a huge integer) is a miss, read from the entry again.
+            return entry_from_json(_DECODE_JSON(hit[1])), hit[2]
+        except (ValueError, msgspec.DecodeError, RecursionError):  # BundleError too: never
+            return None  # trusted blindly
 
     def put_record(self, path: str, fp: str, rec: EntryRecord, snaps: Sequence[str]) -> None:
         d = entry_json(rec)
@@ -139,11 +146,21 @@ class PackMemo:
         self.doc.links[path] = facts
         self.dirty = True
 
+    def is_clean(self, path: str, fp: str) -> bool:
+        """Whether the entry at ``path``, its fingerprint still ``fp``, was found to hold no
+        secret in its record (``linked`` aside) or recorder manifests."""
+        return self.doc.clean.get(path) == fp
+
+    def mark_clean(self, path: str, fp: str) -> None:
+        if self.doc.clean.get(path) != fp:
+            self.doc.clean[path] = fp
+            self.dirty = True
+
     def forget_missing(self, present: Iterable[str]) -> None:
         """Drop what is kept of entries no longer in the root."""
         keep = set(present)
         gone = 0
-        for table in (self.doc.entries, self.doc.links):
+        for table in (self.doc.entries, self.doc.links, self.doc.clean):
             drop = [p for p in table if p not in keep]
             for p in drop:
                 del table[p]

@@ -39,17 +39,23 @@ a value whole: a manifest differs from its neighbour start's in a few values (it
 pid, its config hash), the record that carries it in those too."""
 
 
-def redact_fields(data: Any, seen: Seen | None = None) -> Any:
+RECORD_DEPTH = 2
+"""The depth at which an entry's record sits in a bundle manifest (``entries[i]``), where
+:func:`redact_document` redacts it: a record redacted there by :func:`redacted_record` is
+what the manifest's redaction leaves of it (redaction hides values nested too deep)."""
+
+
+def redact_fields(data: Any, seen: Seen | None = None, depth: int = 0) -> Any:
     """``redact_value(None, data)``, a dict field by field (:data:`FIELD_LEVELS` levels
     down), each value below redacted once per distinct value in ``seen``. The same result:
     a dict's fields are redacted one by one by their own names, except the values beside a
     field that names a secret (``{"name": "HF_TOKEN", "value": ...}``) and everything under
     a secret name: those are redacted whole, as :func:`redact_value` does."""
     if seen is None:
-        return redact_value(None, data)
+        return redact_value(None, data, depth)
     if isinstance(data, dict):  # a whole record or manifest: each differs, its fields repeat
-        return _record_fields(data, seen, 0)
-    return _fields(None, data, seen, 0, FIELD_LEVELS)
+        return _record_fields(data, seen, depth)
+    return _fields(None, data, seen, depth, FIELD_LEVELS)
 
 
 def _fields(name: str | None, value: Any, seen: Seen, depth: int, levels: int) -> Any:
@@ -108,14 +114,39 @@ def _record_fields(rec: dict[Any, Any], seen: Seen, depth: int) -> Any:
             _fields(str(k), v, seen, depth + 1, FIELD_LEVELS - 1) for k, v in rec.items()}
 
 
-def redacted_record(rec: EntryRecord, seen: Seen | None = None) -> EntryRecord:
+def redacted_record(rec: EntryRecord, seen: Seen | None = None,
+                    depth: int = 0) -> EntryRecord:
     """``rec`` with every secret of its fields hidden (``rec`` itself when none is);
-    ``seen``: the field values redacted before, shared by the records of one selection."""
+    ``seen``: the field values redacted before, shared by the records of one selection;
+    ``depth``: where the record sits in the document it is written to
+    (:data:`RECORD_DEPTH` in a bundle manifest)."""
     d = entry_json(rec)
     if seen is None and is_clean(d):
         return rec
-    red = redact_fields(d, seen)
+    red = redact_fields(d, seen, depth)
     return rec if red == d else entry_from_json(red)
+
+
+def linked_clean(rec: EntryRecord, depth: int = 0) -> bool:
+    """Whether :func:`redacted_record` (at ``depth``) leaves ``rec``'s ``linked`` field as
+    it is: what it does to a record whose other fields are known clean (a record is redacted
+    field by field, each by its own name, and ``linked`` is a list, never a value that names
+    a secret)."""
+    linked = list(rec.linked)
+    return bool(redact_value("linked", linked, depth + 1) == linked)
+
+
+def document_without_secrets(data: dict[str, Any], clean: str) -> dict[str, Any] | None:
+    """:func:`redact_document` of ``data`` whose list of records ``data[clean]`` is known to
+    be left as it is there (each record redacted at :data:`RECORD_DEPTH` before, unchanged):
+    only the other fields are checked; ``None`` where a top-level value names a secret (then
+    the document is redacted whole: call :func:`redact_document`)."""
+    rest = {k: v for k, v in data.items() if k != clean}
+    if any(isinstance(v, str) and is_secret_name(v) for v in rest.values()):
+        return None
+    if not is_clean(rest):
+        rest = redact_document(rest)
+    return {**rest, clean: data[clean]}
 
 
 def _first_secret(data: Any, red: Any, where: str = "") -> str:
@@ -157,5 +188,5 @@ def refuse_secret_manifests(records: Sequence[EntryRecord],
             clean.add(lf.record.sha256)
 
 
-__all__ = ["FIELD_LEVELS", "Seen", "redact_document", "redact_fields", "redacted_record",
-           "refuse_secret_manifests"]
+__all__ = ["FIELD_LEVELS", "RECORD_DEPTH", "Seen", "document_without_secrets", "linked_clean",
+           "redact_document", "redact_fields", "redacted_record", "refuse_secret_manifests"]

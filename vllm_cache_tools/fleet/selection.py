@@ -19,7 +19,13 @@ from vllm_cache_tools.fleet.errors import FleetError, Refused
 from vllm_cache_tools.fleet.link_proof import PACKABLE, EntryFacts, link_entries
 from vllm_cache_tools.fleet.pack_memo import PackMemo, fingerprint
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord, SourceRecord, snapshot_path
-from vllm_cache_tools.fleet.redacted import Seen, redacted_record, refuse_secret_manifests
+from vllm_cache_tools.fleet.redacted import (
+    RECORD_DEPTH,
+    Seen,
+    linked_clean,
+    redacted_record,
+    refuse_secret_manifests,
+)
 from vllm_cache_tools.keys.key_check import key_check
 from vllm_cache_tools.keys.source_link import install_prefix
 from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME, short_key
@@ -67,6 +73,9 @@ class Selection:
     extras: tuple[LocalFile, ...]
     snapshot_shas: tuple[tuple[str, ...], ...] = ()
     """Per entry, the sha256 of the source snapshots its manifests name."""
+    clean: tuple[bool, ...] = ()
+    """Per entry, whether its record is as the redaction of a bundle manifest leaves it (no
+    secret found in it where it sits there): the manifest is not redacted again for it."""
 
 
 def file_digest(path: Path) -> tuple[str, int]:
@@ -378,26 +387,57 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
         if progress is not None and deep:
             progress(f"hashing {sum(e.stats.files for e in deep.values())} files")
         hashed = {p: hashing[p].result() for p in deep}
+    memoized = set(known)
     for p, e in deep.items():
         files, same = hashed[p]
         rec = record_of(e, info.root, files)
         snaps = manifest_snapshots(e)
         if same:
             facts.memo.put_record(p, facts.walk(p)[1], rec, snaps)
+            memoized.add(p)
         known[p] = (rec, files, snaps)
     ordered = sorted(links, key=lambda p: (known[p][0].layout, known[p][0].key))
-    # Secrets hidden in what is written about each entry; none carried in a manifest file.
-    seen: Seen = {}
-    records = tuple(redacted_record(replace(known[p][0], linked=tuple(sorted(links[p]))), seen)
-                    for p in ordered)
-    refuse_secret_manifests(records, (known[p][1] for p in ordered), seen)
+    records, clean = _redacted(ordered, known, links, facts, memoized)
     facts.memo.forget_missing(by_path)
     facts.memo.save()
     return Selection(info.root, tuple(deep.get(p) or by_path[p] for p in ordered), records,
                      tuple(known[p][1] for p in ordered),
                      _snapshots((s for p in ordered for s in known[p][2]),
                                 croot.compile_cache),
-                     tuple(known[p][2] for p in ordered))
+                     tuple(known[p][2] for p in ordered), clean)
+
+
+def _redacted(ordered: Sequence[str],
+              known: dict[str, tuple[EntryRecord, tuple[LocalFile, ...], tuple[str, ...]]],
+              links: dict[str, set[str]], facts: EntryFacts, memoized: set[str]
+              ) -> tuple[tuple[EntryRecord, ...], tuple[bool, ...]]:
+    """The records of ``ordered``, every secret hidden in what is written about each entry
+    (redacted where they sit in a bundle manifest), and whether each was left as it was;
+    :class:`Refused` when a recorder manifest to be carried holds one. An entry the memo
+    found clean at its fingerprint is not redacted or read again (its ``linked`` aside); the
+    others are, and those found clean are marked so (``memoized``: their record is the
+    memo's, under the walk's fingerprint)."""
+    seen: Seen = {}
+    records: list[EntryRecord] = []
+    clean: list[bool] = []
+    checked: list[str] = []
+    for p in ordered:
+        rec = replace(known[p][0], linked=tuple(sorted(links[p])))
+        if facts.memo.is_clean(p, facts.walk(p)[1]) and linked_clean(rec, RECORD_DEPTH):
+            records.append(rec)
+            clean.append(True)
+            continue
+        red = redacted_record(rec, seen, RECORD_DEPTH)
+        records.append(red)
+        clean.append(red is rec)
+        if red is rec and p in memoized:
+            checked.append(p)
+    todo = [i for i, p in enumerate(ordered) if not facts.memo.is_clean(p, facts.walk(p)[1])]
+    refuse_secret_manifests([records[i] for i in todo], (known[ordered[i]][1] for i in todo),
+                            seen)
+    for p in checked:  # no secret in the record, none in its manifests (or Refused above)
+        facts.memo.mark_clean(p, facts.walk(p)[1])
+    return tuple(records), tuple(clean)
 
 
 __all__ = ["PACKABLE", "LocalFile", "Selection", "entry_files", "entry_walk", "file_digest",
