@@ -16,7 +16,8 @@ digests."""
 from __future__ import annotations
 
 import marshal
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from vllm_cache_tools.fleet.errors import Refused
@@ -163,21 +164,26 @@ def _first_secret(data: Any, red: Any, where: str = "") -> str:
 
 
 def refuse_secret_manifests(records: Sequence[EntryRecord],
-                            files: Iterable[Sequence[Any]], seen: Seen | None = None) -> None:
+                            files: Iterable[Sequence[Any]], seen: Seen | None = None,
+                            parsed: Mapping[str, Any] | None = None) -> None:
     """Raise :class:`Refused` when a recorder manifest among the entries' ``files``
     (:class:`~vllm_cache_tools.fleet.selection.LocalFile`\\ s, per record) holds a secret
     in clear. A manifest that cannot be read is the readers' concern (it is carried as a
     file; ``show`` and ``audit`` report it), not a secret found. ``seen``: field values
-    redacted before (:func:`redact_fields`); a manifest of the same digest is read once."""
+    redacted before (:func:`redact_fields`); a manifest of the same digest is read once.
+    ``parsed``: manifests already read, by path (the deep read's: a file replaced since is
+    refused by the bundle writer, whose identity check covers every file it carries)."""
     clean: set[str] = set()
     for rec, fs in zip(records, files, strict=True):
         for lf in fs:
             if not is_manifest_name(lf.source.name) or lf.record.sha256 in clean:
                 continue
-            try:
-                data = read_manifest(lf.source).data
-            except ReadError:
-                continue
+            data = parsed.get(os.fspath(lf.source)) if parsed is not None else None
+            if data is None:
+                try:
+                    data = read_manifest(lf.source).data
+                except ReadError:
+                    continue
             red = redact_fields(data, seen)
             if red != data:
                 raise Refused(

@@ -9,10 +9,11 @@ from __future__ import annotations
 import hashlib
 import os
 import stat
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from vllm_cache_tools.errors import UsageError
 from vllm_cache_tools.fleet.errors import FleetError, Refused
@@ -397,7 +398,8 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
             memoized.add(p)
         known[p] = (rec, files, snaps)
     ordered = sorted(links, key=lambda p: (known[p][0].layout, known[p][0].key))
-    records, clean = _redacted(ordered, known, links, facts, memoized)
+    parsed = {os.fspath(m.path): m.data for e in deep.values() for m in e.manifests}
+    records, clean = _redacted(ordered, known, links, facts, memoized, parsed)
     facts.memo.forget_missing(by_path)
     facts.memo.save()
     return Selection(info.root, tuple(deep.get(p) or by_path[p] for p in ordered), records,
@@ -409,14 +411,15 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
 
 def _redacted(ordered: Sequence[str],
               known: dict[str, tuple[EntryRecord, tuple[LocalFile, ...], tuple[str, ...]]],
-              links: dict[str, set[str]], facts: EntryFacts, memoized: set[str]
-              ) -> tuple[tuple[EntryRecord, ...], tuple[bool, ...]]:
+              links: dict[str, set[str]], facts: EntryFacts, memoized: set[str],
+              parsed: Mapping[str, Any]) -> tuple[tuple[EntryRecord, ...], tuple[bool, ...]]:
     """The records of ``ordered``, every secret hidden in what is written about each entry
     (redacted where they sit in a bundle manifest), and whether each was left as it was;
     :class:`Refused` when a recorder manifest to be carried holds one. An entry the memo
     found clean at its fingerprint is not redacted or read again (its ``linked`` aside); the
     others are, and those found clean are marked so (``memoized``: their record is the
-    memo's, under the walk's fingerprint)."""
+    memo's, under the walk's fingerprint); ``parsed``: the recorder manifests the deep reads
+    parsed, by path."""
     seen: Seen = {}
     records: list[EntryRecord] = []
     clean: list[bool] = []
@@ -434,7 +437,7 @@ def _redacted(ordered: Sequence[str],
             checked.append(p)
     todo = [i for i, p in enumerate(ordered) if not facts.memo.is_clean(p, facts.walk(p)[1])]
     refuse_secret_manifests([records[i] for i in todo], (known[ordered[i]][1] for i in todo),
-                            seen)
+                            seen, parsed)
     for p in checked:  # no secret in the record, none in its manifests (or Refused above)
         facts.memo.mark_clean(p, facts.walk(p)[1])
     return tuple(records), tuple(clean)

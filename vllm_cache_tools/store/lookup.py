@@ -3,6 +3,7 @@ hashes) or a path inside an entry (:func:`locate_entry`), and its two errors."""
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -65,22 +66,29 @@ def key_prefix(ref: str) -> str | None:
 def locate_entries(refs: Sequence[str],
                    root: str | os.PathLike[str] | CacheRoot | None = None) -> list[Path]:
     """:func:`locate_entry` of each ref, the root's entry folders listed once for all of them
-    (``pack`` of 200 keys listed them 200 times: a second of a first pack)."""
+    (``pack`` of 200 keys listed them 200 times: a second of a first pack) and looked up by
+    prefix in the sorted names (a scan of the listing per ref was 0.7 s at 720 keys)."""
     croot = root if isinstance(root, CacheRoot) else resolve_root(root)
-    listing: list[tuple[str, Path]] | None = None
+    names: list[str] | None = None
+    items: list[tuple[str, Path]] = []
 
-    def listed() -> list[tuple[str, Path]]:
-        nonlocal listing
-        if listing is None:
+    def matching(key: str) -> list[tuple[str, Path]]:
+        nonlocal names, items
+        if names is None:
             check_root(croot)
-            listing = classify(croot.compile_cache, [])
-        return listing
+            items = sorted(classify(croot.compile_cache, []), key=lambda x: x[1].name)
+            names = [path.name for _, path in items]
+        i = bisect.bisect_left(names, key)
+        j = i
+        while j < len(names) and names[j].startswith(key):
+            j += 1
+        return items[i:j]
 
-    return [locate_entry(r, croot, _listed=listed) for r in refs]
+    return [locate_entry(r, croot, _matching=matching) for r in refs]
 
 
 def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = None, *,
-                 _listed: Callable[[], list[tuple[str, Path]]] | None = None) -> Path:
+                 _matching: Callable[[str], list[tuple[str, Path]]] | None = None) -> Path:
     """Find an entry folder from a key, a unique key prefix (like git's short hashes) or a
     path (the entry folder or anything inside it)."""
     p = Path(os.path.expanduser(ref))
@@ -101,12 +109,12 @@ def locate_entry(ref: str, root: str | os.PathLike[str] | CacheRoot | None = Non
         raise EntryNotFound(f"{ref!r} is neither an entry key (hex) nor a path")
     croot = root if isinstance(root, CacheRoot) else resolve_root(root)
     cc = croot.compile_cache
-    if _listed is None:
+    if _matching is None:
         check_root(croot)
-        listing = classify(cc, [])
+        found = [(layout, path) for layout, path in classify(cc, [])
+                 if path.name.startswith(key)]
     else:
-        listing = _listed()
-    found = [(layout, path) for layout, path in listing if path.name.startswith(key)]
+        found = _matching(key)
     if not found:
         why = f": {SYMLINKED_COMPILE_CACHE}" if cc.is_symlink() else ""
         raise EntryNotFound(f"no entry matches {ref!r} under {display_path(cc)}{why}")
