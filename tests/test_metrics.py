@@ -215,7 +215,13 @@ def test_serve_metrics_scrape_refresh_and_sigterm(exporter: tuple[Exporter, Path
     (ledger,) = (root / "torch_compile_cache" / ".vllm-cache-tools" / "ledger").iterdir()
     hit = next(json.loads(x) for x in ledger.read_text().splitlines() if '"hit"' in x)
     hit.update(start="feedfacefeedface", time=hit["time"] + 1, pid=hit["pid"] + 1)
+    # The kept answer's second counts from when it was computed: let the one the scrapes
+    # above kept expire, so that the next scrape computes one no earlier than t0 (under load
+    # the scrapes above can take over a second, and the kept answer was then older than the
+    # time since t0 told).
+    time.sleep(1.1)
     t0 = time.monotonic()
+    assert value(samples(ex.get()[2]), "hits_total", tree="aot") == 2
     with ledger.open("a") as f:
         f.write(json.dumps(hit, sort_keys=True) + "\n")
     again = samples(ex.get()[2])
