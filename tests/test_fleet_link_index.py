@@ -119,6 +119,45 @@ def test_one_backend_entry_links_its_own_start_only(many: Path, tmp_path: Path,
     assert len(aots) == (1 if _recorded(many) else STARTS)
 
 
+def test_the_unpack_proof_meets_the_pairs_the_sources_link(
+        many: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """keys.key_proof.prove_records indexes the staged backend entries (graph files, code
+    hash): each AOT entry's proof is the one the pairwise check of every staged backend entry
+    gives, without meeting the pairs one by one."""
+    from vllm_cache_tools.fleet.key_proof import prove_records
+    from vllm_cache_tools.keys.entry_proof import LINKED, PROVEN, prove_aot, prove_backend
+    from vllm_cache_tools.keys.source_link import SourceLinker
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    sel = selection.select(many, [p.name for p in entry_dirs(many)])
+    deep = {r.key: read_entry(many / r.path) for r in sel.records}
+    backends = [(deep[r.key], prove_backend(deep[r.key])) for r in sel.records
+                if r.layout == "backend"]
+    versions = sorted({v for r in sel.records if (v := r.versions.get("vllm"))})
+    linker = SourceLinker()
+    want = {}
+    for r in sel.records:
+        if r.layout == "aot":
+            sibs = [p for b, p in backends if p.status == PROVEN and linker.linked(b, deep[r.key])]
+            want[r.key] = prove_aot(deep[r.key], sibs, versions=versions)
+    pairs = 0
+    linked = SourceLinker.linked
+
+    def counted(self: SourceLinker, b: Entry, a: Entry) -> bool:
+        nonlocal pairs
+        pairs += 1
+        return linked(self, b, a)
+
+    monkeypatch.setattr(SourceLinker, "linked", counted)
+    (tmp_path / "empty").mkdir()
+    got = prove_records(many, tmp_path / "empty", sel.records)
+    assert {k: got[("aot", k)] for k in want} == want
+    # Linked to a proven backend entry by its sources (its own key needs the target's
+    # Inductor factors, from a probe: not given here), never unproven.
+    assert {p.status for p in want.values()} <= {PROVEN, LINKED} and want
+    assert pairs == 0  # every staged backend entry met through the index
+
+
 def test_forked_read_ahead_gives_the_same_records(tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch,
                                                   request: pytest.FixtureRequest) -> None:

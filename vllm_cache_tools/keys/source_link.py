@@ -142,21 +142,30 @@ class SourceLinker:
     def linked(self, backend: Entry, aot: Entry) -> bool:
         """Whether ``aot``'s compile-time sources reproduce ``backend``'s code hash (both
         deep reads): ``aot.key in linked_aot_entries(backend, [aot])``."""
-        f, info = backend.factors, aot.aot_info
-        if f is None or not f.code_hash or info is None:
+        f = backend.factors
+        if f is None or not f.code_hash:
             return False
-        graph = self.graph_files(backend)
+        return f.code_hash in self.code_hashes(self.graph_files(backend), aot)
+
+    def code_hashes(self, graph: tuple[str, ...], aot: Entry) -> frozenset[str]:
+        """The backend code hashes ``aot``'s compile-time sources give under the install
+        prefix that backend graph files ``graph`` (:meth:`graph_files`) tell (none where
+        there is none): a backend entry of those graph files is linked to ``aot`` exactly
+        when its code hash is one of them."""
+        info = aot.aot_info
+        if info is None:
+            return frozenset()
         pk = (graph, id(aot))
         if pk not in self._prefixes:
             self._prefixes[pk] = install_prefix(graph, (s.module for s in info.inlined_sources))
         prefix = self._prefixes[pk]
         if prefix is None:
-            return False
+            return frozenset()
         hk = (id(aot), prefix)
         got = self._hashes.get(hk)
         if got is None:
             got = self._hashes[hk] = (aot, frozenset(sources_code_hashes(info, prefix)))
-        return f.code_hash in got[1]
+        return got[1]
 
 
 def same_source_aot_keys(backend: Entry, candidates: Iterable[Entry],
