@@ -156,3 +156,43 @@ def test_the_manifest_of_clean_records_is_the_one_full_redaction_writes(sample: 
     assert red is not rec and "hunter2secret" not in (red.model or "")
     m2 = replace(m, entries=(rec, *m.entries[1:]))
     assert b"hunter2secret" not in manifest_bytes(m2, (False, True))
+
+
+def test_a_manifest_replaced_between_its_read_and_its_hash_is_checked_as_hashed(
+        sample: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The secret check takes the deep read's parsed manifests only where the file kept its
+    identity from the walk to its hash: here the read sees a clean manifest, then the file is
+    replaced by one holding a password before it is hashed, so the bytes carried are the new
+    ones and the check must read them."""
+    import threading
+
+    from vllm_cache_tools.fleet.errors import FleetError
+
+    key = "0b8536d36d86"
+    manifest = next((sample / "torch_compile_cache" / "torch_aot_compile").glob(
+        f"{key}*/rank_0_0/vct-manifest.*.json"))
+    entry = manifest.parent.parent
+    read = threading.Event()
+    full, hash_files = link_proof.EntryFacts.full, selection._hash_files
+
+    def full_then_replace(self: link_proof.EntryFacts, p: str) -> object:
+        e = full(self, p)
+        if Path(p) == entry.resolve() and not read.is_set():
+            data = json.loads(manifest.read_text())
+            data.setdefault("model", {})["model"] = "https://user:hunter2secret@hf.example/m"
+            tmp = manifest.with_name(manifest.name + ".new")
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, manifest)
+            read.set()
+        return e
+
+    def hash_after_the_read(walked: selection.Walked) -> object:
+        if any(path == manifest for _, path, _, _ in walked):
+            assert read.wait(30)
+        return hash_files(walked)
+
+    monkeypatch.setattr(link_proof.EntryFacts, "full", full_then_replace)
+    monkeypatch.setattr(selection, "_hash_files", hash_after_the_read)
+    with pytest.raises(FleetError, match="secret in clear|changed while"):
+        api.pack([key], tmp_path / "b.tar.zst", root=sample)
+    assert not (tmp_path / "b.tar.zst").exists()

@@ -398,7 +398,12 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
             memoized.add(p)
         known[p] = (rec, files, snaps)
     ordered = sorted(links, key=lambda p: (known[p][0].layout, known[p][0].key))
-    parsed = {os.fspath(m.path): m.data for e in deep.values() for m in e.manifests}
+    # The manifests the deep reads parsed serve the secret check where each file kept its
+    # identity from the walk to its hashing (the read came between the two, or after the hash,
+    # and then a file replaced since is refused by the writer's identity check); elsewhere
+    # what was read may not be what was hashed and is carried: read again.
+    parsed = {os.fspath(m.path): m.data for p, e in deep.items() if hashed[p][1]
+              for m in e.manifests}
     records, clean = _redacted(ordered, known, links, facts, memoized, parsed)
     facts.memo.forget_missing(by_path)
     facts.memo.save()

@@ -32,7 +32,7 @@ from vllm_cache_tools.keys.wrong_hit import guarded_differences as _differences
 from vllm_cache_tools.layout import is_manifest_name
 from vllm_cache_tools.recorder import metrics, quarantine
 
-MODE_ENV = "VLLM_CACHE_TOOLS_GUARD"
+MODE_ENV = quarantine.MODE_ENV  # one variable: the mode and the quarantine flag
 MODES = ("off", "warn", "strict")
 DEFAULT_MODE = "warn"
 MANIFEST_CAP = 16 << 20
