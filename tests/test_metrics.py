@@ -174,9 +174,17 @@ class Exporter:
             return exc.code, exc.headers["Content-Type"], exc.read().decode()
 
 
+# Ctrl-C as a terminal delivers it: SIGINT at its default disposition in the exporter, also
+# where pytest itself was started in the background (a shell starts background jobs with
+# SIGINT ignored, exec keeps it ignored, and Python then installs no KeyboardInterrupt).
+_SIGINT_DEFAULT = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                   "os.execv(sys.argv[1], sys.argv[1:])")
+
+
 def start_exporter(*args: str) -> Exporter:
-    exe = Path(sys.executable).with_name("vllm-cache")
-    proc = subprocess.Popen([str(exe), "serve-metrics", "--port", "0", *args],
+    exe = str(Path(sys.executable).with_name("vllm-cache"))
+    proc = subprocess.Popen([sys.executable, "-c", _SIGINT_DEFAULT, exe, "serve-metrics",
+                             "--port", "0", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     assert proc.stderr is not None
     line = proc.stderr.readline()
