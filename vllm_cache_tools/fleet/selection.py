@@ -429,9 +429,10 @@ def _redacted(ordered: Sequence[str],
     records: list[EntryRecord] = []
     clean: list[bool] = []
     checked: list[str] = []
-    for p in ordered:
+    marked = [facts.memo.is_clean(p, facts.walk(p)[1]) for p in ordered]
+    for p, was_clean in zip(ordered, marked, strict=True):
         rec = replace(known[p][0], linked=tuple(sorted(links[p])))
-        if facts.memo.is_clean(p, facts.walk(p)[1]) and linked_clean(rec, RECORD_DEPTH):
+        if was_clean and linked_clean(rec, RECORD_DEPTH):
             records.append(rec)
             clean.append(True)
             continue
@@ -440,7 +441,7 @@ def _redacted(ordered: Sequence[str],
         clean.append(red is rec)
         if red is rec and p in memoized:
             checked.append(p)
-    todo = [i for i, p in enumerate(ordered) if not facts.memo.is_clean(p, facts.walk(p)[1])]
+    todo = [i for i, was_clean in enumerate(marked) if not was_clean]
     refuse_secret_manifests([records[i] for i in todo], (known[ordered[i]][1] for i in todo),
                             seen, parsed)
     for p in checked:  # no secret in the record, none in its manifests (or Refused above)
