@@ -100,7 +100,7 @@ def test_the_index_links_what_the_pairwise_proof_links(
         raise AssertionError("read although the memo knows the entry")
 
     monkeypatch.setattr(link_proof, "read_entry", boom)
-    monkeypatch.setattr(link_proof, "read_entries", boom)
+    monkeypatch.setattr(link_proof, "read_deep", boom)
     monkeypatch.setattr(selection, "_hash_files", boom)
     again = selection.select(many, keys)
     assert again.records == sel.records
@@ -180,14 +180,14 @@ def test_forked_read_ahead_gives_the_same_records(tmp_path: Path,
 
     monkeypatch.setattr(multiprocessing, "get_context", spy)
     ahead: list[int] = []  # forks made while the read-ahead ran
-    read_entries = link_proof.read_entries
+    read_deep = link_proof.read_deep
 
     def reading(*a: Any, **k: Any) -> Iterator[Entry]:
         before = len(forks)
-        yield from read_entries(*a, **k)
+        yield from read_deep(*a, **k)
         ahead.append(len(forks) - before)
 
-    monkeypatch.setattr(link_proof, "read_entries", reading)
+    monkeypatch.setattr(link_proof, "read_deep", reading)
     out = {}
     for workers in ("1", str(selection.READ_AHEAD_CORES)):
         monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", workers)
@@ -199,3 +199,64 @@ def test_forked_read_ahead_gives_the_same_records(tmp_path: Path,
     assert forked.records == one.records
     assert forked.files == one.files
     assert all(len(r.linked) == 1 for r in one.records)
+
+
+def test_unpack_proves_the_staged_entries_in_forked_readers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """unpack's key proof reads the staged entries by forked processes once the extraction's
+    threads are gone: the same placements and proofs as read in this process; an entry whose
+    read fails is unproven (said so) while the others are still proven."""
+    if ran_in_fresh_process(request):
+        return
+    from vllm_cache_tools.fleet import api
+    from vllm_cache_tools.fleet.bundle_read import read_manifest
+    from vllm_cache_tools.fleet.key_proof import prove_records
+    from vllm_cache_tools.keys.entry_proof import UNPROVEN
+    from vllm_cache_tools.store import parallel_read
+
+    src = tmp_path / "sample"
+    shutil.copytree(SAMPLE, src)
+    for rel in SAMPLE_SECOND_START:
+        shutil.rmtree(src / "torch_compile_cache" / rel)
+    root = synth_starts(src, tmp_path / "root", 25)  # 50 entries: past PARALLEL_MIN_ENTRIES
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    bundle = tmp_path / "b.tar.zst"
+    api.pack([p.name for p in entry_dirs(root)], bundle, root=root)
+    forks: list[str | None] = []
+    get_context = multiprocessing.get_context
+
+    def spy(method: str | None = None) -> object:
+        forks.append(method)
+        return get_context(method)
+
+    monkeypatch.setattr(multiprocessing, "get_context", spy)
+    out = {}
+    for workers in ("1", "2"):
+        monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", workers)
+        forks.clear()
+        res = api.unpack(bundle, root=tmp_path / f"u{workers}", force=True)
+        assert forks == ([] if workers == "1" else ["fork"])
+        out[workers] = sorted((p.key, p.action, p.proof, p.detail) for p in res.placements)
+    assert out["1"] == out["2"] and len(out["1"]) == 50
+    assert {action for _, action, _, _ in out["2"]} == {"placed"}
+
+    # A read that fails in a forked reader: that record alone is unproven.
+    staged = tmp_path / "u2"
+    recs = read_manifest(bundle).entries  # placed at the paths they were staged at
+    victim = next(r for r in recs if r.layout == "backend")
+    read_backend = parallel_read.read_backend_entry
+
+    def failing(path: Path, **k: Any) -> Entry:
+        if path.name == victim.key:
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_backend(path, **k)
+
+    monkeypatch.setattr(parallel_read, "read_backend_entry", failing)
+    forks.clear()
+    (tmp_path / "empty").mkdir()
+    proofs = prove_records(staged, tmp_path / "empty", recs)
+    assert forks == ["fork"]
+    assert proofs[("backend", victim.key)].status == UNPROVEN
+    assert "could not be read" in proofs[("backend", victim.key)].line()
+    others = [p for (layout, k), p in proofs.items() if layout == "backend" and k != victim.key]
+    assert others and all(p.status != UNPROVEN for p in others)

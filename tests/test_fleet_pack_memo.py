@@ -193,6 +193,6 @@ def test_a_manifest_replaced_between_its_read_and_its_hash_is_checked_as_hashed(
 
     monkeypatch.setattr(link_proof.EntryFacts, "full", full_then_replace)
     monkeypatch.setattr(selection, "_hash_files", hash_after_the_read)
-    with pytest.raises(FleetError, match="secret in clear|changed while"):
+    with pytest.raises(FleetError, match=r"secret in clear|changed while"):
         api.pack([key], tmp_path / "b.tar.zst", root=sample)
     assert not (tmp_path / "b.tar.zst").exists()

@@ -278,6 +278,8 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
                     Staging(croot.vllm_root) as st:
                 m = extract(path, st, tick, on_manifest=start_checks, on_head=judge)
                 check = checking[0].result()
+                # No thread left: the key proof reads the staged entries by forked processes.
+                pool.shutdown(wait=True)
                 if not check.would_hit and not force:
                     return UnpackResult(path, croot.vllm_root, m, check, (), False, True,
                                         time.perf_counter() - t0, signature[0])

@@ -23,7 +23,7 @@ from vllm_cache_tools.keys.entry_proof import manifest_parts
 from vllm_cache_tools.keys.recipes import env_hash_from_factors
 from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
 from vllm_cache_tools.store.entries import read_entry
-from vllm_cache_tools.store.parallel_read import read_entries
+from vllm_cache_tools.store.parallel_read import read_deep
 from vllm_cache_tools.store.types import Entry
 
 Walk = tuple[list[tuple[str, Path, bool, tuple[int, ...]]], str]
@@ -62,7 +62,7 @@ class EntryFacts:
 
     def read_ahead(self, paths: Iterable[str], workers: int | None = None) -> Iterator[str]:
         """Deep-read the entries at ``paths`` not read yet, spread over forked processes where
-        there are enough of them and the cores (:func:`.parallel_read.read_entries`: a
+        there are enough of them and the cores (:func:`.parallel_read.read_deep`: a
         process each, the safe pickle reader being pure Python; in this process when it has
         threads), yielding each path once its entry is kept. The first ``next`` starts the
         workers: call it before this process starts threads."""
@@ -70,8 +70,9 @@ class EntryFacts:
         if not todo:
             return
         items = [(self.by_path[p].layout, self.by_path[p].path) for p in todo]
-        for p, e in zip(todo, read_entries(items, deep=True, workers=workers), strict=True):
-            self._deep[p] = e
+        for p, e in zip(todo, read_deep(items, workers=workers), strict=True):
+            if e is not None:  # else read again where needed (full), its error raised there
+                self._deep[p] = e
             yield p
 
     def link(self, p: str) -> LinkFacts:

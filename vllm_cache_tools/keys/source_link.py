@@ -131,6 +131,7 @@ class SourceLinker:
         self._graphs: dict[int, tuple[Entry, tuple[str, ...]]] = {}
         self._prefixes: dict[tuple[tuple[str, ...], int], str | None] = {}
         self._hashes: dict[tuple[int, str], tuple[Entry, frozenset[str]]] = {}
+        self._layouts: dict[tuple[str, tuple[tuple[str, str | None], ...]], frozenset[str]] = {}
 
     def graph_files(self, backend: Entry) -> tuple[str, ...]:
         got = self._graphs.get(id(backend))
@@ -164,7 +165,13 @@ class SourceLinker:
         hk = (id(aot), prefix)
         got = self._hashes.get(hk)
         if got is None:
-            got = self._hashes[hk] = (aot, frozenset(sources_code_hashes(info, prefix)))
+            # The starts of one model hold the same sources: hashed once per layout
+            # (comparing the texts is a memcmp, hashing them the backend way is not).
+            sk = (prefix, tuple((s.module, s.content) for s in info.inlined_sources))
+            hashes = self._layouts.get(sk)
+            if hashes is None:
+                hashes = self._layouts[sk] = frozenset(sources_code_hashes(info, prefix))
+            got = self._hashes[hk] = (aot, hashes)
         return got[1]
 
 

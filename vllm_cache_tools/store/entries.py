@@ -346,7 +346,12 @@ def _manifests(path: Path, layout: str, deep: bool,
     return tuple(found)
 
 
+def layout_at(path: Path) -> str:
+    """The layout of the entry folder at ``path``, by where it sits."""
+    return "aot" if path.parent.name == AOT_DIRNAME else "backend"
+
+
 def read_entry(path: Path, deep: bool = True) -> Entry:
     """Read one entry folder (either layout) by its path."""
-    layout = "aot" if path.parent.name == AOT_DIRNAME else "backend"
-    return (read_aot_entry if layout == "aot" else read_backend_entry)(path, deep=deep)
+    return (read_aot_entry if layout_at(path) == "aot" else read_backend_entry)(path,
+                                                                                deep=deep)

@@ -22,10 +22,10 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import cast
+from typing import TypeVar, cast
 
 import msgspec
 
@@ -34,6 +34,9 @@ from vllm_cache_tools.store.folders import entry_times, scan_workers
 from vllm_cache_tools.store.listing_index import Unchanged, encode_record, rebuild, reuse
 from vllm_cache_tools.store.tree_stats import tree_stats
 from vllm_cache_tools.store.types import Entry
+
+A = TypeVar("A")
+R = TypeVar("R")
 
 PARALLEL_MIN_ENTRIES = 48
 """Below this many entries to read, starting workers costs more than it saves."""
@@ -92,21 +95,64 @@ def read_entries_for_index(items: Sequence[Item], *, deep: bool = False,
     """:func:`read_entries`, each entry with its listing-index record (``None`` when it is
     not to be indexed, or ``records`` is off). ``previous``: each item's earlier record (or
     ``None``), reused when a fresh walk finds the entry unchanged."""
-    n = scan_workers() if workers is None else workers
     prev = previous if previous is not None else [None] * len(items)
     args = [(layout, os.fsdecode(path), deep, records, p)
             for (layout, path), p in zip(items, prev, strict=True)]
+    yield from _with_paths(items, prev, _spread(_summary, args, workers), deep, records)
+
+
+def read_deep(items: Sequence[Item], *, workers: int | None = None
+              ) -> Iterator[Entry | None]:
+    """Each item's deep read (``layout`` as given), in the order given, spread over
+    processes as :func:`read_entries`; ``None`` for one whose read raised ``OSError`` (the
+    others are still read)."""
+    return _spread(_deep_or_none, [(layout, os.fsdecode(path)) for layout, path in items],
+                   workers, chunks_per_worker=4)
+
+
+def _deep_or_none(item: tuple[str, str]) -> Entry | None:
+    layout, path = item
+    try:
+        e = (read_aot_entry if layout == "aot" else read_backend_entry)(Path(path), deep=True)
+    except OSError:
+        return None
+    return _shared_sources(e) if e.aot_ranks else e
+
+
+_SOURCES: dict[str, str] = {}
+"""A worker's traced source texts, one object per text: the AOT entries of one model's starts
+hold the same ~0.8 MB of sources, and a chunk of results crosses the pipe pickled as one
+object, each shared text once."""
+
+
+def _shared_sources(e: Entry) -> Entry:
+    ranks = []
+    for r in e.aot_ranks:
+        if r.info is None or not r.info.inlined_sources:
+            ranks.append(r)
+            continue
+        srcs = tuple(s if s.content is None
+                     else replace(s, content=_SOURCES.setdefault(s.content, s.content))
+                     for s in r.info.inlined_sources)
+        ranks.append(replace(r, info=replace(r.info, inlined_sources=srcs)))
+    return replace(e, aot_ranks=tuple(ranks))
+
+
+def _spread(fn: Callable[[A], R], args: Sequence[A], workers: int | None,
+            chunks_per_worker: int = 16) -> Iterator[R]:
+    """``map(fn, args)``, by ``workers`` forked processes (default :func:`scan_workers`)
+    where there are enough args and this process has no other thread."""
+    n = scan_workers() if workers is None else workers
     if (n <= 1 or len(args) < PARALLEL_MIN_ENTRIES or threading.active_count() > 1
             or "fork" not in multiprocessing.get_all_start_methods()):
-        yield from _with_paths(items, prev, map(_summary, args), deep, records)
+        yield from map(fn, args)
         return
     n = min(n, len(args) // (PARALLEL_MIN_ENTRIES // 4) or 1)
     # Small chunks keep every worker busy to the end (entries differ a lot in size); a few
     # per worker keep the pipe traffic low.
-    chunk = max(1, min(64, len(args) // (n * 16)))
+    chunk = max(1, min(64, len(args) // (n * chunks_per_worker)))
     with multiprocessing.get_context("fork").Pool(n) as pool:
-        yield from _with_paths(items, prev, pool.imap(_summary, args, chunksize=chunk), deep,
-                               records)
+        yield from pool.imap(fn, args, chunksize=chunk)
 
 
 def _with_paths(items: Sequence[Item], prev: Sequence[msgspec.Raw | None],
