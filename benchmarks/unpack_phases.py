@@ -1,0 +1,71 @@
+"""Where an unpack's time goes, by phase: ``python benchmarks/unpack_phases.py --source ROOT
+[--copies 100] [--repeat 3]``. Synthesizes COPIES starts from the one in ROOT (as
+bench_fleet does), packs them once, then unpacks with ``--force`` into a fresh root REPEAT
+times, timing the extraction (with the hit check beside it), the key proof, the placement and
+the final flush, with the process's CPU seconds (all threads; forked readers apart)."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.bench_fleet import entry_dirs, synth_starts  # noqa: E402
+from vllm_cache_tools.fleet import api, bundle_read, key_proof, place  # noqa: E402
+
+PHASES = ((bundle_read, "extract"), (key_proof, "prove_records"), (place, "place_entries"),
+          (place, "flush_filesystem"))
+
+
+def timed(spent: dict[str, float], fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def run(*a: Any, **k: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return fn(*a, **k)
+        finally:
+            spent[fn.__name__] = spent.get(fn.__name__, 0.0) + time.perf_counter() - t
+    return run
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--source", type=Path, required=True)
+    ap.add_argument("--copies", type=int, default=100)
+    ap.add_argument("--repeat", type=int, default=3)
+    args = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="unpack-phases-"))
+    os.environ.setdefault("XDG_CACHE_HOME", str(work / "xdg"))
+    try:
+        many = synth_starts(args.source, work / "many", args.copies)
+        bundle = work / "b.tar.zst"
+        api.pack([p.name for p in entry_dirs(many)], bundle, root=many)
+        spent: dict[str, float] = {}
+        for mod, name in PHASES:
+            setattr(mod, name, timed(spent, getattr(mod, name)))
+        for i in range(args.repeat):
+            dst = work / f"u{i}"
+            dst.mkdir()
+            spent.clear()
+            t, c = time.perf_counter(), time.process_time()
+            api.unpack(bundle, root=dst, force=True)
+            wall, cpu = time.perf_counter() - t, time.process_time() - c
+            print(f"unpack {wall:.2f} s (CPU {cpu:.2f} s): "
+                  + ", ".join(f"{k} {v:.2f}" for k, v in spent.items()), flush=True)
+            shutil.rmtree(dst)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
