@@ -19,8 +19,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_fleet import entry_dirs, synth_starts  # noqa: E402
-from vllm_cache_tools.fleet import api, bundle_read, key_proof, place  # noqa: E402
+from benchmarks.bench_fleet import entry_dirs, synth_starts
+from vllm_cache_tools.fleet import api, bundle_read, key_proof, place
 
 PHASES = ((bundle_read, "extract"), (key_proof, "prove_records"), (place, "place_entries"),
           (place, "flush_filesystem"))
@@ -42,6 +42,9 @@ def main() -> int:
     ap.add_argument("--source", type=Path, required=True)
     ap.add_argument("--copies", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--writers", type=int, nargs="*", default=[],
+                    help="also unpack with these numbers of writer threads (each in turn, "
+                         "interleaved with the shipped bundle_read.WRITERS)")
     args = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="unpack-phases-"))
     os.environ.setdefault("XDG_CACHE_HOME", str(work / "xdg"))
@@ -52,16 +55,20 @@ def main() -> int:
         spent: dict[str, float] = {}
         for mod, name in PHASES:
             setattr(mod, name, timed(spent, getattr(mod, name)))
+        shipped = bundle_read.WRITERS
         for i in range(args.repeat):
-            dst = work / f"u{i}"
-            dst.mkdir()
-            spent.clear()
-            t, c = time.perf_counter(), time.process_time()
-            api.unpack(bundle, root=dst, force=True)
-            wall, cpu = time.perf_counter() - t, time.process_time() - c
-            print(f"unpack {wall:.2f} s (CPU {cpu:.2f} s): "
-                  + ", ".join(f"{k} {v:.2f}" for k, v in spent.items()), flush=True)
-            shutil.rmtree(dst)
+            for writers in dict.fromkeys([shipped, *args.writers]):
+                bundle_read.WRITERS = writers
+                dst = work / f"u{i}"
+                dst.mkdir()
+                spent.clear()
+                t, c = time.perf_counter(), time.process_time()
+                api.unpack(bundle, root=dst, force=True)
+                wall, cpu = time.perf_counter() - t, time.process_time() - c
+                print(f"unpack {wall:.2f} s (CPU {cpu:.2f} s), {writers} writers: "
+                      + ", ".join(f"{k} {v:.2f}" for k, v in spent.items()), flush=True)
+                shutil.rmtree(dst)
+                os.sync()
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -9,6 +9,7 @@
 #   prune:FILES   bench_prune --files FILES --repeat $REPEAT (the real entries' sizes)
 #   prunebig:FILES  the same with --entry-files 1000 (entries of ~1,000 files)
 #   phases:COPIES  benchmarks/unpack_phases.py: where an unpack of COPIES starts spends its time
+#                  (and with $WRITERS, e.g. "2 8 16", as many writer threads each in turn)
 # A second call on a warm machine reuses the venv in /tmp/v.
 set -u
 T0=$(date +%s); REPO=$PWD; F=$REPO/.gpu-stage/f; V=/tmp/v; S=/tmp/src
@@ -59,7 +60,7 @@ for step in $STEPS; do
                    > "$OUT/prunebig-$n.txt" 2>&1; rc=$?
                cp .bench/prune.json "$OUT/prunebig-$n.json" 2>/dev/null ;;
         phases) timeout 560 $V/bin/python benchmarks/unpack_phases.py --source $S --copies "$n" \
-                   --repeat "$REPEAT" > "$OUT/phases-$n.txt" 2>&1; rc=$? ;;
+                   --repeat "$REPEAT" ${WRITERS:+--writers $WRITERS} > "$OUT/phases-$n.txt" 2>&1; rc=$? ;;
     esac
     say "$step rc=$rc"
     tail -25 "$OUT/$what-$n.txt"
