@@ -26,7 +26,7 @@ from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.parallel_read import read_deep
 from vllm_cache_tools.store.types import Entry
 
-Walk = tuple[list[tuple[str, Path, bool, tuple[int, ...]]], str]
+Walk = tuple[list[tuple[str, str, bool, tuple[int, ...]]], str]
 
 PACKABLE = ("complete", "unloadable")
 """States whose files are whole (``unloadable`` backend folders of the mega-AOT mode are part

@@ -59,11 +59,11 @@ def read_recorder_manifests(paths: Sequence[os.PathLike[str] | str]) -> list[dic
     """The recorder manifests among ``paths`` that read as such (others skipped), through the
     one manifest reader (:func:`vllm_cache_tools.read.manifest.read_manifest`)."""
     out = []
-    for p in map(Path, paths):
-        if not is_manifest_name(p.name):
+    for p in paths:
+        if not is_manifest_name(os.path.basename(p)):
             continue
         try:
-            out.append(read_manifest(p).data)
+            out.append(read_manifest(Path(p)).data)
         except (OSError, ReadError):
             continue
     return out

@@ -46,7 +46,6 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_cache_tools import __version__, safeio
@@ -418,7 +417,7 @@ class Store:
         finally:
             os.close(dfd)
 
-    def put_file(self, path: str, source: Path, rec: FileRecord,
+    def put_file(self, path: str, source: str | os.PathLike[str], rec: FileRecord,
                  on_bytes: Progress | None = None) -> None:
         """Upload a cache file (read the store's way) as the blob ``path``, checking that its
         bytes still have the digest its record names."""

@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_cache_tools.fleet.errors import BadIndex, FleetError, StoreError
@@ -128,7 +127,7 @@ def push(root: str | os.PathLike[str] | None, refs: Sequence[str], url: str, *,
                                            "(--force replaces its index)"))
                 continue
         todo.append(i)
-    blobs: dict[str, tuple[Path, FileRecord]] = {}
+    blobs: dict[str, tuple[str, FileRecord]] = {}
     for i in todo:
         for lf in sel.files[i]:
             blobs.setdefault(lf.record.sha256, (lf.source, lf.record))
