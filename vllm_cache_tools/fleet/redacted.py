@@ -18,7 +18,8 @@ from __future__ import annotations
 import marshal
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from vllm_cache_tools.fleet.errors import Refused
 from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_json
@@ -26,6 +27,9 @@ from vllm_cache_tools.layout import is_manifest_name, short_key
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import read_manifest
 from vllm_cache_tools.redaction import is_clean, is_secret_name, redact_string, redact_value
+
+if TYPE_CHECKING:
+    from vllm_cache_tools.fleet.selection import LocalFile
 
 Seen = dict[tuple[str, bytes], Any]
 """Field values already redacted in one selection, by (depth and field name, the value's
@@ -164,7 +168,7 @@ def _first_secret(data: Any, red: Any, where: str = "") -> str:
 
 
 def refuse_secret_manifests(records: Sequence[EntryRecord],
-                            files: Iterable[Sequence[Any]], seen: Seen | None = None,
+                            files: Iterable[Sequence[LocalFile]], seen: Seen | None = None,
                             parsed: Mapping[str, Any] | None = None) -> None:
     """Raise :class:`Refused` when a recorder manifest among the entries' ``files``
     (:class:`~vllm_cache_tools.fleet.selection.LocalFile`\\ s, per record) holds a secret
@@ -176,12 +180,12 @@ def refuse_secret_manifests(records: Sequence[EntryRecord],
     clean: set[str] = set()
     for rec, fs in zip(records, files, strict=True):
         for lf in fs:
-            if not is_manifest_name(lf.source.name) or lf.record.sha256 in clean:
+            if not is_manifest_name(os.path.basename(lf.source)) or lf.record.sha256 in clean:
                 continue
             data = parsed.get(os.fspath(lf.source)) if parsed is not None else None
             if data is None:
                 try:
-                    data = read_manifest(lf.source).data
+                    data = read_manifest(Path(lf.source)).data
                 except ReadError:
                     continue
             red = redact_fields(data, seen)
