@@ -14,6 +14,7 @@ import itertools
 import multiprocessing
 import os
 import shutil
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -260,3 +261,23 @@ def test_unpack_proves_the_staged_entries_in_forked_readers(
     assert "could not be read" in proofs[("backend", victim.key)].line()
     others = [p for (layout, k), p in proofs.items() if layout == "backend" and k != victim.key]
     assert others and all(p.status != UNPROVEN for p in others)
+
+
+def _ends_at_sigterm(_: int) -> bool:
+    return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
+def test_forked_readers_end_at_sigterm_under_unpacks_handler(
+        request: pytest.FixtureRequest) -> None:
+    """unpack runs under ``terminate_as_exit`` (SIGTERM raises SystemExit); its forked readers
+    must still end at the pool's SIGTERM: with the handler inherited, a worker hung in its
+    exit and the pool's ``terminate`` waited for it forever (a full run hung so)."""
+    if ran_in_fresh_process(request):
+        return
+    from vllm_cache_tools.fleet.transfer import terminate_as_exit
+    from vllm_cache_tools.store import parallel_read
+
+    with terminate_as_exit():
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
+        got = list(parallel_read._spread(_ends_at_sigterm, list(range(64)), 2))
+    assert got == [True] * 64

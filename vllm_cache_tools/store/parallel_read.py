@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
@@ -151,8 +152,17 @@ def _spread(fn: Callable[[A], R], args: Sequence[A], workers: int | None,
     # Small chunks keep every worker busy to the end (entries differ a lot in size); a few
     # per worker keep the pipe traffic low.
     chunk = max(1, min(64, len(args) // (n * chunks_per_worker)))
-    with multiprocessing.get_context("fork").Pool(n) as pool:
+    with multiprocessing.get_context("fork").Pool(n, initializer=_worker_signals) as pool:
         yield from pool.imap(fn, args, chunksize=chunk)
+
+
+def _worker_signals() -> None:
+    """A forked worker ends at the pool's SIGTERM, whatever handler it inherited (unpack's
+    ``terminate_as_exit`` raises SystemExit instead: a worker then hung in its exit, and the
+    pool's ``terminate`` waited for it forever), and leaves Ctrl-C to the parent, which
+    ends the pool."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _with_paths(items: Sequence[Item], prev: Sequence[msgspec.Raw | None],
