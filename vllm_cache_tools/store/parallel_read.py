@@ -117,13 +117,14 @@ def _deep_or_none(item: tuple[str, str]) -> Entry | None:
         e = (read_aot_entry if layout == "aot" else read_backend_entry)(Path(path), deep=True)
     except OSError:
         return None
-    return _shared_sources(e) if e.aot_ranks else e
+    return _shared_sources(e) if _IN_WORKER and e.aot_ranks else e
 
 
 _SOURCES: dict[str, str] = {}
 """A worker's traced source texts, one object per text: the AOT entries of one model's starts
 hold the same ~0.8 MB of sources, and a chunk of results crosses the pipe pickled as one
-object, each shared text once."""
+object, each shared text once. Kept in forked workers only (they end with the read)."""
+_IN_WORKER = False
 
 
 def _shared_sources(e: Entry) -> Entry:
@@ -152,15 +153,17 @@ def _spread(fn: Callable[[A], R], args: Sequence[A], workers: int | None,
     # Small chunks keep every worker busy to the end (entries differ a lot in size); a few
     # per worker keep the pipe traffic low.
     chunk = max(1, min(64, len(args) // (n * chunks_per_worker)))
-    with multiprocessing.get_context("fork").Pool(n, initializer=_worker_signals) as pool:
+    with multiprocessing.get_context("fork").Pool(n, initializer=_worker_start) as pool:
         yield from pool.imap(fn, args, chunksize=chunk)
 
 
-def _worker_signals() -> None:
+def _worker_start() -> None:
     """A forked worker ends at the pool's SIGTERM, whatever handler it inherited (unpack's
     ``terminate_as_exit`` raises SystemExit instead: a worker then hung in its exit, and the
     pool's ``terminate`` waited for it forever), and leaves Ctrl-C to the parent, which
     ends the pool."""
+    global _IN_WORKER
+    _IN_WORKER = True
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
 
