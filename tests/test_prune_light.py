@@ -5,11 +5,15 @@ the pruning user may not read stays, as the full read keeps it."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import run_cli
+from tests.fresh_process import ran_in_fresh_process
 from tests.multiuser import chown_tree, other_user, run_as, vllm_cache_argv
 from tests.realvllm.harness import ScenarioRun
 from tests.trees import age
@@ -21,6 +25,7 @@ from vllm_cache_tools.store.scan import classify
 from vllm_cache_tools.store.tree_stats import Listing, tree_stats
 
 REPO = Path(__file__).resolve().parent.parent
+PARALLEL_MIN = 48  # store.parallel_read.PARALLEL_MIN_ENTRIES: fewer are read in process
 
 
 def test_light_read_holds_the_facts_older_than_and_the_protections_use(
@@ -98,3 +103,43 @@ def test_removal_over_a_stale_listing_removes_what_is_there_and_follows_no_link(
         os.close(fd)
     assert res.error is None and not top.exists()
     assert (outside / "precious").read_text() == "keep"
+
+
+def test_streamed_light_reads_by_forked_workers_prune_the_same(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """From LIGHT_FORK_CORES cores (here forced) the light reads of a streamed prune run in
+    forked processes: the same entries removed, the same bytes freed, the same plan, as read
+    in this process; nothing left behind."""
+    if ran_in_fresh_process(request):
+        return
+    from benchmarks.synth import generate
+    from vllm_cache_tools.maintain.plan import Protections
+    from vllm_cache_tools.maintain.policies import Policies
+    from vllm_cache_tools.maintain.stream import stream_prune
+    from vllm_cache_tools.store import parallel_read
+    from vllm_cache_tools.store.locate import resolve_root
+
+    forks: list[str | None] = []
+    get_context = multiprocessing.get_context
+
+    def spy(method: str | None = None) -> object:
+        forks.append(method)
+        return get_context(method)
+
+    monkeypatch.setattr(multiprocessing, "get_context", spy)
+    got = {}
+    for workers in (1, parallel_read.LIGHT_FORK_CORES):
+        root = tmp_path / f"root{workers}"
+        generate(root, [REPO / "examples" / "sample_cache"], 1500)  # same seed: same trees
+        age(root, 2)
+        monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", str(workers))
+        forks.clear()
+        res = stream_prune(resolve_root(root), Policies(older_than_s=3600),
+                           Protections(grace_s=0, leases_when_planning=False))
+        assert forks == ([] if workers == 1 else ["fork"])
+        assert classify(root / "torch_compile_cache", []) == []  # every entry gone
+        got[workers] = (sorted(res.deleted), res.freed_bytes, res.errors, res.failed,
+                        [(p.key, p.size_bytes, p.files, p.state) for p in
+                         sorted(res.plan.entries, key=lambda p: p.key)])
+    one, forked = got.values()
+    assert forked == one and len(one[0]) >= PARALLEL_MIN

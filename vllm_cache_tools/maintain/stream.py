@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 from vllm_cache_tools.keys.compat import Environment
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
@@ -46,9 +45,8 @@ from vllm_cache_tools.maintain.policies import (
     reads_contents,
 )
 from vllm_cache_tools.read.manifest import read_ledger
-from vllm_cache_tools.store.light import light_entry
 from vllm_cache_tools.store.locate import CacheRoot
-from vllm_cache_tools.store.parallel_read import read_entries
+from vllm_cache_tools.store.parallel_read import read_entries, read_light
 from vllm_cache_tools.store.scan import classify
 from vllm_cache_tools.store.tree_stats import Listing
 from vllm_cache_tools.store.types import Entry
@@ -95,10 +93,11 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
     mover: Mover | None = None
     try:
         # The reading pool forks on the first entry, before any removal thread exists. The
-        # light read runs here, in this thread: one walk per entry is cheaper in this
-        # process than shipping its stats through a pipe (docs/prune.md, measured).
+        # light read runs in this thread on fewer than LIGHT_FORK_CORES cores (one walk per
+        # entry was cheaper here than shipping its stats through a pipe on 2 cores:
+        # docs/prune.md), in forked processes from there.
         entries: Iterator[tuple[Entry, Listing | None]] = (
-            _light_entries(items) if light else ((e, None) for e in read_entries(items)))
+            read_light(items) if light else ((e, None) for e in read_entries(items)))
         for e, listing in entries:
             if use:
                 e = apply_usage((e,), use)[0]
@@ -148,13 +147,6 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
     finally:
         if mover is not None:
             mover.close()
-
-
-def _light_entries(items: list[tuple[str, Path]]) -> Iterator[tuple[Entry, Listing]]:
-    """Each entry's light read, with the names its walk saw (the removal reuses them)."""
-    for layout, path in items:
-        listing: Listing = {}
-        yield light_entry(path, layout, listing), listing
 
 
 def _by_last_use(planned: list[PlannedEntry]) -> list[PlannedEntry]:
