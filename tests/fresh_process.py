@@ -5,6 +5,7 @@ down its in-process path and leave the forked one untested."""
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import subprocess
 import sys
@@ -29,3 +30,17 @@ def ran_in_fresh_process(request: pytest.FixtureRequest) -> bool:
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-2000:]
     assert "1 passed" in r.stdout, r.stdout[-4000:]
     return True
+
+
+def record_forks(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
+    """The start methods of the multiprocessing contexts asked for from now on (a pool of
+    forked readers asks for ``"fork"`` once), for a test to tell that code forked."""
+    forks: list[str | None] = []
+    get_context = multiprocessing.get_context
+
+    def spy(method: str | None = None) -> object:
+        forks.append(method)
+        return get_context(method)
+
+    monkeypatch.setattr(multiprocessing, "get_context", spy)
+    return forks

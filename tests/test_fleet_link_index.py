@@ -11,7 +11,6 @@ same code apart, so every copy links every other) and examples/sample_cache's fi
 from __future__ import annotations
 
 import itertools
-import multiprocessing
 import os
 import shutil
 import signal
@@ -22,7 +21,7 @@ from typing import Any
 import pytest
 
 from benchmarks.bench_fleet import entry_dirs, synth_starts
-from tests.fresh_process import ran_in_fresh_process
+from tests.fresh_process import ran_in_fresh_process, record_forks
 from tests.realvllm.harness import ScenarioRun
 from vllm_cache_tools.fleet import link_proof, selection
 from vllm_cache_tools.fleet.link_proof import graph_names, model_file
@@ -41,15 +40,19 @@ SAMPLE_SECOND_START = ("39ecaca4bf", "torch_aot_compile/b6a18428ab0d5ff42c7c72b8
 @pytest.fixture(scope="module", params=["harness", "sample"])
 def many(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
     work = tmp_path_factory.mktemp("many")
-    if request.param == "harness":
-        run: ScenarioRun = request.getfixturevalue("real_compile")
-        src = run.before(1)
-    else:
-        src = work / "sample"
-        shutil.copytree(SAMPLE, src)
-        for rel in SAMPLE_SECOND_START:
-            shutil.rmtree(src / "torch_compile_cache" / rel)
-    return synth_starts(src, work / "root", STARTS)
+    if request.param == "sample":
+        return sample_starts(work, STARTS)
+    run: ScenarioRun = request.getfixturevalue("real_compile")
+    return synth_starts(run.before(1), work / "root", STARTS)
+
+
+def sample_starts(work: Path, copies: int) -> Path:
+    """``copies`` starts synthesized from examples/sample_cache's first start, in ``work``."""
+    src = work / "sample"
+    shutil.copytree(SAMPLE, src)
+    for rel in SAMPLE_SECOND_START:
+        shutil.rmtree(src / "torch_compile_cache" / rel)
+    return synth_starts(src, work / "root", copies)
 
 
 def _recorded(root: Path) -> bool:
@@ -166,20 +169,9 @@ def test_forked_read_ahead_gives_the_same_records(tmp_path: Path,
     forked processes: the same records as read in this process."""
     if ran_in_fresh_process(request):
         return
-    src = tmp_path / "sample"
-    shutil.copytree(SAMPLE, src)
-    for rel in SAMPLE_SECOND_START:
-        shutil.rmtree(src / "torch_compile_cache" / rel)
-    root = synth_starts(src, tmp_path / "root", 25)  # 50 entries: past PARALLEL_MIN_ENTRIES
+    root = sample_starts(tmp_path, 25)  # 50 entries: past PARALLEL_MIN_ENTRIES
     keys = [p.name for p in entry_dirs(root)]
-    forks: list[str | None] = []
-    get_context = multiprocessing.get_context
-
-    def spy(method: str | None = None) -> object:
-        forks.append(method)
-        return get_context(method)
-
-    monkeypatch.setattr(multiprocessing, "get_context", spy)
+    forks = record_forks(monkeypatch)
     ahead: list[int] = []  # forks made while the read-ahead ran
     read_deep = link_proof.read_deep
 
@@ -215,22 +207,11 @@ def test_unpack_proves_the_staged_entries_in_forked_readers(
     from vllm_cache_tools.keys.entry_proof import UNPROVEN
     from vllm_cache_tools.store import parallel_read
 
-    src = tmp_path / "sample"
-    shutil.copytree(SAMPLE, src)
-    for rel in SAMPLE_SECOND_START:
-        shutil.rmtree(src / "torch_compile_cache" / rel)
-    root = synth_starts(src, tmp_path / "root", 25)  # 50 entries: past PARALLEL_MIN_ENTRIES
+    root = sample_starts(tmp_path, 25)  # 50 entries: past PARALLEL_MIN_ENTRIES
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     bundle = tmp_path / "b.tar.zst"
     api.pack([p.name for p in entry_dirs(root)], bundle, root=root)
-    forks: list[str | None] = []
-    get_context = multiprocessing.get_context
-
-    def spy(method: str | None = None) -> object:
-        forks.append(method)
-        return get_context(method)
-
-    monkeypatch.setattr(multiprocessing, "get_context", spy)
+    forks = record_forks(monkeypatch)
     out = {}
     for workers in ("1", "2"):
         monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", workers)

@@ -5,7 +5,6 @@ the pruning user may not read stays, as the full read keeps it."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import shutil
 from pathlib import Path
@@ -13,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import run_cli
-from tests.fresh_process import ran_in_fresh_process
+from tests.fresh_process import ran_in_fresh_process, record_forks
 from tests.multiuser import chown_tree, other_user, run_as, vllm_cache_argv
 from tests.realvllm.harness import ScenarioRun
 from tests.trees import age
@@ -119,14 +118,7 @@ def test_streamed_light_reads_by_forked_workers_prune_the_same(
     from vllm_cache_tools.store import parallel_read
     from vllm_cache_tools.store.locate import resolve_root
 
-    forks: list[str | None] = []
-    get_context = multiprocessing.get_context
-
-    def spy(method: str | None = None) -> object:
-        forks.append(method)
-        return get_context(method)
-
-    monkeypatch.setattr(multiprocessing, "get_context", spy)
+    forks = record_forks(monkeypatch)
     got = {}
     for workers in (1, parallel_read.LIGHT_FORK_CORES):
         root = tmp_path / f"root{workers}"
