@@ -243,6 +243,22 @@ def test_unpack_proves_the_staged_entries_in_forked_readers(
     others = [p for (layout, k), p in proofs.items() if layout == "backend" and k != victim.key]
     assert others and all(p.status != UNPROVEN for p in others)
 
+    # A staged folder that cannot even be looked at (EIO): that record alone is unproven.
+    aot = next(r for r in recs if r.layout == "aot")
+    lstat = os.lstat
+
+    def failing_lstat(path: Any, *a: Any, **k: Any) -> os.stat_result:
+        if os.fspath(path).endswith(aot.key):
+            raise OSError(5, "Input/output error", os.fspath(path))
+        return lstat(path, *a, **k)
+
+    monkeypatch.setattr(os, "lstat", failing_lstat)
+    proofs = prove_records(staged, tmp_path / "empty", recs)
+    assert "could not be read" in proofs[("aot", aot.key)].line()
+    assert proofs[("backend", victim.key)].status == UNPROVEN  # still failing its read
+    assert all(p.status != UNPROVEN for (layout, k), p in proofs.items()
+               if layout == "backend" and k != victim.key)
+
 
 def _ends_at_sigterm(_: int) -> bool:
     return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL

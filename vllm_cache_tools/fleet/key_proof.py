@@ -14,6 +14,7 @@ factors, and the entry is then proven or not); an old or second spelling always.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -66,7 +67,7 @@ def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRec
     # other thread (the safe pickle reader is pure Python: ~10 ms an AOT entry, its result
     # ~1 ms to cross the pipe).
     paths = [staged_root / rec.path for rec in records]
-    dirs = [i for i, p in enumerate(paths) if p.is_dir() and not p.is_symlink()]
+    dirs = [i for i, p in enumerate(paths) if _is_folder(p)]
     read = dict(zip(dirs, read_deep([(layout_at(paths[i]), paths[i]) for i in dirs]),
                     strict=True))
     for i, rec in enumerate(records):
@@ -115,9 +116,18 @@ def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRec
 
 def _read(path: Path) -> Entry | None:
     try:
-        return read_entry(path, deep=True) if path.is_dir() and not path.is_symlink() else None
+        return read_entry(path, deep=True) if _is_folder(path) else None
     except OSError:
         return None
+
+
+def _is_folder(path: Path) -> bool:
+    """A folder, not a link to one; ``False`` where it cannot be looked at (any ``OSError``:
+    the record is then unproven, its copy "could not be read")."""
+    try:
+        return stat.S_ISDIR(os.lstat(path).st_mode)
+    except OSError:
+        return False
 
 
 def gate(rec: EntryRecord, proof: KeyProof | None, *, force: bool, root_fd: int) -> str | None:
