@@ -261,7 +261,8 @@ def test_unpack_proves_the_staged_entries_in_forked_readers(
 
 
 def _ends_at_sigterm(_: int) -> bool:
-    return signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    return (signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+            and signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, ()))
 
 
 def test_forked_readers_end_at_sigterm_under_unpacks_handler(
@@ -277,4 +278,5 @@ def test_forked_readers_end_at_sigterm_under_unpacks_handler(
     with terminate_as_exit():
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
         got = list(parallel_read._spread(_ends_at_sigterm, list(range(64)), 2))
+        assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, ())
     assert got == [True] * 64

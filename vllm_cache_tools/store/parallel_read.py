@@ -177,8 +177,18 @@ def _spread(fn: Callable[[A], R], args: Sequence[A], workers: int | None,
     # Small chunks keep every worker busy to the end (entries differ a lot in size); a few
     # per worker keep the pipe traffic low.
     chunk = max(1, min(64, len(args) // (n * chunks_per_worker)))
-    with multiprocessing.get_context("fork").Pool(n, initializer=_worker_start) as pool:
+    # SIGTERM and SIGINT wait while the workers are forked, until each has set its own
+    # handlers (_worker_start): the parent's may raise SystemExit in a worker.
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
+    try:
+        pool = multiprocessing.get_context("fork").Pool(n, initializer=_worker_start)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+    with pool:
         yield from pool.imap(fn, args, chunksize=chunk)
+
+
+_HELD = {signal.SIGTERM, signal.SIGINT}
 
 
 def _worker_start() -> None:
@@ -190,6 +200,7 @@ def _worker_start() -> None:
     _IN_WORKER = True
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
 
 
 def _with_paths(items: Sequence[Item], prev: Sequence[msgspec.Raw | None],
