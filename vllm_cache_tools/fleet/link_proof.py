@@ -21,7 +21,7 @@ from msgspec.structs import replace as struct_replace
 from vllm_cache_tools.fleet.pack_memo import LinkFacts, PackMemo
 from vllm_cache_tools.keys.entry_proof import manifest_parts
 from vllm_cache_tools.keys.recipes import env_hash_from_factors
-from vllm_cache_tools.keys.source_link import install_prefix, sources_code_hashes
+from vllm_cache_tools.keys.source_link import LayoutHashes, install_prefix, layout_code_hashes
 from vllm_cache_tools.store.entries import read_entry
 from vllm_cache_tools.store.parallel_read import read_deep
 from vllm_cache_tools.store.types import Entry
@@ -44,8 +44,7 @@ class EntryFacts:
         self._walks: dict[str, Walk] = {}
         self._deep: dict[str, Entry] = {}
         self._links: dict[str, LinkFacts] = {}
-        self._layouts: dict[tuple[str, tuple[tuple[str, str | None], ...]],
-                            tuple[str, ...]] = {}
+        self._layouts: LayoutHashes = {}
 
     def walk(self, p: str) -> Walk:
         """(files, fingerprint) of the entry at real path ``p``."""
@@ -97,12 +96,7 @@ class EntryFacts:
             info = self.full(p).aot_info
             got = ()
             if info is not None:
-                # The starts of one model hold the same sources: hashed once per layout
-                # (comparing the texts is a memcmp, hashing them the backend way is not).
-                k = (prefix, tuple((s.module, s.content) for s in info.inlined_sources))
-                got = self._layouts.get(k)
-                if got is None:
-                    got = self._layouts[k] = tuple(sources_code_hashes(info, prefix))
+                got = layout_code_hashes(self._layouts, info, prefix)
             facts = self._links[p] = struct_replace(facts, hashes={**facts.hashes, prefix: got})
             self.memo.put_link_facts(p, facts)
         return got

@@ -66,6 +66,20 @@ def sources_code_hashes(info: AotModelInfo, prefix: str, limit: int = 256) -> li
     return _layout_hashes(prefix, contents, choices, limit)
 
 
+LayoutHashes = dict[tuple[str, tuple[tuple[str, str | None], ...]], tuple[str, ...]]
+"""(prefix, the (module, content) of each traced source) -> :func:`sources_code_hashes`."""
+
+
+def layout_code_hashes(seen: LayoutHashes, info: AotModelInfo, prefix: str) -> tuple[str, ...]:
+    """:func:`sources_code_hashes`, once per layout in ``seen``: the starts of one model hold
+    the same sources (comparing the texts is a memcmp, hashing them the backend way is not)."""
+    k = (prefix, tuple((s.module, s.content) for s in info.inlined_sources))
+    got = seen.get(k)
+    if got is None:
+        got = seen[k] = tuple(sources_code_hashes(info, prefix))
+    return got
+
+
 def _layout_hashes(prefix: str, contents: dict[str, str],
                    choices: list[tuple[str, tuple[str, ...]]], limit: int) -> list[str]:
     """:func:`backend_code_hash` of every layout (one path per module), without joining and
@@ -131,7 +145,7 @@ class SourceLinker:
         self._graphs: dict[int, tuple[Entry, tuple[str, ...]]] = {}
         self._prefixes: dict[tuple[tuple[str, ...], int], str | None] = {}
         self._hashes: dict[tuple[int, str], tuple[Entry, frozenset[str]]] = {}
-        self._layouts: dict[tuple[str, tuple[tuple[str, str | None], ...]], frozenset[str]] = {}
+        self._layouts: LayoutHashes = {}
 
     def graph_files(self, backend: Entry) -> tuple[str, ...]:
         got = self._graphs.get(id(backend))
@@ -165,13 +179,8 @@ class SourceLinker:
         hk = (id(aot), prefix)
         got = self._hashes.get(hk)
         if got is None:
-            # The starts of one model hold the same sources: hashed once per layout
-            # (comparing the texts is a memcmp, hashing them the backend way is not).
-            sk = (prefix, tuple((s.module, s.content) for s in info.inlined_sources))
-            hashes = self._layouts.get(sk)
-            if hashes is None:
-                hashes = self._layouts[sk] = frozenset(sources_code_hashes(info, prefix))
-            got = self._hashes[hk] = (aot, hashes)
+            got = self._hashes[hk] = (aot, frozenset(
+                layout_code_hashes(self._layouts, info, prefix)))
         return got[1]
 
 
