@@ -292,7 +292,7 @@ def test_pack_refuses_unknown_keys_and_partial_entries(real_compile: ScenarioRun
 
 def test_ustar_headers_are_tarfiles_own() -> None:
     """pack's header builder gives tarfile's ustar bytes, and gives up where ustar does."""
-    from vllm_cache_tools.fleet.bundle import _info, ustar_header
+    from vllm_cache_tools.fleet.tar_headers import member_info, ustar_header
 
     names = ["a", "x" * 100, "x" * 101, "d/" + "x" * 100, "p" * 155 + "/" + "n" * 100,
              "p" * 156 + "/n", "é/x", "torch_compile_cache/torch_aot_compile/" + "f" * 64
@@ -302,7 +302,7 @@ def test_ustar_headers_are_tarfiles_own() -> None:
     for name in names:
         for size in (0, 1, 512, 123456789, 8 ** 11 - 1, 8 ** 11):
             for exe in (False, True):
-                info = _info(name, size, exe)
+                info = member_info(name, size, exe)
                 try:
                     ref: bytes | None = info.tobuf(tarfile.USTAR_FORMAT, "ascii", "strict")
                 except (ValueError, UnicodeEncodeError):

@@ -119,7 +119,7 @@ def test_entries_found_clean_are_not_redacted_again_until_a_file_changes(
     with monkeypatch.context() as mp:  # the memo answers: no record redacted, no manifest read
         _no_reads(mp)
         mp.setattr(selection, "redacted_record", boom)
-        mp.setattr(redacted, "read_manifest", boom)
+        mp.setattr(redacted, "manifest_from_bytes", boom)
         warm = api.pack([key], tmp_path / "warm.tar.zst", root=sample)
     assert warm.path.read_bytes() == cold.path.read_bytes()
     # A manifest rewritten with a secret in clear (by an older recorder, by hand): the entry's
@@ -167,13 +167,14 @@ def test_a_manifest_replaced_between_its_read_and_its_hash_is_checked_as_hashed(
     import threading
 
     from vllm_cache_tools.fleet.errors import FleetError
+    from vllm_cache_tools.fleet.frames import FrameSpool
 
     key = "0b8536d36d86"
     manifest = next((sample / "torch_compile_cache" / "torch_aot_compile").glob(
         f"{key}*/rank_0_0/vct-manifest.*.json"))
     entry = manifest.parent.parent
     read = threading.Event()
-    full, hash_files = link_proof.EntryFacts.full, selection._hash_files
+    full, frame = link_proof.EntryFacts.full, FrameSpool._frame
 
     def full_then_replace(self: link_proof.EntryFacts, p: str) -> object:
         e = full(self, p)
@@ -186,13 +187,14 @@ def test_a_manifest_replaced_between_its_read_and_its_hash_is_checked_as_hashed(
             read.set()
         return e
 
-    def hash_after_the_read(walked: selection.Walked) -> object:
-        if any(path == manifest for _, path, _, _ in walked):
+    def hash_after_the_read(self: FrameSpool, prefix: str, walked: selection.Walked,
+                            known: object) -> object:
+        if any(path == str(manifest) for _, path, _, _ in walked):
             assert read.wait(30)
-        return hash_files(walked)
+        return frame(self, prefix, walked, known)  # type: ignore[arg-type]
 
     monkeypatch.setattr(link_proof.EntryFacts, "full", full_then_replace)
-    monkeypatch.setattr(selection, "_hash_files", hash_after_the_read)
+    monkeypatch.setattr(FrameSpool, "_frame", hash_after_the_read)
     with pytest.raises(FleetError, match=r"secret in clear|changed while"):
         api.pack([key], tmp_path / "b.tar.zst", root=sample)
     assert not (tmp_path / "b.tar.zst").exists()

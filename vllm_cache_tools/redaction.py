@@ -542,6 +542,12 @@ def _may_hold_secret(text: str) -> bool:
     return _HINT.search(text.lower()) is not None
 
 
+def may_hold_secret(text: str) -> bool:
+    """Whether :func:`redact_string` may change ``text`` (a cheap test: ``False`` means it
+    leaves it as it is). Texts joined by newlines may be tested at once: no hint spans one."""
+    return _may_hold_secret(text)
+
+
 _URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<info>[^/\s@'\"<>]{1,256})@")
 _TOKEN_SHAPES = re.compile(
     r"(?<![A-Za-z0-9_])(?:"

@@ -10,6 +10,8 @@
 #   prunebig:FILES  the same with --entry-files 1000 (entries of ~1,000 files)
 #   phases:COPIES  benchmarks/unpack_phases.py: where an unpack of COPIES starts spends its time
 #                  (and with $WRITERS, e.g. "2 8 16", as many writer threads each in turn)
+#   packphases:COPIES  benchmarks/pack_phases.py --profile: where a first pack of COPIES starts
+#                  spends its time (and with $FRAME_WORKERS, as many frame workers each in turn)
 # A second call on a warm machine reuses the venv in /tmp/v.
 set -u
 T0=$(date +%s); REPO=$PWD; F=$REPO/.gpu-stage/f; V=/tmp/v; S=/tmp/src
@@ -61,6 +63,8 @@ for step in $STEPS; do
                cp .bench/prune.json "$OUT/prunebig-$n.json" 2>/dev/null ;;
         phases) timeout 560 $V/bin/python benchmarks/unpack_phases.py --source $S --copies "$n" \
                    --repeat "$REPEAT" ${WRITERS:+--writers $WRITERS} > "$OUT/phases-$n.txt" 2>&1; rc=$? ;;
+        packphases) timeout 560 $V/bin/python benchmarks/pack_phases.py --source $S --copies "$n" \
+                   --repeat "$REPEAT" --profile ${FRAME_WORKERS:+--workers $FRAME_WORKERS} > "$OUT/packphases-$n.txt" 2>&1; rc=$? ;;
     esac
     say "$step rc=$rc"
     tail -25 "$OUT/$what-$n.txt"

@@ -130,6 +130,7 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
     ``output`` is a new folder, written as an OCI image layout whose one layer is the bundle
     (:mod:`.oci_image`: the image's filesystem is a cache root)."""
     from vllm_cache_tools.fleet.bundle import write_bundle
+    from vllm_cache_tools.fleet.frames import FrameSpool
     from vllm_cache_tools.fleet.selection import select
 
     t0 = time.perf_counter()
@@ -150,22 +151,29 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
             NamedOutput.refuse_taken(out, force)  # before the work; checked again at the end
         except OSError as exc:
             raise FleetError(f"cannot write {out}: {exc.strerror or exc}") from None
-    sel = select(root, refs, model=model, filter_expr=filter_expr)
-    total = sum(f.record.size for fs in sel.files for f in fs) + sum(
-        x.record.size for x in sel.extras)
-    done = [0]
-
-    def tick(n: int) -> None:
-        done[0] += n
-        if progress is not None:
-            progress(done[0], total)
-
     target = oci_image.staging_blob(out) if image else out
     try:
-        w = write_bundle(sel, target, level, tick, sync=sync, force=force or image,
-                         signing_key=key, tar_digest=image)
+        # The entries are compressed into a spool beside the output while the selection
+        # proves and records them (each file read once); the bundle is put together after.
+        frames = FrameSpool(None if str(target) == "-" else os.fspath(target.parent), level)
     except OSError as exc:
         raise FleetError(f"cannot write {out}: {exc.strerror or exc}") from None
+    with frames:
+        sel = select(root, refs, model=model, filter_expr=filter_expr, frames=frames)
+        total = sum(f.record.size for fs in sel.files for f in fs) + sum(
+            x.record.size for x in sel.extras)
+        done = [0]
+
+        def tick(n: int) -> None:
+            done[0] += n
+            if progress is not None:
+                progress(done[0], total)
+
+        try:
+            w = write_bundle(sel, target, level, tick, sync=sync, force=force or image,
+                             signing_key=key, tar_digest=image, frames=frames)
+        except OSError as exc:
+            raise FleetError(f"cannot write {out}: {exc.strerror or exc}") from None
     layout = None
     if image:
         assert w.tar_sha256 is not None

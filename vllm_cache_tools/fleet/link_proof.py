@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from multiprocessing.pool import Pool
 from pathlib import Path
 
 from msgspec.structs import replace as struct_replace
@@ -59,17 +60,18 @@ class EntryFacts:
             e = self._deep[p] = read_entry(self.by_path[p].path, deep=True)
         return e
 
-    def read_ahead(self, paths: Iterable[str], workers: int | None = None) -> Iterator[str]:
+    def read_ahead(self, paths: Iterable[str], workers: int | None = None,
+                   pool: Pool | None = None) -> Iterator[str]:
         """Deep-read the entries at ``paths`` not read yet, spread over forked processes where
         there are enough of them and the cores (:func:`.parallel_read.read_deep`: a
         process each, the safe pickle reader being pure Python; in this process when it has
-        threads), yielding each path once its entry is kept. The first ``next`` starts the
-        workers: call it before this process starts threads."""
+        threads; ``pool``'s processes when given), yielding each path once its entry is kept.
+        The first ``next`` starts the workers: call it before this process starts threads."""
         todo = [p for p in dict.fromkeys(paths) if p not in self._deep]
         if not todo:
             return
         items = [(self.by_path[p].layout, self.by_path[p].path) for p in todo]
-        for p, e in zip(todo, read_deep(items, workers=workers), strict=True):
+        for p, e in zip(todo, read_deep(items, workers=workers, pool=pool), strict=True):
             if e is not None:  # else read again where needed (full), its error raised there
                 self._deep[p] = e
             yield p

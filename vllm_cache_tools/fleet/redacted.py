@@ -15,18 +15,27 @@ digests."""
 
 from __future__ import annotations
 
+import hashlib
 import marshal
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from vllm_cache_tools.fleet.errors import Refused
+from vllm_cache_tools.fleet.errors import FleetError, Refused
 from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_json
 from vllm_cache_tools.layout import is_manifest_name, short_key
 from vllm_cache_tools.read.errors import ReadError
-from vllm_cache_tools.read.manifest import read_manifest
-from vllm_cache_tools.redaction import is_clean, is_secret_name, redact_string, redact_value
+from vllm_cache_tools.read.manifest import MAX_MANIFEST_BYTES, Manifest, manifest_from_bytes
+from vllm_cache_tools.read.noatime import read_noatime
+from vllm_cache_tools.redaction import (
+    MAX_DEPTH,
+    is_clean,
+    is_secret_name,
+    may_hold_secret,
+    redact_string,
+    redact_value,
+)
 
 if TYPE_CHECKING:
     from vllm_cache_tools.fleet.selection import LocalFile
@@ -66,6 +75,8 @@ def redact_fields(data: Any, seen: Seen | None = None, depth: int = 0) -> Any:
 def _fields(name: str | None, value: Any, seen: Seen, depth: int, levels: int) -> Any:
     if not isinstance(value, (dict, list)):
         return redact_value(name, value, depth)
+    if name == "files" and _plain_files(value, seen, depth):
+        return value
     try:
         # marshal (format 2: no back-references, so equal values give equal bytes) is a
         # third of json.dumps' cost; equal bytes load as equal values, so a hit is exact.
@@ -83,6 +94,35 @@ def _fields(name: str | None, value: Any, seen: Seen, depth: int, levels: int) -
     if memo_key is not None:
         seen[memo_key] = red
     return red
+
+
+_FILE_FIELDS: dict[str, type] = {"path": str, "size": int, "sha256": str, "executable": bool}
+
+
+def _plain_files(value: Any, seen: Seen, depth: int) -> bool:
+    """Whether ``value`` (at ``depth``) is a record's list of files (:class:`.records.
+    FileRecord` fields: texts, whole numbers, booleans, under names that name no secret)
+    whose texts redaction leaves as they are: then it leaves the list as it is. Each text is
+    tested cheaply (:func:`~vllm_cache_tools.redaction.may_hold_secret`), the few that may
+    hold one (``cache_key_factors.json``) redacted once per selection (``seen``): walking a
+    record's ~25 files one by one was half of a first pack's redaction."""
+    if not isinstance(value, list) or depth + 2 > MAX_DEPTH:
+        return False
+    for f in value:
+        if type(f) is not dict:
+            return False
+        for k, v in f.items():
+            kind = _FILE_FIELDS.get(k)
+            if kind is None or type(v) is not kind:
+                return False
+            if isinstance(v, str) and may_hold_secret(v):
+                memo = (f"{depth + 2}:file text", v.encode("utf-8", "surrogatepass"))
+                same = seen.get(memo)
+                if same is None:
+                    same = seen[memo] = redact_string(v, depth + 2) == v
+                if not same:
+                    return False
+    return True
 
 
 def redact_document(data: Any, seen: Seen | None = None) -> Any:
@@ -169,24 +209,37 @@ def _first_secret(data: Any, red: Any, where: str = "") -> str:
 
 def refuse_secret_manifests(records: Sequence[EntryRecord],
                             files: Iterable[Sequence[LocalFile]], seen: Seen | None = None,
-                            parsed: Mapping[str, Any] | None = None) -> None:
+                            parsed: Mapping[str, Manifest] | None = None) -> None:
     """Raise :class:`Refused` when a recorder manifest among the entries' ``files``
     (:class:`~vllm_cache_tools.fleet.selection.LocalFile`\\ s, per record) holds a secret
     in clear. A manifest that cannot be read is the readers' concern (it is carried as a
     file; ``show`` and ``audit`` report it), not a secret found. ``seen``: field values
     redacted before (:func:`redact_fields`); a manifest of the same digest is read once.
-    ``parsed``: manifests already read, by path (the deep read's: a file replaced since is
-    refused by the bundle writer, whose identity check covers every file it carries)."""
+    ``parsed``: manifests already read, by path (the deep read's), each taken only where the
+    bytes it was parsed from are the ones carried (its sha256 is the record's). What is
+    read here must be the carried bytes too: a manifest changed since it was hashed is
+    :class:`FleetError` (run again), never checked in its new form."""
     clean: set[str] = set()
     for rec, fs in zip(records, files, strict=True):
         for lf in fs:
             if not is_manifest_name(os.path.basename(lf.source)) or lf.record.sha256 in clean:
                 continue
-            data = parsed.get(os.fspath(lf.source)) if parsed is not None else None
+            m = parsed.get(os.fspath(lf.source)) if parsed is not None else None
+            data = m.data if m is not None and m.sha256 == lf.record.sha256 else None
             if data is None:
                 try:
-                    data = read_manifest(Path(lf.source)).data
+                    raw = read_noatime(lf.source, MAX_MANIFEST_BYTES + 1)
+                except OSError:
+                    raw = None
+                if raw is not None and hashlib.sha256(raw).hexdigest() != lf.record.sha256:
+                    raise FleetError(f"{lf.record.path} of entry {short_key(rec.key)} changed "
+                                     "while it was packed (being written?): run again")
+                try:
+                    data = manifest_from_bytes(raw, Path(lf.source)).data \
+                        if raw is not None else None
                 except ReadError:
+                    data = None
+                if data is None:
                     continue
             red = redact_fields(data, seen)
             if red != data:

@@ -11,9 +11,10 @@ import os
 import stat
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from vllm_cache_tools.errors import UsageError
 from vllm_cache_tools.fleet.errors import FleetError, Refused
@@ -30,13 +31,18 @@ from vllm_cache_tools.fleet.redacted import (
 from vllm_cache_tools.keys.key_check import key_check
 from vllm_cache_tools.keys.source_link import install_prefix
 from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME, short_key
+from vllm_cache_tools.read.manifest import Manifest
 from vllm_cache_tools.read.noatime import open_noatime
 from vllm_cache_tools.store.filters import parse_filter
 from vllm_cache_tools.store.folders import scan_workers
 from vllm_cache_tools.store.locate import CacheRoot, display_path, resolve_root
 from vllm_cache_tools.store.lookup import AmbiguousKey, EntryNotFound, locate_entries
+from vllm_cache_tools.store.parallel_read import forked_workers
 from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Entry
+
+if TYPE_CHECKING:
+    from vllm_cache_tools.fleet.frames import FrameSpool
 
 CHUNK = 1 << 20
 HASH_THREADS = 2
@@ -45,6 +51,10 @@ the GIL for the digest, not for the Python around each file, and the link proof 
 thread meanwhile: on the 16-core device a cold selection of 100 starts took 1.32-1.46 s with
 a thread per core (16), 1.10-1.23 s with 4, 1.01-1.35 s with 2 and 1.09-1.14 s with 1; of 360
 starts 4.8-5.2, 3.7-4.6, 3.5-4.1 and 3.9 s."""
+FRAME_FORK_ENTRIES = 8
+"""A pack of this many entries or more (on :data:`READ_AHEAD_CORES` cores) compresses them in
+the read-ahead's forked workers (:meth:`.frames.FrameSpool.use_processes`), fewer in threads
+of this process."""
 READ_AHEAD_CORES = 2
 """From this many cores, the selected entries' pickles are read by forked processes. Once
 their results shared each traced source text (:func:`.parallel_read.read_deep`), receiving
@@ -261,6 +271,23 @@ def _hash_files(walked: Walked) -> tuple[tuple[LocalFile, ...], bool]:
     return tuple(out), same
 
 
+def _files_of(job: Future[Any]) -> Future[tuple[tuple[LocalFile, ...], bool]]:
+    """The files and identity flag of a :class:`.frames.Framed` job, as a future."""
+    out: Future[tuple[tuple[LocalFile, ...], bool]] = Future()
+
+    def done(j: Future[Any]) -> None:
+        if j.cancelled():
+            out.cancel()
+            return
+        exc = j.exception()
+        if exc is not None:
+            out.set_exception(exc)
+        else:
+            out.set_result((j.result().files, j.result().same))
+    job.add_done_callback(done)
+    return out
+
+
 def _known_files(walked: Walked, rec: EntryRecord) -> tuple[LocalFile, ...] | None:
     """The files of a memo's record, with the walk's identities (the fingerprint matched)."""
     if [r for r, *_ in walked] != [f.path for f in rec.files]:
@@ -302,7 +329,8 @@ def _locate(refs: Sequence[str], croot: CacheRoot) -> list[Path]:
 def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] = (), *,
            model: str | None = None, filter_expr: str | None = None, linked: bool = True,
            allow_states: Sequence[str] = PACKABLE,
-           progress: Callable[[str], None] | None = None) -> Selection:
+           progress: Callable[[str], None] | None = None,
+           frames: FrameSpool | None = None) -> Selection:
     """The entries named by ``refs`` (keys, unique prefixes, paths), by ``model`` (a
     substring of the served model or traced model code) or by ``filter_expr`` (``ls
     --filter``), plus (``linked``) the other tree's entries proven to be of the same starts.
@@ -310,7 +338,11 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
     state whose files are not whole (partial, corrupt, unknown).
 
     An entry whose files are unchanged since an earlier pack or push (:mod:`.pack_memo`) is
-    not read again: its record, digests and link proofs come from the memo."""
+    not read again: its record, digests and link proofs come from the memo.
+
+    ``frames`` (a pack): every selected entry is compressed into it as soon as its files are
+    known, the files the memo does not know hashed in the same pass (:mod:`.frames`), while
+    the proofs run."""
     croot = root if isinstance(root, CacheRoot) else resolve_root(root)
     if not refs and model is None and filter_expr is None:
         raise FleetError("name the entries: KEY..., --model or --filter")
@@ -357,45 +389,60 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
     for p in links:
         memo_hit(p)
     tried = set(links)
-    cores = scan_workers()
-    ahead = facts.read_ahead([p for p in links if p not in known]
-                             if cores >= READ_AHEAD_CORES else (), cores)
-    next(ahead, None)
-    hashing: dict[str, Future[tuple[tuple[LocalFile, ...], bool]]] = {}
-    with ThreadPoolExecutor(max_workers=min(cores, HASH_THREADS)) as ex:
+    with ExitStack() as stack:
+        cores = scan_workers()
+        pool = None
+        if frames is not None and cores >= READ_AHEAD_CORES and len(links) >= FRAME_FORK_ENTRIES:
+            # One pool of forked workers reads the pickles, then compresses the entries.
+            pool = stack.enter_context(forked_workers(cores))
+            if pool is not None:
+                frames.use_processes(pool)
+        ahead = facts.read_ahead([p for p in links if p not in known]
+                                 if cores >= READ_AHEAD_CORES else (), cores, pool=pool)
+        next(ahead, None)
+        hashing: dict[str, Future[tuple[tuple[LocalFile, ...], bool]]] = {}
+        with ThreadPoolExecutor(max_workers=min(cores, HASH_THREADS)) as ex:
 
-        def hash_unknown(ps: Iterable[str]) -> None:
-            for p in ps:
-                if p in hashing or p in known:
-                    continue
-                if p not in tried:
-                    tried.add(p)
-                    memo_hit(p)
-                if p not in known:
-                    hashing[p] = ex.submit(_hash_files, facts.walk(p)[0])
+            def hash_unknown(ps: Iterable[str]) -> None:
+                for p in ps:
+                    if p in hashing or (p in known and frames is None):
+                        continue
+                    if p not in tried:
+                        tried.add(p)
+                        memo_hit(p)
+                    if frames is not None:
+                        prefix = os.path.relpath(by_path[p].path, info.root).replace(os.sep, "/")
+                        job = frames.submit(prefix, facts.walk(p)[0],
+                                            known[p][1] if p in known else None)
+                        if p not in known:
+                            hashing[p] = _files_of(job)
+                    elif p not in known:
+                        hashing[p] = ex.submit(_hash_files, facts.walk(p)[0])
 
-        hash_unknown(links)
-        for _ in ahead:
-            pass
-        if linked:
-            if progress is not None:
-                progress("linking the two trees' entries of each start")
-            link_entries(info.entries, facts, links)
             hash_unknown(links)
-        deep = {p: facts.full(p) for p in links if p not in known}
-        states = [(by_path[p].key, known[p][0].state, known[p][0].state_detail)
-                  if p in known else (by_path[p].key, deep[p].state, deep[p].state_detail)
-                  for p in links]
-        bad = [s for s in states if s[1] not in allow_states]
-        if bad:
-            ex.shutdown(wait=False, cancel_futures=True)  # no more hashing for a refusal
-            key, state, detail = bad[0]
-            raise Refused(f"entry {short_key(key)} is {state}"
-                          + (f" ({detail})" if detail else "")
-                          + ": its files are not whole, not packed")
-        if progress is not None and deep:
-            progress(f"hashing {sum(e.stats.files for e in deep.values())} files")
-        hashed = {p: hashing[p].result() for p in deep}
+            for _ in ahead:
+                pass
+            if linked:
+                if progress is not None:
+                    progress("linking the two trees' entries of each start")
+                link_entries(info.entries, facts, links)
+                hash_unknown(links)
+            deep = {p: facts.full(p) for p in links if p not in known}
+            states = [(by_path[p].key, known[p][0].state, known[p][0].state_detail)
+                      if p in known else (by_path[p].key, deep[p].state, deep[p].state_detail)
+                      for p in links]
+            bad = [s for s in states if s[1] not in allow_states]
+            if bad:
+                ex.shutdown(wait=False, cancel_futures=True)  # no more hashing for a refusal
+                key, state, detail = bad[0]
+                raise Refused(f"entry {short_key(key)} is {state}"
+                              + (f" ({detail})" if detail else "")
+                              + ": its files are not whole, not packed")
+            if progress is not None and deep:
+                progress(f"hashing {sum(e.stats.files for e in deep.values())} files")
+            hashed = {p: hashing[p].result() for p in deep}
+            if frames is not None:
+                frames.wait()  # every entry compressed before the workers end
     memoized = set(known)
     for p, e in deep.items():
         files, same = hashed[p]
@@ -406,12 +453,9 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
             memoized.add(p)
         known[p] = (rec, files, snaps)
     ordered = sorted(links, key=lambda p: (known[p][0].layout, known[p][0].key))
-    # The manifests the deep reads parsed serve the secret check where each file kept its
-    # identity from the walk to its hashing (the read came between the two, or after the hash,
-    # and then a file replaced since is refused by the writer's identity check); elsewhere
-    # what was read may not be what was hashed and is carried: read again.
-    parsed = {os.fspath(m.path): m.data for p, e in deep.items() if hashed[p][1]
-              for m in e.manifests}
+    # The manifests the deep reads parsed serve the secret check where they were parsed from
+    # the bytes carried (refuse_secret_manifests compares their digests).
+    parsed = {os.fspath(m.path): m for e in deep.values() for m in e.manifests}
     records, clean = _redacted(ordered, known, links, facts, memoized, parsed)
     facts.memo.forget_missing(by_path)
     facts.memo.save()
@@ -425,7 +469,8 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
 def _redacted(ordered: Sequence[str],
               known: dict[str, tuple[EntryRecord, tuple[LocalFile, ...], tuple[str, ...]]],
               links: dict[str, set[str]], facts: EntryFacts, memoized: set[str],
-              parsed: Mapping[str, Any]) -> tuple[tuple[EntryRecord, ...], tuple[bool, ...]]:
+              parsed: Mapping[str, Manifest]
+              ) -> tuple[tuple[EntryRecord, ...], tuple[bool, ...]]:
     """The records of ``ordered``, every secret hidden in what is written about each entry
     (redacted where they sit in a bundle manifest), and whether each was left as it was;
     :class:`Refused` when a recorder manifest to be carried holds one. An entry the memo

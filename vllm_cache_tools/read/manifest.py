@@ -5,6 +5,7 @@ be read is reported, never guessed at. A ledger line is judged by the one record
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -46,6 +47,8 @@ class Manifest:
     prefix: str
     created: float | None
     data: dict[str, Any] = field(hash=False, compare=False, repr=False)
+    sha256: str = field(default="", compare=False, repr=False)
+    """Of the bytes ``data`` was parsed from (a pack checks that they are the ones it carries)."""
 
     @property
     def config(self) -> dict[str, Any]:
@@ -65,6 +68,12 @@ def read_manifest(path: Path) -> Manifest:
         raw = read_noatime(path, MAX_MANIFEST_BYTES + 1)
     except OSError as exc:
         raise unreadable(path.name, exc) from None
+    return manifest_from_bytes(raw, path)
+
+
+def manifest_from_bytes(raw: bytes, path: Path) -> Manifest:
+    """The manifest whose bytes are ``raw`` (read from ``path``), checked as
+    :func:`read_manifest` does."""
     if len(raw) > MAX_MANIFEST_BYTES:
         raise jsontext.beyond_limits(path.name, f"larger than {MAX_MANIFEST_BYTES} bytes")
     data = jsontext.loads(raw, path.name)
@@ -79,7 +88,8 @@ def read_manifest(path: Path) -> Manifest:
         return v if isinstance(v, str) else ""
 
     return Manifest(path, text("digest"), text("tree"), text("key"), text("rank"),
-                    text("prefix"), jsontext.finite_time(data.get("created")), data)
+                    text("prefix"), jsontext.finite_time(data.get("created")), data,
+                    hashlib.sha256(raw).hexdigest())
 
 
 def _schema_problem(data: dict[str, Any]) -> str | None:

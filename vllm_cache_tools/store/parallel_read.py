@@ -24,7 +24,9 @@ import os
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import replace
+from multiprocessing.pool import Pool
 from pathlib import Path
 from typing import TypeVar, cast
 
@@ -103,13 +105,13 @@ def read_entries_for_index(items: Sequence[Item], *, deep: bool = False,
     yield from _with_paths(items, prev, _spread(_summary, args, workers), deep, records)
 
 
-def read_deep(items: Sequence[Item], *, workers: int | None = None
-              ) -> Iterator[Entry | None]:
+def read_deep(items: Sequence[Item], *, workers: int | None = None,
+              pool: Pool | None = None) -> Iterator[Entry | None]:
     """Each item's deep read (``layout`` as given), in the order given, spread over
-    processes as :func:`read_entries`; ``None`` for one whose read raised ``OSError`` (the
-    others are still read)."""
+    processes as :func:`read_entries` (``pool``'s when given: :func:`forked_workers`);
+    ``None`` for one whose read raised ``OSError`` (the others are still read)."""
     return _spread(_deep_or_none, [(layout, os.fsdecode(path)) for layout, path in items],
-                   workers, chunks_per_worker=4)
+                   workers, chunks_per_worker=4, pool=pool)
 
 
 def read_light(items: Sequence[Item], *, workers: int | None = None
@@ -165,18 +167,39 @@ def _shared_sources(e: Entry) -> Entry:
 
 
 def _spread(fn: Callable[[A], R], args: Sequence[A], workers: int | None,
-            chunks_per_worker: int = 16) -> Iterator[R]:
-    """``map(fn, args)``, by ``workers`` forked processes (default :func:`scan_workers`)
-    where there are enough args and this process has no other thread."""
+            chunks_per_worker: int = 16, pool: Pool | None = None) -> Iterator[R]:
+    """``map(fn, args)``, by ``pool``'s processes when given, else by ``workers`` forked
+    processes (default :func:`scan_workers`) where there are enough args and this process
+    has no other thread."""
+    if pool is not None:
+        n = pool._processes  # type: ignore[attr-defined]
+        yield from pool.imap(fn, args, chunksize=max(1, min(64, len(args) // (
+            n * chunks_per_worker))))
+        return
     n = scan_workers() if workers is None else workers
-    if (n <= 1 or len(args) < PARALLEL_MIN_ENTRIES or threading.active_count() > 1
-            or "fork" not in multiprocessing.get_all_start_methods()):
+    if len(args) < PARALLEL_MIN_ENTRIES:
         yield from map(fn, args)
         return
     n = min(n, len(args) // (PARALLEL_MIN_ENTRIES // 4) or 1)
-    # Small chunks keep every worker busy to the end (entries differ a lot in size); a few
-    # per worker keep the pipe traffic low.
-    chunk = max(1, min(64, len(args) // (n * chunks_per_worker)))
+    with forked_workers(n) as own:
+        if own is None:
+            yield from map(fn, args)
+            return
+        # Small chunks keep every worker busy to the end (entries differ a lot in size); a
+        # few per worker keep the pipe traffic low.
+        yield from own.imap(fn, args, chunksize=max(1, min(64, len(args) // (
+            n * chunks_per_worker))))
+
+
+@contextmanager
+def forked_workers(n: int) -> Iterator[Pool | None]:
+    """A pool of ``n`` forked worker processes for the block (ended, whatever they still do,
+    when it ends), or ``None`` where this process may not fork them: one worker asked, another
+    thread running (forking a threaded process can deadlock), no ``fork`` here."""
+    if (n <= 1 or threading.active_count() > 1
+            or "fork" not in multiprocessing.get_all_start_methods()):
+        yield None
+        return
     # SIGTERM and SIGINT wait while the workers are forked, until each has set its own
     # handlers (_worker_start): the parent's may raise SystemExit in a worker.
     held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
@@ -185,7 +208,7 @@ def _spread(fn: Callable[[A], R], args: Sequence[A], workers: int | None,
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
     with pool:
-        yield from pool.imap(fn, args, chunksize=chunk)
+        yield pool
 
 
 _HELD = {signal.SIGTERM, signal.SIGINT}

@@ -1,0 +1,143 @@
+"""A pack compresses each entry into its own zstd frame while the selection runs
+(fleet/frames.py): in the read-ahead's forked workers from FRAME_FORK_ENTRIES entries, else in
+threads of the packing process, or by the writer from a selection made without a spool. Every
+way gives the same bytes, which unpack places; a worker's failure fails the pack with its
+reason; and the pieces the pack's speed rests on (the manifest's encoder, the redaction of a
+record's files, the secret check of the carried manifests) keep their rules."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.bench_fleet import entry_dirs
+from tests.fresh_process import ran_in_fresh_process
+from tests.test_fleet_link_index import SAMPLE, sample_starts
+from vllm_cache_tools.fleet import api, frames, selection
+from vllm_cache_tools.fleet.bundle import write_bundle
+from vllm_cache_tools.fleet.errors import FleetError
+from vllm_cache_tools.fleet.records import EntryRecord, FileRecord
+from vllm_cache_tools.fleet.redacted import RECORD_DEPTH, redact_fields, refuse_secret_manifests
+from vllm_cache_tools.fleet.selection import LocalFile
+from vllm_cache_tools.redaction import redact_value
+
+
+def _tree_digests(root: Path) -> dict[str, str]:
+    cc = root / "torch_compile_cache"
+    return {str(p.relative_to(cc)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(cc.rglob("*")) if p.is_file()
+            and not any(part.startswith(".vllm-cache") for part in p.parts)}
+
+
+def test_frames_made_by_forked_workers_threads_or_the_writer_are_the_same_bundle(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    if ran_in_fresh_process(request):
+        return
+    root = sample_starts(tmp_path, 6)  # 12 entries: past FRAME_FORK_ENTRIES
+    keys = [p.name for p in entry_dirs(root)]
+    assert len(keys) >= selection.FRAME_FORK_ENTRIES
+    used: list[int] = []
+    use = frames.FrameSpool.use_processes
+
+    def spy(self: frames.FrameSpool, pool: Any) -> None:
+        used.append(pool._processes)
+        use(self, pool)
+
+    monkeypatch.setattr(frames.FrameSpool, "use_processes", spy)
+    out: dict[str, bytes] = {}
+    for how, workers in (("threads", "1"), ("forked", "2"), ("forked, from the memo", "2")):
+        monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", workers)
+        if how != "forked, from the memo":
+            monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / f"xdg-{workers}"))  # cold
+        used.clear()
+        res = api.pack(keys, tmp_path / f"{len(out)}.tar.zst", root=root)
+        assert used == ([] if workers == "1" else [2]), how
+        assert len(res.entries) == len(keys)
+        out[how] = res.path.read_bytes()
+    # Without a spool (push's selection, bench_fleet's write row): the writer compresses.
+    sel = selection.select(root, keys)
+    out["writer"] = write_bundle(sel, tmp_path / "w.tar.zst").path.read_bytes()
+    assert len(set(out.values())) == 1, {k: len(v) for k, v in out.items()}
+    # Frames in a row are one stream to unpack: every file placed as it was.
+    api.unpack(tmp_path / "1.tar.zst", root=tmp_path / "placed", force=True)
+    assert _tree_digests(tmp_path / "placed") == _tree_digests(root)
+
+
+def test_a_file_a_forked_worker_cannot_read_fails_the_pack_with_its_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    if ran_in_fresh_process(request):
+        return
+    root = sample_starts(tmp_path, 6)
+    keys = [p.name for p in entry_dirs(root)]
+    monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", "2")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    victim = next(p for p in sorted((root / "torch_compile_cache").rglob("model")))
+    open_noatime = frames.open_noatime
+
+    def failing(path: Any, *a: Any, **k: Any) -> Any:  # inherited by the forked workers
+        if os.fspath(path) == os.fspath(victim):
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return open_noatime(path, *a, **k)
+
+    monkeypatch.setattr(frames, "open_noatime", failing)
+    out = tmp_path / "b.tar.zst"
+    with pytest.raises(FleetError, match=r"cannot read .*/rank_0_0/model: Permission denied"):
+        api.pack(keys, out, root=root)
+    assert not out.exists() and not any(p.name != "xdg" for p in tmp_path.iterdir()
+                                        if p.name.startswith(".b.tar.zst"))
+
+
+@pytest.mark.parametrize("paths", [
+    ["rank_0_0/model", "rank_0_0/backbone/cache_key_factors.json"],
+    ["rank_0_0/hf_" + "a1B2" * 8 + "/x.py"],
+    ["https://user:hunter2@h.example/m/x", "plain"],
+    ["rank_0_0/tokenizer_config.json", "password=hunter2", "sk-" + "x" * 30],
+])
+def test_a_records_files_are_redacted_by_the_rule(paths: list[str]) -> None:
+    """The fast look at a record's list of files (only texts that may hold a secret are
+    redacted, once a selection) gives what the rule gives, and redacts what it redacts."""
+    files = [{"path": p, "size": i, "sha256": "ab" * 32, "executable": bool(i % 2)}
+             for i, p in enumerate(paths)]
+    record = {"key": "k" * 10, "files": files}
+    seen: dict[Any, Any] = {}
+    for _ in range(2):  # the second time from the memo
+        assert redact_fields(record, seen, RECORD_DEPTH) == redact_value(None, record,
+                                                                           RECORD_DEPTH)
+
+
+def test_a_carried_manifest_changed_since_its_hash_is_never_checked_in_its_new_form(
+        tmp_path: Path) -> None:
+    src = next(SAMPLE.rglob("vct-manifest.*.json"))
+    m = tmp_path / src.name
+    m.write_bytes(src.read_bytes())
+    rec = FileRecord(f"rank_0_0/{m.name}", m.stat().st_size,
+                     hashlib.sha256(m.read_bytes()).hexdigest())
+    entry = _record(files=(rec,))
+    refuse_secret_manifests([entry], [[LocalFile(rec, os.fspath(m))]])  # as hashed: checked
+    data = json.loads(m.read_text())
+    data["note"] = "rewritten after the pack hashed it"
+    m.write_text(json.dumps(data))
+    with pytest.raises(FleetError, match="changed while it was packed"):
+        refuse_secret_manifests([entry], [[LocalFile(rec, os.fspath(m))]])
+
+
+def test_the_manifests_encoder_writes_json_dumps_bytes_and_escapes_what_is_not_ascii() -> None:
+    from vllm_cache_tools.fleet.bundle import manifest_bytes
+    from vllm_cache_tools.fleet.records import BundleManifest, manifest_json
+
+    for model in ("plain/model", "модель/ü\u202e\x1b[31m"):
+        doc = BundleManifest((_record(model=model),))
+        want = (json.dumps(manifest_json(doc), sort_keys=True, separators=(",", ":"))
+                + "\n").encode()
+        assert manifest_bytes(doc) == want and want.isascii()
+
+
+def _record(**k: Any) -> EntryRecord:
+    return EntryRecord(**{"key": "0" * 10, "layout": "backend", "path": "x", "ranks": (),
+                          "prefixes": (), "state": "complete", "state_detail": "",
+                          "files": (), **k})
