@@ -92,6 +92,49 @@ def test_a_file_a_forked_worker_cannot_read_fails_the_pack_with_its_name(
                                         if p.name.startswith(".b.tar.zst"))
 
 
+def test_a_forked_worker_that_dies_fails_the_pack_instead_of_hanging(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """A worker killed mid-entry (the OOM killer) is replaced by the pool, which never answers
+    its job: the pack looks for that while it waits and stops with the reason."""
+    if ran_in_fresh_process(request):
+        return
+    root = sample_starts(tmp_path, 6)
+    keys = [p.name for p in entry_dirs(root)]
+    monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", "2")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    victim = os.fspath(next(p for p in sorted((root / "torch_compile_cache").rglob("model"))))
+    hashed = frames._hashed
+
+    def dying(z: Any, prefix: str, rel: str, path: str, *a: Any) -> Any:
+        if path == victim:
+            os.kill(os.getpid(), 9)  # in the forked worker that archives it
+        return hashed(z, prefix, rel, path, *a)
+
+    monkeypatch.setattr(frames, "_hashed", dying)
+    out = tmp_path / "b.tar.zst"
+    with pytest.raises(FleetError, match="worker process ended without answering"):
+        api.pack(keys, out, root=root)
+    assert not out.exists()
+
+
+def test_the_secret_check_reads_the_manifest_bytes_the_pack_carried(tmp_path: Path) -> None:
+    """A manifest deleted (or replaced) after the pack archived it is checked as archived;
+    without those bytes, one that cannot be read stops the pack: never skipped."""
+    from vllm_cache_tools.fleet.errors import Refused
+
+    src = next(SAMPLE.rglob("vct-manifest.*.json"))
+    data = json.loads(src.read_text())
+    data.setdefault("model", {})["model"] = "https://user:hunter2secret@hf.example/m"
+    raw = json.dumps(data).encode()
+    m = tmp_path / src.name
+    rec = FileRecord(f"rank_0_0/{m.name}", len(raw), hashlib.sha256(raw).hexdigest())
+    files = [[LocalFile(rec, os.fspath(m))]]  # the file is gone by the check
+    with pytest.raises(Refused, match="holds a secret in clear"):
+        refuse_secret_manifests([_record(files=(rec,))], files, carried={os.fspath(m): raw})
+    with pytest.raises(FleetError, match="cannot read the recorder manifest"):
+        refuse_secret_manifests([_record(files=(rec,))], files)
+
+
 @pytest.mark.parametrize("paths", [
     ["rank_0_0/model", "rank_0_0/backbone/cache_key_factors.json"],
     ["rank_0_0/hf_" + "a1B2" * 8 + "/x.py"],

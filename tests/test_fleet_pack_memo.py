@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.realvllm.harness import ScenarioRun
-from vllm_cache_tools.fleet import api, link_proof, selection
+from vllm_cache_tools.fleet import api, frames, link_proof, selection
 from vllm_cache_tools.fleet.bundle import read_manifest
 from vllm_cache_tools.fleet.pack_memo import memo_path
 
@@ -37,6 +37,7 @@ def _no_reads(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(link_proof, "read_entry", boom)
     monkeypatch.setattr(selection, "_hash_files", boom)
+    monkeypatch.setattr(frames, "_hashed", boom)  # the pack hashes as it compresses
 
 
 def test_unchanged_entries_come_from_the_memo_with_the_same_bytes(

@@ -159,7 +159,10 @@ def pack(refs: Sequence[str], output: str | os.PathLike[str], *,
     except OSError as exc:
         raise FleetError(f"cannot write {out}: {exc.strerror or exc}") from None
     with frames:
-        sel = select(root, refs, model=model, filter_expr=filter_expr, frames=frames)
+        try:
+            sel = select(root, refs, model=model, filter_expr=filter_expr, frames=frames)
+        except OSError as exc:  # a file that vanished mid-walk, a worker lost (WorkerLost)
+            raise FleetError(f"cannot pack: {exc.strerror or exc}") from None
         total = sum(f.record.size for fs in sel.files for f in fs) + sum(
             x.record.size for x in sel.extras)
         done = [0]

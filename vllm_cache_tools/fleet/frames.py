@@ -19,7 +19,7 @@ import tarfile
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError
 from dataclasses import dataclass
 from multiprocessing.pool import Pool
 from typing import IO, Any, cast
@@ -30,10 +30,15 @@ from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.records import FileRecord
 from vllm_cache_tools.fleet.selection import LocalFile, file_ident
 from vllm_cache_tools.fleet.tar_headers import member_header
+from vllm_cache_tools.layout import is_manifest_name
+from vllm_cache_tools.read.manifest import MAX_MANIFEST_BYTES
 from vllm_cache_tools.read.noatime import open_noatime
 from vllm_cache_tools.store.folders import scan_workers
+from vllm_cache_tools.store.parallel_read import WORKER_LOST, worker_pids
 
 _BUF = 1 << 20
+_WATCH_S = 1.0
+"""How often a wait for a forked worker's entry looks whether the workers are all there."""
 _FLUSH = 4 << 20
 """A worker hands its compressed bytes to the spool in pieces of about this size."""
 _GATHER = 8 << 20
@@ -60,6 +65,10 @@ class Framed:
     extents: tuple[tuple[int, int], ...]
     tar_size: int
     """The frame's uncompressed size: the entry's members (a multiple of 512)."""
+    manifests: tuple[tuple[str, bytes], ...] = ()
+    """The recorder manifests carried (path here, the bytes archived; those over
+    :data:`~vllm_cache_tools.read.manifest.MAX_MANIFEST_BYTES` apart): the secret check
+    reads what the bundle holds, not what the file holds by then."""
 
 
 class FrameSpool:
@@ -74,6 +83,7 @@ class FrameSpool:
         self.workers = max(1, min(workers or cores, MAX_WORKERS))
         self.threads = max(1, cores // self.workers)
         self.level = level
+        self.directory = directory
         self._file = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115  # closed in close()
         # The spool's end, shared with forked workers (use_processes): each takes its piece.
         self._end = multiprocessing.Value("q", 0)
@@ -101,11 +111,27 @@ class FrameSpool:
         process's GIL (threads here slowed the selection's proofs beside them). Wait for them
         (:meth:`wait`) before the pool ends."""
         self._procs, self.threads = pool, 1
+        self._pids = worker_pids(pool)
 
     def wait(self) -> None:
         """Wait for every entry submitted (raising the first error)."""
         for job in list(self._jobs.values()):
-            job.result()
+            self._result(job)
+
+    def carried(self) -> dict[str, bytes]:
+        """The recorder manifests archived, by path here, as archived (:meth:`wait` first)."""
+        return {src: raw for job in self._jobs.values() if job.done() and not job.exception()
+                for src, raw in job.result().manifests}
+
+    def _result(self, job: Future[Framed]) -> Framed:
+        """The job's result; :class:`FleetError` where a worker process ended without
+        answering (killed: a pool does not tell, and its job would be waited for forever)."""
+        while True:
+            try:
+                return job.result(timeout=_WATCH_S)
+            except TimeoutError:
+                if self._procs is not None and worker_pids(self._procs) != self._pids:
+                    raise FleetError(WORKER_LOST) from None
 
     def submit(self, prefix: str, walked: Walked,
                known: Sequence[LocalFile] | None = None) -> Future[Framed]:
@@ -130,7 +156,7 @@ class FrameSpool:
         job = self._jobs.get(prefix)
         if job is None:
             raise FleetError(f"{prefix}: not compressed for the bundle (an internal error)")
-        return job.result()
+        return self._result(job)
 
     def copy(self, framed: Framed, write: Callable[[bytes], object]) -> None:
         """Hand the frame's bytes to ``write``, in order."""
@@ -149,13 +175,19 @@ class FrameSpool:
             off = self._end.value
             self._end.value += len(b)
         fd, done = self._file.fileno(), 0
-        while done < len(b):
-            done += os.pwrite(fd, memoryview(b)[done:], off + done)
+        try:
+            while done < len(b):
+                done += os.pwrite(fd, memoryview(b)[done:], off + done)
+        except OSError as exc:
+            raise FleetError(f"cannot write the pack's spool file in "
+                             f"{self.directory or tempfile.gettempdir()}: "
+                             f"{exc.strerror or exc}: not packed") from None
         return off, len(b)
 
     def _frame(self, prefix: str, walked: Walked, known: Sequence[LocalFile] | None) -> Framed:
         sink = _Sink(self)
         files: list[LocalFile] = []
+        manifests: list[tuple[str, bytes]] = []
         same = True
         size = 0
         cctx = getattr(self._local, "cctx", None)
@@ -165,22 +197,27 @@ class FrameSpool:
             z = _Gather(zw)
             todo: Sequence[Any] = known if known is not None else walked
             for item in todo:
+                source = item.source if isinstance(item, LocalFile) else item[1]
+                keep = _carried(source)
                 try:
                     if isinstance(item, LocalFile):
-                        lf, n = item, write_known(z, f"{prefix}/{item.record.path}", item)
+                        lf, n = item, write_known(z, f"{prefix}/{item.record.path}", item,
+                                                  keep)
                     else:
                         rel, path, exe, ident = item
-                        lf, n = _hashed(z, prefix, rel, path, exe)
+                        lf, n = _hashed(z, prefix, rel, path, exe, keep)
                         same &= lf.ident == ident
                 except OSError as exc:
                     rel = item.record.path if isinstance(item, LocalFile) else item[0]
                     raise FleetError(f"cannot read {prefix}/{rel}: {exc.strerror or exc}: "
                                      "not packed") from None
+                if keep is not None and len(keep) <= MAX_MANIFEST_BYTES:
+                    manifests.append((source, bytes(keep)))
                 files.append(lf)
                 size += n
             z.flush()
         sink.flush()
-        return Framed(tuple(files), same, tuple(sink.extents), size)
+        return Framed(tuple(files), same, tuple(sink.extents), size, tuple(manifests))
 
 
 _SPOOLS: dict[int, FrameSpool] = {}
@@ -189,7 +226,15 @@ _SPOOLS: dict[int, FrameSpool] = {}
 
 def _frame_in_worker(spool: int, prefix: str, walked: Walked,
                      known: Sequence[LocalFile] | None) -> Framed:
-    return _SPOOLS[spool]._frame(prefix, walked, known)
+    s = _SPOOLS[spool]
+    s.threads = 1  # one zstd thread a worker: there is a worker per core
+    return s._frame(prefix, walked, known)
+
+
+def _carried(source: str) -> bytearray | None:
+    """Where the bytes of the file at ``source`` are to be kept as it is archived: a
+    recorder manifest's (the secret check reads them)."""
+    return bytearray() if is_manifest_name(os.path.basename(source)) else None
 
 
 class _Gather:
@@ -232,9 +277,10 @@ class _Sink:
             self.buf.clear()
 
 
-def _copy(z: Any, f: Any, name: str, size: int, h: Any) -> None:
-    """``size`` bytes of ``f`` into the frame and its padding, hashed into ``h`` when given
-    (a file that grew is caught by its identity afterwards)."""
+def _copy(z: Any, f: Any, name: str, size: int, h: Any, keep: bytearray | None) -> None:
+    """``size`` bytes of ``f`` into the frame and its padding, hashed into ``h`` when given,
+    kept in ``keep`` when given, up to just past :data:`MAX_MANIFEST_BYTES` (a file that grew
+    is caught by its identity afterwards)."""
     left = size
     while left > 0:
         b = f.read(min(_BUF, left))
@@ -243,6 +289,8 @@ def _copy(z: Any, f: Any, name: str, size: int, h: Any) -> None:
                              "again")
         if h is not None:
             h.update(b)
+        if keep is not None and len(keep) <= MAX_MANIFEST_BYTES:
+            keep += b
         z.write(b)
         left -= len(b)
     pad = -size % tarfile.BLOCKSIZE
@@ -250,7 +298,8 @@ def _copy(z: Any, f: Any, name: str, size: int, h: Any) -> None:
         z.write(tarfile.NUL * pad)
 
 
-def _hashed(z: Any, prefix: str, rel: str, path: str, exe: bool) -> tuple[LocalFile, int]:
+def _hashed(z: Any, prefix: str, rel: str, path: str, exe: bool,
+            keep: bytearray | None = None) -> tuple[LocalFile, int]:
     """A file the memo does not know: archived at its size when opened, hashed on the way
     (its identity after the read is its record's: a file replaced since the walk is carried
     as it is now)."""
@@ -258,35 +307,37 @@ def _hashed(z: Any, prefix: str, rel: str, path: str, exe: bool) -> tuple[LocalF
     h = hashlib.sha256()
     with open_noatime(path, buffering=0) as f:
         size = os.fstat(f.fileno()).st_size
-        z.write(member_header(name, size, exe))
-        _copy(z, f, name, size, h)
+        header = member_header(name, size, exe)
+        z.write(header)
+        _copy(z, f, name, size, h, keep)
         after = file_ident(os.fstat(f.fileno()))
     if after[2] != size:
         raise FleetError(f"{name} changed while it was packed (being written?): run pack again")
     return (LocalFile(FileRecord(rel, size, h.hexdigest(), exe), path, after),
-            tarfile.BLOCKSIZE + size + (-size % tarfile.BLOCKSIZE))
+            len(header) + size + (-size % tarfile.BLOCKSIZE))
 
 
-def write_known(z: Any, name: str, lf: LocalFile) -> int:
+def write_known(z: Any, name: str, lf: LocalFile, keep: bytearray | None = None) -> int:
     """Archive a file whose record is known as member ``name`` into ``z``: as it is when its
     identity is the one the record was made at (checked again after the read), else hashed
     on the way and refused if its bytes differ from the record. Returns the member's size in
     the tar stream."""
     rec = lf.record
     with open_noatime(lf.source, buffering=0) as f:
-        z.write(member_header(name, rec.size, rec.executable))
+        header = member_header(name, rec.size, rec.executable)
+        z.write(header)
         if lf.ident is not None and file_ident(os.fstat(f.fileno())) == lf.ident:
-            _copy(z, f, name, rec.size, None)
+            _copy(z, f, name, rec.size, None, keep)
             if file_ident(os.fstat(f.fileno())) != lf.ident:
                 raise FleetError(f"{name} changed while it was packed (being written?): run "
                                  "pack again")
         else:
             h = hashlib.sha256()
-            _copy(z, f, name, rec.size, h)
+            _copy(z, f, name, rec.size, h, keep)
             if h.hexdigest() != rec.sha256:
                 raise FleetError(f"{name} changed while it was packed (being written?): run "
                                  "pack again")
-    return tarfile.BLOCKSIZE + rec.size + (-rec.size % tarfile.BLOCKSIZE)
+    return len(header) + rec.size + (-rec.size % tarfile.BLOCKSIZE)
 
 
 __all__ = ["MAX_WORKERS", "FrameSpool", "Framed", "compressor", "write_known"]

@@ -11,7 +11,7 @@ ns), from the one ``lstat`` walk a pack does anyway. vLLM and Inductor replace f
 (a new inode, a new ctime), and any write in place changes the ctime, so a file whose
 fingerprint is unchanged holds the bytes that were hashed. The bundle stays what it would be
 without the memo (the same records, so the same bytes), and the writer still compares each
-file's identity before and after archiving it (:func:`..bundle.write_bundle`).
+file's identity before and after archiving it (:func:`..frames.write_known`).
 
 One msgpack file per vLLM root in our own cache dir (beside the listing index, never inside
 vLLM's root), written atomically under a lock; another format or tool version is ignored and

@@ -209,16 +209,20 @@ def _first_secret(data: Any, red: Any, where: str = "") -> str:
 
 def refuse_secret_manifests(records: Sequence[EntryRecord],
                             files: Iterable[Sequence[LocalFile]], seen: Seen | None = None,
-                            parsed: Mapping[str, Manifest] | None = None) -> None:
+                            parsed: Mapping[str, Manifest] | None = None,
+                            carried: Mapping[str, bytes] | None = None) -> None:
     """Raise :class:`Refused` when a recorder manifest among the entries' ``files``
     (:class:`~vllm_cache_tools.fleet.selection.LocalFile`\\ s, per record) holds a secret
-    in clear. A manifest that cannot be read is the readers' concern (it is carried as a
-    file; ``show`` and ``audit`` report it), not a secret found. ``seen``: field values
-    redacted before (:func:`redact_fields`); a manifest of the same digest is read once.
-    ``parsed``: manifests already read, by path (the deep read's), each taken only where the
-    bytes it was parsed from are the ones carried (its sha256 is the record's). What is
-    read here must be the carried bytes too: a manifest changed since it was hashed is
-    :class:`FleetError` (run again), never checked in its new form."""
+    in clear. A manifest that does not parse is the readers' concern (it is carried as a
+    file; ``show`` and ``audit`` report it), not a secret found; one over
+    :data:`~vllm_cache_tools.read.manifest.MAX_MANIFEST_BYTES` is not read by them either.
+    ``seen``: field values redacted before (:func:`redact_fields`); a manifest of the same
+    digest is read once. What is checked is what is carried: ``carried``, the bytes a pack
+    archived, by path (:attr:`.frames.Framed.manifests`); ``parsed``, manifests already read
+    (the deep read's), each taken only where the bytes it was parsed from are the ones carried
+    (its sha256 is the record's); else the file, read again, must still be those bytes
+    (:class:`FleetError` where it changed or cannot be read: never checked in a new form,
+    never skipped)."""
     clean: set[str] = set()
     for rec, fs in zip(records, files, strict=True):
         for lf in fs:
@@ -227,19 +231,14 @@ def refuse_secret_manifests(records: Sequence[EntryRecord],
             m = parsed.get(os.fspath(lf.source)) if parsed is not None else None
             data = m.data if m is not None and m.sha256 == lf.record.sha256 else None
             if data is None:
+                raw = carried.get(lf.source) if carried is not None else None
+                if raw is None:
+                    raw = _reread(rec, lf)
+                if raw is None:
+                    continue
                 try:
-                    raw = read_noatime(lf.source, MAX_MANIFEST_BYTES + 1)
-                except OSError:
-                    raw = None
-                if raw is not None and hashlib.sha256(raw).hexdigest() != lf.record.sha256:
-                    raise FleetError(f"{lf.record.path} of entry {short_key(rec.key)} changed "
-                                     "while it was packed (being written?): run again")
-                try:
-                    data = manifest_from_bytes(raw, Path(lf.source)).data \
-                        if raw is not None else None
+                    data = manifest_from_bytes(raw, Path(lf.source)).data
                 except ReadError:
-                    data = None
-                if data is None:
                     continue
             red = redact_fields(data, seen)
             if red != data:
@@ -249,6 +248,23 @@ def refuse_secret_manifests(records: Sequence[EntryRecord],
                     "older recorder or by hand), not packed or pushed: remove that file, or "
                     "record the start again with the current recorder")
             clean.add(lf.record.sha256)
+
+
+def _reread(rec: EntryRecord, lf: LocalFile) -> bytes | None:
+    """The manifest's bytes read again, which must be the ones hashed; ``None`` for one
+    over the readers' bound (not checked, as they do not read it)."""
+    try:
+        raw = read_noatime(lf.source, MAX_MANIFEST_BYTES + 1)
+    except OSError as exc:
+        raise FleetError(f"entry {short_key(rec.key)}: cannot read the recorder manifest "
+                         f"{lf.record.path} to check it for secrets: {exc.strerror or exc}: "
+                         "not packed or pushed") from None
+    if len(raw) > MAX_MANIFEST_BYTES:
+        return None
+    if hashlib.sha256(raw).hexdigest() != lf.record.sha256:
+        raise FleetError(f"{lf.record.path} of entry {short_key(rec.key)} changed while it "
+                         "was packed (being written?): run again")
+    return raw
 
 
 __all__ = ["FIELD_LEVELS", "RECORD_DEPTH", "Seen", "document_without_secrets", "linked_clean",

@@ -440,9 +440,9 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
                               + ": its files are not whole, not packed")
             if progress is not None and deep:
                 progress(f"hashing {sum(e.stats.files for e in deep.values())} files")
-            hashed = {p: hashing[p].result() for p in deep}
             if frames is not None:
-                frames.wait()  # every entry compressed before the workers end
+                frames.wait()  # every entry compressed before the workers end (or lost)
+            hashed = {p: hashing[p].result() for p in deep}
     memoized = set(known)
     for p, e in deep.items():
         files, same = hashed[p]
@@ -456,7 +456,8 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
     # The manifests the deep reads parsed serve the secret check where they were parsed from
     # the bytes carried (refuse_secret_manifests compares their digests).
     parsed = {os.fspath(m.path): m for e in deep.values() for m in e.manifests}
-    records, clean = _redacted(ordered, known, links, facts, memoized, parsed)
+    records, clean = _redacted(ordered, known, links, facts, memoized, parsed,
+                               frames.carried() if frames is not None else None)
     facts.memo.forget_missing(by_path)
     facts.memo.save()
     return Selection(info.root, tuple(deep.get(p) or by_path[p] for p in ordered), records,
@@ -469,7 +470,7 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
 def _redacted(ordered: Sequence[str],
               known: dict[str, tuple[EntryRecord, tuple[LocalFile, ...], tuple[str, ...]]],
               links: dict[str, set[str]], facts: EntryFacts, memoized: set[str],
-              parsed: Mapping[str, Manifest]
+              parsed: Mapping[str, Manifest], carried: Mapping[str, bytes] | None = None
               ) -> tuple[tuple[EntryRecord, ...], tuple[bool, ...]]:
     """The records of ``ordered``, every secret hidden in what is written about each entry
     (redacted where they sit in a bundle manifest), and whether each was left as it was;
@@ -477,7 +478,7 @@ def _redacted(ordered: Sequence[str],
     found clean at its fingerprint is not redacted or read again (its ``linked`` aside); the
     others are, and those found clean are marked so (``memoized``: their record is the
     memo's, under the walk's fingerprint); ``parsed``: the recorder manifests the deep reads
-    parsed, by path."""
+    parsed, by path; ``carried``: those a pack archived, as archived, by path."""
     seen: Seen = {}
     records: list[EntryRecord] = []
     clean: list[bool] = []
@@ -496,7 +497,7 @@ def _redacted(ordered: Sequence[str],
             checked.append(p)
     todo = [i for i, was_clean in enumerate(marked) if not was_clean]
     refuse_secret_manifests([records[i] for i in todo], (known[ordered[i]][1] for i in todo),
-                            seen, parsed)
+                            seen, parsed, carried)
     for p in checked:  # no secret in the record, none in its manifests (or Refused above)
         facts.memo.mark_clean(p, facts.walk(p)[1])
     return tuple(records), tuple(clean)

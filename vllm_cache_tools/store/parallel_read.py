@@ -173,7 +173,7 @@ def _spread(fn: Callable[[A], R], args: Sequence[A], workers: int | None,
     has no other thread."""
     if pool is not None:
         n = pool._processes  # type: ignore[attr-defined]
-        yield from pool.imap(fn, args, chunksize=max(1, min(64, len(args) // (
+        yield from _watched(pool, fn, args, max(1, min(64, len(args) // (
             n * chunks_per_worker))))
         return
     n = scan_workers() if workers is None else workers
@@ -187,8 +187,50 @@ def _spread(fn: Callable[[A], R], args: Sequence[A], workers: int | None,
             return
         # Small chunks keep every worker busy to the end (entries differ a lot in size); a
         # few per worker keep the pipe traffic low.
-        yield from own.imap(fn, args, chunksize=max(1, min(64, len(args) // (
+        yield from _watched(own, fn, args, max(1, min(64, len(args) // (
             n * chunks_per_worker))))
+
+
+WORKER_LOST = ("a worker process ended without answering (killed: out of memory?); "
+               "nothing was changed: run again")
+
+
+class WorkerLost(OSError):
+    """A forked worker ended without its answer (:data:`WORKER_LOST`)."""
+
+
+def worker_pids(pool: Pool) -> frozenset[int]:
+    """The pool's worker processes now: a worker killed is replaced by the pool under a new
+    pid, and its task is never answered."""
+    return frozenset(p.pid for p in pool._pool)  # type: ignore[attr-defined]
+
+
+def _watched(pool: Pool, fn: Callable[[A], R], args: Sequence[A], chunk: int) -> Iterator[R]:
+    """``pool.imap``, raising :class:`WorkerLost` instead of waiting forever where a worker
+    ended without answering."""
+    pids = worker_pids(pool)
+    # In chunks of our own: imap's own chunking answers through a generator, which cannot
+    # wait with a timeout. One chunk's results cross the pipe as one object, as before.
+    chunks = [(fn, args[i:i + chunk]) for i in range(0, len(args), chunk)]
+    it = pool.imap(_chunk_call, chunks)
+    while True:
+        try:
+            got = it.next(timeout=_WATCH_S)
+        except StopIteration:
+            return
+        except multiprocessing.TimeoutError:
+            if worker_pids(pool) != pids:
+                raise WorkerLost(WORKER_LOST) from None
+            continue
+        yield from got
+
+
+def _chunk_call(task: tuple[Callable[[A], R], Sequence[A]]) -> list[R]:
+    fn, args = task
+    return [fn(a) for a in args]
+
+
+_WATCH_S = 1.0
 
 
 @contextmanager
