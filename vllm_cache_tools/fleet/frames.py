@@ -86,7 +86,11 @@ class FrameSpool:
         self.directory = directory
         self._file = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115  # closed in close()
         # The spool's end, shared with forked workers (use_processes): each takes its piece.
-        self._end = multiprocessing.Value("q", 0)
+        # (Under the fork context where there is one: its lock's semaphore is unlinked at
+        # once, no resource tracker process is started for it.)
+        ctx = multiprocessing.get_context(
+            "fork" if "fork" in multiprocessing.get_all_start_methods() else None)
+        self._end = ctx.Value("q", 0)
         self._pool: ThreadPoolExecutor | None = None
         self._procs: Pool | None = None
         self._jobs: dict[str, Future[Framed]] = {}
