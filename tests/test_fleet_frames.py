@@ -1,9 +1,10 @@
 """A pack compresses each entry into its own zstd frame while the selection runs
-(fleet/frames.py): in the read-ahead's forked workers from FRAME_FORK_ENTRIES entries, else in
-threads of the packing process, or by the writer from a selection made without a spool. Every
-way gives the same bytes, which unpack places; a worker's failure fails the pack with its
-reason; and the pieces the pack's speed rests on (the manifest's encoder, the redaction of a
-record's files, the secret check of the carried manifests) keep their rules."""
+(fleet/frames.py): in the read-ahead's forked workers from FRAME_FORK_ENTRIES entries and
+FRAME_FORK_CORES cores, else in threads of the packing process, or by the writer from a
+selection made without a spool. Every way gives the same bytes, which unpack places; a
+worker's failure fails the pack with its reason; and the pieces the pack's speed rests on
+(the manifest's encoder, the redaction of a record's files, the secret check of the carried
+manifests) keep their rules."""
 
 from __future__ import annotations
 
@@ -50,13 +51,14 @@ def test_frames_made_by_forked_workers_threads_or_the_writer_are_the_same_bundle
 
     monkeypatch.setattr(frames.FrameSpool, "use_processes", spy)
     out: dict[str, bytes] = {}
-    for how, workers in (("threads", "1"), ("forked", "2"), ("forked, from the memo", "2")):
+    forked = str(selection.FRAME_FORK_CORES)
+    for how, workers in (("threads", "2"), ("forked", forked), ("forked, from the memo", forked)):
         monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", workers)
         if how != "forked, from the memo":
             monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / f"xdg-{workers}"))  # cold
         used.clear()
         res = api.pack(keys, tmp_path / f"{len(out)}.tar.zst", root=root)
-        assert used == ([] if workers == "1" else [2]), how
+        assert used == ([] if how == "threads" else [selection.FRAME_FORK_CORES]), how
         assert len(res.entries) == len(keys)
         out[how] = res.path.read_bytes()
     # Without a spool (push's selection, bench_fleet's write row): the writer compresses.
@@ -74,7 +76,7 @@ def test_a_file_a_forked_worker_cannot_read_fails_the_pack_with_its_name(
         return
     root = sample_starts(tmp_path, 6)
     keys = [p.name for p in entry_dirs(root)]
-    monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", "2")
+    monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", str(selection.FRAME_FORK_CORES))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     victim = next(p for p in sorted((root / "torch_compile_cache").rglob("model")))
     open_noatime = frames.open_noatime
@@ -100,7 +102,7 @@ def test_a_forked_worker_that_dies_fails_the_pack_instead_of_hanging(
         return
     root = sample_starts(tmp_path, 6)
     keys = [p.name for p in entry_dirs(root)]
-    monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", "2")
+    monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", str(selection.FRAME_FORK_CORES))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     victim = os.fspath(next(p for p in sorted((root / "torch_compile_cache").rglob("model"))))
     hashed = frames._hashed

@@ -52,9 +52,13 @@ thread meanwhile: on the 16-core device a cold selection of 100 starts took 1.32
 a thread per core (16), 1.10-1.23 s with 4, 1.01-1.35 s with 2 and 1.09-1.14 s with 1; of 360
 starts 4.8-5.2, 3.7-4.6, 3.5-4.1 and 3.9 s."""
 FRAME_FORK_ENTRIES = 8
-"""A pack of this many entries or more (on :data:`READ_AHEAD_CORES` cores) compresses them in
-the read-ahead's forked workers (:meth:`.frames.FrameSpool.use_processes`), fewer in threads
-of this process."""
+FRAME_FORK_CORES = 4
+"""A pack of :data:`FRAME_FORK_ENTRIES` entries or more on this many cores compresses them in
+the read-ahead's forked workers (:meth:`.frames.FrameSpool.use_processes`: on the 16-core
+device a first pack of 100 starts 1.6-2.0 s -> 0.85-0.99 s against threads); fewer entries, or
+fewer cores, in threads of this process (on 2 cores a pack from the memo took 1.37-1.84 s in
+two forked workers, 1.25-1.31 s in two threads: the workers and this process shared the two
+cores three ways)."""
 READ_AHEAD_CORES = 2
 """From this many cores, the selected entries' pickles are read by forked processes. Once
 their results shared each traced source text (:func:`.parallel_read.read_deep`), receiving
@@ -392,7 +396,7 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
     with ExitStack() as stack:
         cores = scan_workers()
         pool = None
-        if frames is not None and cores >= READ_AHEAD_CORES and len(links) >= FRAME_FORK_ENTRIES:
+        if frames is not None and cores >= FRAME_FORK_CORES and len(links) >= FRAME_FORK_ENTRIES:
             # One pool of forked workers reads the pickles, then compresses the entries.
             pool = stack.enter_context(forked_workers(cores))
             if pool is not None:
