@@ -9,13 +9,10 @@ functions by own time)."""
 
 from __future__ import annotations
 
-import argparse
 import cProfile
-import os
 import pstats
 import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -23,8 +20,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_fleet import entry_dirs, synth_starts, tar_zstd
-from benchmarks.unpack_phases import timed
+from benchmarks.bench_fleet import entry_dirs, tar_zstd
+from benchmarks.unpack_phases import phase_args, phase_tree, timed
 from vllm_cache_tools.fleet import bundle, link_proof, selection
 from vllm_cache_tools.fleet.frames import FrameSpool
 from vllm_cache_tools.fleet.pack_memo import PackMemo, memo_path
@@ -47,19 +44,11 @@ def _marking(marks: list[tuple[str, float]], fn: Callable[..., Any]) -> Callable
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--source", type=Path, required=True)
-    ap.add_argument("--copies", type=int, default=100)
-    ap.add_argument("--repeat", type=int, default=3)
+    ap = phase_args(__doc__, "--workers", "frame threads (where they are threads)")
     ap.add_argument("--profile", action="store_true")
-    ap.add_argument("--workers", type=int, nargs="*", default=[],
-                    help="also pack with these numbers of frame workers (each in turn, "
-                         "interleaved with the shipped default)")
     args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="pack-phases-"))
-    os.environ.setdefault("XDG_CACHE_HOME", str(work / "xdg"))
+    work, many = phase_tree(args, "pack-phases")
     try:
-        many = synth_starts(args.source, work / "many", args.copies)
         keys = [p.name for p in entry_dirs(many)]
         memo = memo_path(many / "torch_compile_cache")
         spent: dict[str, float] = {}

@@ -37,19 +37,30 @@ def timed(spent: dict[str, float], fn: Callable[..., Any]) -> Callable[..., Any]
     return run
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def phase_args(doc: str, variant: str, what: str) -> argparse.ArgumentParser:
+    """The options a phases bench takes: the source start, how many copies, how many
+    repeats, and ``variant`` (``--writers``): other numbers of ``what`` to run with."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     ap.add_argument("--source", type=Path, required=True)
     ap.add_argument("--copies", type=int, default=100)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--writers", type=int, nargs="*", default=[],
-                    help="also unpack with these numbers of writer threads (each in turn, "
-                         "interleaved with the shipped bundle_read.WRITERS)")
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="unpack-phases-"))
+    ap.add_argument(variant, type=int, nargs="*", default=[],
+                    help=f"also run with these numbers of {what} (each in turn, interleaved "
+                         "with the shipped number)")
+    return ap
+
+
+def phase_tree(args: argparse.Namespace, name: str) -> tuple[Path, Path]:
+    """A work folder (the cache home inside, unless one is set) and the synthesized root."""
+    work = Path(tempfile.mkdtemp(prefix=f"{name}-"))
     os.environ.setdefault("XDG_CACHE_HOME", str(work / "xdg"))
+    return work, synth_starts(args.source, work / "many", args.copies)
+
+
+def main() -> int:
+    args = phase_args(__doc__, "--writers", "writer threads").parse_args()
+    work, many = phase_tree(args, "unpack-phases")
     try:
-        many = synth_starts(args.source, work / "many", args.copies)
         bundle = work / "b.tar.zst"
         api.pack([p.name for p in entry_dirs(many)], bundle, root=many)
         spent: dict[str, float] = {}

@@ -70,19 +70,26 @@ def test_frames_made_by_forked_workers_threads_or_the_writer_are_the_same_bundle
     assert _tree_digests(tmp_path / "placed") == _tree_digests(root)
 
 
+def _forked_pack(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                 ) -> tuple[Path, list[str], str]:
+    """A root of 12 entries packed by forked workers (a cold memo), and the path of its first
+    AOT artifact."""
+    root = sample_starts(tmp_path, 6)
+    monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", str(selection.FRAME_FORK_CORES))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    victim = os.fspath(next(p for p in sorted((root / "torch_compile_cache").rglob("model"))))
+    return root, [p.name for p in entry_dirs(root)], victim
+
+
 def test_a_file_a_forked_worker_cannot_read_fails_the_pack_with_its_name(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
     if ran_in_fresh_process(request):
         return
-    root = sample_starts(tmp_path, 6)
-    keys = [p.name for p in entry_dirs(root)]
-    monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", str(selection.FRAME_FORK_CORES))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    victim = next(p for p in sorted((root / "torch_compile_cache").rglob("model")))
+    root, keys, victim = _forked_pack(tmp_path, monkeypatch)
     open_noatime = frames.open_noatime
 
     def failing(path: Any, *a: Any, **k: Any) -> Any:  # inherited by the forked workers
-        if os.fspath(path) == os.fspath(victim):
+        if os.fspath(path) == victim:
             raise PermissionError(13, "Permission denied", os.fspath(path))
         return open_noatime(path, *a, **k)
 
@@ -100,11 +107,7 @@ def test_a_forked_worker_that_dies_fails_the_pack_instead_of_hanging(
     its job: the pack looks for that while it waits and stops with the reason."""
     if ran_in_fresh_process(request):
         return
-    root = sample_starts(tmp_path, 6)
-    keys = [p.name for p in entry_dirs(root)]
-    monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", str(selection.FRAME_FORK_CORES))
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    victim = os.fspath(next(p for p in sorted((root / "torch_compile_cache").rglob("model"))))
+    root, keys, victim = _forked_pack(tmp_path, monkeypatch)
     hashed = frames._hashed
 
     def dying(z: Any, prefix: str, rel: str, path: str, *a: Any) -> Any:

@@ -174,7 +174,7 @@ class FrameSpool:
                 off += len(b)
                 n -= len(b)
 
-    def _append(self, b: bytes) -> tuple[int, int]:
+    def _append(self, b: bytes | bytearray) -> tuple[int, int]:
         with self._end.get_lock():
             off = self._end.value
             self._end.value += len(b)
@@ -189,7 +189,8 @@ class FrameSpool:
         return off, len(b)
 
     def _frame(self, prefix: str, walked: Walked, known: Sequence[LocalFile] | None) -> Framed:
-        sink = _Sink(self)
+        extents: list[tuple[int, int]] = []
+        sink = _Pieces(_FLUSH, lambda b: extents.append(self._append(b)))
         files: list[LocalFile] = []
         manifests: list[tuple[str, bytes]] = []
         same = True
@@ -198,7 +199,7 @@ class FrameSpool:
         if cctx is None:  # one per worker thread: a multi-threaded context is costly to make
             cctx = self._local.cctx = compressor(self.level, self.threads)
         with cctx.stream_writer(cast(IO[bytes], sink), closefd=False, write_size=_BUF) as zw:
-            z = _Gather(zw)
+            z = _Pieces(_GATHER, zw.write)
             todo: Sequence[Any] = known if known is not None else walked
             for item in todo:
                 source = item.source if isinstance(item, LocalFile) else item[1]
@@ -221,7 +222,7 @@ class FrameSpool:
                 size += n
             z.flush()
         sink.flush()
-        return Framed(tuple(files), same, tuple(sink.extents), size, tuple(manifests))
+        return Framed(tuple(files), same, tuple(extents), size, tuple(manifests))
 
 
 _SPOOLS: dict[int, FrameSpool] = {}
@@ -241,44 +242,25 @@ def _carried(source: str) -> bytearray | None:
     return bytearray() if is_manifest_name(os.path.basename(source)) else None
 
 
-class _Gather:
-    """An entry's tar bytes handed to its compressor in pieces of :data:`_GATHER` bytes: one
-    call (and one release of the GIL) for many small files, not three per file."""
+class _Pieces:
+    """Writes gathered and handed to ``emit`` in pieces of at least ``limit`` bytes: the
+    entry's tar bytes to its compressor (one call, one release of the GIL, for many small
+    files instead of three calls a file), the compressor's output to the spool."""
 
-    def __init__(self, z: Any) -> None:
-        self.z = z
+    def __init__(self, limit: int, emit: Callable[[bytearray], object]) -> None:
+        self.limit, self.emit = limit, emit
         self.buf = bytearray()
 
     def write(self, b: Any) -> int:
         self.buf += b
-        if len(self.buf) >= _GATHER:
+        if len(self.buf) >= self.limit:
             self.flush()
         return len(b)
 
     def flush(self) -> None:
         if self.buf:
-            self.z.write(self.buf)
+            self.emit(self.buf)
             self.buf = bytearray()
-
-
-class _Sink:
-    """The compressor's output, gathered and appended to the spool in pieces."""
-
-    def __init__(self, spool: FrameSpool) -> None:
-        self.spool = spool
-        self.buf = bytearray()
-        self.extents: list[tuple[int, int]] = []
-
-    def write(self, b: Any) -> int:
-        self.buf += b
-        if len(self.buf) >= _FLUSH:
-            self.flush()
-        return len(b)
-
-    def flush(self) -> None:
-        if self.buf:
-            self.extents.append(self.spool._append(bytes(self.buf)))
-            self.buf.clear()
 
 
 def _copy(z: Any, f: Any, name: str, size: int, h: Any, keep: bytearray | None) -> None:
