@@ -72,11 +72,12 @@ class Framed:
 
 
 class FrameSpool:
-    """Entries' frames made by worker threads into an unnamed temporary file in
-    ``directory`` (the output's folder: the same filesystem; the system's temporary folder
-    when ``None``). Start it after any process pool has forked (its threads start at the
-    first :meth:`submit`). Use as a context manager: leaving it cancels what is queued, waits
-    for what runs and drops the file."""
+    """Entries' frames made by worker threads, or by forked processes
+    (:meth:`use_processes`), into an unnamed temporary file in ``directory`` (the output's
+    folder: the same filesystem; the system's temporary folder when ``None``: created
+    without a name, no link there is followed). Start it after any process pool has forked
+    (its threads start at the first :meth:`submit`). Use as a context manager: leaving it
+    cancels what is queued, waits for what runs and drops the file."""
 
     def __init__(self, directory: str | None, level: int, workers: int | None = None) -> None:
         cores = scan_workers()

@@ -405,11 +405,12 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
                                  if cores >= READ_AHEAD_CORES else (), cores, pool=pool)
         next(ahead, None)
         hashing: dict[str, Future[tuple[tuple[LocalFile, ...], bool]]] = {}
+        framed: set[str] = set()  # submitted to ``frames`` (once each)
         with ThreadPoolExecutor(max_workers=min(cores, HASH_THREADS)) as ex:
 
             def hash_unknown(ps: Iterable[str]) -> None:
                 for p in ps:
-                    if p in hashing or (p in known and frames is None):
+                    if p in hashing or p in framed or (p in known and frames is None):
                         continue
                     if p not in tried:
                         tried.add(p)
@@ -418,6 +419,7 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
                         prefix = os.path.relpath(by_path[p].path, info.root).replace(os.sep, "/")
                         job = frames.submit(prefix, facts.walk(p)[0],
                                             known[p][1] if p in known else None)
+                        framed.add(p)
                         if p not in known:
                             hashing[p] = _files_of(job)
                     elif p not in known:
