@@ -20,7 +20,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_fleet import entry_dirs, synth_starts
-from vllm_cache_tools.fleet import api, bundle_read, key_proof, place
+from vllm_cache_tools.fleet import api, bundle_read, frame_read, key_proof, place
 
 PHASES = ((bundle_read, "extract"), (key_proof, "prove_records"), (place, "place_entries"),
           (place, "flush_filesystem"))
@@ -58,7 +58,10 @@ def phase_tree(args: argparse.Namespace, name: str) -> tuple[Path, Path]:
 
 
 def main() -> int:
-    args = phase_args(__doc__, "--writers", "writer threads").parse_args()
+    ap = phase_args(__doc__, "--writers", "writer threads")
+    ap.add_argument("--one-stream", action="store_true",
+                    help="also unpack by the one-stream reader (frame_read off), interleaved")
+    args = ap.parse_args()
     work, many = phase_tree(args, "unpack-phases")
     try:
         bundle = work / "b.tar.zst"
@@ -66,17 +69,21 @@ def main() -> int:
         spent: dict[str, float] = {}
         for mod, name in PHASES:
             setattr(mod, name, timed(spent, getattr(mod, name)))
-        shipped = bundle_read.WRITERS
+        shipped, cores = bundle_read.WRITERS, frame_read.FRAME_READ_CORES
+        runs = [(w, cores) for w in dict.fromkeys([shipped, *args.writers])]
+        runs += [(shipped, 1 << 30)] if args.one_stream else []
         for i in range(args.repeat):
-            for writers in dict.fromkeys([shipped, *args.writers]):
+            for writers, frame_cores in runs:
                 bundle_read.WRITERS = writers
+                frame_read.FRAME_READ_CORES = frame_cores
+                how = "by frames where it can" if frame_cores == cores else "one stream"
                 dst = work / f"u{i}"
                 dst.mkdir()
                 spent.clear()
                 t, c = time.perf_counter(), time.process_time()
                 api.unpack(bundle, root=dst, force=True)
                 wall, cpu = time.perf_counter() - t, time.process_time() - c
-                print(f"unpack {wall:.2f} s (CPU {cpu:.2f} s), {writers} writers: "
+                print(f"unpack {wall:.2f} s (CPU {cpu:.2f} s), {how}, {writers} writers: "
                       + ", ".join(f"{k} {v:.2f}" for k, v in spent.items()), flush=True)
                 shutil.rmtree(dst)
                 os.sync()

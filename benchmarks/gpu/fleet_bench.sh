@@ -62,7 +62,7 @@ for step in $STEPS; do
                    > "$OUT/prunebig-$n.txt" 2>&1; rc=$?
                cp .bench/prune.json "$OUT/prunebig-$n.json" 2>/dev/null ;;
         phases) timeout 560 $V/bin/python benchmarks/unpack_phases.py --source $S --copies "$n" \
-                   --repeat "$REPEAT" ${WRITERS:+--writers $WRITERS} > "$OUT/phases-$n.txt" 2>&1; rc=$? ;;
+                   --repeat "$REPEAT" ${WRITERS:+--writers $WRITERS} ${ONE_STREAM:+--one-stream} > "$OUT/phases-$n.txt" 2>&1; rc=$? ;;
         packphases) timeout 560 $V/bin/python benchmarks/pack_phases.py --source $S --copies "$n" \
                    --repeat "$REPEAT" --profile ${FRAME_WORKERS:+--workers $FRAME_WORKERS} > "$OUT/packphases-$n.txt" 2>&1; rc=$? ;;
     esac

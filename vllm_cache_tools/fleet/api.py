@@ -243,7 +243,7 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
     the next start here would hit) and place its entries atomically. ``trust``: the
     manifest's signature must verify and its key be allowed (:mod:`.trust`), or nothing is
     placed (:class:`.errors.Refused`)."""
-    from vllm_cache_tools.fleet.bundle_read import BundleHead, extract, read_head
+    from vllm_cache_tools.fleet.bundle_read import extract, read_head
     from vllm_cache_tools.fleet.key_proof import prove_records
     from vllm_cache_tools.fleet.place import Staging, place_entries
 
@@ -259,8 +259,8 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
                             time.perf_counter() - t0, judged)
     signature: list[SignatureCheck] = []
 
-    def judge(head: BundleHead) -> None:
-        signature.append(_judge(head.signature, head.sha512, trust, str(path)))
+    def judge(sha512: bytes, sig: bytes | None) -> None:
+        signature.append(_judge(sig, sha512, trust, str(path)))
 
     total = [0]
     done = [0]
@@ -276,18 +276,20 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
     checking: list[Future[HitCheck]] = []
     with ThreadPoolExecutor(1) as pool:
 
-        def start_checks(man: BundleManifest) -> None:
+        def room_for(size: int, files: int) -> None:
             # Before the first file is written (the staging folder is made, and empty).
-            check_free_space(croot.vllm_root, man.size_bytes, man.files,
-                             f"unpacking {path.name}")
-            total[0] = man.size_bytes
+            check_free_space(croot.vllm_root, size, files, f"unpacking {path.name}")
+            total[0] = size
+
+        def start_checks(man: BundleManifest) -> None:
             checking.append(pool.submit(_check, man.entries, man.packed_on, vllm_args,
                                         croot.vllm_root, python, usage))
 
         try:
             with terminate_as_exit(), _new_folders_undone(croot.vllm_root) as kept, \
                     Staging(croot.vllm_root) as st:
-                m = extract(path, st, tick, on_manifest=start_checks, on_head=judge)
+                m = extract(path, st, tick, on_manifest=start_checks, on_head=judge,
+                            on_sizes=room_for)
                 check = checking[0].result()
                 # No thread left: the key proof reads the staged entries by forked processes.
                 pool.shutdown(wait=True)
@@ -298,7 +300,8 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
                 proofs = prove_records(st.path, croot.vllm_root, m.entries,
                                        inductor=check.inductor_reprs,
                                        vllm_version=check.vllm_version,
-                                       trust=_signed_by({e.key: sig for e in m.entries}))
+                                       trust=_signed_by({e.key: sig for e in m.entries}),
+                                       read_before=st.read)
                 placed = place_entries(st, m.entries, m.extras, proofs=proofs, force=force)
                 kept[0] = True
                 shown = "<stdin>" if str(path) == "/dev/stdin" else str(path.resolve())

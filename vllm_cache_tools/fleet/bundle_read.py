@@ -9,12 +9,13 @@ import contextlib
 import hashlib
 import io
 import tarfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, BinaryIO
 
+import msgspec
 import zstandard
 
 from vllm_cache_tools.fleet.errors import BundleError, FleetError
@@ -59,6 +60,14 @@ def _open_tar(path: Path) -> Iterator[tarfile.TarFile]:
         f: BinaryIO = open(path, "rb")  # noqa: SIM115
     except OSError as exc:
         raise BundleError(f"cannot read {path}: {exc.strerror or exc}") from None
+    with f, tar_over(f, path) as tar:
+        yield tar
+
+
+@contextmanager
+def tar_over(f: BinaryIO, path: Path) -> Iterator[tarfile.TarFile]:
+    """The tar stream of the zstd frames read from ``f`` (a buffered reader: a file, a pipe,
+    or one frame's bytes of a bundle); ``path`` names the bundle in errors."""
     try:
         try:
             head = f.peek(512)  # type: ignore[attr-defined]  # a BufferedReader: pipes too
@@ -81,8 +90,6 @@ def _open_tar(path: Path) -> Iterator[tarfile.TarFile]:
             reader.close()
     except (zstandard.ZstdError, tarfile.TarError, EOFError) as exc:
         raise BundleError(f"{path}: truncated or corrupt bundle ({_why(exc)})") from None
-    finally:
-        f.close()
 
 
 class _Forward(io.RawIOBase):
@@ -227,9 +234,16 @@ class BundleHead:
     signature: bytes | None = None
 
 
-def _read_head(tar: tarfile.TarFile, path: Path) -> tuple[BundleHead, tarfile.TarInfo | None]:
+def read_tar_head(tar: tarfile.TarFile, path: Path) -> tuple[BundleHead, tarfile.TarInfo | None]:
     """The head, and the member after it (the first file: read by the caller)."""
-    m, raw = _read_manifest(tar, path)
+    raw, sig, nxt = read_raw_head(tar, path)
+    return BundleHead(parse_manifest(raw, path), hashlib.sha512(raw).digest(), sig), nxt
+
+
+def read_raw_head(tar: tarfile.TarFile, path: Path
+                  ) -> tuple[bytes, bytes | None, tarfile.TarInfo | None]:
+    """The manifest's bytes (unparsed), the signature's, and the member after them."""
+    raw = _manifest_bytes(tar, path)
     nxt = tar.next()
     sig = None
     if nxt is not None and nxt.name == BUNDLE_SIG_NAME:
@@ -240,10 +254,10 @@ def _read_head(tar: tarfile.TarFile, path: Path) -> tuple[BundleHead, tarfile.Ta
         assert f is not None
         sig = f.read()
         nxt = tar.next()
-    return BundleHead(m, hashlib.sha512(raw).digest(), sig), nxt
+    return raw, sig, nxt
 
 
-def _read_manifest(tar: tarfile.TarFile, path: Path) -> tuple[BundleManifest, bytes]:
+def _manifest_bytes(tar: tarfile.TarFile, path: Path) -> bytes:
     first = tar.next()
     if first is None or first.name != MANIFEST_NAME or not first.isreg():
         raise BundleError(f"{path}: not a vllm-cache bundle (its first member is not "
@@ -252,13 +266,41 @@ def _read_manifest(tar: tarfile.TarFile, path: Path) -> tuple[BundleManifest, by
         raise BundleError(f"{path}: bundle manifest over {MAX_MANIFEST_BYTES} bytes")
     f = tar.extractfile(first)
     assert f is not None
-    raw = f.read()
+    return f.read()
+
+
+def parse_manifest(raw: bytes, path: Path) -> BundleManifest:
+    """The manifest read from its bytes and checked field by field."""
     try:
         # No container cap: a manifest lists every file it carries (its byte cap bounds it).
-        data = jsontext.loads(raw, "bundle manifest", max_containers=None)
+        data = _loads_by_entry(raw)
+        if data is None:
+            data = jsontext.loads(raw, "bundle manifest", max_containers=None)
     except ValueError as exc:  # ReadError: one line naming the bundle manifest
         raise BundleError(f"{path}: {_why(exc)}") from None
-    return manifest_from_json(data), raw
+    return manifest_from_json(data)
+
+
+def _loads_by_entry(raw: bytes) -> dict[str, Any] | None:
+    """``jsontext.loads(raw)`` of a manifest, its entries parsed one at a time: a 12 MB
+    manifest of 200 entries holds the GIL for ~0.1 s in one ``json.loads``, and the threads
+    that feed the frame readers their frames and take their answers (:mod:`.frame_read`)
+    waited that long. msgspec only finds where each value is; ``json.loads`` parses each, so
+    the values are the same, and so are the bounds (one level deeper for the entries). ``None``
+    where msgspec cannot split the text (not UTF-8, ``NaN``, damage...): the caller parses it
+    whole, as before."""
+    try:
+        top = msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
+        listed = top.get("entries")
+        parts = None if listed is None else msgspec.json.decode(listed, type=list[msgspec.Raw])
+    except (msgspec.DecodeError, RecursionError, MemoryError):
+        return None
+    what, depth = "bundle manifest", jsontext.MAX_DEPTH - 1
+    return {k: [jsontext.loads(bytes(memoryview(p)), what, max_depth=depth - 1,
+                               max_containers=None) for p in parts]
+            if k == "entries" and parts is not None
+            else jsontext.loads(bytes(memoryview(v)), what, max_depth=depth, max_containers=None)
+            for k, v in top.items()}
 
 
 def read_manifest(path: Path) -> BundleManifest:
@@ -269,7 +311,7 @@ def read_manifest(path: Path) -> BundleManifest:
 def read_head(path: Path) -> BundleHead:
     """The bundle's manifest and signature (its first two members at most)."""
     with _open_tar(path) as tar:
-        return _read_head(tar, path)[0]
+        return read_tar_head(tar, path)[0]
 
 
 def _kind(m: tarfile.TarInfo) -> str:
@@ -299,7 +341,7 @@ def _write(staging: Staging, path: Path, name: str, src: IO[bytes], rec: FileRec
         raise BundleError(f"{path}: {exc} : nothing placed") from None
 
 
-def _write_batch(staging: Staging, path: Path, batch: list[tuple[str, bytes, FileRecord]],
+def write_batch(staging: Staging, path: Path, batch: list[tuple[str, bytes, FileRecord]],
                  on_bytes: Callable[[int], None] | None) -> None:
     for name, data, rec in batch:
         try:
@@ -334,7 +376,7 @@ class _Writers:
     def _send(self) -> None:
         if not self.batch:
             return
-        self.pending.append((self.pool.submit(_write_batch, self.staging, self.path,
+        self.pending.append((self.pool.submit(write_batch, self.staging, self.path,
                                               self.batch, self.on_bytes), self.batch_bytes))
         self.bytes += self.batch_bytes
         self.batch, self.batch_bytes = [], 0
@@ -359,68 +401,119 @@ class _Writers:
         self.pool.shutdown(wait=True, cancel_futures=True)
 
 
+def take_members(tar: tarfile.TarFile, path: Path, staging: Staging,
+                 expect: Mapping[str, FileRecord], seen: set[str],
+                 first: tarfile.TarInfo | None,
+                 small: Callable[[str, bytes, FileRecord], None],
+                 on_bytes: Callable[[int], None] | None) -> None:
+    """Each member of ``tar`` from ``first`` (else the next), checked against the manifest
+    (``expect``: its files by member name; ``seen``: those taken, added to) and written into
+    ``staging``: the small ones read whole and handed to ``small``, the others copied here.
+    Raises :class:`BundleError` at the first member that is not a listed regular file of the
+    listed size (the digest is checked as it is written)."""
+    while (member := first if first is not None else tar.next()) is not None:
+        first = None
+        name = member.name
+        if name.startswith("/") or ".." in name.split("/"):
+            raise BundleError(f"{path}: refused member {name!r}: absolute or '..' path "
+                              "(nothing placed)")
+        if not member.isreg():
+            raise BundleError(f"{path}: refused member {name!r}: {_kind(member)} "
+                              "(bundles hold regular files only; nothing placed)")
+        rec = expect.get(name)
+        if rec is None or name in seen:
+            raise BundleError(listed_twice(path, name))
+        if member.size != rec.size:
+            raise BundleError(f"{path}: {name}: {member.size} bytes, manifest says "
+                              f"{rec.size} (tampered): nothing placed")
+        if rec.size <= _SMALL:
+            # Read straight from the archive (a regular member's bytes follow its
+            # header): no file object per member. Length and digest: write_bytes.
+            tar.fileobj.seek(member.offset_data)
+            small(name, tar.fileobj.read(rec.size), rec)
+        else:
+            src = tar.extractfile(member)
+            assert src is not None
+            _write(staging, path, name, src, rec, on_bytes)
+        seen.add(name)
+
+
+def listed_twice(path: Path, name: str) -> str:
+    return (f"{path}: member {name!r} is not in the bundle manifest (or listed twice): "
+            "nothing placed")
+
+
+def rest_of_stream(tar: tarfile.TarFile, path: Path) -> bool:
+    """After the last member of ``tar``: whether anything followed it (the archive's end, which
+    is zeros; ``BundleError`` where a byte is not zero: bytes appended to the file are no zstd
+    frame (the decompressor raises), another frame's data is not zeros)."""
+    seen = False
+    while rest := tar.fileobj.read(_BUF):
+        seen = True
+        if rest.count(0) != len(rest):
+            raise BundleError(f"{path}: data after the end of the bundle (appended or "
+                              "concatenated): nothing placed")
+    return seen
+
+
+def expected_files(m: BundleManifest) -> dict[str, FileRecord]:
+    """Every file the manifest lists, by its member name."""
+    expect: dict[str, FileRecord] = {}
+    for e in m.entries:
+        for f in e.files:
+            expect[f"{e.path}/{f.path}"] = f
+    for x in m.extras:
+        expect[x.path] = x
+    return expect
+
+
+OnHead = Callable[[bytes, bytes | None], None]
+"""Given the SHA-512 of the manifest's bytes and the signature's bytes (``None``: unsigned)."""
+OnSizes = Callable[[int, int], None]
+"""Given the bytes and the number of files the manifest lists."""
+
+
 def extract(path: Path, staging: Staging,
             on_bytes: Callable[[int], None] | None = None,
             on_manifest: Callable[[BundleManifest], None] | None = None,
-            on_head: Callable[[BundleHead], None] | None = None) -> BundleManifest:
+            on_head: OnHead | None = None, on_sizes: OnSizes | None = None) -> BundleManifest:
     """Check the bundle and write every file it lists into ``staging``; raises
     :class:`BundleError` (nothing placed) at the first member that is not a listed regular
-    file of the listed size and digest, or when a listed file is missing. ``on_manifest``
-    gets the checked manifest before the first file is written (one pass over the bundle:
-    the caller's checks run while the files are extracted). ``on_head`` gets the manifest with
-    its signature before that (the trust check: raising there places nothing)."""
+    file of the listed size and digest, or when a listed file is missing. ``on_head`` (the
+    trust check) and then ``on_sizes`` (the free space check) are called before the first
+    file is written: raising there writes nothing. ``on_manifest`` gets the checked manifest
+    (one pass over the bundle: the caller's checks run while the files are extracted).
+
+    A bundle file of several zstd frames (as ``pack`` writes them: one per entry) is read
+    by forked processes, a frame each, where there are the cores (:mod:`.frame_read`)."""
+    from vllm_cache_tools.fleet.frame_read import extract_framed
+
+    done = extract_framed(path, staging, on_bytes, on_manifest, on_head, on_sizes)
+    if done is not None:
+        return done
     with _open_tar(path) as tar, _Writers(staging, path, on_bytes) as writers:
-        head, pending = _read_head(tar, path)
+        head, pending = read_tar_head(tar, path)
         m = head.manifest
         if on_head is not None:
-            on_head(head)
+            on_head(head.sha512, head.signature)
+        if on_sizes is not None:
+            on_sizes(m.size_bytes, m.files)
         if on_manifest is not None:
             on_manifest(m)
-        expect: dict[str, FileRecord] = {}
-        for e in m.entries:
-            for f in e.files:
-                expect[f"{e.path}/{f.path}"] = f
-        for x in m.extras:
-            expect[x.path] = x
+        expect = expected_files(m)
         seen: set[str] = set()
-        while (member := pending if pending is not None else tar.next()) is not None:
-            pending = None
-            name = member.name
-            if name.startswith("/") or ".." in name.split("/"):
-                raise BundleError(f"{path}: refused member {name!r}: absolute or '..' path "
-                                  "(nothing placed)")
-            if not member.isreg():
-                raise BundleError(f"{path}: refused member {name!r}: {_kind(member)} "
-                                  "(bundles hold regular files only; nothing placed)")
-            rec = expect.get(name)
-            if rec is None or name in seen:
-                raise BundleError(f"{path}: member {name!r} is not in the bundle manifest "
-                                  "(or listed twice): nothing placed")
-            if member.size != rec.size:
-                raise BundleError(f"{path}: {name}: {member.size} bytes, manifest says "
-                                  f"{rec.size} (tampered): nothing placed")
-            if rec.size <= _SMALL:
-                # Read straight from the archive (a regular member's bytes follow its
-                # header): no file object per member. Length and digest: write_bytes.
-                tar.fileobj.seek(member.offset_data)
-                writers.submit(name, tar.fileobj.read(rec.size), rec)
-            else:
-                src = tar.extractfile(member)
-                assert src is not None
-                _write(staging, path, name, src, rec, on_bytes)
-            seen.add(name)
-        # Nothing may follow the archive's end but tar's zero padding: bytes appended to the
-        # file are no zstd frame (the decompressor raises), another frame's data is not zeros.
-        while rest := tar.fileobj.read(_BUF):
-            if rest.count(0) != len(rest):
-                raise BundleError(f"{path}: data after the end of the bundle (appended or "
-                                  "concatenated): nothing placed")
+        take_members(tar, path, staging, expect, seen, pending, writers.submit, on_bytes)
+        rest_of_stream(tar, path)
         writers.finish()
-        missing = sorted(set(expect) - seen)
-        if missing:
-            raise BundleError(f"{path}: truncated: {len(missing)} listed files missing "
-                              f"(first: {missing[0]}): nothing placed")
+        check_complete(path, expect, seen)
     return m
+
+
+def check_complete(path: Path, expect: Mapping[str, FileRecord], seen: set[str]) -> None:
+    missing = sorted(set(expect) - seen)
+    if missing:
+        raise BundleError(f"{path}: truncated: {len(missing)} listed files missing "
+                          f"(first: {missing[0]}): nothing placed")
 
 
 __all__ = ["MAX_MANIFEST_BYTES", "WRITERS", "BundleHead", "extract", "read_head",

@@ -32,7 +32,7 @@ from vllm_cache_tools.keys.entry_proof import (
 from vllm_cache_tools.keys.source_link import SourceLinker
 from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.store.entries import layout_at, read_entry
-from vllm_cache_tools.store.parallel_read import read_deep
+from vllm_cache_tools.store.parallel_read import deep_read, read_deep
 from vllm_cache_tools.store.types import Entry
 
 TrustHook = Callable[[EntryRecord], str | None]
@@ -53,22 +53,27 @@ def spellings(rec: EntryRecord) -> tuple[str, ...]:
 
 def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRecord], *,
                   inductor: Sequence[str] = (), vllm_version: str | None = None,
-                  trust: TrustHook | None = None) -> dict[tuple[str, str], KeyProof]:
+                  trust: TrustHook | None = None,
+                  read_before: Mapping[str, Entry | None] | None = None
+                  ) -> dict[tuple[str, str], KeyProof]:
     """The proof of each record's key from its staged copy (``staged_root / rec.path``).
     An AOT entry's siblings are the staged backend entries and those of its ``linked`` keys
     already in the root, each counted only where the source proof links the two.
     ``inductor`` and ``vllm_version``: this host's, from the hit check's probe (what a mega
     AOT key needs beyond its backend entry). ``trust``: who signed a ``linked`` entry, under
-    the trust policy (:attr:`KeyProof.vouched`)."""
+    the trust policy (:attr:`KeyProof.vouched`). ``read_before``: the deep reads of staged copies
+    already made (:func:`read_staged`, by the record's path), not read again."""
     out: dict[tuple[str, str], KeyProof] = {}
     staged: dict[str, Entry] = {}
     backends: list[tuple[Entry, KeyProof]] = []
     # The staged copies are read deep at once, by forked processes where this one has no
     # other thread (the safe pickle reader is pure Python: ~10 ms an AOT entry, its result
     # ~1 ms to cross the pipe).
+    done = read_before or {}
     paths = [staged_root / rec.path for rec in records]
-    dirs = [i for i, p in enumerate(paths) if _is_folder(p)]
-    read = dict(zip(dirs, read_deep([(layout_at(paths[i]), paths[i]) for i in dirs]),
+    read = {i: done[rec.path] for i, rec in enumerate(records) if rec.path in done}
+    dirs = [i for i, p in enumerate(paths) if i not in read and _is_folder(p)]
+    read.update(zip(dirs, read_deep([(layout_at(paths[i]), paths[i]) for i in dirs]),
                     strict=True))
     for i, rec in enumerate(records):
         e = read.get(i)
@@ -112,6 +117,12 @@ def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRec
                 out[(rec.layout, rec.key)] = replace(
                     p, vouched=f"the trusted signature of {who}")
     return out
+
+
+def read_staged(path: Path) -> Entry | None:
+    """The deep read of the staged entry folder at ``path``, as :func:`prove_records` reads
+    it (``None`` where it is no folder or cannot be read)."""
+    return deep_read(layout_at(path), path) if _is_folder(path) else None
 
 
 def _read(path: Path) -> Entry | None:

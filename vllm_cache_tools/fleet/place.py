@@ -42,6 +42,7 @@ from vllm_cache_tools.keys.entry_proof import KeyProof
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, STATE_DIRNAME
 from vllm_cache_tools.maintain.trash import EntryLocks, RootHandle
 from vllm_cache_tools.store.locate import display_path
+from vllm_cache_tools.store.types import Entry
 
 STAGING_DIRNAME = "staging"
 """Under the recorder's state folder: staged unpacks and pulls (not entries)."""
@@ -92,8 +93,29 @@ class Staging:
             raise
         self.base_fd = base
         self.written = 0
+        self.writeback = False
+        """Start each file's writeback as it is written (:func:`start_writeback`)."""
+        self.read: dict[str, Entry | None] = {}
+        """Deep reads of staged entries made while they were written (by their path here):
+        the key proof does not read them again (:func:`.key_proof.prove_records`)."""
         self._dirs: dict[str, int] = {}
         self._lock = threading.Lock()
+        self._flushing: threading.Thread | None = None
+
+    def start_flush(self) -> None:
+        """Start the flush of what is written (:func:`flush_filesystem`) in a thread now, the
+        caller going on (the key proof); :meth:`flush` waits for it and flushes again (little
+        is left to write then)."""
+        self._flushing = threading.Thread(target=lambda: flush_filesystem(self.fd),
+                                          name="vllm-cache-flush", daemon=True)
+        self._flushing.start()
+
+    def flush(self) -> None:
+        """Every staged file's data on disk (:func:`flush_filesystem`)."""
+        if self._flushing is not None:
+            self._flushing.join()
+            self._flushing = None
+        flush_filesystem(self.fd)
 
     def _dir(self, rel: str) -> int:
         """An fd on ``rel`` under the staging folder (made when missing), kept open: a
@@ -160,6 +182,8 @@ class Staging:
         fd = os.open(name, _NEW, 0o755 if rec.executable else 0o644, dir_fd=dfd)
         try:
             safeio.write_all(fd, data)
+            if self.writeback:
+                start_writeback(fd)
         finally:
             os.close(fd)
         self.written += len(data)
@@ -227,6 +251,9 @@ class Staging:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._flushing is not None:  # its fd is closed by remove()
+            self._flushing.join()
+            self._flushing = None
         self.remove()
 
 
@@ -378,6 +405,29 @@ def rename_noreplace(src_fd: int, src: str, dst_fd: int, dst: str) -> None:
     os.rename(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
 
 
+_SYNC_FILE_RANGE_WRITE = 2
+_sync_file_range: Callable[[int, int, int, int], int] | None = None
+
+
+def start_writeback(fd: int) -> None:
+    """Have the kernel start writing the file's data to disk now (``sync_file_range`` with
+    ``SYNC_FILE_RANGE_WRITE``: it does not wait for it), so the one flush at the end
+    (:func:`flush_filesystem`) finds most of it written. Nothing where it is missing."""
+    global _libc, _sync_file_range
+    if _sync_file_range is None:
+        if _libc is None:
+            with contextlib.suppress(OSError):
+                _libc = ctypes.CDLL(None, use_errno=True)
+        fn = getattr(_libc, "sync_file_range", None) if _libc is not None else None
+        if fn is None:
+            _sync_file_range = lambda *_: 0  # noqa: E731
+        else:
+            fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
+            fn.restype = ctypes.c_int
+            _sync_file_range = fn
+    _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+
+
 def flush_filesystem(fd: int) -> None:
     """Write the data of the staged files to disk before any entry is renamed into place:
     one ``syncfs(2)`` of the root's file system instead of an ``fsync`` per file (measured
@@ -415,7 +465,7 @@ def place_entries(staging: Staging, records: Sequence[EntryRecord],
     root = staging.vllm_root
     staging.close_dirs()
     extras = [x for x in extras if snapshot_named_by_content(x)]
-    flush_filesystem(staging.fd)
+    staging.flush()
     with RootHandle(root) as h:
         trash = h.trash(create=True)
         if trash is None or trash.locks_fd is None:

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgspec
+
 from vllm_cache_tools.fleet.errors import BundleError
 from vllm_cache_tools.layout import (
     AOT_DIRNAME,
@@ -373,6 +375,70 @@ def snapshot_path(sha256: str) -> str:
     return f"{_SNAPSHOT_DIR}/{sha256}"
 
 
-__all__ = ["FORMAT", "FORMAT_VERSION", "MANIFEST_NAME", "BundleManifest", "EntryRecord",
-           "FileRecord", "SourceRecord", "entry_from_json", "entry_json", "entry_rel_path",
-           "manifest_from_json", "manifest_json", "safe_rel_path", "snapshot_path"]
+class _FileJSON(msgspec.Struct):
+    path: str
+    size: int
+    sha256: str
+    executable: bool = False
+
+
+class _EntryFilesJSON(msgspec.Struct):
+    path: str
+    files: list[_FileJSON] = []
+
+
+class _ManifestFilesJSON(msgspec.Struct):
+    entries: list[_EntryFilesJSON] = []
+    extras: list[_FileJSON] = []
+
+
+_MANIFEST_FILES = msgspec.json.Decoder(_ManifestFilesJSON)
+
+
+@dataclass(frozen=True)
+class ManifestFiles:
+    """What :func:`manifest_files` reads: each file by member name, each entry's path with
+    its number of files, and the index of the entry of each entry file (by member name)."""
+
+    files: Mapping[str, FileRecord]
+    entries: tuple[tuple[str, int], ...]
+    owner: Mapping[str, int]
+
+
+def manifest_files(raw: bytes) -> ManifestFiles | None:
+    """The files a manifest's bytes list, by member name (``entry path/file path``; an extra:
+    its path), read in a few ms (msgspec: the rest of the document is skipped) so that the
+    files can be written while the manifest is read in full; ``None`` where the bytes do not
+    decode so. Nothing here is checked: a reader that uses it must find the same records in
+    the manifest read and checked by :func:`manifest_from_json`."""
+    try:
+        got = _MANIFEST_FILES.decode(raw)
+    except (msgspec.DecodeError, RecursionError, MemoryError):
+        return None
+    out = {f"{e.path}/{f.path}": FileRecord(f.path, f.size, f.sha256, f.executable)
+           for e in got.entries for f in e.files}
+    out.update((x.path, FileRecord(x.path, x.size, x.sha256, x.executable))
+               for x in got.extras)
+    return ManifestFiles(out, tuple((e.path, len(e.files)) for e in got.entries),
+                         {f"{e.path}/{f.path}": k for k, e in enumerate(got.entries)
+                          for f in e.files})
+
+
+__all__ = [
+    "FORMAT",
+    "FORMAT_VERSION",
+    "MANIFEST_NAME",
+    "BundleManifest",
+    "EntryRecord",
+    "FileRecord",
+    "ManifestFiles",
+    "SourceRecord",
+    "entry_from_json",
+    "entry_json",
+    "entry_rel_path",
+    "manifest_files",
+    "manifest_from_json",
+    "manifest_json",
+    "safe_rel_path",
+    "snapshot_path",
+]

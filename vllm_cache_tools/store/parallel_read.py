@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 from multiprocessing.pool import Pool
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import msgspec
 
@@ -102,7 +102,7 @@ def read_entries_for_index(items: Sequence[Item], *, deep: bool = False,
     prev = previous if previous is not None else [None] * len(items)
     args = [(layout, os.fsdecode(path), deep, records, p)
             for (layout, path), p in zip(items, prev, strict=True)]
-    yield from _with_paths(items, prev, _spread(_summary, args, workers), deep, records)
+    yield from _with_paths(items, prev, spread(_summary, args, workers), deep, records)
 
 
 def read_deep(items: Sequence[Item], *, workers: int | None = None,
@@ -110,7 +110,7 @@ def read_deep(items: Sequence[Item], *, workers: int | None = None,
     """Each item's deep read (``layout`` as given), in the order given, spread over
     processes as :func:`read_entries` (``pool``'s when given: :func:`forked_workers`);
     ``None`` for one whose read raised ``OSError`` (the others are still read)."""
-    return _spread(_deep_or_none, [(layout, os.fsdecode(path)) for layout, path in items],
+    return spread(_deep_or_none, [(layout, os.fsdecode(path)) for layout, path in items],
                    workers, chunks_per_worker=4, pool=pool)
 
 
@@ -121,7 +121,7 @@ def read_light(items: Sequence[Item], *, workers: int | None = None
     :data:`LIGHT_FORK_CORES` cores (as :func:`read_entries`), else in this process."""
     n = scan_workers() if workers is None else workers
     args = [(layout, os.fsdecode(path)) for layout, path in items]
-    return _spread(_light, args, n if n >= LIGHT_FORK_CORES else 1)
+    return spread(_light, args, n if n >= LIGHT_FORK_CORES else 1)
 
 
 LIGHT_FORK_CORES = 4
@@ -138,9 +138,14 @@ def _light(item: tuple[str, str]) -> tuple[Entry, Listing]:
 
 
 def _deep_or_none(item: tuple[str, str]) -> Entry | None:
-    layout, path = item
+    return deep_read(item[0], Path(item[1]))
+
+
+def deep_read(layout: str, path: Path) -> Entry | None:
+    """The deep read of one entry folder, ``None`` where it raised ``OSError``; in a forked
+    worker its source texts shared with the worker's other reads (:data:`_SOURCES`)."""
     try:
-        e = (read_aot_entry if layout == "aot" else read_backend_entry)(Path(path), deep=True)
+        e = (read_aot_entry if layout == "aot" else read_backend_entry)(path, deep=True)
     except OSError:
         return None
     return _shared_sources(e) if _IN_WORKER and e.aot_ranks else e
@@ -166,8 +171,8 @@ def _shared_sources(e: Entry) -> Entry:
     return replace(e, aot_ranks=tuple(ranks))
 
 
-def _spread(fn: Callable[[A], R], args: Sequence[A], workers: int | None,
-            chunks_per_worker: int = 16, pool: Pool | None = None) -> Iterator[R]:
+def spread(fn: Callable[[A], R], args: Sequence[A], workers: int | None,
+           chunks_per_worker: int = 16, pool: Pool | None = None) -> Iterator[R]:
     """``map(fn, args)``, by ``pool``'s processes when given, else by ``workers`` forked
     processes (default :func:`scan_workers`) where there are enough args and this process
     has no other thread."""
@@ -208,11 +213,20 @@ def worker_pids(pool: Pool) -> frozenset[int]:
 def _watched(pool: Pool, fn: Callable[[A], R], args: Sequence[A], chunk: int) -> Iterator[R]:
     """``pool.imap``, raising :class:`WorkerLost` instead of waiting forever where a worker
     ended without answering."""
+    yield from started(pool, fn, args, chunk)
+
+
+def started(pool: Pool, fn: Callable[[A], R], args: Sequence[A], chunk: int) -> Iterator[R]:
+    """:func:`_watched`, the tasks handed to the workers now (not at the first ``next``):
+    the caller works on while they run."""
     pids = worker_pids(pool)
     # In chunks of our own: imap's own chunking answers through a generator, which cannot
     # wait with a timeout. One chunk's results cross the pipe as one object, as before.
     chunks = [(fn, args[i:i + chunk]) for i in range(0, len(args), chunk)]
-    it = pool.imap(_chunk_call, chunks)
+    return _answers(pool, pool.imap(_chunk_call, chunks), pids)
+
+
+def _answers(pool: Pool, it: Any, pids: frozenset[int]) -> Iterator[Any]:
     while True:
         try:
             got = it.next(timeout=_WATCH_S)

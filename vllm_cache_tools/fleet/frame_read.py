@@ -1,0 +1,255 @@
+"""A bundle file read by its frames in parallel. ``pack`` writes each entry as its own zstd
+frame (:mod:`.frames`), so forked processes can each take a frame: decompress it, check its
+members against the manifest as the one-stream reader does (:func:`.bundle_read.take_members`),
+write them into the staging folder, and read each entry they wrote whole for the key proof
+while its files are in the page cache (:attr:`.place.Staging.read`).
+
+The order keeps every check before the first write: the trust check on the manifest's bytes
+and signature, then the free space check on its file list (read in a few ms by
+:func:`.records.manifest_files`); then the workers start, and the manifest is read and
+checked in full here while they write (~0.15 s for 200 entries, most of it the recorder data
+the hit check needs). It must list the very files the workers were checked against, or
+nothing is placed.
+
+Only a file that is a row of plain zstd frames, the first holding the manifest (and its
+signature) alone, is read this way. Anything else (a pipe, one frame, a skippable frame,
+damage, bytes after the last frame, too few cores, another thread running) goes to the
+one-stream reader, which reports what is wrong with it."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import stat
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import zstandard
+
+from vllm_cache_tools.fleet.bundle_read import (
+    OnHead,
+    OnSizes,
+    check_complete,
+    expected_files,
+    listed_twice,
+    parse_manifest,
+    read_raw_head,
+    rest_of_stream,
+    take_members,
+    tar_over,
+    write_batch,
+)
+from vllm_cache_tools.fleet.errors import BundleError
+from vllm_cache_tools.fleet.key_proof import read_staged
+from vllm_cache_tools.fleet.place import Staging
+from vllm_cache_tools.fleet.records import BundleManifest, FileRecord, ManifestFiles, manifest_files
+from vllm_cache_tools.store.folders import scan_workers
+from vllm_cache_tools.store.parallel_read import forked_workers, started
+from vllm_cache_tools.store.types import Entry
+
+FRAME_READ_CORES = 4
+"""From this many cores (:func:`~vllm_cache_tools.store.folders.scan_workers`) a framed bundle
+is read by forked processes; below, the one-stream reader's decompressing thread and writer
+threads share the cores with less overhead."""
+
+_MAGIC = b"\x28\xb5\x2f\xfd"
+_RESERVED_BLOCK = 3
+_RLE_BLOCK = 1
+
+
+def frame_extents(fd: int, size: int) -> list[tuple[int, int]] | None:
+    """The ``(offset, length)`` of each zstd frame of the file, found by their block headers
+    (RFC 8878: nothing is decompressed), or ``None`` where the file is not a row of plain
+    zstd frames and nothing else."""
+    out: list[tuple[int, int]] = []
+    pos = 0
+    while pos < size:
+        head = os.pread(fd, 18, pos)
+        if not head.startswith(_MAGIC):
+            return None
+        try:
+            p = pos + zstandard.frame_header_size(head)
+            checksum = zstandard.get_frame_parameters(head).has_checksum
+        except zstandard.ZstdError:
+            return None
+        while True:
+            b = os.pread(fd, 3, p)
+            if len(b) < 3:
+                return None
+            v = int.from_bytes(b, "little")
+            kind = (v >> 1) & 3
+            if kind == _RESERVED_BLOCK:
+                return None
+            p += 3 + (1 if kind == _RLE_BLOCK else v >> 3)
+            if v & 1:
+                break
+        p += 4 if checksum else 0
+        if p > size:
+            return None
+        out.append((pos, p - pos))
+        pos = p
+    return out
+
+
+class _FrameFile(io.RawIOBase):
+    """The bytes ``[start, end)`` of the file open at ``fd`` (``pread``: the fd's offset is
+    shared with the processes it was forked into)."""
+
+    def __init__(self, fd: int, start: int, end: int) -> None:
+        self.fd, self.pos, self.end = fd, start, end
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, out: Any) -> int:
+        n = min(len(out), self.end - self.pos)
+        if n <= 0:
+            return 0
+        got = os.preadv(self.fd, [memoryview(out)[:n]], self.pos)
+        self.pos += got
+        return got
+
+
+def _frame_tar(fd: int, extent: tuple[int, int], path: Path) -> Any:
+    start, length = extent
+    return tar_over(io.BufferedReader(_FrameFile(fd, start, start + length), 1 << 20), path)
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every worker reads (set before the workers are forked: nothing is pickled)."""
+
+    fd: int
+    path: Path
+    staging: Staging
+    extents: Sequence[tuple[int, int]]
+    expect: Mapping[str, FileRecord]
+    owner: Mapping[str, int]
+    """Each entry file's member name -> the entry's index in the manifest."""
+    entries: Sequence[tuple[str, int]]
+    """Each entry's path in the bundle and how many files it has."""
+
+
+_JOB: _Job | None = None
+
+
+@dataclass(frozen=True)
+class FrameDone:
+    """One frame read: the members written, their bytes, whether the archive's end was in
+    it, and the deep read of each entry it held whole (by the entry's path)."""
+
+    names: tuple[str, ...]
+    size: int
+    ended: bool
+    read: tuple[tuple[str, Entry | None], ...]
+
+
+def _one_frame(i: int) -> FrameDone:
+    job = _JOB
+    assert job is not None
+    seen: set[str] = set()
+
+    def small(name: str, data: bytes, rec: FileRecord) -> None:
+        write_batch(job.staging, job.path, [(name, data, rec)], None)
+
+    try:
+        with _frame_tar(job.fd, job.extents[i], job.path) as tar:
+            take_members(tar, job.path, job.staging, job.expect, seen, None, small, None)
+            ended = rest_of_stream(tar, job.path)
+    except FileExistsError as exc:  # another frame wrote it: a member listed twice
+        raise BundleError(listed_twice(job.path, str(exc.filename))) from None
+    counts: dict[int, int] = {}
+    for name in seen:
+        k = job.owner.get(name)
+        if k is not None:
+            counts[k] = counts.get(k, 0) + 1
+    read = tuple((job.entries[k][0], read_staged(job.staging.path / job.entries[k][0]))
+                 for k, n in sorted(counts.items()) if n == job.entries[k][1])
+    return FrameDone(tuple(seen), sum(job.expect[name].size for name in seen), ended, read)
+
+
+def extract_framed(path: Path, staging: Staging, on_bytes: Callable[[int], None] | None,
+                   on_manifest: Callable[[BundleManifest], None] | None,
+                   on_head: OnHead | None, on_sizes: OnSizes | None) -> BundleManifest | None:
+    """:func:`.bundle_read.extract` by frames in forked processes, or ``None`` (nothing
+    done, no callback called) where this bundle or host is not for it (module doc)."""
+    n = scan_workers()
+    if n < FRAME_READ_CORES or threading.active_count() > 1:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None  # the one-stream reader says why
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return None
+        extents = frame_extents(fd, st.st_size)
+        if extents is None or len(extents) < 3:
+            return None
+        with _frame_tar(fd, extents[0], path) as tar:
+            raw, sig, after = read_raw_head(tar, path)
+            if after is not None or rest_of_stream(tar, path):
+                return None  # not a head frame as pack writes it
+        listed = manifest_files(raw)
+        if listed is None:
+            return None
+        if on_head is not None:
+            on_head(hashlib.sha512(raw).digest(), sig)
+        if on_sizes is not None:
+            on_sizes(sum(f.size for f in listed.files.values()), len(listed.files))
+        return _extract(fd, path, staging, extents, raw, listed, min(n, len(extents) - 1),
+                        on_bytes, on_manifest)
+    finally:
+        os.close(fd)
+
+
+def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int, int]],
+             raw: bytes, listed: ManifestFiles, n: int,
+             on_bytes: Callable[[int], None] | None,
+             on_manifest: Callable[[BundleManifest], None] | None) -> BundleManifest:
+    """The frames handed to ``n`` forked workers at once; the manifest is read in full and
+    checked here while they write (the trust and space checks were made on its bytes and
+    its file list before), and must list the very files they were checked against."""
+    global _JOB
+    staging.writeback = os.environ.get("VLLM_CACHE_TOOLS_WRITEBACK") == "1"
+    _JOB = _Job(fd, path, staging, extents, listed.files, listed.owner, listed.entries)
+    try:
+        with forked_workers(n) as pool:
+            frames = list(range(1, len(extents)))
+            done = started(pool, _one_frame, frames, max(1, len(frames) // (n * 4))) \
+                if pool is not None else map(_one_frame, frames)
+            m = parse_manifest(raw, path)
+            if expected_files(m) != listed.files:
+                raise BundleError(f"{path}: the manifest lists other files when read in full "
+                                  "(a key given twice?): nothing placed")
+            if on_manifest is not None:
+                on_manifest(m)
+            seen: set[str] = set()
+            last = len(extents) - 1
+            for i, got in zip(frames, done, strict=True):
+                for name in got.names:
+                    if name in seen:
+                        raise BundleError(listed_twice(path, name))
+                    seen.add(name)
+                if got.ended and i != last:
+                    raise BundleError(f"{path}: data after the end of the bundle (appended "
+                                      "or concatenated): nothing placed")
+                staging.read.update(got.read)
+                staging.written += got.size
+                if on_bytes is not None and got.size:
+                    on_bytes(got.size)
+        check_complete(path, listed.files, seen)
+        # Its data goes to disk while the key proof runs (the one flush before the renames
+        # then finds little left to write).
+        staging.start_flush()
+    finally:
+        _JOB = None
+    return m
+
+
+__all__ = ["FRAME_READ_CORES", "FrameDone", "extract_framed", "frame_extents"]
