@@ -216,7 +216,6 @@ def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int,
     checked here while they write (the trust and space checks were made on its bytes and
     its file list before), and must list the very files they were checked against."""
     global _JOB
-    staging.writeback = os.environ.get("VLLM_CACHE_TOOLS_WRITEBACK") == "1"
     _JOB = _Job(fd, path, staging, extents, listed.files, listed.owner, listed.entries)
     try:
         with forked_workers(n) as pool:

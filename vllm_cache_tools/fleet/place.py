@@ -93,8 +93,6 @@ class Staging:
             raise
         self.base_fd = base
         self.written = 0
-        self.writeback = False
-        """Start each file's writeback as it is written (:func:`start_writeback`)."""
         self.read: dict[str, Entry | None] = {}
         """Deep reads of staged entries made while they were written (by their path here):
         the key proof does not read them again (:func:`.key_proof.prove_records`)."""
@@ -182,8 +180,6 @@ class Staging:
         fd = os.open(name, _NEW, 0o755 if rec.executable else 0o644, dir_fd=dfd)
         try:
             safeio.write_all(fd, data)
-            if self.writeback:
-                start_writeback(fd)
         finally:
             os.close(fd)
         self.written += len(data)
@@ -403,29 +399,6 @@ def rename_noreplace(src_fd: int, src: str, dst_fd: int, dst: str) -> None:
     except FileNotFoundError:
         pass
     os.rename(src, dst, src_dir_fd=src_fd, dst_dir_fd=dst_fd)
-
-
-_SYNC_FILE_RANGE_WRITE = 2
-_sync_file_range: Callable[[int, int, int, int], int] | None = None
-
-
-def start_writeback(fd: int) -> None:
-    """Have the kernel start writing the file's data to disk now (``sync_file_range`` with
-    ``SYNC_FILE_RANGE_WRITE``: it does not wait for it), so the one flush at the end
-    (:func:`flush_filesystem`) finds most of it written. Nothing where it is missing."""
-    global _libc, _sync_file_range
-    if _sync_file_range is None:
-        if _libc is None:
-            with contextlib.suppress(OSError):
-                _libc = ctypes.CDLL(None, use_errno=True)
-        fn = getattr(_libc, "sync_file_range", None) if _libc is not None else None
-        if fn is None:
-            _sync_file_range = lambda *_: 0  # noqa: E731
-        else:
-            fn.argtypes = (ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint)
-            fn.restype = ctypes.c_int
-            _sync_file_range = fn
-    _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
 
 def flush_filesystem(fd: int) -> None:
