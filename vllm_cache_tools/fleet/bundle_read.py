@@ -212,7 +212,14 @@ class _Prefetch(io.RawIOBase):
         return n
 
     def close(self) -> None:
+        import queue
+
         self.stop.set()
+        # A thread waiting to put a chunk in the full queue would wait out its timeout (up to
+        # 0.1 s: every read of a bundle's head alone paid it): take what is there.
+        with contextlib.suppress(queue.Empty):
+            while True:
+                self.q.get_nowait()
         self.t.join(5)
         with contextlib.suppress(Exception):
             self.src.close()
