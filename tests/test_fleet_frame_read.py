@@ -8,9 +8,12 @@ reads. The cache is the shipped example's first start (a real vLLM start), copie
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
+import json
 import os
+import pickle
 import shutil
 import subprocess
 import tarfile
@@ -24,8 +27,8 @@ from benchmarks.bench_fleet import entry_dirs
 from tests.fresh_process import ran_in_fresh_process
 from tests.test_fleet_link_index import sample_starts
 from vllm_cache_tools.fleet import api, bundle_read, frame_read, key_proof
-from vllm_cache_tools.fleet.errors import FleetError, Refused
-from vllm_cache_tools.fleet.records import manifest_files
+from vllm_cache_tools.fleet.errors import BundleError, FleetError, Refused
+from vllm_cache_tools.fleet.records import RecordedJSON, manifest_files
 from vllm_cache_tools.fleet.sshsig import NAMESPACE
 from vllm_cache_tools.fleet.trust import load_policy
 from vllm_cache_tools.read import jsontext
@@ -217,18 +220,34 @@ def test_the_manifest_read_by_entry_and_its_file_list_read_what_the_whole_parse_
     listed = manifest_files(raw)
     assert listed is not None and dict(listed.files) == bundle_read.expected_files(m)
     assert listed.entries == tuple((e.path, len(e.files)) for e in m.entries)
-    # The same bounds: the entries are one level deeper than the document's other values.
+    # The same bounds: an entry's values are two levels deeper than the document's others.
     deepest = jsontext.MAX_DEPTH
-    for n, ok in ((deepest - 2, True), (deepest - 1, False)):
-        doc = b'{"entries": [' + b"[" * n + b"]" * n + b"]}"
+    for n, ok in ((deepest - 3, True), (deepest - 2, False)):
+        doc = b'{"entries": [{"files": ' + b"[" * n + b"]" * n + b"}]}"
         for parse in (bundle_read._loads_by_entry, lambda d: jsontext.loads(d, "m")):
             if ok:
                 parse(doc)
             else:
                 with pytest.raises(ValueError, match="nested more than"):
                     parse(doc)
+    # An entry's recorded object is parsed when used (a miss's causes), under its own bound.
+    for n, ok in ((deepest - 4, True), (deepest - 3, False)):
+        doc = (b'{"entries": [{"recorded": {"a": ' + b"[" * n + b"]" * n + b"}}]}")
+        with pytest.raises(ValueError, match="nested more than") if not ok else \
+                contextlib.nullcontext():
+            jsontext.loads(doc, "m")
+        lazy = bundle_read._loads_by_entry(doc)
+        assert lazy is not None
+        recorded = lazy["entries"][0]["recorded"]
+        assert isinstance(recorded, RecordedJSON)
+        assert pickle.loads(pickle.dumps(recorded)).raw == recorded.raw
+        if ok:
+            assert dict(recorded) == json.loads(doc)["entries"][0]["recorded"]
+        else:
+            with pytest.raises(BundleError, match=r"recorded: .*nested more than"):
+                dict(recorded)
     # What msgspec cannot split goes to the whole-document parser, which reads it as before.
     for text in (b'{"entries": [NaN]}', b'\xef\xbb\xbf{"entries": []}',
-                 b'{"entries": ["\\ud800"]}'):
+                 b'{"entries": ["\\ud800"]}', b'{"entries": [[]]}'):
         assert bundle_read._loads_by_entry(text) is None
         assert manifest_files(text) is None

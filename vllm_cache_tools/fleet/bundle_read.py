@@ -24,6 +24,7 @@ from vllm_cache_tools.fleet.records import (
     MANIFEST_NAME,
     BundleManifest,
     FileRecord,
+    RecordedJSON,
     manifest_from_json,
 )
 from vllm_cache_tools.fleet.sshsig import MAX_SIGNATURE_BYTES
@@ -289,25 +290,35 @@ def parse_manifest(raw: bytes, path: Path) -> BundleManifest:
 
 
 def _loads_by_entry(raw: bytes) -> dict[str, Any] | None:
-    """``jsontext.loads(raw)`` of a manifest, its entries parsed one at a time: a 12 MB
-    manifest of 200 entries holds the GIL for ~0.1 s in one ``json.loads``, and the threads
-    that feed the frame readers their frames and take their answers (:mod:`.frame_read`)
-    waited that long. msgspec only finds where each value is; ``json.loads`` parses each, so
-    the values are the same, and so are the bounds (one level deeper for the entries). ``None``
-    where msgspec cannot split the text (not UTF-8, ``NaN``, damage...): the caller parses it
-    whole, as before."""
+    """``jsontext.loads(raw)`` of a manifest, value by value: a 12 MB manifest of 200 entries
+    held the GIL for ~0.1 s in one ``json.loads``, and the threads that feed the frame readers
+    their frames and take their answers (:mod:`.frame_read`) waited that long. msgspec only
+    finds where each value is; ``json.loads`` parses each, so the values are the same, and so
+    are the nesting bounds (each value's own, less the levels above it). An entry's
+    ``recorded`` object (~50 KB: most of the bytes) is kept unparsed until it is used
+    (:class:`.records.RecordedJSON`: only a miss's causes read it; its bound is checked then).
+    ``None`` where msgspec cannot split the text so (not UTF-8, ``NaN``, an entry that is no
+    object, damage...): the caller parses it whole, as before."""
     try:
         top = msgspec.json.decode(raw, type=dict[str, msgspec.Raw])
         listed = top.get("entries")
-        parts = None if listed is None else msgspec.json.decode(listed, type=list[msgspec.Raw])
+        entries = None if listed is None else msgspec.json.decode(
+            listed, type=list[dict[str, msgspec.Raw]])
     except (msgspec.DecodeError, RecursionError, MemoryError):
         return None
-    what, depth = "bundle manifest", jsontext.MAX_DEPTH - 1
-    return {k: [jsontext.loads(bytes(memoryview(p)), what, max_depth=depth - 1,
-                               max_containers=None) for p in parts]
-            if k == "entries" and parts is not None
-            else jsontext.loads(bytes(memoryview(v)), what, max_depth=depth, max_containers=None)
-            for k, v in top.items()}
+    depth = jsontext.MAX_DEPTH - 1  # below the document
+    out = {k: _loads(v, depth) for k, v in top.items() if k != "entries" or entries is None}
+    if entries is not None:
+        out["entries"] = [{k: RecordedJSON(bytes(memoryview(v)))
+                           if k == "recorded" and bytes(memoryview(v))[:1] == b"{"
+                           else _loads(v, depth - 2) for k, v in fields.items()}
+                          for fields in entries]
+    return out
+
+
+def _loads(v: msgspec.Raw, depth: int) -> Any:
+    return jsontext.loads(bytes(memoryview(v)), "bundle manifest", max_depth=depth,
+                          max_containers=None)
 
 
 def read_manifest(path: Path) -> BundleManifest:

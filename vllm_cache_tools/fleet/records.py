@@ -10,7 +10,7 @@ store describe an entry identically. No times: the same entries give the same by
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -272,6 +272,59 @@ def _str_map(v: Any, what: str) -> dict[str, str | None]:
     return {str(k): _opt_str(x, f"{what}.{k}") for k, x in v.items()}
 
 
+class RecordedJSON(Mapping[str, object]):
+    """An entry's ``recorded`` object as a bundle manifest carries it, parsed when first used
+    (by the hit check's causes, on a miss): it is most of a manifest's bytes (~50 KB an entry:
+    the recorder's config and Inductor fields), and an unpack that hits never reads it. Its
+    JSON syntax, that it is an object, and its nesting are checked when the manifest is read
+    (:func:`.bundle_read.parse_manifest`); a parse that fails later raises
+    :class:`BundleError`."""
+
+    __slots__ = ("_data", "raw")
+
+    def __init__(self, raw: bytes) -> None:
+        self.raw = raw
+        self._data: dict[str, object] | None = None
+
+    def _got(self) -> dict[str, object]:
+        if self._data is None:
+            from vllm_cache_tools.read import jsontext
+
+            try:
+                v = jsontext.loads(self.raw, "bundle manifest", max_depth=RECORDED_DEPTH,
+                                   max_containers=None)
+            except ValueError as exc:
+                raise _bad(f"recorded: {exc}") from None
+            if not isinstance(v, dict):
+                raise _bad("recorded is not an object")
+            self._data = {str(k): x for k, x in v.items()}
+        return self._data
+
+    def __getitem__(self, key: str) -> object:
+        return self._got()[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._got())
+
+    def __len__(self) -> int:
+        return len(self._got())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (RecordedJSON, (self.raw,))
+
+    def __repr__(self) -> str:
+        return f"RecordedJSON({len(self.raw)} bytes)"
+
+
+RECORDED_DEPTH = 61
+"""The nesting ``recorded`` may have: the manifest's bound (``jsontext.MAX_DEPTH``, 64) less
+the levels above it (the document, its entries, the entry)."""
+
+
+def _recorded(v: Any) -> Mapping[str, object]:
+    return v if isinstance(v, RecordedJSON) else _obj(v, "recorded")
+
+
 def _obj(v: Any, what: str) -> dict[str, object]:
     if v is None:
         return {}
@@ -333,7 +386,7 @@ def entry_from_json(d: Any) -> EntryRecord:
         sources=tuple(sources), forward=forward,
         loader=_opt_str(d.get("loader"), "loader"),
         linked=_str_list(d.get("linked"), "linked"),
-        recorded=_obj(d.get("recorded"), "recorded"))
+        recorded=_recorded(d.get("recorded")))
 
 
 def extra_from_json(d: Any) -> FileRecord:
