@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import pickle
 import stat
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -47,6 +48,7 @@ from vllm_cache_tools.fleet.errors import BundleError
 from vllm_cache_tools.fleet.key_proof import read_staged
 from vllm_cache_tools.fleet.place import Staging
 from vllm_cache_tools.fleet.records import BundleManifest, FileRecord, ManifestFiles, manifest_files
+from vllm_cache_tools.fleet.shared_file import SharedAppendFile
 from vllm_cache_tools.store.folders import scan_workers
 from vllm_cache_tools.store.parallel_read import forked_workers, started
 from vllm_cache_tools.store.types import Entry
@@ -132,6 +134,8 @@ class _Job:
     """Each entry file's member name -> the entry's index in the manifest."""
     entries: Sequence[tuple[str, int]]
     """Each entry's path in the bundle and how many files it has."""
+    answers: SharedAppendFile
+    """Where the workers put their entries' deep reads (:func:`_frames`)."""
 
 
 _JOB: _Job | None = None
@@ -139,18 +143,37 @@ _JOB: _Job | None = None
 
 @dataclass(frozen=True)
 class FrameDone:
-    """One frame read: the members written, their bytes, whether the archive's end was in
-    it, and the deep read of each entry it held whole (by the entry's path)."""
+    """One frame read: the members written, their bytes, and whether the archive's end was
+    in it."""
 
     names: tuple[str, ...]
     size: int
     ended: bool
-    read: tuple[tuple[str, Entry | None], ...]
 
 
-def _one_frame(i: int) -> FrameDone:
+Read = tuple[str, Entry | None]
+"""The deep read of an entry a frame held whole, by the entry's path."""
+
+
+def _frames(chunk: Sequence[int]) -> tuple[list[FrameDone], tuple[int, int] | None]:
+    """A worker's task: frames read, and where the pickle of their entries' deep reads was
+    put in the answers file. Only this little crosses the pool's pipe: a worker that sends
+    megabytes holds the pipe's lock while the pipe is full, and a pool ended then (at the
+    first lying frame) waited forever for that lock."""
     job = _JOB
     assert job is not None
+    done: list[FrameDone] = []
+    reads: list[Read] = []
+    for i in chunk:
+        d, r = _one_frame(job, i)
+        done.append(d)
+        reads += r
+    # One pickle a chunk: the entries' traced source texts once (parallel_read._SOURCES).
+    at = job.answers.append(pickle.dumps(reads, pickle.HIGHEST_PROTOCOL)) if reads else None
+    return done, at
+
+
+def _one_frame(job: _Job, i: int) -> tuple[FrameDone, list[Read]]:
     seen: set[str] = set()
 
     def small(name: str, data: bytes, rec: FileRecord) -> None:
@@ -167,9 +190,9 @@ def _one_frame(i: int) -> FrameDone:
         k = job.owner.get(name)
         if k is not None:
             counts[k] = counts.get(k, 0) + 1
-    read = tuple((job.entries[k][0], read_staged(job.staging.path / job.entries[k][0]))
-                 for k, n in sorted(counts.items()) if n == job.entries[k][1])
-    return FrameDone(tuple(seen), sum(job.expect[name].size for name in seen), ended, read)
+    read = [(job.entries[k][0], read_staged(job.staging.path / job.entries[k][0]))
+            for k, n in sorted(counts.items()) if n == job.entries[k][1]]
+    return FrameDone(tuple(seen), sum(job.expect[name].size for name in seen), ended), read
 
 
 def extract_framed(path: Path, staging: Staging, on_bytes: Callable[[int], None] | None,
@@ -216,12 +239,16 @@ def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int,
     checked here while they write (the trust and space checks were made on its bytes and
     its file list before), and must list the very files they were checked against."""
     global _JOB
-    _JOB = _Job(fd, path, staging, extents, listed.files, listed.owner, listed.entries)
+    answers = SharedAppendFile()
+    _JOB = _Job(fd, path, staging, extents, listed.files, listed.owner, listed.entries,
+                answers)
     try:
         with forked_workers(n) as pool:
             frames = list(range(1, len(extents)))
-            done = started(pool, _one_frame, frames, max(1, len(frames) // (n * 4))) \
-                if pool is not None else map(_one_frame, frames)
+            k = max(1, len(frames) // (n * 4))
+            chunks = [frames[j:j + k] for j in range(0, len(frames), k)]
+            done = started(pool, _frames, chunks, 1) if pool is not None \
+                else map(_frames, chunks)
             m = parse_manifest(raw, path)
             if expected_files(m) != listed.files:
                 raise BundleError(f"{path}: the manifest lists other files when read in full "
@@ -230,24 +257,27 @@ def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int,
                 on_manifest(m)
             seen: set[str] = set()
             last = len(extents) - 1
-            for i, got in zip(frames, done, strict=True):
-                for name in got.names:
-                    if name in seen:
-                        raise BundleError(listed_twice(path, name))
-                    seen.add(name)
-                if got.ended and i != last:
-                    raise BundleError(f"{path}: data after the end of the bundle (appended "
-                                      "or concatenated): nothing placed")
-                staging.read.update(got.read)
-                staging.written += got.size
-                if on_bytes is not None and got.size:
-                    on_bytes(got.size)
+            for chunk, (got, at) in zip(chunks, done, strict=True):
+                for i, frame in zip(chunk, got, strict=True):
+                    for name in frame.names:
+                        if name in seen:
+                            raise BundleError(listed_twice(path, name))
+                        seen.add(name)
+                    if frame.ended and i != last:
+                        raise BundleError(f"{path}: data after the end of the bundle "
+                                          "(appended or concatenated): nothing placed")
+                    staging.written += frame.size
+                    if on_bytes is not None and frame.size:
+                        on_bytes(frame.size)
+                if at is not None:
+                    staging.read.update(pickle.loads(answers.read(*at)))
         check_complete(path, listed.files, seen)
-        # Its data goes to disk while the key proof runs (the one flush before the renames
-        # then finds little left to write).
-        staging.start_flush()
     finally:
         _JOB = None
+        answers.close()  # before the flush: its pages are dropped, never written
+    # The staged data goes to disk while the key proof runs (the one flush before the renames
+    # then finds little left to write).
+    staging.start_flush()
     return m
 
 

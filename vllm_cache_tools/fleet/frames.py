@@ -13,7 +13,6 @@ row are one zstd stream to every reader (``zstd -d``, ``tar -I zstd``, :mod:`.bu
 from __future__ import annotations
 
 import hashlib
-import multiprocessing
 import os
 import tarfile
 import tempfile
@@ -29,6 +28,7 @@ import zstandard
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.records import FileRecord
 from vllm_cache_tools.fleet.selection import LocalFile, file_ident
+from vllm_cache_tools.fleet.shared_file import SharedAppendFile
 from vllm_cache_tools.fleet.tar_headers import member_header
 from vllm_cache_tools.layout import is_manifest_name
 from vllm_cache_tools.read.manifest import MAX_MANIFEST_BYTES
@@ -85,13 +85,8 @@ class FrameSpool:
         self.threads = max(1, cores // self.workers)
         self.level = level
         self.directory = directory
-        self._file = tempfile.TemporaryFile(dir=directory)  # noqa: SIM115  # closed in close()
-        # The spool's end, shared with forked workers (use_processes): each takes its piece.
-        # (Under the fork context where there is one: its lock's semaphore is unlinked at
-        # once, no resource tracker process is started for it.)
-        ctx = multiprocessing.get_context(
-            "fork" if "fork" in multiprocessing.get_all_start_methods() else None)
-        self._end = ctx.Value("q", 0)
+        # The spool: forked workers (use_processes) each take their piece of it.
+        self._spool = SharedAppendFile(directory)
         self._pool: ThreadPoolExecutor | None = None
         self._procs: Pool | None = None
         self._jobs: dict[str, Future[Framed]] = {}
@@ -107,7 +102,7 @@ class FrameSpool:
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
-        self._file.close()
+        self._spool.close()
         _SPOOLS.pop(id(self), None)
 
     def use_processes(self, pool: Pool) -> None:
@@ -165,7 +160,7 @@ class FrameSpool:
 
     def copy(self, framed: Framed, write: Callable[[bytes], object]) -> None:
         """Hand the frame's bytes to ``write``, in order."""
-        fd = self._file.fileno()
+        fd = self._spool.fileno()
         for off, n in framed.extents:
             while n > 0:
                 b = os.pread(fd, min(n, _BUF), off)
@@ -176,18 +171,12 @@ class FrameSpool:
                 n -= len(b)
 
     def _append(self, b: bytes | bytearray) -> tuple[int, int]:
-        with self._end.get_lock():
-            off = self._end.value
-            self._end.value += len(b)
-        fd, done = self._file.fileno(), 0
         try:
-            while done < len(b):
-                done += os.pwrite(fd, memoryview(b)[done:], off + done)
+            return self._spool.append(b)
         except OSError as exc:
             raise FleetError(f"cannot write the pack's spool file in "
                              f"{self.directory or tempfile.gettempdir()}: "
                              f"{exc.strerror or exc}: not packed") from None
-        return off, len(b)
 
     def _frame(self, prefix: str, walked: Walked, known: Sequence[LocalFile] | None) -> Framed:
         extents: list[tuple[int, int]] = []
