@@ -41,8 +41,12 @@ def _tree(root: Path) -> dict[str, str]:
             and not any(part.startswith(".vllm-cache") for part in p.parts)}
 
 
-def _packed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **pack: Any) -> Path:
-    """A bundle of 12 entries (6 starts), unpacked by frames from here on (4 workers)."""
+def _packed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest,
+            **pack: Any) -> Path | None:
+    """A bundle of 12 entries (6 starts), unpacked by frames from here on (4 workers); None
+    where the test ran again in a fresh process (and passed there): the caller returns."""
+    if ran_in_fresh_process(request):
+        return None
     root = sample_starts(tmp_path, 6)
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", str(frame_read.FRAME_READ_CORES))
@@ -80,9 +84,9 @@ def _refused(bundle: Path, root: Path, match: str) -> None:
 
 def test_frames_place_what_the_one_stream_reader_places(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
-    if ran_in_fresh_process(request):
+    bundle = _packed(tmp_path, monkeypatch, request)
+    if bundle is None:
         return
-    bundle = _packed(tmp_path, monkeypatch)
     workers = frame_read.FRAME_READ_CORES
     framed: list[int] = []
     handed: list[int] = []
@@ -122,9 +126,9 @@ def _tampered(frame: bytes) -> bytes:
 
 def test_every_way_a_frame_lies_places_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
-    if ran_in_fresh_process(request):
+    bundle = _packed(tmp_path, monkeypatch, request)
+    if bundle is None:
         return
-    bundle = _packed(tmp_path, monkeypatch)
     fr = _frames(bundle)
     end = zstandard.ZstdCompressor().compress(b"\0" * 1024)
     cases = {
@@ -156,14 +160,14 @@ def test_the_checks_come_before_the_first_write(
     writes a file (a worker's write would leave the marker)."""
     if shutil.which("ssh-keygen") is None:
         pytest.skip("ssh-keygen (openssh-client) is not installed")
-    if ran_in_fresh_process(request):
-        return
     keys = {}
     for who in ("alice", "mallory"):
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", who, "-f",
                         str(tmp_path / who)], check=True)
         keys[who] = " ".join((tmp_path / f"{who}.pub").read_text().split()[:2])
-    bundle = _packed(tmp_path, monkeypatch, sign=tmp_path / "mallory")
+    bundle = _packed(tmp_path, monkeypatch, request, sign=tmp_path / "mallory")
+    if bundle is None:
+        return
     policy = tmp_path / "allowed_signers"
     policy.write_text(f'alice@example.com namespaces="{NAMESPACE}" {keys["alice"]}\n')
     marker = tmp_path / "written"
@@ -190,9 +194,9 @@ def test_the_checks_come_before_the_first_write(
 
 def test_a_frame_reader_that_dies_fails_the_unpack_instead_of_hanging(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
-    if ran_in_fresh_process(request):
+    bundle = _packed(tmp_path, monkeypatch, request)
+    if bundle is None:
         return
-    bundle = _packed(tmp_path, monkeypatch)
     read = frame_read.read_staged
 
     def dying(path: Path) -> Any:
