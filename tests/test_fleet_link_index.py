@@ -277,6 +277,6 @@ def test_forked_readers_end_at_sigterm_under_unpacks_handler(
 
     with terminate_as_exit():
         assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL
-        got = list(parallel_read._spread(_ends_at_sigterm, list(range(64)), 2))
+        got = list(parallel_read.spread(_ends_at_sigterm, list(range(64)), 2))
         assert signal.SIGTERM not in signal.pthread_sigmask(signal.SIG_BLOCK, ())
     assert got == [True] * 64
