@@ -131,11 +131,14 @@ def test_every_way_a_frame_lies_places_nothing(
         return
     fr = _frames(bundle)
     end = zstandard.ZstdCompressor().compress(b"\0" * 1024)
+    # Members, then one zero block: tar's end for a reader of the one stream.
+    ended = zstandard.ZstdCompressor().compress(_unframe(fr[1]) + b"\0" * 512)
     cases = {
         "sha256 differs from the manifest": [fr[0], _tampered(fr[1]), *fr[2:]],
         "listed twice": [fr[0], fr[1], fr[1], *fr[2:]],
         "data after the end of the bundle|truncated or corrupt": [*fr[:-1], end, fr[-1]],
         "truncated: .* listed files missing": [fr[0], *fr[2:]],
+        "data after the end of the bundle": [fr[0], ended, *fr[2:]],
         # Not a row of frames alone: the one-stream reader reports it.
         "data after the end|truncated or corrupt": [*fr, b"appended"],
     }
@@ -151,7 +154,7 @@ def test_every_way_a_frame_lies_places_nothing(
         lying = tmp_path / f"lying{i}.tar.zst"
         lying.write_bytes(b"".join(parts))
         _refused(lying, tmp_path / f"r{i}", match)
-    assert [p.name for p in framed] == [f"lying{i}.tar.zst" for i in range(4)]
+    assert [p.name for p in framed] == [f"lying{i}.tar.zst" for i in range(5)]
 
 
 def test_the_checks_come_before_the_first_write(
@@ -255,3 +258,21 @@ def test_the_manifest_read_by_entry_and_its_file_list_read_what_the_whole_parse_
                  b'{"entries": ["\\ud800"]}', b'{"entries": [[]]}'):
         assert bundle_read._loads_by_entry(text) is None
         assert manifest_files(text) is None
+
+
+def test_a_fifo_is_left_to_the_one_stream_reader(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """A named pipe is looked at, never opened, by the frame reader: opening it twice would
+    lose what its writer sent (the second open then waited for a writer forever)."""
+    bundle = _packed(tmp_path, monkeypatch, request)
+    if bundle is None:
+        return
+    fifo = tmp_path / "b.fifo"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", f"cat '{bundle}' > '{fifo}'"])
+    try:
+        got = api.unpack(fifo, root=tmp_path / "u", force=True)
+    finally:
+        writer.wait(timeout=60)
+    assert {p.action for p in got.placements} == {"placed"}
+    assert _tree(tmp_path / "u") == _tree(tmp_path / "root")

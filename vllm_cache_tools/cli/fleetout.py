@@ -6,6 +6,7 @@ check's rendering, and the vLLM arguments after ``--``."""
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, NoReturn, TypeVar
@@ -59,12 +60,20 @@ def byte_bar(label: str, enabled: bool) -> Iterator[Callable[[int, int], None] |
         TransferSpeedColumn,
     )
 
+    # Refreshed by the updates, not by a thread of its own: a thread running stops unpack and
+    # the readers from forking their workers (fleet/frame_read.py).
     bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                   TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+                   TimeRemainingColumn(), console=Console(stderr=True), transient=True,
+                   auto_refresh=False)
     task = bar.add_task(label, total=None)
+    shown = [0.0]
 
     def update(done: int, total: int) -> None:
         bar.update(task, completed=done, total=total or None)
+        now = time.monotonic()
+        if now - shown[0] >= 0.1 or (total and done >= total):
+            shown[0] = now
+            bar.refresh()
 
     with bar:
         yield update

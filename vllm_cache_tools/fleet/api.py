@@ -291,7 +291,8 @@ def unpack(bundle: str | os.PathLike[str], *, root: str | os.PathLike[str] | Non
                 m = extract(path, st, tick, on_manifest=start_checks, on_head=judge,
                             on_sizes=room_for)
                 check = checking[0].result()
-                # No thread left: the key proof reads the staged entries by forked processes.
+                # The key proof reads what the extraction did not by forked processes
+                # where no thread is left (frame_read's early flush may still run).
                 pool.shutdown(wait=True)
                 if not check.would_hit and not force:
                     return UnpackResult(path, croot.vllm_root, m, check, (), False, True,

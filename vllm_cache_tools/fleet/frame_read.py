@@ -58,6 +58,12 @@ FRAME_READ_CORES = 4
 is read by forked processes; below, the one-stream reader's decompressing thread and writer
 threads share the cores with less overhead."""
 
+MAX_BLOCKS_BASE = 4096
+MIN_BLOCK_BYTES = 4096
+"""A file of more zstd blocks than ``MAX_BLOCKS_BASE + size // MIN_BLOCK_BYTES`` is read by
+the one-stream reader (pack's blocks hold up to 128 KiB each: ~14 KB compressed on average in
+the bench's bundles)."""
+
 _MAGIC = b"\x28\xb5\x2f\xfd"
 _RESERVED_BLOCK = 3
 _RLE_BLOCK = 1
@@ -68,7 +74,8 @@ def frame_extents(fd: int, size: int) -> list[tuple[int, int]] | None:
     (RFC 8878: nothing is decompressed), or ``None`` where the file is not a row of plain
     zstd frames and nothing else."""
     out: list[tuple[int, int]] = []
-    pos = 0
+    pos = blocks = 0
+    most = MAX_BLOCKS_BASE + size // MIN_BLOCK_BYTES
     while pos < size:
         head = os.pread(fd, 18, pos)
         if not head.startswith(_MAGIC):
@@ -87,6 +94,9 @@ def frame_extents(fd: int, size: int) -> list[tuple[int, int]] | None:
             if kind == _RESERVED_BLOCK:
                 return None
             p += 3 + (1 if kind == _RLE_BLOCK else v >> 3)
+            blocks += 1
+            if blocks > most:
+                return None  # tiny blocks by the million: one pread each would take minutes
             if v & 1:
                 break
         p += 4 if checksum else 0
@@ -155,11 +165,12 @@ Read = tuple[str, Entry | None]
 """The deep read of an entry a frame held whole, by the entry's path."""
 
 
-def _frames(chunk: Sequence[int]) -> tuple[list[FrameDone], tuple[int, int] | None]:
-    """A worker's task: frames read, and where the pickle of their entries' deep reads was
-    put in the answers file. Only this little crosses the pool's pipe: a worker that sends
-    megabytes holds the pipe's lock while the pipe is full, and a pool ended then (at the
-    first lying frame) waited forever for that lock."""
+def _frames(chunk: Sequence[int]) -> tuple[int, int]:
+    """A worker's task: its frames read; where the pickle of what it found (each frame's
+    :class:`FrameDone`, the entries' deep reads) was put in the answers file. Only that
+    offset crosses the pool's pipe: a worker that sends megabytes holds the pipe's lock while
+    the pipe is full, and a pool ended then (at the first lying frame) waited forever for
+    that lock."""
     job = _JOB
     assert job is not None
     done: list[FrameDone] = []
@@ -169,8 +180,7 @@ def _frames(chunk: Sequence[int]) -> tuple[list[FrameDone], tuple[int, int] | No
         done.append(d)
         reads += r
     # One pickle a chunk: the entries' traced source texts once (parallel_read._SOURCES).
-    at = job.answers.append(pickle.dumps(reads, pickle.HIGHEST_PROTOCOL)) if reads else None
-    return done, at
+    return job.answers.append(pickle.dumps((done, reads), pickle.HIGHEST_PROTOCOL))
 
 
 def _one_frame(job: _Job, i: int) -> tuple[FrameDone, list[Read]]:
@@ -182,7 +192,9 @@ def _one_frame(job: _Job, i: int) -> tuple[FrameDone, list[Read]]:
     try:
         with _frame_tar(job.fd, job.extents[i], job.path) as tar:
             take_members(tar, job.path, job.staging, job.expect, seen, None, small, None)
-            ended = rest_of_stream(tar, job.path)
+            # Stopped on a zero block (the archive's end, for tar), or zeros follow.
+            ended = tar.fileobj.tell() > tar.offset
+            ended = rest_of_stream(tar, job.path) or ended
     except FileExistsError as exc:  # another frame wrote it: a member listed twice
         raise BundleError(listed_twice(job.path, str(exc.filename))) from None
     counts: dict[int, int] = {}
@@ -204,7 +216,11 @@ def extract_framed(path: Path, staging: Staging, on_bytes: Callable[[int], None]
     if n < FRAME_READ_CORES or threading.active_count() > 1:
         return None
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        # Looked at before it is opened: opening a FIFO here and then again in the one-stream
+        # reader would lose what its writer sent.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     except OSError:
         return None  # the one-stream reader says why
     try:
@@ -239,7 +255,7 @@ def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int,
     checked here while they write (the trust and space checks were made on its bytes and
     its file list before), and must list the very files they were checked against."""
     global _JOB
-    answers = SharedAppendFile()
+    answers = SharedAppendFile(os.fspath(staging.path))  # the root's own file system
     _JOB = _Job(fd, path, staging, extents, listed.files, listed.owner, listed.entries,
                 answers)
     try:
@@ -250,14 +266,16 @@ def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int,
             done = started(pool, _frames, chunks, 1) if pool is not None \
                 else map(_frames, chunks)
             m = parse_manifest(raw, path)
-            if expected_files(m) != listed.files:
+            if expected_files(m) != listed.files or listed.entries != tuple(
+                    (e.path, len(e.files)) for e in m.entries):
                 raise BundleError(f"{path}: the manifest lists other files when read in full "
                                   "(a key given twice?): nothing placed")
             if on_manifest is not None:
                 on_manifest(m)
             seen: set[str] = set()
             last = len(extents) - 1
-            for chunk, (got, at) in zip(chunks, done, strict=True):
+            for chunk, at in zip(chunks, done, strict=True):
+                got, reads = pickle.loads(answers.read(*at))
                 for i, frame in zip(chunk, got, strict=True):
                     for name in frame.names:
                         if name in seen:
@@ -269,8 +287,7 @@ def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int,
                     staging.written += frame.size
                     if on_bytes is not None and frame.size:
                         on_bytes(frame.size)
-                if at is not None:
-                    staging.read.update(pickle.loads(answers.read(*at)))
+                staging.read.update(reads)
         check_complete(path, listed.files, seen)
     finally:
         _JOB = None
@@ -281,4 +298,5 @@ def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int,
     return m
 
 
-__all__ = ["FRAME_READ_CORES", "FrameDone", "extract_framed", "frame_extents"]
+__all__ = ["FRAME_READ_CORES", "MAX_BLOCKS_BASE", "MIN_BLOCK_BYTES", "FrameDone",
+           "extract_framed", "frame_extents"]

@@ -104,8 +104,15 @@ class Staging:
         """Start the flush of what is written (:func:`flush_filesystem`) in a thread now, the
         caller going on (the key proof); :meth:`flush` waits for it and flushes again (little
         is left to write then)."""
-        self._flushing = threading.Thread(target=lambda: flush_filesystem(self.fd),
-                                          name="vllm-cache-flush", daemon=True)
+        fd = os.dup(self.fd)  # its own: the staging folder may be removed meanwhile
+
+        def flush() -> None:
+            try:
+                flush_filesystem(fd)
+            finally:
+                os.close(fd)
+
+        self._flushing = threading.Thread(target=flush, name="vllm-cache-flush", daemon=True)
         self._flushing.start()
 
     def flush(self) -> None:
@@ -247,10 +254,7 @@ class Staging:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._flushing is not None:  # its fd is closed by remove()
-            self._flushing.join()
-            self._flushing = None
-        self.remove()
+        self.remove()  # an early flush still running goes on alone (nothing waits for it)
 
 
 def _sweep_stale(base_fd: int) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import msgspec
 
@@ -430,13 +430,15 @@ def snapshot_path(sha256: str) -> str:
 
 class _FileJSON(msgspec.Struct):
     path: str
-    size: int
-    sha256: str
+    size: Annotated[int, msgspec.Meta(ge=0, le=MAX_FILE_BYTES)]
+    sha256: Annotated[str, msgspec.Meta(pattern=_SHA256.pattern)]
     executable: bool = False
 
 
 class _EntryFilesJSON(msgspec.Struct):
     path: str
+    key: str = ""
+    layout: str = ""
     files: list[_FileJSON] = []
 
 
@@ -462,11 +464,21 @@ def manifest_files(raw: bytes) -> ManifestFiles | None:
     """The files a manifest's bytes list, by member name (``entry path/file path``; an extra:
     its path), read in a few ms (msgspec: the rest of the document is skipped) so that the
     files can be written while the manifest is read in full; ``None`` where the bytes do not
-    decode so. Nothing here is checked: a reader that uses it must find the same records in
-    the manifest read and checked by :func:`manifest_from_json`."""
+    decode so, or a size, digest, path or entry folder is not one :func:`manifest_from_json`
+    accepts (that check, of everything else, follows: a reader that uses this must find the
+    same records in the manifest it reads in full)."""
     try:
         got = _MANIFEST_FILES.decode(raw)
-    except (msgspec.DecodeError, RecursionError, MemoryError):
+        for e in got.entries:
+            if e.layout not in ("backend", "aot") or e.path not in entry_rel_path(
+                    e.layout, e.key) or not (_BACKEND_KEY if e.layout == "backend"
+                                             else _AOT_KEY).match(e.key):
+                return None
+            for f in e.files:
+                safe_rel_path(f.path, "file")
+        for x in got.extras:
+            safe_rel_path(x.path, "extra")
+    except (msgspec.DecodeError, RecursionError, MemoryError, BundleError):
         return None
     out = {f"{e.path}/{f.path}": FileRecord(f.path, f.size, f.sha256, f.executable)
            for e in got.entries for f in e.files}
