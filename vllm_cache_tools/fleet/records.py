@@ -276,8 +276,9 @@ class RecordedJSON(Mapping[str, object]):
     """An entry's ``recorded`` object as a bundle manifest carries it, parsed when first used
     (by the hit check's causes, on a miss): it is most of a manifest's bytes (~50 KB an entry:
     the recorder's config and Inductor fields), and an unpack that hits never reads it. Its
-    JSON syntax, that it is an object, and its nesting are checked when the manifest is read
-    (:func:`.bundle_read.parse_manifest`); a parse that fails later raises
+    JSON syntax and that it is an object are checked when the manifest is read
+    (:func:`.bundle_read.parse_manifest`); its nesting bound (:data:`RECORDED_DEPTH`) and the
+    rest of ``json.loads``' rules when it is parsed, where a failure raises
     :class:`BundleError`."""
 
     __slots__ = ("_data", "raw")
