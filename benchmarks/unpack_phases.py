@@ -10,6 +10,7 @@ import argparse
 import functools
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import time
@@ -19,7 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_fleet import entry_dirs, synth_starts
+from benchmarks.bench_fleet import entry_dirs, synth_starts, tar_zstd
 from vllm_cache_tools.fleet import api, bundle_read, frame_read, key_proof, place
 
 PHASES = ((bundle_read, "extract"), (key_proof, "prove_records"), (place, "place_entries"),
@@ -61,6 +62,12 @@ def main() -> int:
     ap = phase_args(__doc__, "--writers", "writer threads")
     ap.add_argument("--one-stream", action="store_true",
                     help="also unpack by the one-stream reader (frame_read off), interleaved")
+    ap.add_argument("--no-write-behind", action="store_true",
+                    help="also unpack without starting each file's writeback as it is closed "
+                         "(place.WRITE_BEHIND off), interleaved")
+    ap.add_argument("--tar", action="store_true",
+                    help="also time `tar -x` of the same bundle and `tar -x; sync -f` each "
+                         "round (the same-run references of bench_fleet)")
     args = ap.parse_args()
     work, many = phase_tree(args, "unpack-phases")
     try:
@@ -70,13 +77,16 @@ def main() -> int:
         for mod, name in PHASES:
             setattr(mod, name, timed(spent, getattr(mod, name)))
         shipped, cores = bundle_read.WRITERS, frame_read.FRAME_READ_CORES
-        runs = [(w, cores) for w in dict.fromkeys([shipped, *args.writers])]
-        runs += [(shipped, 1 << 30)] if args.one_stream else []
+        runs = [(w, cores, True) for w in dict.fromkeys([shipped, *args.writers])]
+        runs += [(shipped, 1 << 30, True)] if args.one_stream else []
+        runs += [(shipped, cores, False)] if args.no_write_behind else []
         for i in range(args.repeat):
-            for writers, frame_cores in runs:
+            for writers, frame_cores, behind in runs:
                 bundle_read.WRITERS = writers
                 frame_read.FRAME_READ_CORES = frame_cores
+                place.WRITE_BEHIND = behind
                 how = "by frames where it can" if frame_cores == cores else "one stream"
+                how += "" if behind else ", no write-behind"
                 dst = work / f"u{i}"
                 dst.mkdir()
                 spent.clear()
@@ -85,6 +95,17 @@ def main() -> int:
                 wall, cpu = time.perf_counter() - t, time.process_time() - c
                 print(f"unpack {wall:.2f} s (CPU {cpu:.2f} s), {how}, {writers} writers: "
                       + ", ".join(f"{k} {v:.2f}" for k, v in spent.items()), flush=True)
+                shutil.rmtree(dst)
+                os.sync()
+            for sync in (False, True) if args.tar else ():
+                dst = work / f"t{i}"
+                dst.mkdir()
+                t = time.perf_counter()
+                tar_zstd(["-xf", str(bundle), "-C", str(dst)])
+                if sync:
+                    subprocess.run(["sync", "-f", str(dst)], check=True)
+                print(f"tar -x{'; sync -f' if sync else ''} {time.perf_counter() - t:.2f} s",
+                      flush=True)
                 shutil.rmtree(dst)
                 os.sync()
     finally:

@@ -9,7 +9,9 @@
 #   prune:FILES   bench_prune --files FILES --repeat $REPEAT (the real entries' sizes)
 #   prunebig:FILES  the same with --entry-files 1000 (entries of ~1,000 files)
 #   phases:COPIES  benchmarks/unpack_phases.py: where an unpack of COPIES starts spends its time
-#                  (and with $WRITERS, e.g. "2 8 16", as many writer threads each in turn)
+#                  (and with $WRITERS, e.g. "2 8 16", as many writer threads each in turn;
+#                  ONE_STREAM=1, NO_WB=1: also by one stream / without write-behind, interleaved;
+#                  TAR=1: tar -x and tar -x; sync -f of the same bundle each round)
 #   packphases:COPIES  benchmarks/pack_phases.py --profile: where a first pack of COPIES starts
 #                  spends its time (and with $FRAME_WORKERS, as many frame workers each in turn)
 # A second call on a warm machine reuses the venv in /tmp/v.
@@ -62,7 +64,7 @@ for step in $STEPS; do
                    > "$OUT/prunebig-$n.txt" 2>&1; rc=$?
                cp .bench/prune.json "$OUT/prunebig-$n.json" 2>/dev/null ;;
         phases) timeout 560 $V/bin/python benchmarks/unpack_phases.py --source $S --copies "$n" \
-                   --repeat "$REPEAT" ${WRITERS:+--writers $WRITERS} ${ONE_STREAM:+--one-stream} > "$OUT/phases-$n.txt" 2>&1; rc=$? ;;
+                   --repeat "$REPEAT" ${WRITERS:+--writers $WRITERS} ${ONE_STREAM:+--one-stream} ${NO_WB:+--no-write-behind} ${TAR:+--tar} > "$OUT/phases-$n.txt" 2>&1; rc=$? ;;
         packphases) timeout 560 $V/bin/python benchmarks/pack_phases.py --source $S --copies "$n" \
                    --repeat "$REPEAT" --profile ${FRAME_WORKERS:+--workers $FRAME_WORKERS} > "$OUT/packphases-$n.txt" 2>&1; rc=$? ;;
     esac

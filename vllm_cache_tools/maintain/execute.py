@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from multiprocessing.pool import AsyncResult, Pool
 from pathlib import Path
 
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
@@ -27,9 +28,11 @@ from vllm_cache_tools.maintain.trash import (
     Trash,
     TrashItem,
     check_tree_fd,
+    remove_in_worker,
 )
 from vllm_cache_tools.safeio import UnsafeTree, open_dir, rename_at
 from vllm_cache_tools.store import in_use
+from vllm_cache_tools.store.parallel_read import worker_pids
 from vllm_cache_tools.store.tree_stats import Listing
 from vllm_cache_tools.units import fmt_duration
 
@@ -140,23 +143,49 @@ def _move_to_trash(parent: int | None, trash: Trash, pe: PlannedEntry, prot: Pro
     return name, None
 
 
+WORKER_ENDED = ("its removal process ended without answering (killed?); it stays in the "
+                "trash, where the next prune removes it")
+
+
+class _InWorker:
+    """A removal running in a process of the streamed prune's pool, waited for as a
+    :class:`~concurrent.futures.Future` is; a worker that ended without answering gives an
+    error result instead of a wait without end."""
+
+    def __init__(self, pool: Pool, res: AsyncResult[RemoveResult]) -> None:
+        self.pool, self.res, self.pids = pool, res, worker_pids(pool)
+
+    def result(self) -> RemoveResult:
+        while True:
+            try:
+                return self.res.get(timeout=1.0)
+            except multiprocessing.TimeoutError:
+                if worker_pids(self.pool) != self.pids:
+                    return RemoveResult(0, 0, WORKER_ENDED)
+
+
 class Mover:
     """What moving entries into the trash needs for one run, held while it lasts: the root's
     folder fds, the trash and its entry locks, the /proc look, and the threads that remove
     trash items. :func:`execute_plan` moves a plan's entries through it; the streaming
     ``prune --yes`` (:mod:`vllm_cache_tools.maintain.stream`) moves each entry as the scan
     reads it. Use as a context manager; :meth:`ready` is ``False`` where nothing can be moved
-    (no ``torch_compile_cache``, or a symlink there)."""
+    (no ``torch_compile_cache``, or a symlink there). ``pool``: forked processes that remove
+    the moved entries instead of this process's threads (:func:`remove_in_worker`), so that
+    the removal and the checks do not share one interpreter lock; forked before any thread,
+    they stay the caller's."""
 
     def __init__(self, root: Path, prot: Protections, *, create: bool, workers: int = 4,
                  proc_refresh_s: float = 1.0, progress: Progress | None = None,
-                 busy: Busy | None = None) -> None:
+                 busy: Busy | None = None, pool: Pool | None = None) -> None:
         self.root, self.prot, self.progress = root, prot, progress
         self.workers, self.create = workers, create
         self.busy = busy if busy is not None else Busy(root, proc_refresh_s)
         self.skipped: list[Skip] = []
         self.failed: list[Skip] = []
-        self._moved: list[tuple[PlannedEntry, Future[RemoveResult]]] = []
+        self._moved: list[tuple[PlannedEntry, Future[RemoveResult] | _InWorker]] = []
+        self._procs = pool
+        self._trash_ident: tuple[int, int] | None = None
         self._leftovers: list[tuple[str, Future[RemoveResult]]] = []
         self._locks: EntryLocks | None = None
         self._pool: ThreadPoolExecutor | None = None
@@ -211,9 +240,20 @@ class Mover:
             return False
         if self.progress is not None:
             self.progress("moved", pe.key)
-        self._moved.append((pe, self._pool.submit(self.trash.remove, name, pe.ident,
-                                                  listing)))
+        self._moved.append((pe, self._remove(name, pe.ident, listing)))
         return True
+
+    def _remove(self, name: str, expect: tuple[int, ...],
+                listing: Listing | None) -> Future[RemoveResult] | _InWorker:
+        assert self._pool is not None and self.trash is not None and self.trash.fd is not None
+        if self._procs is None:
+            return self._pool.submit(self.trash.remove, name, expect, listing)
+        if self._trash_ident is None:
+            s = os.fstat(self.trash.fd)
+            self._trash_ident = (s.st_dev, s.st_ino)
+        return _InWorker(self._procs, self._procs.apply_async(
+            remove_in_worker, (os.fspath(self.root), self._trash_ident, name, expect,
+                               listing)))
 
     def finish(self, plan: PrunePlan) -> PruneResult:
         """Wait for the removals, sweep the recorder's unreferenced snapshots, and report.
@@ -222,8 +262,8 @@ class Mover:
         errors: list[str] = []
         finished: list[str] = []
         freed = 0
-        for name, fut in self._leftovers:
-            res = fut.result()
+        for name, left in self._leftovers:
+            res = left.result()
             if res.error:
                 errors.append(f"trash item {name}: {res.error}")
             else:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from contextlib import ExitStack
 
 from vllm_cache_tools.keys.compat import Environment
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME
@@ -45,8 +46,15 @@ from vllm_cache_tools.maintain.policies import (
     reads_contents,
 )
 from vllm_cache_tools.read.manifest import read_ledger
+from vllm_cache_tools.store.folders import scan_workers
 from vllm_cache_tools.store.locate import CacheRoot
-from vllm_cache_tools.store.parallel_read import read_entries, read_light
+from vllm_cache_tools.store.parallel_read import (
+    LIGHT_FORK_CORES,
+    PARALLEL_MIN_ENTRIES,
+    forked_workers,
+    read_entries,
+    read_light,
+)
 from vllm_cache_tools.store.scan import classify
 from vllm_cache_tools.store.tree_stats import Listing
 from vllm_cache_tools.store.types import Entry
@@ -91,13 +99,22 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
     total_bytes = total_files = count = 0
     selectors = [select for active, select in POLICY_SELECTORS.values() if active(policies)]
     mover: Mover | None = None
+    stack = ExitStack()
     try:
-        # The reading pool forks on the first entry, before any removal thread exists. The
-        # light read runs in this thread on fewer than LIGHT_FORK_CORES cores (one walk per
-        # entry was cheaper here than shipping its stats through a pipe on 2 cores:
-        # docs/prune.md), in forked processes from there.
+        # The light read runs in this thread on fewer than LIGHT_FORK_CORES cores (one walk
+        # per entry was cheaper here than shipping its stats through a pipe on 2 cores:
+        # docs/prune.md), in forked processes from there: forked here, before any removal
+        # thread exists, and the same processes then remove what was moved (the removal
+        # shares no interpreter lock with this loop). The full read's pool forks on the
+        # first entry.
+        n = scan_workers()
+        pool = (stack.enter_context(forked_workers(min(n, len(items) // (
+                    PARALLEL_MIN_ENTRIES // 4) or 1)))
+                if light and n >= LIGHT_FORK_CORES and len(items) >= PARALLEL_MIN_ENTRIES
+                else None)
         entries: Iterator[tuple[Entry, Listing | None]] = (
-            read_light(items) if light else ((e, None) for e in read_entries(items)))
+            read_light(items, pool=pool) if light
+            else ((e, None) for e in read_entries(items)))
         for e, listing in entries:
             if use:
                 e = apply_usage((e,), use)[0]
@@ -124,7 +141,7 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
                 continue
             planned.append(pe)
             if mover is None:
-                mover = Mover(root, prot, create=True, workers=workers, busy=busy)
+                mover = Mover(root, prot, create=True, workers=workers, busy=busy, pool=pool)
                 if mover.ready:
                     mover.start()
             if mover.ready:
@@ -147,6 +164,7 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
     finally:
         if mover is not None:
             mover.close()
+        stack.close()
 
 
 def _by_last_use(planned: list[PlannedEntry]) -> list[PlannedEntry]:

@@ -271,6 +271,37 @@ class Trash:
         return done
 
 
+_WORKER_TRASH: dict[tuple[str, tuple[int, int]], int] = {}
+"""In a forked removal worker: the trash folder fd it opened, by (root, the trash's identity)."""
+
+
+def remove_in_worker(vllm_root: str, trash_ident: tuple[int, int], name: str,
+                     expect: tuple[int, ...] | None, listing: Listing | None) -> RemoveResult:
+    """:meth:`Trash.remove` in a forked worker process (a streamed prune's reading pool, so
+    that the removal shares no interpreter lock with the checks and moves). The worker was
+    forked before the trash was opened: it opens the root's trash itself, as
+    :class:`RootHandle` does (no link followed below the root), and uses it only where it is
+    the very folder the moving process holds (``trash_ident``: its st_dev, st_ino); the item
+    must still be the folder that process moved there (``expect``)."""
+    key = (vllm_root, trash_ident)
+    fd = _WORKER_TRASH.get(key)
+    if fd is None:
+        try:
+            with RootHandle(Path(vllm_root)) as h:
+                cc = h.cc_fd
+                if cc is None:
+                    raise FileNotFoundError(errno.ENOENT, "torch_compile_cache is gone")
+                fd = open_dir(TRASH_DIRNAME, cc)
+        except OSError as exc:
+            return RemoveResult(0, 0, f"{name}: cannot open the trash: {exc.strerror or exc}")
+        s = os.fstat(fd)
+        if (s.st_dev, s.st_ino) != trash_ident:
+            os.close(fd)
+            return RemoveResult(0, 0, f"{name}: the trash folder was replaced (left)")
+        _WORKER_TRASH[key] = fd
+    return remove_tree_at(fd, name, expect=expect, listing=listing)
+
+
 class RootHandle:
     """Open folder fds of one cache root: the root (its own path may be a symlink; the user
     named it), ``torch_compile_cache``, its ``torch_aot_compile`` and the older

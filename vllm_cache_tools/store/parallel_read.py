@@ -114,21 +114,26 @@ def read_deep(items: Sequence[Item], *, workers: int | None = None,
                    workers, chunks_per_worker=4, pool=pool)
 
 
-def read_light(items: Sequence[Item], *, workers: int | None = None
+def read_light(items: Sequence[Item], *, workers: int | None = None, pool: Pool | None = None
                ) -> Iterator[tuple[Entry, Listing]]:
     """Each item's light read (:func:`~vllm_cache_tools.store.light.light_entry`) with the
-    names its walk saw, in the order given: by forked processes from
-    :data:`LIGHT_FORK_CORES` cores (as :func:`read_entries`), else in this process."""
+    names its walk saw, in the order given: by ``pool``'s processes when given, else by
+    forked processes from :data:`LIGHT_FORK_CORES` cores (as :func:`read_entries`), else in
+    this process."""
     n = scan_workers() if workers is None else workers
     args = [(layout, os.fsdecode(path)) for layout, path in items]
-    return spread(_light, args, n if n >= LIGHT_FORK_CORES else 1)
+    return spread(_light, args, n if n >= LIGHT_FORK_CORES else 1, pool=pool)
 
 
-LIGHT_FORK_CORES = 4
-"""From this many cores the light reads of a streamed prune are spread over processes. A light
-read is one walk (~0.5 ms an entry), its result ~3 KB (~0.1 ms to receive): with the cores
-free, this process only receives; on 2 cores the workers took the core the removal threads
-and this process needed."""
+LIGHT_FORK_CORES = 2
+"""From this many cores a streamed prune's light reads are spread over forked processes,
+which then remove the entries moved into the trash (:func:`~vllm_cache_tools.maintain.trash.
+remove_in_worker`). A light read is one walk (~0.5 ms an entry), its result ~3 KB; the
+removal is one unlink per file. With removal threads instead, this process's checks and moves
+and the threads' unlinks shared one interpreter lock (4 was the threshold then: on 2 cores
+the reading workers took the core the threads needed); in the workers, prune of 100k files ran
+at 1.25-1.56x ``rm -rf`` on 16 cores and ~1.0x on 2 (docs/benchmarks.md, issue 27 session
+12)."""
 
 
 def _light(item: tuple[str, str]) -> tuple[Entry, Listing]:
