@@ -81,7 +81,9 @@ def main() -> int:
         runs += [(shipped, 1 << 30, True)] if args.one_stream else []
         runs += [(shipped, cores, False)] if args.no_write_behind else []
         for i in range(args.repeat):
-            for writers, frame_cores, behind in runs:
+            # Every other round in reverse order: a disk that slows down as the run goes on
+            # (the device's does) favours no variant.
+            for writers, frame_cores, behind in runs if i % 2 == 0 else runs[::-1]:
                 bundle_read.WRITERS = writers
                 frame_read.FRAME_READ_CORES = frame_cores
                 place.WRITE_BEHIND = behind

@@ -6,11 +6,13 @@ down its in-process path and leave the forked one untested."""
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.pool
 import os
 import subprocess
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,14 +35,15 @@ def ran_in_fresh_process(request: pytest.FixtureRequest) -> bool:
 
 
 def record_forks(monkeypatch: pytest.MonkeyPatch) -> list[str | None]:
-    """The start methods of the multiprocessing contexts asked for from now on (a pool of
-    forked readers asks for ``"fork"`` once), for a test to tell that code forked."""
+    """The start methods of the process pools created from now on (a pool of forked readers
+    gives ``"fork"`` once), for a test to tell that code forked."""
     forks: list[str | None] = []
-    get_context = multiprocessing.get_context
+    init = multiprocessing.pool.Pool.__init__
 
-    def spy(method: str | None = None) -> object:
-        forks.append(method)
-        return get_context(method)
+    def spy(self: multiprocessing.pool.Pool, *a: Any, **k: Any) -> None:
+        ctx = k.get("context") if "context" in k else (a[4] if len(a) > 4 else None)
+        forks.append(ctx.get_start_method() if ctx is not None else None)
+        init(self, *a, **k)
 
-    monkeypatch.setattr(multiprocessing, "get_context", spy)
+    monkeypatch.setattr(multiprocessing.pool.Pool, "__init__", spy)
     return forks

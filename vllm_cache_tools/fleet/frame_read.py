@@ -48,7 +48,7 @@ from vllm_cache_tools.fleet.errors import BundleError
 from vllm_cache_tools.fleet.key_proof import read_staged
 from vllm_cache_tools.fleet.place import Staging
 from vllm_cache_tools.fleet.records import BundleManifest, FileRecord, ManifestFiles, manifest_files
-from vllm_cache_tools.fleet.shared_file import SharedAppendFile
+from vllm_cache_tools.shared_file import SharedAppendFile
 from vllm_cache_tools.store.folders import scan_workers
 from vllm_cache_tools.store.parallel_read import forked_workers, started
 from vllm_cache_tools.store.types import Entry

@@ -28,11 +28,11 @@ import zstandard
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.records import FileRecord
 from vllm_cache_tools.fleet.selection import LocalFile, file_ident
-from vllm_cache_tools.fleet.shared_file import SharedAppendFile
 from vllm_cache_tools.fleet.tar_headers import member_header
 from vllm_cache_tools.layout import is_manifest_name
 from vllm_cache_tools.read.manifest import MAX_MANIFEST_BYTES
 from vllm_cache_tools.read.noatime import open_noatime
+from vllm_cache_tools.shared_file import SharedAppendFile
 from vllm_cache_tools.store.folders import scan_workers
 from vllm_cache_tools.store.parallel_read import WORKER_LOST, worker_pids
 

@@ -149,19 +149,30 @@ WORKER_ENDED = ("its removal process ended without answering (killed?); it stays
 
 class _InWorker:
     """A removal running in a process of the streamed prune's pool, waited for as a
-    :class:`~concurrent.futures.Future` is; a worker that ended without answering gives an
-    error result instead of a wait without end."""
+    :class:`~concurrent.futures.Future` is. A worker that ends mid-task leaves that task
+    unanswered (the pool replaces the worker): once a worker has ended and no task of the
+    pool has finished for :data:`LOST_AFTER_S`, this one counts as lost, with an error
+    result instead of a wait without end (the others go on finishing meanwhile)."""
 
     def __init__(self, pool: Pool, res: AsyncResult[RemoveResult]) -> None:
         self.pool, self.res, self.pids = pool, res, worker_pids(pool)
 
     def result(self) -> RemoveResult:
+        quiet, left = 0.0, -1
         while True:
             try:
-                return self.res.get(timeout=1.0)
+                return self.res.get(timeout=0.25)
             except multiprocessing.TimeoutError:
-                if worker_pids(self.pool) != self.pids:
+                if worker_pids(self.pool) == self.pids:
+                    continue
+                now = len(self.pool._cache)  # type: ignore[attr-defined]  # tasks unanswered
+                quiet = 0.0 if now != left else quiet + 0.25
+                left = now
+                if quiet >= LOST_AFTER_S:
                     return RemoveResult(0, 0, WORKER_ENDED)
+
+
+LOST_AFTER_S = 3.0
 
 
 class Mover:

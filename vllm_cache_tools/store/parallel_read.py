@@ -19,8 +19,10 @@ when ``VLLM_CACHE_TOOLS_SCAN_WORKERS=1``, entries are read in this process.
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
+import pickle
 import signal
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +34,7 @@ from typing import Any, TypeVar, cast
 
 import msgspec
 
+from vllm_cache_tools.shared_file import SharedAppendFile
 from vllm_cache_tools.store.entries import read_aot_entry, read_backend_entry
 from vllm_cache_tools.store.folders import entry_times, scan_workers
 from vllm_cache_tools.store.light import light_entry
@@ -241,12 +244,40 @@ def _answers(pool: Pool, it: Any, pids: frozenset[int]) -> Iterator[Any]:
             if worker_pids(pool) != pids:
                 raise WorkerLost(WORKER_LOST) from None
             continue
+        if isinstance(got, _At):
+            got = pickle.loads(_POOL_ANSWERS[id(pool)].read(got.offset, got.length))
         yield from got
 
 
-def _chunk_call(task: tuple[Callable[[A], R], Sequence[A]]) -> list[R]:
+class _At:
+    """Where a chunk's answers lie in the pool's answers file: all that crosses the pipe."""
+
+    __slots__ = ("length", "offset")
+
+    def __init__(self, at: tuple[int, int]) -> None:
+        self.offset, self.length = at
+
+    def __reduce__(self) -> tuple[type[_At], tuple[tuple[int, int]]]:
+        return _At, ((self.offset, self.length),)
+
+
+def _chunk_call(task: tuple[Callable[[A], R], Sequence[A]]) -> list[R] | _At:
+    """One chunk's answers, in the pool's answers file where the worker has one (a full
+    file system: through the pipe after all)."""
     fn, args = task
-    return [fn(a) for a in args]
+    got = [fn(a) for a in args]
+    if _IN_WORKER and _ANSWERS is not None:
+        try:
+            return _At(_ANSWERS.append(pickle.dumps(got, pickle.HIGHEST_PROTOCOL)))
+        except OSError:
+            pass
+    return got
+
+
+_ANSWERS: SharedAppendFile | None = None
+"""In a forked worker: the answers file its pool was created with (inherited at the fork)."""
+_POOL_ANSWERS: dict[int, SharedAppendFile] = {}
+"""In this process: each live pool's answers file, by ``id`` of the pool."""
 
 
 _WATCH_S = 1.0
@@ -263,28 +294,68 @@ def forked_workers(n: int) -> Iterator[Pool | None]:
         return
     # SIGTERM and SIGINT wait while the workers are forked, until each has set its own
     # handlers (_worker_start): the parent's may raise SystemExit in a worker.
+    global _ANSWERS
+    try:
+        answers: SharedAppendFile | None = SharedAppendFile()
+    except OSError:  # no temporary folder to write: answers through the pipe
+        answers = None
+    _ANSWERS = answers  # what the workers forked next inherit
     held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
     try:
-        pool = multiprocessing.get_context("fork").Pool(n, initializer=_worker_start)
+        pool = multiprocessing.get_context("fork").Pool(
+            n, initializer=_worker_start, initargs=(os.getpid(), threading.get_ident()))
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
-    with pool:
-        yield pool
+        _ANSWERS = None
+    if answers is not None:
+        _POOL_ANSWERS[id(pool)] = answers
+    try:
+        with pool:
+            yield pool
+    finally:
+        _POOL_ANSWERS.pop(id(pool), None)
+        if answers is not None:
+            answers.close()
 
 
 _HELD = {signal.SIGTERM, signal.SIGINT}
 
 
-def _worker_start() -> None:
+def _worker_start(parent: int, thread: int) -> None:
     """A forked worker ends at the pool's SIGTERM, whatever handler it inherited (unpack's
     ``terminate_as_exit`` raises SystemExit instead: a worker then hung in its exit, and the
-    pool's ``terminate`` waited for it forever), and leaves Ctrl-C to the parent, which
-    ends the pool."""
+    pool's ``terminate`` waited for it forever), leaves Ctrl-C to the parent, which ends the
+    pool, and dies with the parent process (``parent``): a prune killed stops removing at
+    once, as its threads did, instead of its workers finishing the tasks they hold.
+
+    Only a worker forked by the pool's creator (``thread``, which outlives the pool) asks for
+    that: the kernel's signal follows the forking *thread*, and a worker that replaces a dead
+    one is forked by the pool's own handler thread, which ends inside ``Pool.terminate``; a
+    replacement killed there could hold the pipe's lock, and terminate would wait for it
+    forever."""
     global _IN_WORKER
     _IN_WORKER = True
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _HELD)
+    if threading.get_ident() == thread:
+        _die_with(parent)
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with(parent: int) -> None:
+    """``prctl(PR_SET_PDEATHSIG, SIGKILL)`` where there is one (Linux), then exit where the
+    parent ended before it took effect."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return
+    prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
 
 
 def _with_paths(items: Sequence[Item], prev: Sequence[msgspec.Raw | None],

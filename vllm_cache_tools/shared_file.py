@@ -1,7 +1,9 @@
 """An unnamed temporary file that a process and the processes it forks append to, each piece
 at an offset of its own (one counter in shared memory), read back by offset: the pack's frames
-(:mod:`.frames`) and the frame readers' answers (:mod:`.frame_read`) go through one, so that
-what crosses a pool's pipe stays small."""
+(:mod:`.fleet.frames`), the frame readers' answers (:mod:`.fleet.frame_read`) and every forked
+reader's answers (:mod:`.store.parallel_read`) go through one, so that what crosses a pool's
+pipe stays small (a worker blocked sending a large answer into a full pipe, while it holds the
+pipe's lock, makes ``Pool.terminate`` wait forever)."""
 
 from __future__ import annotations
 

@@ -1,0 +1,130 @@
+"""Forked readers' answers go through the pool's unnamed answers file
+(store/parallel_read.py, shared_file.SharedAppendFile), only their offsets through the pipe:
+the entries are the ones one process reads (real vLLM entries from the shipped example), and a
+worker killed while the others answer with megabytes ends the pool at once (with answers in
+the pipe, a worker blocked sending into the full pipe held its lock, and ``Pool.terminate``
+could wait for it forever)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.synth import generate
+from tests.fresh_process import ran_in_fresh_process
+from vllm_cache_tools.shared_file import SharedAppendFile
+from vllm_cache_tools.store import parallel_read
+from vllm_cache_tools.store.parallel_read import read_entries
+from vllm_cache_tools.store.scan import classify
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_forked_answers_come_through_the_file_and_read_what_one_process_reads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    if ran_in_fresh_process(request):
+        return
+    generate(tmp_path / "tree", [REPO / "examples" / "sample_cache"], 1500)
+    items = classify(tmp_path / "tree" / "torch_compile_cache", [])
+    assert len(items) >= parallel_read.PARALLEL_MIN_ENTRIES
+    reads: list[int] = []
+    real_read = SharedAppendFile.read
+
+    def spy(self: SharedAppendFile, off: int, n: int) -> bytes:
+        reads.append(n)
+        return real_read(self, off, n)
+
+    monkeypatch.setattr(SharedAppendFile, "read", spy)
+    one = list(read_entries(items, workers=1))
+    assert reads == []
+    two = list(read_entries(items, workers=2))
+    assert two == one
+    assert len(reads) >= 2  # every chunk of answers came through the file
+    assert parallel_read._POOL_ANSWERS == {}  # the file closed with its pool
+
+
+def big_answer(i: int) -> bytes:
+    """A task of the test below: 4 MB each, and the worker given task 40 dies."""
+    if i == 40:
+        os._exit(9)
+    time.sleep(0.01)
+    return bytes(4 << 20)
+
+
+KILLED = """
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from tests.test_parallel_answers import big_answer
+from vllm_cache_tools.store.parallel_read import WorkerLost, spread
+t = time.monotonic()
+try:
+    for _ in spread(big_answer, list(range(2000)), 4, chunks_per_worker=500):
+        pass
+except WorkerLost:
+    print("lost", round(time.monotonic() - t, 1))
+"""
+
+
+def test_a_worker_killed_while_the_others_answer_with_megabytes_ends_the_pool(
+        tmp_path: Path) -> None:
+    """With the answers through the pipe this hung in 2 of 6 runs (the pool's terminate
+    waited on the pipe's lock, held by a worker blocked sending 4 MB nobody read)."""
+    for _ in range(3):
+        r = subprocess.run([sys.executable, "-c", KILLED, str(REPO)], capture_output=True,
+                           text=True, timeout=120, cwd=tmp_path)
+        assert r.returncode == 0, r.stderr[-3000:]
+        assert r.stdout.startswith("lost"), r.stdout + r.stderr[-3000:]
+
+
+KILLED_PARENT = """
+import os, signal, sys, time
+sys.path.insert(0, sys.argv[1])
+from vllm_cache_tools.store.parallel_read import forked_workers, worker_pids
+def spin(s):
+    t = time.monotonic()
+    while time.monotonic() - t < s:
+        pass
+with forked_workers(3) as pool:
+    assert pool is not None
+    pool.apply(os.getpid)  # the workers are up
+    for _ in range(3):  # each busy for a minute: without the signal they would go on
+        pool.apply_async(spin, (60,))
+    time.sleep(0.5)
+    print(" ".join(map(str, sorted(worker_pids(pool)))), flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_forked_workers_die_with_their_parent(tmp_path: Path) -> None:
+    """A process killed (SIGKILL) takes its forked workers with it (PR_SET_PDEATHSIG): a
+    prune killed stops removing at once instead of its workers finishing what they hold."""
+    proc = subprocess.Popen([sys.executable, "-c", KILLED_PARENT, str(REPO)],
+                            stdout=subprocess.PIPE, text=True, cwd=tmp_path)
+    pids: list[int] = []
+    try:
+        assert proc.stdout is not None
+        pids = [int(p) for p in proc.stdout.readline().split()]
+        assert proc.wait(timeout=60) == -9 and len(pids) == 3
+        end = time.monotonic() + 5
+        while any(_alive(p) for p in pids) and time.monotonic() < end:
+            time.sleep(0.05)
+        assert not any(_alive(p) for p in pids)
+    finally:
+        for p in pids:
+            if _alive(p):
+                os.kill(p, signal.SIGKILL)
+        proc.kill()
