@@ -64,7 +64,7 @@ def main() -> int:
                     help="also unpack by the one-stream reader (frame_read off), interleaved")
     ap.add_argument("--no-write-behind", action="store_true",
                     help="also unpack without starting each file's writeback as it is closed "
-                         "(place.WRITE_BEHIND off), interleaved")
+                         "(frame_read.WRITE_BEHIND off), interleaved")
     ap.add_argument("--tar", action="store_true",
                     help="also time `tar -x` of the same bundle and `tar -x; sync -f` each "
                          "round (the same-run references of bench_fleet)")
@@ -86,7 +86,7 @@ def main() -> int:
             for writers, frame_cores, behind in runs if i % 2 == 0 else runs[::-1]:
                 bundle_read.WRITERS = writers
                 frame_read.FRAME_READ_CORES = frame_cores
-                place.WRITE_BEHIND = behind
+                frame_read.WRITE_BEHIND = behind
                 how = "by frames where it can" if frame_cores == cores else "one stream"
                 how += "" if behind else ", no write-behind"
                 dst = work / f"u{i}"

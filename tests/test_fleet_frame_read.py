@@ -276,3 +276,27 @@ def test_a_fifo_is_left_to_the_one_stream_reader(
         writer.wait(timeout=60)
     assert {p.action for p in got.placements} == {"placed"}
     assert _tree(tmp_path / "u") == _tree(tmp_path / "root")
+
+
+def test_write_behind_is_only_a_hint(tmp_path: Path) -> None:
+    """``place.start_writeback`` (the frame workers' write-behind) on a staged file starts its
+    writeback; on what has no pages to write (a pipe, /dev/null) it does nothing, no error:
+    the one flush before the renames is what makes the data durable."""
+    from vllm_cache_tools.fleet.place import start_writeback
+
+    f = tmp_path / "f"
+    fd = os.open(f, os.O_CREAT | os.O_WRONLY)
+    try:
+        os.write(fd, b"x" * (1 << 20))
+        start_writeback(fd)
+    finally:
+        os.close(fd)
+    assert f.stat().st_size == 1 << 20
+    r, w = os.pipe()
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        for x in (w, null):
+            start_writeback(x)
+    finally:
+        for x in (r, w, null):
+            os.close(x)

@@ -446,7 +446,8 @@ def test_permission_denied_trees(real_compile: ScenarioRun, world_tmp: Path) -> 
     aots = sorted((cc / "torch_aot_compile").iterdir())
     backends = sorted(cc.glob("??????????"))
     # A kernel bucket (its name comes from the kernels this machine compiled): cannot be emptied
-    next(p for p in sorted((aots[0] / "inductor_cache").iterdir()) if p.is_dir()).chmod(0o555)
+    bucket = next(p for p in sorted((aots[0] / "inductor_cache").iterdir()) if p.is_dir())
+    bucket.chmod(0o555)
     (backends[0] / "rank_0_0").chmod(0o000)  # cannot even be read
     keep = {p.name: files_of(p) for p in (aots[0],)}
     r = run_cli("prune", "--root", str(root), "--max-size", "0", "--grace", "0", "--yes",
@@ -462,7 +463,7 @@ def test_permission_denied_trees(real_compile: ScenarioRun, world_tmp: Path) -> 
     assert {p.name: files_of(p) for p in (aots[0],)} == keep  # whole, in place
     assert trash_items(root) == []
     # A folder the entries cannot be moved out of: every entry there stays whole.
-    (aots[0] / "inductor_cache" / "24").chmod(0o755)
+    bucket.chmod(0o755)
     (cc / "torch_aot_compile").chmod(0o555)
     before = files_of(cc / "torch_aot_compile")
     r = run_cli("prune", "--root", str(root), "--older-than", "0s", "--grace", "0", "--yes",

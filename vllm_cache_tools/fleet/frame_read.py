@@ -207,6 +207,15 @@ def _one_frame(job: _Job, i: int) -> tuple[FrameDone, list[Read]]:
     return FrameDone(tuple(seen), sum(job.expect[name].size for name in seen), ended), read
 
 
+WRITE_BEHIND = True
+"""The workers start each staged file's writeback as they close it
+(:func:`.place.start_writeback`), so that the disk writes while later frames are still being
+decompressed and the one flush before the renames finds less left. On the 16-core device
+(docs/benchmarks.md, issue 27 session 12): 992 MB unpacked ~12% faster (6 of 6 interleaved
+pairs), 275 MB level (3 of 6). Not in the one-stream reader's writer threads: there it made
+unpack 4-18% slower on 2 cores (docs/fleet.md)."""
+
+
 def extract_framed(path: Path, staging: Staging, on_bytes: Callable[[int], None] | None,
                    on_manifest: Callable[[BundleManifest], None] | None,
                    on_head: OnHead | None, on_sizes: OnSizes | None) -> BundleManifest | None:
@@ -256,6 +265,7 @@ def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int,
     its file list before), and must list the very files they were checked against."""
     global _JOB
     answers = SharedAppendFile(os.fspath(staging.path))  # the root's own file system
+    staging.write_behind = WRITE_BEHIND
     _JOB = _Job(fd, path, staging, extents, listed.files, listed.owner, listed.entries,
                 answers)
     try:
@@ -298,5 +308,6 @@ def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int,
     return m
 
 
-__all__ = ["FRAME_READ_CORES", "MAX_BLOCKS_BASE", "MIN_BLOCK_BYTES", "FrameDone",
+__all__ = ["FRAME_READ_CORES", "MAX_BLOCKS_BASE", "MIN_BLOCK_BYTES", "WRITE_BEHIND",
+           "FrameDone",
            "extract_framed", "frame_extents"]

@@ -93,6 +93,9 @@ class Staging:
             raise
         self.base_fd = base
         self.written = 0
+        self.write_behind = False
+        """Start each file's writeback as it is closed (:func:`start_writeback`): the frame
+        reader's workers do (:data:`.frame_read.WRITE_BEHIND`)."""
         self.read: dict[str, Entry | None] = {}
         """Deep reads of staged entries made while they were written (by their path here):
         the key proof does not read them again (:func:`.key_proof.prove_records`)."""
@@ -165,7 +168,7 @@ class Staging:
                     on_bytes(len(b))
             if not left and src.read(1):
                 raise FleetError(f"{rel}: more bytes than the {rec.size} listed")
-            if WRITE_BEHIND:
+            if self.write_behind:
                 start_writeback(fd)
         finally:
             os.close(fd)
@@ -189,7 +192,7 @@ class Staging:
         fd = os.open(name, _NEW, 0o755 if rec.executable else 0o644, dir_fd=dfd)
         try:
             safeio.write_all(fd, data)
-            if WRITE_BEHIND:
+            if self.write_behind:
                 start_writeback(fd)
         finally:
             os.close(fd)
@@ -229,7 +232,7 @@ class Staging:
             try:
                 safeio.copy_fd(src, fd, rec.size)
                 size = os.fstat(fd).st_size
-                if WRITE_BEHIND:
+                if self.write_behind:
                     start_writeback(fd)
             finally:
                 os.close(fd)
@@ -387,12 +390,6 @@ _RENAME_NOREPLACE = 1
 _SYNC_FILE_RANGE_WRITE = 2
 _libc: ctypes.CDLL | None = None
 _writeback: Callable[[int, int, int, int], int] | None = None
-
-WRITE_BEHIND = True
-"""Start each staged file's writeback as it is closed (:func:`start_writeback`), so that the
-disk writes while later members are still being decompressed and the one flush before the
-renames finds little left: measured in docs/benchmarks.md (issue 27, session 12)."""
-
 
 def _libc_fn(name: str) -> Callable[..., int] | None:
     """The C library's function ``name``, or ``None`` where there is none (not Linux, an old
