@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks.synth import generate
 from tests.fresh_process import ran_in_fresh_process
+from tests.spying import spy_on
 from vllm_cache_tools.shared_file import SharedAppendFile
 from vllm_cache_tools.store import parallel_read
 from vllm_cache_tools.store.parallel_read import read_entries
@@ -33,14 +34,7 @@ def test_forked_answers_come_through_the_file_and_read_what_one_process_reads(
     generate(tmp_path / "tree", [REPO / "examples" / "sample_cache"], 1500)
     items = classify(tmp_path / "tree" / "torch_compile_cache", [])
     assert len(items) >= parallel_read.PARALLEL_MIN_ENTRIES
-    reads: list[int] = []
-    real_read = SharedAppendFile.read
-
-    def spy(self: SharedAppendFile, off: int, n: int) -> bytes:
-        reads.append(n)
-        return real_read(self, off, n)
-
-    monkeypatch.setattr(SharedAppendFile, "read", spy)
+    reads = spy_on(monkeypatch, SharedAppendFile, "read")
     one = list(read_entries(items, workers=1))
     assert reads == []
     two = list(read_entries(items, workers=2))

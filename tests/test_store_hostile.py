@@ -19,6 +19,7 @@ import pytest
 from tests.conftest import run_cli
 from tests.fleet_support import moto as moto
 from tests.fleet_support import s3 as s3
+from tests.spying import spy_on
 from vllm_cache_tools.fleet import api
 from vllm_cache_tools.fleet.remote import MAX_INDEX_BYTES, MAX_INDEX_FILES, Store
 
@@ -108,17 +109,10 @@ def test_the_first_missing_blob_stops_the_transfer(tmp_path: Path,
     assert len(shas) >= 20  # the backend entry, its linked AOT entry and the snapshots
     middle = shas[len(shas) // 2]
     Path(store.blob_path(middle)).unlink()
-    opened: list[str] = []
-    real_open = Store.open_blob
-
-    def counting(self: Store, sha: str, key: str) -> object:
-        opened.append(sha)
-        return real_open(self, sha, key)
-
-    monkeypatch.setattr(Store, "open_blob", counting)
+    opened = spy_on(monkeypatch, Store, "open_blob")
     with pytest.raises(Exception, match="does not have"):
         api.pull(url, [BACKEND], root=tmp_path / "pod", workers=1, force=True)
-    assert opened == shas[: len(shas) // 2 + 1]
+    assert [sha for sha, _ in opened] == shas[: len(shas) // 2 + 1]
     assert not (tmp_path / "pod").exists()
 
 
