@@ -53,10 +53,11 @@ from vllm_cache_tools.store.folders import scan_workers
 from vllm_cache_tools.store.parallel_read import forked_workers, started
 from vllm_cache_tools.store.types import Entry
 
-FRAME_READ_CORES = 4
+FRAME_READ_CORES = 2
 """From this many cores (:func:`~vllm_cache_tools.store.folders.scan_workers`) a framed bundle
-is read by forked processes; below, the one-stream reader's decompressing thread and writer
-threads share the cores with less overhead."""
+is read by forked processes; on one, by the one-stream reader's decompressing thread and writer
+threads. It was 4 until two workers on 2 cores beat the one stream in 8 of 8 interleaved rounds
+(4-27% faster; docs/benchmarks.md, issue 27 sessions 11 and 12)."""
 
 MAX_BLOCKS_BASE = 4096
 MIN_BLOCK_BYTES = 4096
