@@ -71,7 +71,8 @@ def test_a_worker_killed_while_the_others_answer_with_megabytes_ends_the_pool(
     waited on the pipe's lock, held by a worker blocked sending 4 MB nobody read)."""
     for _ in range(3):
         r = subprocess.run([sys.executable, "-c", KILLED, str(REPO)], capture_output=True,
-                           text=True, timeout=120, cwd=tmp_path)
+                           text=True, timeout=120, cwd=tmp_path,
+                           env={**os.environ, "TMPDIR": str(tmp_path)})  # not a small tmpfs
         assert r.returncode == 0, r.stderr[-3000:]
         assert r.stdout.startswith("lost"), r.stdout + r.stderr[-3000:]
 
@@ -122,3 +123,16 @@ def test_forked_workers_die_with_their_parent(tmp_path: Path) -> None:
             if _alive(p):
                 os.kill(p, signal.SIGKILL)
         proc.kill()
+
+
+def test_released_answers_leave_the_others_whole(tmp_path: Path) -> None:
+    """An answer read is given back (a hole punched where the file system can): the answers
+    beside it, even within the same block, read back whole."""
+    f = SharedAppendFile(str(tmp_path))
+    try:
+        at = [f.append(bytes([i]) * n) for i, n in enumerate((5000, 70000, 3000, 9000), 1)]
+        f.release(*at[1])
+        f.release(*at[3])
+        assert f.read(*at[0]) == b"\x01" * 5000 and f.read(*at[2]) == b"\x03" * 3000
+    finally:
+        f.close()

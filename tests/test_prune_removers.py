@@ -7,7 +7,9 @@ error instead of a wait. Entries cloned from the shipped example's real vLLM sta
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,41 +65,88 @@ def test_a_removal_worker_uses_only_the_trash_it_was_given_and_the_item_moved(
     assert got.error is not None and "cannot open the trash" in got.error
 
 
-def _dies_on_first(vllm_root: str, trash_ident: tuple[int, int], name: str,
-                   expect: tuple[int, ...] | None, listing: object) -> RemoveResult:
+def _dies(vllm_root: str, trash_ident: tuple[int, int], name: str,
+          expect: tuple[int, ...] | None, listing: object) -> RemoveResult:
+    """``remove_in_worker`` where the worker dies on one removal: the first it is given,
+    once (``died`` holds its name), or every time it is given that one (``always``)."""
     marker = Path(vllm_root) / "died"
     try:
         fd = os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
     except FileExistsError:
+        if (Path(vllm_root) / "always").exists() and marker.read_text() == name:
+            os._exit(9)
         return remove_in_worker(vllm_root, trash_ident, name, expect, None)
+    os.write(fd, name.encode())
     os.close(fd)
     os._exit(9)  # a worker killed mid-removal (out of memory)
 
 
+@pytest.mark.parametrize("always", [False, True], ids=["once", "every-time"])
 def test_removal_by_the_reading_workers_and_a_worker_killed_mid_removal(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
-    """The streamed prune forks its pool (once) and the same processes remove what was moved;
-    a worker that dies in a removal gives that entry an error (not a hang), its item stays in
-    the trash, every other entry is removed, and the next prune finishes the item."""
+        always: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        request: pytest.FixtureRequest) -> None:
+    """The streamed prune forks its pool (once) and the same processes remove what was moved.
+    A worker that dies in a removal: the removal is handed to the pool again, so the entry is
+    removed all the same (``once``); where every worker given it dies (``every-time``), it
+    counts as lost after the retries: an error for it (not a hang), its item left in the
+    trash, every other entry removed, and the next prune finishes the item."""
     if ran_in_fresh_process(request):
         return
     root = tmp_path / "root"
     generate(root, [REPO / "examples" / "sample_cache"], 1500)
     age(root, 2)
+    if always:
+        (root / "always").touch()
     n = len(classify(root / "torch_compile_cache", []))
     assert n >= 48  # parallel_read.PARALLEL_MIN_ENTRIES: the pool is forked
     monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", "2")
-    monkeypatch.setattr(execute, "remove_in_worker", _dies_on_first)
+    monkeypatch.setattr(execute, "remove_in_worker", _dies)
+    monkeypatch.setattr(execute, "LOST_AFTER_S", 0.5)
     forks = record_forks(monkeypatch)
     res = stream_prune(resolve_root(root), Policies(older_than_s=3600),
                        Protections(grace_s=0, leases_when_planning=False))
     assert forks == ["fork"]
     assert (root / "died").exists()
     assert len(res.deleted) == n and classify(root / "torch_compile_cache", []) == []
-    assert [e for e in res.errors if WORKER_ENDED in e] == list(res.errors)
-    assert len(res.errors) >= 1 and len(trash_items(root)) == len(res.errors)
+    if not always:
+        assert res.errors == () and trash_items(root) == []
+        return
+    victim = (root / "died").read_text()
+    assert list(res.errors) == [f"{victim.split('.')[0]}: moved to the trash but not fully "
+                                f"removed: {WORKER_ENDED}"]
+    assert trash_items(root) == [victim]
     monkeypatch.undo()
     again = stream_prune(resolve_root(root), Policies(older_than_s=3600),
                          Protections(grace_s=0, leases_when_planning=False))
-    assert again.errors == () and len(again.finished_trash) == len(res.errors)
+    assert again.errors == () and again.finished_trash == (victim,)
+    assert trash_items(root) == []
+
+
+def test_a_worker_lost_mid_read_says_what_was_already_moved(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A worker ending while reads are unanswered stops the prune; its message says how many
+    entries are already in the trash (not the read's "nothing was changed"), and the next
+    prune finishes them."""
+    from vllm_cache_tools.maintain import stream
+    from vllm_cache_tools.store.parallel_read import WorkerLost
+
+    root = tmp_path / "root"
+    generate(root, [REPO / "examples" / "sample_cache"], 300)
+    age(root, 2)
+    real = stream.read_light
+
+    def lost_after_five(*a: Any, **k: Any) -> Iterator[Any]:
+        for i, got in enumerate(real(*a, **k)):
+            if i == 5:
+                raise WorkerLost("a worker process ended without answering")
+            yield got
+
+    monkeypatch.setattr(stream, "read_light", lost_after_five)
+    with pytest.raises(WorkerLost, match="5 entries were already moved into the trash"):
+        stream_prune(resolve_root(root), Policies(older_than_s=3600),
+                     Protections(grace_s=0, leases_when_planning=False))
+    monkeypatch.undo()
+    again = stream_prune(resolve_root(root), Policies(older_than_s=3600),
+                         Protections(grace_s=0, leases_when_planning=False))
+    assert again.errors == () and classify(root / "torch_compile_cache", []) == []
     assert trash_items(root) == []

@@ -7,9 +7,11 @@ pipe's lock, makes ``Pool.terminate`` wait forever)."""
 
 from __future__ import annotations
 
+import ctypes
 import multiprocessing
 import os
 import tempfile
+from typing import Any
 
 
 class SharedAppendFile:
@@ -51,8 +53,35 @@ class SharedAppendFile:
             n -= len(b)
         return b"".join(parts)
 
+    def release(self, off: int, n: int) -> None:
+        """Give back the space of ``n`` bytes at ``off``, read and no longer needed (a hole
+        punched, ``fallocate(2)``), so that a long run's answers do not pile up in a
+        temporary folder that may be memory; where the call is missing, nothing happens."""
+        fn = _fallocate()
+        if fn is not None and n > 0:
+            fn(self._file.fileno(), _PUNCH_HOLE | _KEEP_SIZE, off, n)
+
     def close(self) -> None:
         self._file.close()
+
+
+_PUNCH_HOLE = 0x02
+_KEEP_SIZE = 0x01
+_FALLOCATE: list[Any] = []
+
+
+def _fallocate() -> Any:
+    """libc's ``fallocate`` with its argument types, or ``None`` (not Linux)."""
+    if not _FALLOCATE:
+        fn = None
+        try:
+            fn = ctypes.CDLL(None, use_errno=True).fallocate
+            fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+            fn.restype = ctypes.c_int
+        except (OSError, AttributeError):
+            fn = None
+        _FALLOCATE.append(fn)
+    return _FALLOCATE[0]
 
 
 __all__ = ["SharedAppendFile"]

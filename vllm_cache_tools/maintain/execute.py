@@ -150,15 +150,19 @@ WORKER_ENDED = ("its removal process ended without answering (killed?); it stays
 class _InWorker:
     """A removal running in a process of the streamed prune's pool, waited for as a
     :class:`~concurrent.futures.Future` is. A worker that ends mid-task leaves that task
-    unanswered (the pool replaces the worker): once a worker has ended and no task of the
-    pool has finished for :data:`LOST_AFTER_S`, this one counts as lost, with an error
-    result instead of a wait without end (the others go on finishing meanwhile)."""
+    unanswered (the pool replaces the worker), and which task that was cannot be told: once a
+    worker has ended and no task of the pool has finished for :data:`LOST_AFTER_S`, this
+    removal is handed to the pool again (a removal is safe to repeat, even beside a slow
+    first run of it: names that vanish meanwhile are no errors), at most :data:`RETRIES`
+    times; then it counts as lost, with an error result instead of a wait without end."""
 
-    def __init__(self, pool: Pool, res: AsyncResult[RemoveResult]) -> None:
-        self.pool, self.res, self.pids = pool, res, worker_pids(pool)
+    def __init__(self, pool: Pool, args: tuple[object, ...]) -> None:
+        self.pool, self.args = pool, args
+        self.res: AsyncResult[RemoveResult] = pool.apply_async(remove_in_worker, args)
+        self.pids = worker_pids(pool)
 
     def result(self) -> RemoveResult:
-        quiet, left = 0.0, -1
+        quiet, left, tries = 0.0, -1, 0
         while True:
             try:
                 return self.res.get(timeout=0.25)
@@ -168,11 +172,21 @@ class _InWorker:
                 now = len(self.pool._cache)  # type: ignore[attr-defined]  # tasks unanswered
                 quiet = 0.0 if now != left else quiet + 0.25
                 left = now
-                if quiet >= LOST_AFTER_S:
+                if quiet < LOST_AFTER_S:
+                    continue
+                if tries >= RETRIES:
                     return RemoveResult(0, 0, WORKER_ENDED)
+                tries, quiet, left = tries + 1, 0.0, -1
+                self.res = self.pool.apply_async(remove_in_worker, self.args)
+                self.pids = worker_pids(self.pool)
 
 
 LOST_AFTER_S = 3.0
+RETRIES = 2
+LISTING_MAX_NAMES = 2048
+"""A removal task carries the light read's listing of its entry up to this many names (a real
+entry holds ~25 files); a bigger entry is listed afresh by the worker, so that no task sent
+through the pool's pipe is large."""
 
 
 class Mover:
@@ -262,9 +276,16 @@ class Mover:
         if self._trash_ident is None:
             s = os.fstat(self.trash.fd)
             self._trash_ident = (s.st_dev, s.st_ino)
-        return _InWorker(self._procs, self._procs.apply_async(
-            remove_in_worker, (os.fspath(self.root), self._trash_ident, name, expect,
-                               listing)))
+        if listing is not None and sum(len(a) + len(b) for a, b in listing.values()) \
+                > LISTING_MAX_NAMES:
+            listing = None
+        return _InWorker(self._procs, (os.fspath(self.root), self._trash_ident, name, expect,
+                                       listing))
+
+    @property
+    def moved(self) -> int:
+        """Entries moved into the trash so far."""
+        return len(self._moved)
 
     def finish(self, plan: PrunePlan) -> PruneResult:
         """Wait for the removals, sweep the recorder's unreferenced snapshots, and report.

@@ -51,6 +51,7 @@ from vllm_cache_tools.store.locate import CacheRoot
 from vllm_cache_tools.store.parallel_read import (
     LIGHT_FORK_CORES,
     PARALLEL_MIN_ENTRIES,
+    WorkerLost,
     forked_workers,
     read_entries,
     read_light,
@@ -161,6 +162,13 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
             mover.close()
             return PruneResult(plan, (), (*plan.skipped, *mover.skipped), 0)
         return mover.finish(plan)
+    except WorkerLost:
+        # A worker ended (killed: out of memory?) while reads were unanswered; some entries
+        # may be in the trash already, which the read's own message would deny.
+        moved = mover.moved if mover is not None else 0
+        raise WorkerLost(f"a worker process ended without answering (killed: out of memory?); "
+                         f"{moved} entries were already moved into the trash (this or the next "
+                         "prune removes them), the others are untouched: run again") from None
     finally:
         if mover is not None:
             mover.close()

@@ -245,7 +245,10 @@ def _answers(pool: Pool, it: Any, pids: frozenset[int]) -> Iterator[Any]:
                 raise WorkerLost(WORKER_LOST) from None
             continue
         if isinstance(got, _At):
-            got = pickle.loads(_POOL_ANSWERS[id(pool)].read(got.offset, got.length))
+            answers = _POOL_ANSWERS[id(pool)]
+            at = got
+            got = pickle.loads(answers.read(at.offset, at.length))
+            answers.release(at.offset, at.length)
         yield from got
 
 
@@ -304,6 +307,10 @@ def forked_workers(n: int) -> Iterator[Pool | None]:
     try:
         pool = multiprocessing.get_context("fork").Pool(
             n, initializer=_worker_start, initargs=(os.getpid(), threading.get_ident()))
+    except BaseException:
+        if answers is not None:
+            answers.close()
+        raise
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
         _ANSWERS = None
