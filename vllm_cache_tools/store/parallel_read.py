@@ -278,7 +278,8 @@ def _chunk_call(task: tuple[Callable[[A], R], Sequence[A]]) -> list[R] | _At:
 
 
 _ANSWERS: SharedAppendFile | None = None
-"""In a forked worker: the answers file its pool was created with (inherited at the fork)."""
+"""The live pool's answers file: in its forked workers (inherited at the fork) where they
+write, and in this process while the pool lives (only so that replacements inherit it)."""
 _POOL_ANSWERS: dict[int, SharedAppendFile] = {}
 """In this process: each live pool's answers file, by ``id`` of the pool."""
 
@@ -302,24 +303,28 @@ def forked_workers(n: int) -> Iterator[Pool | None]:
         answers: SharedAppendFile | None = SharedAppendFile()
     except OSError:  # no temporary folder to write: answers through the pipe
         answers = None
-    _ANSWERS = answers  # what the workers forked next inherit
+    # What the workers inherit, replacements of dead ones too (forked later by the pool's
+    # handler thread): set while the pool lives, which is one pool at a time (a live pool's
+    # threads keep another from being forked here).
+    _ANSWERS = answers
     held = signal.pthread_sigmask(signal.SIG_BLOCK, _HELD)
     try:
         pool = multiprocessing.get_context("fork").Pool(
             n, initializer=_worker_start, initargs=(os.getpid(), threading.get_ident()))
     except BaseException:
+        _ANSWERS = None
         if answers is not None:
             answers.close()
         raise
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
-        _ANSWERS = None
     if answers is not None:
         _POOL_ANSWERS[id(pool)] = answers
     try:
         with pool:
             yield pool
     finally:
+        _ANSWERS = None
         _POOL_ANSWERS.pop(id(pool), None)
         if answers is not None:
             answers.close()
