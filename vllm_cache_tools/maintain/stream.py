@@ -50,9 +50,9 @@ from vllm_cache_tools.store.folders import scan_workers
 from vllm_cache_tools.store.locate import CacheRoot
 from vllm_cache_tools.store.parallel_read import (
     LIGHT_FORK_CORES,
-    PARALLEL_MIN_ENTRIES,
     WorkerLost,
     forked_workers,
+    pool_size,
     read_entries,
     read_light,
 )
@@ -102,17 +102,13 @@ def stream_prune(croot: CacheRoot, policies: Policies, protections: Protections 
     mover: Mover | None = None
     stack = ExitStack()
     try:
-        # The light read runs in this thread on fewer than LIGHT_FORK_CORES cores (one walk
-        # per entry was cheaper here than shipping its stats through a pipe on 2 cores:
-        # docs/prune.md), in forked processes from there: forked here, before any removal
-        # thread exists, and the same processes then remove what was moved (the removal
-        # shares no interpreter lock with this loop). The full read's pool forks on the
-        # first entry.
+        # The light read runs in forked processes from LIGHT_FORK_CORES cores (in this
+        # thread on one): forked here, before any removal thread exists, and the same
+        # processes then remove what was moved (the removal shares no interpreter lock with
+        # this loop). The full read's pool forks on the first entry.
         n = scan_workers()
-        pool = (stack.enter_context(forked_workers(min(n, len(items) // (
-                    PARALLEL_MIN_ENTRIES // 4) or 1)))
-                if light and n >= LIGHT_FORK_CORES and len(items) >= PARALLEL_MIN_ENTRIES
-                else None)
+        pool = (stack.enter_context(forked_workers(pool_size(n, len(items))))
+                if light and n >= LIGHT_FORK_CORES else None)
         entries: Iterator[tuple[Entry, Listing | None]] = (
             read_light(items, pool=pool) if light
             else ((e, None) for e in read_entries(items)))

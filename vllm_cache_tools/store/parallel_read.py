@@ -189,11 +189,7 @@ def spread(fn: Callable[[A], R], args: Sequence[A], workers: int | None,
         yield from _watched(pool, fn, args, max(1, min(64, len(args) // (
             n * chunks_per_worker))))
         return
-    n = scan_workers() if workers is None else workers
-    if len(args) < PARALLEL_MIN_ENTRIES:
-        yield from map(fn, args)
-        return
-    n = min(n, len(args) // (PARALLEL_MIN_ENTRIES // 4) or 1)
+    n = pool_size(scan_workers() if workers is None else workers, len(args))
     with forked_workers(n) as own:
         if own is None:
             yield from map(fn, args)
@@ -202,6 +198,14 @@ def spread(fn: Callable[[A], R], args: Sequence[A], workers: int | None,
         # few per worker keep the pipe traffic low.
         yield from _watched(own, fn, args, max(1, min(64, len(args) // (
             n * chunks_per_worker))))
+
+
+def pool_size(cores: int, count: int) -> int:
+    """How many processes to fork for ``count`` reads on ``cores``: 1 (none: read here) below
+    :data:`PARALLEL_MIN_ENTRIES`, and no more than one per 12 reads."""
+    if count < PARALLEL_MIN_ENTRIES:
+        return 1
+    return min(cores, count // (PARALLEL_MIN_ENTRIES // 4) or 1)
 
 
 WORKER_LOST = ("a worker process ended without answering (killed: out of memory?); "
