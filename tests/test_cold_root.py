@@ -154,8 +154,9 @@ def test_default_cpu_mode_does_not_trace(real_cpu_default: ScenarioRun,
 
 def test_two_ranks_exact(real_tp2: ScenarioRun, tmp_path: Path) -> None:
     """TP=2: the tracer builds the model as each rank does (sharded, the all-reduce through
-    the CPU platform's shared-memory communicator): vLLM's 26 files, its key and each rank's
-    own folder, with nothing called approximate."""
+    the CPU platform's shared-memory communicator where vLLM's build has one, 26 files; through
+    torch.distributed on an AVX2-only CPU, as vLLM's ranks do there, 28 files): vLLM's key and
+    each rank's own folder, with nothing called approximate."""
     start = real_tp2.scenario.starts[0]
     folders = set(re.findall(r"Using cache directory: \S+/(\w+/rank_\d_0)/\w+ for vLLM",
                              real_tp2.log(0)))
@@ -168,7 +169,8 @@ def test_two_ranks_exact(real_tp2: ScenarioRun, tmp_path: Path) -> None:
                         python=str(venv_python()), usage="llm", rank=rank)
         assert not (root / "torch_compile_cache").exists()
         assert p.trace_run is not None and p.trace_run.exact, p.trace_run
-        assert p.backend.evidence.startswith("26 files Dynamo traced now"), p.backend.evidence
+        assert re.match(r"(26|28) files Dynamo traced now", p.backend.evidence), \
+            p.backend.evidence
         where = Path(p.backend.path).parent
         assert f"{where.parent.name}/{where.name}" in folders, (rank, p.backend.path, folders)
         assert where.name == f"rank_{rank}_0"

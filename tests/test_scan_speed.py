@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.synth import generate, templates
-from tests.realvllm.harness import ScenarioRun
+from tests.realvllm.harness import ScenarioRun, cpu_has
 from vllm_cache_tools.store.parallel_read import read_entries
 from vllm_cache_tools.store.scan import classify, scan
 from vllm_cache_tools.store.tree_stats import is_bucket, tree_stats, watched_dirs
@@ -64,8 +64,12 @@ def test_later_starts_write_only_where_the_index_looks(fixture: str,
                 assert dict(watched_dirs(tuple(old.items()))) != \
                     dict(watched_dirs(tuple(new.items())))
     assert compared > 0
-    if fixture == "real_compile":
-        assert changed_seen > 0  # the warm start wrote into the AOT entry it loaded
+    # Where the warm start writes into the AOT entry it loaded (CPUs with avx512_bf16: seen on
+    # every such CI machine), the checks above saw it; on an AVX2-only CPU it writes nothing
+    # there (2026-12-04), so they hold with nothing changed.
+    if fixture == "real_compile" and cpu_has("avx512_bf16"):
+        assert changed_seen > 0
+
 
 
 def test_forked_workers_read_what_one_process_reads(real_compile: ScenarioRun,

@@ -448,6 +448,17 @@ def _copy_noatime(src: str, dst: str) -> str:
     return dst
 
 
+def cpu_has(flag: str) -> bool:
+    """Whether this machine's CPU lists ``flag`` (``/proc/cpuinfo``): vLLM's CPU platform sets
+    some key inputs from it (``avx512_bf16``: keys/hardware.py), so what a real start writes,
+    and which key it gets, follows it."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return any(line.startswith("flags") and flag in line.split() for line in f)
+    except OSError:
+        return False
+
+
 def copy_root(src: Path, dst: Path) -> Path:
     """Copy a cache root without touching the source's atimes (they are evidence of use) and
     keeping every file's times on the copy."""

@@ -164,8 +164,10 @@ def _tensor_parallel_view(cfg: Any, caveats: list[str]) -> None:
     The device communicator is the platform's class, made without its ``__init__`` (which
     talks to the other ranks): on vLLM's CPU platform (0.32) the ranks of one host agree on
     one shared-memory group and ``all_reduce`` calls ``torch.ops._C.shm_allreduce`` through
-    ``_CPUSHMDistributed``; elsewhere (``use_custom_op_collectives``: ``torch.ops.vllm.
-    all_reduce``) no communicator is traced. Anything else: said approximate."""
+    ``_CPUSHMDistributed`` where its build has that op (not the AVX2-only one: there
+    ``torch.distributed``'s, as vLLM does, :func:`_shm_all_reduce`); elsewhere
+    (``use_custom_op_collectives``: ``torch.ops.vllm.all_reduce``) no communicator is traced.
+    Anything else: said approximate."""
     from vllm.distributed import parallel_state as ps
     from vllm.platforms import current_platform
 
@@ -207,18 +209,39 @@ def _tensor_parallel_view(cfg: Any, caveats: list[str]) -> None:
                          global_world_size=tp, device=torch.device("cpu"),
                          use_all2all=False, all2all_manager=None)
     shm = getattr(cc, "_CPUSHMDistributed", None)
-    if shm is not None and hasattr(torch.ops._C, "init_shm_manager") \
-            and hasattr(torch.ops._C, "shm_allreduce"):
+    if shm is None:
+        comm.dist_module = torch.distributed
+        comm.supports_tensor_dict = False
+        caveats.append(f"tensor parallel {tp}: this vLLM's CPU communicator has no "
+                       "shared-memory class we know; traced through torch.distributed")
+    elif _shm_all_reduce(current_platform, group.unique_name):
         dist = shm.__new__(shm)
         dist.__dict__.update(communicator=comm, group_name="vct-trace", handle=0)
         comm.dist_module = dist
         comm.supports_tensor_dict = True
     else:
+        # vLLM's own choice on this build or CPU (an AVX2-only CPU loads ``_C_AVX2``, which
+        # has no ``init_shm_manager``): its ranks all-reduce through torch.distributed too.
         comm.dist_module = torch.distributed
         comm.supports_tensor_dict = False
-        caveats.append(f"tensor parallel {tp}: no CPU shared-memory all-reduce in this "
-                       "build; traced through torch.distributed instead")
     group.device_communicator = comm
+
+
+def _shm_all_reduce(platform: Any, unique_name: str) -> bool:
+    """Whether vLLM's ``CpuCommunicator.__init__`` (0.32) takes its shared-memory all-reduce:
+    a CPU architecture it builds the shared-memory manager for, the manager's op in the loaded
+    ``_C`` library, a ``tp``/``pp`` group. (Its last condition, that the group's ranks agree on
+    one shared-memory group name, holds for the ranks of one engine on one host.)"""
+    import torch
+
+    try:
+        from vllm.platforms.interface import CpuArchEnum
+    except ImportError:
+        return hasattr(torch.ops._C, "init_shm_manager")
+    archs = {getattr(CpuArchEnum, n, None) for n in ("X86", "ARM", "POWERPC", "S390X")}
+    return (platform.get_cpu_architecture() in archs
+            and hasattr(torch.ops._C, "init_shm_manager")
+            and (unique_name.startswith("tp") or unique_name.startswith("pp")))
 
 
 def _build(cfg: Any, device: str) -> Any:

@@ -33,6 +33,7 @@ import xxhash
 
 from vllm_cache_tools.store.folders import entry_times
 from vllm_cache_tools.store.locate import user_cache_dir
+from vllm_cache_tools.store.pool_end import end_pool
 from vllm_cache_tools.store.tree_stats import watched_dirs
 from vllm_cache_tools.store.types import Entry, EntryTimes, Problem, TreeStats
 
@@ -295,8 +296,11 @@ def _check_forked(ps: list[str], raws: list[msgspec.Raw | None],
     try:
         step = -(-len(ps) // (n * 4))  # a few spans per worker: none waits on a slow one
         spans = [(i, min(i + step, len(ps))) for i in range(0, len(ps), step)]
-        with multiprocessing.get_context("fork").Pool(n) as pool:
+        pool = multiprocessing.get_context("fork").Pool(n)
+        try:
             return [r for part in pool.map(_check_span, spans) for r in part]
+        finally:
+            end_pool(pool)
     finally:
         _FORKED = ([], [])
 

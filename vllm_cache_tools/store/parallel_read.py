@@ -39,6 +39,7 @@ from vllm_cache_tools.store.entries import read_aot_entry, read_backend_entry
 from vllm_cache_tools.store.folders import entry_times, scan_workers
 from vllm_cache_tools.store.light import light_entry
 from vllm_cache_tools.store.listing_index import Unchanged, encode_record, rebuild, reuse
+from vllm_cache_tools.store.pool_end import end_pool
 from vllm_cache_tools.store.tree_stats import Listing, tree_stats
 from vllm_cache_tools.store.types import Entry
 
@@ -325,8 +326,10 @@ def forked_workers(n: int) -> Iterator[Pool | None]:
     if answers is not None:
         _POOL_ANSWERS[id(pool)] = answers
     try:
-        with pool:
+        try:
             yield pool
+        finally:
+            end_pool(pool)
     finally:
         _ANSWERS = None
         _POOL_ANSWERS.pop(id(pool), None)

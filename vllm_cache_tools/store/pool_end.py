@@ -1,0 +1,134 @@
+"""Ending a pool of forked workers at once, without the hangs of ``Pool.terminate``.
+
+CPython's ``Pool.terminate`` kills workers that may be half-way through a message, or holding
+a pipe's lock, and then waits on threads that need that message or lock: each of these hung in
+our runs (a failed pack in CI, then a loop of 300 ended pools here):
+
+- the pool's answer-reading thread stops reading when told to end, a worker blocks writing a
+  large answer into the full pipe while holding its lock, and ``terminate`` waits for that lock
+  forever to write its own end mark;
+- a worker killed mid-answer leaves half a message, and the reading thread, draining the pipe
+  before it ends, waits forever for the rest.
+
+:func:`end_pool` does the same work in an order where nothing waits on a dead worker: it stops
+the thread that replaces workers, kills the workers (SIGKILL) and reaps them, then closes this
+process's ends of the two pipes *under* the pool's threads (``dup2`` of ``/dev/null`` onto the
+same descriptor: a thread still using the number writes to ``/dev/null`` instead of a file
+opened later with that number), so a read waiting for more gets end-of-file and a write into
+the task pipe gets a broken pipe; a lock a killed worker held is let go. Both threads then end
+on their own; the pool's own ``terminate`` (its finalizer) is cancelled, it would wait on those
+locks again. The pool's internals used are those of CPython 3.8 to 3.13.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from multiprocessing.pool import TERMINATE, Pool
+from typing import Any
+
+JOIN_S = 10.0
+"""How long a pool thread may take to end once its pipes are closed (it ends at once; the
+bound only keeps a CPython change from hanging us: the threads are daemons)."""
+LOCK_S = 0.05
+"""How long the answer pipe's lock stays taken, once every worker is dead and the pipe
+drained, before it is taken as a killed worker's and let go."""
+
+
+def end_pool(pool: Pool) -> None:
+    """End ``pool`` now, whatever its workers do (their jobs are dropped). Idempotent."""
+    p: Any = pool
+    if getattr(p, "_vct_ended", False):
+        return
+    p._vct_ended = True
+    p._state = TERMINATE
+    workers, tasks, answers = p._worker_handler, p._task_handler, p._result_handler
+    # 1. No replacements: the worker thread ends (and tells the task thread to end).
+    workers._state = TERMINATE
+    tasks._state = TERMINATE
+    answers._state = TERMINATE
+    p._change_notifier.put(None)
+    workers.join(JOIN_S)
+    # 2. Kill and reap the workers.
+    for w in list(p._pool):
+        if w.exitcode is None:
+            with contextlib.suppress(OSError):
+                w.kill()
+    for w in list(p._pool):
+        w.join(JOIN_S)
+        if w.exitcode is not None:
+            w.close()  # its sentinel pipes, now rather than when the pool is collected
+    # 3. Close this process's ends under the threads: the task pipe's reading end (a blocked
+    # write gets a broken pipe) and the answer pipe's writing end (a read waiting for more
+    # gets end-of-file), each replaced by /dev/null on the same number.
+    inq, outq = p._inqueue, p._outqueue
+    _close_under(inq._reader)
+    _close_under(outq._writer)
+    # 4. Until both threads end: once the answer thread is gone, what is left in the answer
+    # pipe is dropped (the task thread's end mark may wait for room), and its lock, where a
+    # killed worker held it, is let go (the end mark waits for it too).
+    lock = getattr(outq, "_wlock", None)
+    deadline = time.monotonic() + JOIN_S
+    held_since: float | None = None
+    while (tasks.is_alive() or answers.is_alive()) and time.monotonic() < deadline:
+        if not answers.is_alive():
+            _drain(outq._reader)
+        if lock is not None and tasks.is_alive():
+            if lock.acquire(False):
+                lock.release()
+                held_since = None
+            elif held_since is None:
+                held_since = time.monotonic()
+            elif time.monotonic() - held_since > LOCK_S:
+                _release(lock)
+                held_since = None
+        tasks.join(_STEP_S)
+        answers.join(_STEP_S)
+    # 5. The pool's own terminate would wait on the task pipe's read lock (a killed worker's).
+    p._terminate.cancel()
+    if not tasks.is_alive() and not answers.is_alive():
+        for conn in (inq._reader, inq._writer, outq._reader, outq._writer,
+                     p._change_notifier._reader, p._change_notifier._writer):
+            conn.close()
+
+
+def _close_under(conn: Any) -> None:
+    """Replace the descriptor of ``conn`` by ``/dev/null`` (closing what it was)."""
+    fd = conn.fileno() if not conn.closed else None
+    if fd is None:
+        return
+    null = os.open(os.devnull, os.O_RDWR | os.O_CLOEXEC)
+    try:
+        os.dup2(null, fd, inheritable=False)
+    finally:
+        os.close(null)
+
+
+def _drain(conn: Any) -> None:
+    """Read and drop what the pipe holds now (raw bytes: no one reads messages from it
+    any more)."""
+    fd = conn.fileno()
+    os.set_blocking(fd, False)
+    try:
+        while os.read(fd, 1 << 16):
+            pass
+    except (BlockingIOError, OSError):
+        pass
+
+
+def _release(lock: Any) -> None:
+    with contextlib.suppress(ValueError):  # let go meanwhile
+        lock.release()
+
+
+_STEP_S = 0.01
+
+__all__ = ["JOIN_S", "end_pool"]
+
+
+def _threads_alive(pool: Pool) -> list[threading.Thread]:
+    """The pool's threads still running (for tests)."""
+    p: Any = pool
+    return [t for t in (p._worker_handler, p._task_handler, p._result_handler) if t.is_alive()]
