@@ -12,12 +12,13 @@ our runs (a failed pack in CI, then a loop of 300 ended pools here):
 
 :func:`end_pool` does the same work in an order where nothing waits on a dead worker: it stops
 the thread that replaces workers, kills the workers (SIGKILL) and reaps them, then closes this
-process's ends of the two pipes *under* the pool's threads (``dup2`` of ``/dev/null`` onto the
-same descriptor: a thread still using the number writes to ``/dev/null`` instead of a file
-opened later with that number), so a read waiting for more gets end-of-file and a write into
-the task pipe gets a broken pipe; a lock a killed worker held is let go. Both threads then end
-on their own; the pool's own ``terminate`` (its finalizer) is cancelled, it would wait on those
-locks again. The pool's internals used are those of CPython 3.8 to 3.13.
+process's writing end of the answer pipe *under* the pool's threads (``dup2`` of ``/dev/null``
+onto the same descriptor: a thread still using the number writes to ``/dev/null`` instead of a
+file opened later with that number), so a read waiting for more gets end-of-file; it empties the
+pipes no worker reads any more, so a blocked write ends, and lets go of a lock a killed worker
+held. Both threads then end on their own; the pool's own ``terminate`` (its finalizer) is
+cancelled, it would wait on those locks again. The pool's internals used are those of CPython
+3.8 to 3.13 (tested: 3.10 to 3.13, tests/test_parallel_answers.py).
 """
 
 from __future__ import annotations
@@ -60,19 +61,21 @@ def end_pool(pool: Pool) -> None:
         w.join(JOIN_S)
         if w.exitcode is not None:
             w.close()  # its sentinel pipes, now rather than when the pool is collected
-    # 3. Close this process's ends under the threads: the task pipe's reading end (a blocked
-    # write gets a broken pipe) and the answer pipe's writing end (a read waiting for more
-    # gets end-of-file), each replaced by /dev/null on the same number.
+    # 3. Close this process's end of the answer pipe under the threads (a read waiting for
+    # more gets end-of-file), replaced by /dev/null on the same number.
     inq, outq = p._inqueue, p._outqueue
-    _close_under(inq._reader)
     _close_under(outq._writer)
-    # 4. Until both threads end: once the answer thread is gone, what is left in the answer
-    # pipe is dropped (the task thread's end mark may wait for room), and its lock, where a
-    # killed worker held it, is let go (the end mark waits for it too).
+    # 4. Until both threads end: what is in the task pipe is dropped (no worker reads it: a
+    # blocked task write ends; a broken pipe instead left a pickle buffer exported in the
+    # error's frames, which Python 3.13 complains of when collected); once the answer thread is
+    # gone, so is what is left in the answer pipe (the task thread's end mark may wait for
+    # room); and the answer pipe's lock, where a killed worker held it, is let go (the end mark
+    # waits for it too).
     lock = getattr(outq, "_wlock", None)
     deadline = time.monotonic() + JOIN_S
     held_since: float | None = None
     while (tasks.is_alive() or answers.is_alive()) and time.monotonic() < deadline:
+        _drain(inq._reader)
         if not answers.is_alive():
             _drain(outq._reader)
         if lock is not None and tasks.is_alive():
