@@ -13,6 +13,8 @@ import os
 import tempfile
 from typing import Any
 
+from vllm_cache_tools.libc import libc_fn
+
 
 class SharedAppendFile:
     """Created without a name in ``directory`` (the system's temporary folder when ``None``:
@@ -67,21 +69,9 @@ class SharedAppendFile:
 
 _PUNCH_HOLE = 0x02
 _KEEP_SIZE = 0x01
-_FALLOCATE: list[Any] = []
-
-
 def _fallocate() -> Any:
     """libc's ``fallocate`` with its argument types, or ``None`` (not Linux)."""
-    if not _FALLOCATE:
-        fn = None
-        try:
-            fn = ctypes.CDLL(None, use_errno=True).fallocate
-            fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-            fn.restype = ctypes.c_int
-        except (OSError, AttributeError):
-            fn = None
-        _FALLOCATE.append(fn)
-    return _FALLOCATE[0]
+    return libc_fn("fallocate", (ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64))
 
 
 __all__ = ["SharedAppendFile"]

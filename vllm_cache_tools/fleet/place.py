@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TypeVar
 
 from vllm_cache_tools import safeio
 from vllm_cache_tools.fleet.errors import FleetError
@@ -40,6 +40,7 @@ from vllm_cache_tools.fleet.key_proof import (
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord
 from vllm_cache_tools.keys.entry_proof import KeyProof
 from vllm_cache_tools.layout import COMPILE_CACHE_DIRNAME, STATE_DIRNAME
+from vllm_cache_tools.libc import errno_now, libc_fn
 from vllm_cache_tools.maintain.trash import EntryLocks, RootHandle
 from vllm_cache_tools.store.locate import display_path
 from vllm_cache_tools.store.types import Entry
@@ -388,47 +389,27 @@ def identical_in_place(vllm_root: Path, records: Sequence[EntryRecord]) -> froze
 
 _RENAME_NOREPLACE = 1
 _SYNC_FILE_RANGE_WRITE = 2
-_libc: ctypes.CDLL | None = None
-_writeback: Callable[[int, int, int, int], int] | None = None
-
-def _libc_fn(name: str) -> Callable[..., int] | None:
-    """The C library's function ``name``, or ``None`` where there is none (not Linux, an old
-    libc)."""
-    global _libc
-    if _libc is None:
-        with contextlib.suppress(OSError):
-            _libc = ctypes.CDLL(None, use_errno=True)
-    fn: Callable[..., int] | None = getattr(_libc, name, None) if _libc is not None else None
-    return fn
-
-
 def start_writeback(fd: int) -> None:
     """Ask the kernel to start writing ``fd``'s dirty pages to disk now, without waiting
     (``sync_file_range(SYNC_FILE_RANGE_WRITE)``). Only a head start for
     :func:`flush_filesystem`, which alone makes the data durable: where the call is missing
     or fails (another OS, a file system without it), nothing happens."""
-    global _writeback
-    if _writeback is None:
-        fn: Any = _libc_fn("sync_file_range")
-        if fn is None:
-            _writeback = lambda *a: 0  # noqa: E731
-        else:
-            fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-            fn.restype = ctypes.c_int
-            _writeback = fn
-    _writeback(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+    fn = libc_fn("sync_file_range", (ctypes.c_int, ctypes.c_int64, ctypes.c_int64,
+                                      ctypes.c_uint))
+    if fn is not None:
+        fn(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
 
 
 def rename_noreplace(src_fd: int, src: str, dst_fd: int, dst: str) -> None:
     """``renameat2(RENAME_NOREPLACE)``: fails with EEXIST when ``dst`` exists (even an empty
     folder that a starting vLLM just made, which plain ``rename`` would replace). Falls back
     to check-then-rename where the kernel or filesystem lacks it."""
-    fn = _libc_fn("renameat2")
+    fn = libc_fn("renameat2")
     if fn is not None:
         r = fn(src_fd, os.fsencode(src), dst_fd, os.fsencode(dst), _RENAME_NOREPLACE)
         if r == 0:
             return
-        err = ctypes.get_errno()
+        err = errno_now()
         if err not in (errno.ENOSYS, errno.EINVAL):
             raise OSError(err, os.strerror(err), dst)
     try:
@@ -446,7 +427,7 @@ def flush_filesystem(fd: int) -> None:
     crash or power loss never leaves a visible entry with empty or torn files; at worst
     the renames themselves are lost, and the entry is not there (a miss, never a false
     hit). Where ``syncfs`` is missing, ``sync()``."""
-    fn = _libc_fn("syncfs")
+    fn = libc_fn("syncfs")
     if fn is None or fn(fd) != 0:
         os.sync()
 

@@ -19,7 +19,6 @@ when ``VLLM_CACHE_TOOLS_SCAN_WORKERS=1``, entries are read in this process.
 
 from __future__ import annotations
 
-import ctypes
 import multiprocessing
 import os
 import pickle
@@ -34,6 +33,7 @@ from typing import Any, TypeVar, cast
 
 import msgspec
 
+from vllm_cache_tools.libc import libc_fn
 from vllm_cache_tools.shared_file import SharedAppendFile
 from vllm_cache_tools.store.entries import read_aot_entry, read_backend_entry
 from vllm_cache_tools.store.folders import entry_times, scan_workers
@@ -367,10 +367,8 @@ _PR_SET_PDEATHSIG = 1
 def _die_with(parent: int) -> None:
     """``prctl(PR_SET_PDEATHSIG, SIGKILL)`` where there is one (Linux), then exit where the
     parent ended before it took effect."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        prctl = libc.prctl
-    except (OSError, AttributeError):
+    prctl = libc_fn("prctl")
+    if prctl is None:
         return
     prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if os.getppid() != parent:
