@@ -341,17 +341,18 @@ _HELD = {signal.SIGTERM, signal.SIGINT}
 
 
 def _worker_start(parent: int, thread: int) -> None:
-    """A forked worker ends at the pool's SIGTERM, whatever handler it inherited (unpack's
+    """A forked worker ends at SIGTERM, whatever handler it inherited (unpack's
     ``terminate_as_exit`` raises SystemExit instead: a worker then hung in its exit, and the
-    pool's ``terminate`` waited for it forever), leaves Ctrl-C to the parent, which ends the
+    pool's ``terminate``, which sent SIGTERM then, waited for it forever; the pool is now ended
+    by :func:`.pool_end.end_pool`, with SIGKILL), leaves Ctrl-C to the parent, which ends the
     pool, and dies with the parent process (``parent``): a prune killed stops removing at
     once, as its threads did, instead of its workers finishing the tasks they hold.
 
     Only a worker forked by the pool's creator (``thread``, which outlives the pool) asks for
     that: the kernel's signal follows the forking *thread*, and a worker that replaces a dead
-    one is forked by the pool's own handler thread, which ends inside ``Pool.terminate``; a
-    replacement killed there could hold the pipe's lock, and terminate would wait for it
-    forever."""
+    one is forked by the pool's own handler thread, which ends while the pool is being ended
+    (a replacement killed there held the pipe's lock, and ``Pool.terminate`` waited for it
+    forever: 4 of 6 runs)."""
     global _IN_WORKER
     _IN_WORKER = True
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
