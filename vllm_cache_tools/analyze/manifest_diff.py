@@ -8,7 +8,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vllm_cache_tools.keys.compiler import diff_inductor_factors
-from vllm_cache_tools.keys.hardware import hardware_detail
 from vllm_cache_tools.layout import RUNTIME_FIELDS
 from vllm_cache_tools.read.manifest import Manifest
 from vllm_cache_tools.store.types import Cause
@@ -51,8 +50,8 @@ def config_field_causes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | 
     """Config causes from two sets of sub-config parts (a manifest's, or live hashing's)."""
     if not old or not new:
         return []
-    return [Cause("config", item, o, n, evidence, hardware_detail("config", item, o, n) or "")
-            for item, o, n in field_changes(old, new, hashed_only=True)]
+    return [Cause("config", item, o, n, evidence) for item, o, n in
+            field_changes(old, new, hashed_only=True)]
 
 
 def inductor_causes(old: Mapping[str, Any] | None, new: Mapping[str, Any] | None,

@@ -25,6 +25,7 @@ from typing import Any
 
 from vllm_cache_tools.analyze.explain_causes import env_causes
 from vllm_cache_tools.analyze.manifest_diff import config_field_causes, inductor_causes
+from vllm_cache_tools.keys.hardware import machine_set_config
 from vllm_cache_tools.layout import short_key
 from vllm_cache_tools.store.types import Cause, Entry, KeyParts
 
@@ -204,7 +205,8 @@ def miss_causes(neighbours: Sequence[Neighbour], now: KeyParts, *,
         c.component in itemised and c.detail.startswith("not itemised"))]
     if not out and not known:
         out.append(_same_parts(n, now, ev, wanted))
-    return list({(c.component, c.item, repr(c.old), repr(c.new)): c for c in out}.values())
+    return machine_set_config(
+        list({(c.component, c.item, repr(c.old), repr(c.new)): c for c in out}.values()))
 
 
 def _differs(a: str | None, b: str | None) -> bool:

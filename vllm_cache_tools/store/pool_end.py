@@ -16,16 +16,17 @@ process's writing end of the answer pipe *under* the pool's threads (``dup2`` of
 onto the same descriptor: a thread still using the number writes to ``/dev/null`` instead of a
 file opened later with that number), so a read waiting for more gets end-of-file; it empties the
 pipes no worker reads any more, so a blocked write ends, and lets go of a lock a killed worker
-held. Both threads then end on their own; the pool's own ``terminate`` (its finalizer) is
-cancelled, it would wait on those locks again. The pool's internals used are those of CPython
-3.8 to 3.13 (tested: 3.10 to 3.13, tests/test_parallel_answers.py).
+held (one this process does not count as its own). Both threads then end on their own. The
+pool's own ``terminate`` (its finalizer, also run at exit) is cancelled first: it would wait
+on those locks again, so an end interrupted half-way (a second Ctrl-C) hung the exit. The
+pool's internals used are those of CPython 3.8 to 3.13 (tested: 3.10 to 3.13,
+tests/test_parallel_answers.py); where one is missing, ``terminate`` runs instead.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import threading
 import time
 from multiprocessing.pool import TERMINATE, Pool
 from typing import Any
@@ -33,37 +34,40 @@ from typing import Any
 JOIN_S = 10.0
 """How long a pool thread may take to end once its pipes are closed (it ends at once; the
 bound only keeps a CPython change from hanging us: the threads are daemons)."""
-LOCK_S = 0.05
-"""How long the answer pipe's lock stays taken, once every worker is dead and the pipe
-drained, before it is taken as a killed worker's and let go."""
-
-
 def end_pool(pool: Pool) -> None:
-    """End ``pool`` now, whatever its workers do (their jobs are dropped). Idempotent."""
+    """End ``pool`` now, whatever its workers do (their jobs are dropped). Calling it again
+    (after an interruption, say) finishes what is left. Where this CPython's pool lacks an
+    internal it uses, the pool's own ``terminate`` runs instead."""
     p: Any = pool
     if getattr(p, "_vct_ended", False):
         return
-    p._vct_ended = True
+    try:
+        parts = (p._terminate, p._worker_handler, p._task_handler, p._result_handler,
+                 p._change_notifier, p._inqueue, p._outqueue, p._pool)
+    except AttributeError:  # another CPython's pool
+        pool.terminate()
+        return
+    final, workers, tasks, answers, notifier, inq, outq, procs = parts
+    # The pool's own terminate (its finalizer, also run at exit) would wait on locks that
+    # killed workers hold: cancelled first, so an interrupted end never hangs the exit.
+    final.cancel()
     p._state = TERMINATE
-    workers, tasks, answers = p._worker_handler, p._task_handler, p._result_handler
     # 1. No replacements: the worker thread ends (and tells the task thread to end).
     workers._state = TERMINATE
     tasks._state = TERMINATE
     answers._state = TERMINATE
-    p._change_notifier.put(None)
+    notifier.put(None)
     workers.join(JOIN_S)
     # 2. Kill and reap the workers.
-    for w in list(p._pool):
-        if w.exitcode is None:
+    for w in list(procs):
+        if _open(w) and w.exitcode is None:
             with contextlib.suppress(OSError):
                 w.kill()
-    for w in list(p._pool):
-        w.join(JOIN_S)
-        if w.exitcode is not None:
-            w.close()  # its sentinel pipes, now rather than when the pool is collected
+    for w in list(procs):
+        if _open(w):
+            w.join(JOIN_S)
     # 3. Close this process's end of the answer pipe under the threads (a read waiting for
     # more gets end-of-file), replaced by /dev/null on the same number.
-    inq, outq = p._inqueue, p._outqueue
     _close_under(outq._writer)
     # 4. Until both threads end: what is in the task pipe is dropped (no worker reads it: a
     # blocked task write ends; a broken pipe instead left a pickle buffer exported in the
@@ -73,28 +77,40 @@ def end_pool(pool: Pool) -> None:
     # waits for it too).
     lock = getattr(outq, "_wlock", None)
     deadline = time.monotonic() + JOIN_S
-    held_since: float | None = None
     while (tasks.is_alive() or answers.is_alive()) and time.monotonic() < deadline:
         _drain(inq._reader)
         if not answers.is_alive():
             _drain(outq._reader)
         if lock is not None and tasks.is_alive():
-            if lock.acquire(False):
-                lock.release()
-                held_since = None
-            elif held_since is None:
-                held_since = time.monotonic()
-            elif time.monotonic() - held_since > LOCK_S:
-                _release(lock)
-                held_since = None
+            _free_if_dead_held(lock)
         tasks.join(_STEP_S)
         answers.join(_STEP_S)
-    # 5. The pool's own terminate would wait on the task pipe's read lock (a killed worker's).
-    p._terminate.cancel()
-    if not tasks.is_alive() and not answers.is_alive():
+    threads_done = not (workers.is_alive() or tasks.is_alive() or answers.is_alive())
+    if threads_done:  # else a thread may still use them (a join timed out): left to the GC
+        for w in list(procs):
+            if _open(w) and w.exitcode is not None:
+                w.close()  # its sentinel pipes, now rather than when the pool is collected
         for conn in (inq._reader, inq._writer, outq._reader, outq._writer,
-                     p._change_notifier._reader, p._change_notifier._writer):
+                     notifier._reader, notifier._writer):
             conn.close()
+    p._vct_ended = True
+
+
+def _open(w: Any) -> bool:
+    """Whether the worker's process object is not closed yet (a second call)."""
+    return not getattr(w, "_closed", False)
+
+
+def _free_if_dead_held(lock: Any) -> None:
+    """Let go of ``lock`` (a ``multiprocessing.Lock``) where another process holds it: every
+    worker is dead by now, so that one is a killed worker. Taken by a thread of this process
+    (the task thread's end mark) it counts 1 here, and is left alone."""
+    if lock.acquire(False):
+        lock.release()
+        return
+    semlock = getattr(lock, "_semlock", None)
+    if semlock is not None and semlock._count() == 0:
+        _release(lock)
 
 
 def _close_under(conn: Any) -> None:
@@ -129,9 +145,3 @@ def _release(lock: Any) -> None:
 _STEP_S = 0.01
 
 __all__ = ["JOIN_S", "end_pool"]
-
-
-def _threads_alive(pool: Pool) -> list[threading.Thread]:
-    """The pool's threads still running (for tests)."""
-    p: Any = pool
-    return [t for t in (p._worker_handler, p._task_handler, p._result_handler) if t.is_alive()]
