@@ -34,6 +34,8 @@ from typing import Any
 JOIN_S = 10.0
 """How long a pool thread may take to end once its pipes are closed (it ends at once; the
 bound only keeps a CPython change from hanging us: the threads are daemons)."""
+
+
 def end_pool(pool: Pool) -> None:
     """End ``pool`` now, whatever its workers do (their jobs are dropped). Calling it again
     (after an interruption, say) finishes what is left. Where this CPython's pool lacks an
