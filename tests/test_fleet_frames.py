@@ -42,14 +42,25 @@ def test_frames_made_by_forked_workers_threads_or_the_writer_are_the_same_bundle
     root = sample_starts(tmp_path, 6)  # 12 entries: past FRAME_FORK_ENTRIES
     keys = [p.name for p in entry_dirs(root)]
     assert len(keys) >= selection.FRAME_FORK_ENTRIES
+    # One entry past ONE_THREAD_BYTES (a kernel's source grown by 9 MB of comments): its frame
+    # is made by zstd's threads, the others' in the worker's own thread.
+    big = next(entry_dirs(root)[-1].rglob("*.cpp"))
+    with big.open("a") as f:
+        f.write("".join(f"// line {i} of a long kernel source\n" for i in range(250_000)))
     used: list[int] = []
-    use = frames.FrameSpool.use_processes
+    modes: set[int] = set()
+    use, compressor = frames.FrameSpool.use_processes, frames.compressor
 
     def spy(self: frames.FrameSpool, pool: Any) -> None:
         used.append(pool._processes)
         use(self, pool)
 
+    def compressor_spy(level: int, threads: int = 1) -> Any:
+        modes.add(threads)
+        return compressor(level, threads)
+
     monkeypatch.setattr(frames.FrameSpool, "use_processes", spy)
+    monkeypatch.setattr(frames, "compressor", compressor_spy)
     out: dict[str, bytes] = {}
     forked = str(selection.FRAME_FORK_CORES)
     for how, workers in (("threads", "2"), ("forked", forked), ("forked, from the memo", forked)):
@@ -61,10 +72,14 @@ def test_frames_made_by_forked_workers_threads_or_the_writer_are_the_same_bundle
         assert used == ([] if how == "threads" else [selection.FRAME_FORK_CORES]), how
         assert len(res.entries) == len(keys)
         out[how] = res.path.read_bytes()
-    # Without a spool (push's selection, bench_fleet's write row): the writer compresses.
+    # Without a spool (push's selection, bench_fleet's write row): the writer compresses, with
+    # two zstd threads a frame where it counts 8 cores.
     sel = selection.select(root, keys)
     out["writer"] = write_bundle(sel, tmp_path / "w.tar.zst").path.read_bytes()
+    monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", "8")
+    out["writer, 8 cores"] = write_bundle(sel, tmp_path / "w8.tar.zst").path.read_bytes()
     assert len(set(out.values())) == 1, {k: len(v) for k, v in out.items()}
+    assert 0 in modes and {1, 2} <= modes, modes  # in this process: threads 0, 1 and 2
     # Frames in a row are one stream to unpack: every file placed as it was.
     api.unpack(tmp_path / "1.tar.zst", root=tmp_path / "placed", force=True)
     assert _tree_digests(tmp_path / "placed") == _tree_digests(root)

@@ -11,6 +11,7 @@ same code apart, so every copy links every other) and examples/sample_cache's fi
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import shutil
 import signal
@@ -24,6 +25,7 @@ from benchmarks.bench_fleet import entry_dirs, synth_starts
 from tests.fresh_process import ran_in_fresh_process, record_forks
 from tests.realvllm.harness import ScenarioRun
 from vllm_cache_tools.fleet import link_proof, selection
+from vllm_cache_tools.fleet.errors import Refused
 from vllm_cache_tools.fleet.link_proof import graph_names, model_file
 from vllm_cache_tools.fleet.pack_memo import PackMemo
 from vllm_cache_tools.keys.entry_proof import same_start
@@ -173,14 +175,14 @@ def test_forked_read_ahead_gives_the_same_records(tmp_path: Path,
     keys = [p.name for p in entry_dirs(root)]
     forks = record_forks(monkeypatch)
     ahead: list[int] = []  # forks made while the read-ahead ran
-    read_deep = link_proof.read_deep
+    spread = link_proof.spread
 
-    def reading(*a: Any, **k: Any) -> Iterator[Entry]:
+    def reading(*a: Any, **k: Any) -> Iterator[Any]:
         before = len(forks)
-        yield from read_deep(*a, **k)
+        yield from spread(*a, **k)
         ahead.append(len(forks) - before)
 
-    monkeypatch.setattr(link_proof, "read_deep", reading)
+    monkeypatch.setattr(link_proof, "spread", reading)
     out = {}
     for workers in ("1", str(selection.READ_AHEAD_CORES)):
         monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", workers)
@@ -192,6 +194,53 @@ def test_forked_read_ahead_gives_the_same_records(tmp_path: Path,
     assert forked.records == one.records
     assert forked.files == one.files
     assert all(len(r.linked) == 1 for r in one.records)
+
+
+def test_forked_read_ahead_hides_and_refuses_secrets_as_this_process(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> None:
+    """The forked readers reduce each entry where they read it (its record, its redaction,
+    its recorder manifests' secret check: fleet/prepared.py): a secret in an entry's env
+    factors is hidden in its record, and one in a recorder manifest refuses the pack, as when
+    this process reads them."""
+    if ran_in_fresh_process(request):
+        return
+    root = sample_starts(tmp_path, 25)
+    keys = [p.name for p in entry_dirs(root)]
+    secret = "hunter2hunter2hunter2"
+    backend = next(p for p in entry_dirs(root) if len(p.name) == 10)
+    factors = next(backend.rglob("cache_key_factors.json"))
+    d = json.loads(factors.read_text())
+    d["env"]["VLLM_USAGE_SOURCE"] = f"https://user:{secret}@example.com/x"
+    factors.write_text(json.dumps(d))
+    forks = record_forks(monkeypatch)
+    out = {}
+    for workers in ("1", str(selection.READ_AHEAD_CORES)):
+        monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", workers)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / f"xdg{workers}"))
+        forks.clear()
+        out[workers] = selection.select(root, keys)
+        assert ("fork" in forks) == (workers != "1")  # the read-ahead forked, or not
+    one, forked = out.values()
+    assert forked.records == one.records and forked.clean == one.clean
+    assert secret not in repr(one.records)
+    hidden = [r for r in one.records if r.key == backend.name]
+    assert hidden and "<redacted" in hidden[0].env_factors["VLLM_USAGE_SOURCE"]
+    assert sum(not c for c in one.clean) == 1
+    # A recorder manifest holding one: refused, the same words from both.
+    aot = next(p for p in entry_dirs(root) if len(p.name) == 64)
+    manifest = next(aot.rglob("vct-manifest.*.json"))
+    m = json.loads(manifest.read_text())
+    m["model"]["model"] = f"https://user:{secret}@example.com/m"
+    manifest.write_text(json.dumps(m))
+    said = []
+    for workers in ("1", str(selection.READ_AHEAD_CORES)):
+        monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", workers)
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / f"xdg-m{workers}"))
+        with pytest.raises(Refused) as exc:
+            selection.select(root, keys)
+        said.append(str(exc.value))
+    assert said[0] == said[1] and "holds a secret in clear (in model.model" in said[0]
+    assert secret not in said[0]
 
 
 def test_unpack_proves_the_staged_entries_in_forked_readers(
@@ -217,7 +266,7 @@ def test_unpack_proves_the_staged_entries_in_forked_readers(
         monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", workers)
         forks.clear()
         res = api.unpack(bundle, root=tmp_path / f"u{workers}", force=True)
-        assert forks == ([] if workers == "1" else ["fork"])
+        assert ("fork" in forks) == (workers != "1")  # the read-ahead forked, or not
         out[workers] = sorted((p.key, p.action, p.proof, p.detail) for p in res.placements)
     assert out["1"] == out["2"] and len(out["1"]) == 50
     assert {action for _, action, _, _ in out["2"]} == {"placed"}

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from tests.realvllm.harness import ScenarioRun
-from vllm_cache_tools.fleet import api, frames, link_proof, selection
+from vllm_cache_tools.fleet import api, frames, link_proof, prepared, selection
 from vllm_cache_tools.fleet.bundle import read_manifest
 from vllm_cache_tools.fleet.pack_memo import memo_path
 
@@ -161,8 +161,8 @@ def test_the_manifest_of_clean_records_is_the_one_full_redaction_writes(sample: 
 
 def test_a_manifest_replaced_between_its_read_and_its_hash_is_checked_as_hashed(
         sample: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The secret check takes the deep read's parsed manifests only where the file kept its
-    identity from the walk to its hash: here the read sees a clean manifest, then the file is
+    """The secret check takes the deep read's verdict on a manifest only where the bytes it
+    read are the ones hashed: here the read sees a clean manifest, then the file is
     replaced by one holding a password before it is hashed, so the bytes carried are the new
     ones and the check must read them."""
     import threading
@@ -176,16 +176,26 @@ def test_a_manifest_replaced_between_its_read_and_its_hash_is_checked_as_hashed(
     entry = manifest.parent.parent
     read = threading.Event()
     full, frame = link_proof.EntryFacts.full, FrameSpool._frame
+    deep_read = prepared.deep_read
+
+    def read_then_replace(layout: str, p: Path) -> object:  # read where it is reduced
+        e = deep_read(layout, p)
+        if Path(p).resolve() == entry.resolve() and not read.is_set():
+            replace_manifest()
+        return e
+
+    def replace_manifest() -> None:
+        data = json.loads(manifest.read_text())
+        data.setdefault("model", {})["model"] = "https://user:hunter2secret@hf.example/m"
+        tmp = manifest.with_name(manifest.name + ".new")
+        tmp.write_text(json.dumps(data))
+        os.replace(tmp, manifest)
+        read.set()
 
     def full_then_replace(self: link_proof.EntryFacts, p: str) -> object:
         e = full(self, p)
         if Path(p) == entry.resolve() and not read.is_set():
-            data = json.loads(manifest.read_text())
-            data.setdefault("model", {})["model"] = "https://user:hunter2secret@hf.example/m"
-            tmp = manifest.with_name(manifest.name + ".new")
-            tmp.write_text(json.dumps(data))
-            os.replace(tmp, manifest)
-            read.set()
+            replace_manifest()
         return e
 
     def hash_after_the_read(self: FrameSpool, prefix: str, walked: selection.Walked,
@@ -195,6 +205,7 @@ def test_a_manifest_replaced_between_its_read_and_its_hash_is_checked_as_hashed(
         return frame(self, prefix, walked, known)  # type: ignore[arg-type]
 
     monkeypatch.setattr(link_proof.EntryFacts, "full", full_then_replace)
+    monkeypatch.setattr(prepared, "deep_read", read_then_replace)
     monkeypatch.setattr(FrameSpool, "_frame", hash_after_the_read)
     with pytest.raises(FleetError, match=r"secret in clear|changed while"):
         api.pack([key], tmp_path / "b.tar.zst", root=sample)

@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from multiprocessing.pool import Pool
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from msgspec.structs import replace as struct_replace
 
@@ -24,8 +25,11 @@ from vllm_cache_tools.keys.entry_proof import manifest_parts
 from vllm_cache_tools.keys.recipes import env_hash_from_factors
 from vllm_cache_tools.keys.source_link import LayoutHashes, install_prefix, layout_code_hashes
 from vllm_cache_tools.store.entries import read_entry
-from vllm_cache_tools.store.parallel_read import read_deep
+from vllm_cache_tools.store.parallel_read import read_deep, spread
 from vllm_cache_tools.store.types import Entry
+
+if TYPE_CHECKING:
+    from vllm_cache_tools.fleet.prepared import Prepared
 
 Walk = tuple[list[tuple[str, str, bool, tuple[int, ...]]], str]
 
@@ -45,7 +49,10 @@ class EntryFacts:
         self._walks: dict[str, Walk] = {}
         self._deep: dict[str, Entry] = {}
         self._links: dict[str, LinkFacts] = {}
-        self._layouts: LayoutHashes = {}
+        self.layouts: LayoutHashes = {}
+        self.prepared: dict[str, Prepared] = {}
+        """Entries read ahead and reduced where they were read (:meth:`read_ahead`'s
+        ``prepare``), by real path."""
 
     def walk(self, p: str) -> Walk:
         """(files, fingerprint) of the entry at real path ``p``."""
@@ -61,16 +68,29 @@ class EntryFacts:
         return e
 
     def read_ahead(self, paths: Iterable[str], workers: int | None = None,
-                   pool: Pool | None = None) -> Iterator[str]:
+                   pool: Pool | None = None,
+                   prepare: Callable[[tuple[str, str]], Prepared | None] | None = None
+                   ) -> Iterator[str]:
         """Deep-read the entries at ``paths`` not read yet, spread over forked processes where
         there are enough of them and the cores (:func:`.parallel_read.read_deep`: a
         process each, the safe pickle reader being pure Python; in this process when it has
         threads; ``pool``'s processes when given), yielding each path once its entry is kept.
-        The first ``next`` starts the workers: call it before this process starts threads."""
-        todo = [p for p in dict.fromkeys(paths) if p not in self._deep]
+        ``prepare`` (a module's function, or a ``partial`` of one, of (layout, path)): each
+        entry is reduced by it where it is read, and its result kept in :attr:`prepared`
+        instead of the deep read. The first ``next`` starts the workers: call it before this
+        process starts threads."""
+        todo = [p for p in dict.fromkeys(paths) if p not in self._deep and p not in self.prepared]
         if not todo:
             return
         items = [(self.by_path[p].layout, self.by_path[p].path) for p in todo]
+        if prepare is not None:
+            got = spread(prepare, [(layout, os.fspath(path)) for layout, path in items],
+                         workers, chunks_per_worker=4, pool=pool)
+            for p, d in zip(todo, got, strict=True):
+                if d is not None:  # else read again where needed (full), its error raised
+                    self.prepared[p] = d
+                yield p
+            return
         for p, e in zip(todo, read_deep(items, workers=workers, pool=pool), strict=True):
             if e is not None:  # else read again where needed (full), its error raised there
                 self._deep[p] = e
@@ -83,7 +103,9 @@ class EntryFacts:
             fp = self.walk(p)[1]
             got = self.memo.link_facts(p, fp)
             if got is None:
-                got = link_facts(self.full(p), fp)
+                d = self.prepared.get(p)
+                got = struct_replace(d.link, fp=fp) if d is not None else link_facts(
+                    self.full(p), fp)
                 self.memo.put_link_facts(p, got)
             self._links[p] = got
         return got
@@ -98,7 +120,7 @@ class EntryFacts:
             info = self.full(p).aot_info
             got = ()
             if info is not None:
-                got = layout_code_hashes(self._layouts, info, prefix)
+                got = layout_code_hashes(self.layouts, info, prefix)
             facts = self._links[p] = struct_replace(facts, hashes={**facts.hashes, prefix: got})
             self.memo.put_link_facts(p, facts)
         return got

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from vllm_cache_tools.fleet.errors import FleetError, Refused
-from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_json
+from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_json, file_json
 from vllm_cache_tools.layout import is_manifest_name, short_key
 from vllm_cache_tools.read.errors import ReadError
 from vllm_cache_tools.read.manifest import MAX_MANIFEST_BYTES, Manifest, manifest_from_bytes
@@ -172,6 +172,14 @@ def redacted_record(rec: EntryRecord, seen: Seen | None = None,
     return rec if red == d else entry_from_json(red)
 
 
+def files_clean(rec: EntryRecord, seen: Seen, depth: int = 0) -> bool:
+    """Whether :func:`redacted_record` (at ``depth``, with ``seen``) leaves ``rec``'s
+    ``files`` field as it is: what it does there, by that field's own name (a record is
+    redacted field by field, and ``files`` is a list, never a value that names a secret)."""
+    files = [file_json(f) for f in rec.files]
+    return bool(_fields("files", files, seen, depth + 1, FIELD_LEVELS - 1) == files)
+
+
 def linked_clean(rec: EntryRecord, depth: int = 0) -> bool:
     """Whether :func:`redacted_record` (at ``depth``) leaves ``rec``'s ``linked`` field as
     it is: what it does to a record whose other fields are known clean (a record is redacted
@@ -210,7 +218,8 @@ def _first_secret(data: Any, red: Any, where: str = "") -> str:
 def refuse_secret_manifests(records: Sequence[EntryRecord],
                             files: Iterable[Sequence[LocalFile]], seen: Seen | None = None,
                             parsed: Mapping[str, Manifest] | None = None,
-                            carried: Mapping[str, bytes] | None = None) -> None:
+                            carried: Mapping[str, bytes] | None = None,
+                            checked: Mapping[str, str] | None = None) -> None:
     """Raise :class:`Refused` when a recorder manifest among the entries' ``files``
     (:class:`~vllm_cache_tools.fleet.selection.LocalFile`\\ s, per record) holds a secret
     in clear. A manifest that does not parse is the readers' concern (it is carried as a
@@ -222,11 +231,15 @@ def refuse_secret_manifests(records: Sequence[EntryRecord],
     (the deep read's), each taken only where the bytes it was parsed from are the ones carried
     (its sha256 is the record's); else the file, read again, must still be those bytes
     (:class:`FleetError` where it changed or cannot be read: never checked in a new form,
-    never skipped)."""
+    never skipped). ``checked``: manifests already found clean where they were read, path ->
+    sha256 of the bytes checked, each taken as ``parsed`` is."""
     clean: set[str] = set()
     for rec, fs in zip(records, files, strict=True):
         for lf in fs:
             if not is_manifest_name(os.path.basename(lf.source)) or lf.record.sha256 in clean:
+                continue
+            if checked is not None and checked.get(os.fspath(lf.source)) == lf.record.sha256:
+                clean.add(lf.record.sha256)
                 continue
             m = parsed.get(os.fspath(lf.source)) if parsed is not None else None
             data = m.data if m is not None and m.sha256 == lf.record.sha256 else None
@@ -267,5 +280,6 @@ def _reread(rec: EntryRecord, lf: LocalFile) -> bytes | None:
     return raw
 
 
-__all__ = ["FIELD_LEVELS", "RECORD_DEPTH", "Seen", "document_without_secrets", "linked_clean",
+__all__ = ["FIELD_LEVELS", "RECORD_DEPTH", "Seen", "document_without_secrets", "files_clean",
+           "linked_clean",
            "redact_document", "redact_fields", "redacted_record", "refuse_secret_manifests"]

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -20,18 +21,17 @@ from vllm_cache_tools.errors import UsageError
 from vllm_cache_tools.fleet.errors import FleetError, Refused
 from vllm_cache_tools.fleet.link_proof import PACKABLE, EntryFacts, link_entries
 from vllm_cache_tools.fleet.pack_memo import PackMemo, fingerprint
-from vllm_cache_tools.fleet.records import EntryRecord, FileRecord, SourceRecord, snapshot_path
+from vllm_cache_tools.fleet.prepared import manifest_snapshots, prepare, prepare_at, record_of
+from vllm_cache_tools.fleet.records import EntryRecord, FileRecord, snapshot_path
 from vllm_cache_tools.fleet.redacted import (
     RECORD_DEPTH,
     Seen,
+    files_clean,
     linked_clean,
     redacted_record,
     refuse_secret_manifests,
 )
-from vllm_cache_tools.keys.key_check import key_check
-from vllm_cache_tools.keys.source_link import install_prefix
 from vllm_cache_tools.layout import SOURCES_DIRNAME, STATE_DIRNAME, short_key
-from vllm_cache_tools.read.manifest import Manifest
 from vllm_cache_tools.read.noatime import open_noatime
 from vllm_cache_tools.store.filters import parse_filter
 from vllm_cache_tools.store.folders import scan_workers
@@ -85,11 +85,12 @@ def file_ident(st: os.stat_result) -> tuple[int, ...]:
 
 @dataclass(frozen=True)
 class Selection:
-    """Entries with their records and files, and the snapshots they name. ``entries``: deep
-    reads, or the listing's entry where the pack memo answered for it."""
+    """Entries with their records and files, and the snapshots they name."""
 
     root: Path
     entries: tuple[Entry, ...]
+    """Deep reads without their traced source texts and recorder manifests
+    (:class:`.prepared.Prepared`), or the listing's entry where the pack memo answered."""
     records: tuple[EntryRecord, ...]
     files: tuple[tuple[LocalFile, ...], ...]
     """Per entry, in the order of ``records``."""
@@ -156,110 +157,6 @@ def entry_files(top: Path) -> list[tuple[str, str, bool]]:
     return [(r, p, x) for r, p, x, _ in entry_walk(top)[0]]
 
 
-def _traced_files(e: Entry) -> tuple[str, ...]:
-    files: dict[str, None] = {}
-    for p in e.prefix_dirs:
-        if p.graph is not None:
-            files.update(dict.fromkeys(p.graph.files))
-    for m in e.manifests:
-        for f in m.data.get("traced_files") or []:
-            if isinstance(f, dict) and isinstance(f.get("path"), str):
-                files[f["path"]] = None
-    info = e.aot_info
-    if info is not None and info.filename:
-        files[info.filename] = None
-    return tuple(sorted(f for f in files if f.startswith("/")))
-
-
-_DIGESTS: dict[str, str] = {}
-
-
-def _text_digest(text: str) -> str:
-    """sha256 of a traced file's compile-time copy; every start of a model holds the same
-    copies, so each is hashed once per process."""
-    d = _DIGESTS.get(text)
-    if d is None:
-        d = _DIGESTS[text] = hashlib.sha256(text.encode()).hexdigest()
-        if len(_DIGESTS) > 4096:
-            _DIGESTS.clear()
-    return d
-
-
-def _sources(e: Entry, traced: Sequence[str]) -> tuple[SourceRecord, ...]:
-    info = e.aot_info
-    if info is None:
-        return ()
-    prefix = install_prefix(traced, (s.module for s in info.inlined_sources))
-    out: dict[str, SourceRecord] = {}
-    for s in info.inlined_sources:
-        if s.module in out:
-            continue
-        sha = _text_digest(s.content) if s.content is not None else None
-        path = None
-        if prefix is not None:
-            base = prefix + s.module.replace(".", "/")
-            path = next((c for c in (base + ".py", base + "/__init__.py") if c in traced),
-                        base + ".py")
-        out[s.module] = SourceRecord(s.module, sha, path)
-    return tuple(out[m] for m in sorted(out))
-
-
-def _versions(e: Entry) -> dict[str, str | None]:
-    info = e.aot_info
-    v: dict[str, str | None] = {"vllm": e.vllm_version, "torch": e.torch_version}
-    for m in e.manifests:
-        vs = m.data.get("versions")
-        if isinstance(vs, dict):
-            for k in ("vllm", "torch", "triton", "python"):
-                if v.get(k) is None and isinstance(vs.get(k), str):
-                    v[k] = vs[k]
-    if info is not None:
-        v.update({k: x for k, x in (("torch", info.torch_version),
-                                    ("python", info.python_version),
-                                    ("triton", info.triton_version),
-                                    ("cuda", info.cuda_version)) if x})
-    return {k: v.get(k) for k in ("vllm", "torch", "triton", "python", "cuda")}
-
-
-def record_of(e: Entry, root: Path, files: Sequence[LocalFile],
-              linked: Iterable[str] = ()) -> EntryRecord:
-    """The record of a deep-read entry."""
-    info = e.aot_info
-    traced = _traced_files(e)
-    key_parts: dict[str, str | None] = {}
-    f = e.factors
-    if f is not None:
-        check = key_check(e)
-        key_parts = {"env_hash": check["env_hash"] if check else f.env_hash,
-                     "config_hash": f.config_hash, "code_hash": f.code_hash,
-                     "compiler_hash": f.compiler_hash}
-    return EntryRecord(
-        key=e.key, layout=e.layout, path=os.path.relpath(e.path, root).replace(os.sep, "/"),
-        ranks=e.ranks, prefixes=e.prefixes, state=e.state, state_detail=e.state_detail,
-        files=tuple(x.record for x in files), model=e.model, checkpoint=e.checkpoint,
-        versions=_versions(e),
-        hardware={"device_type": info.device_type if info else None,
-                  "gpu_name": info.gpu_name if info else None, "label": e.hardware},
-        key_parts=key_parts, env_factors=dict(f.env or {}) if f is not None else {},
-        traced_files=traced, sources=_sources(e, traced),
-        forward=(info.qualname, info.firstlineno) if info and info.qualname
-        and info.firstlineno is not None else None,
-        loader=info.loader if info else None, linked=tuple(sorted(linked)),
-        recorded=recorded_keys(e))
-
-
-RECORDED_FIELDS = ("config_hash", "config", "env", "inductor", "traced_files", "key_parts")
-"""What a record keeps of the entry's newest recorder manifest: its key inputs only (the
-manifest file itself travels too; times and hosts would make equal entries differ)."""
-
-
-def recorded_keys(e: Entry) -> dict[str, object]:
-    m = e.manifests[-1] if e.manifests else None
-    if m is None:
-        return {}
-    return {k: m.data[k] for k in RECORDED_FIELDS if m.data.get(k) is not None}
-
-
 Walked = list[tuple[str, str, bool, tuple[int, ...]]]
 
 
@@ -298,16 +195,6 @@ def _known_files(walked: Walked, rec: EntryRecord) -> tuple[LocalFile, ...] | No
         return None
     return tuple(LocalFile(f, path, ident)
                  for f, (_, path, _, ident) in zip(rec.files, walked, strict=True))
-
-
-def manifest_snapshots(e: Entry) -> tuple[str, ...]:
-    """sha256 of the source snapshots the recorder's manifests of ``e`` name."""
-    shas: set[str] = set()
-    for m in e.manifests:
-        for f in m.data.get("traced_files") or []:
-            if isinstance(f, dict) and f.get("snapshot") and isinstance(f.get("sha256"), str):
-                shas.add(f["sha256"])
-    return tuple(sorted(shas))
 
 
 def _snapshots(shas: Iterable[str], cc: Path) -> tuple[LocalFile, ...]:
@@ -375,6 +262,7 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
     if not chosen:
         raise FleetError("no entry matches the selection")
     facts = EntryFacts(by_path, PackMemo(croot.compile_cache), entry_walk)
+    seen: Seen = {}  # the redaction's memo (entries read here, their records, manifests)
     links: dict[str, set[str]] = {p: set() for p in dict.fromkeys(chosen)}
     known: dict[str, tuple[EntryRecord, tuple[LocalFile, ...], tuple[str, ...]]] = {}
 
@@ -402,7 +290,8 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
             if pool is not None:
                 frames.use_processes(pool)
         ahead = facts.read_ahead([p for p in links if p not in known]
-                                 if cores >= READ_AHEAD_CORES else (), cores, pool=pool)
+                                 if cores >= READ_AHEAD_CORES else (), cores, pool=pool,
+                                 prepare=partial(prepare_at, os.fspath(info.root)))
         next(ahead, None)
         hashing: dict[str, Future[tuple[tuple[LocalFile, ...], bool]]] = {}
         framed: set[str] = set()  # submitted to ``frames`` (once each)
@@ -433,9 +322,12 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
                     progress("linking the two trees' entries of each start")
                 link_entries(info.entries, facts, links)
                 hash_unknown(links)
-            deep = {p: facts.full(p) for p in links if p not in known}
+            deep = {p: facts.prepared.get(p) or prepare(facts.full(p), info.root, seen,
+                                                         facts.layouts)
+                    for p in links if p not in known}
             states = [(by_path[p].key, known[p][0].state, known[p][0].state_detail)
-                      if p in known else (by_path[p].key, deep[p].state, deep[p].state_detail)
+                      if p in known else (by_path[p].key, deep[p].entry.state,
+                                          deep[p].entry.state_detail)
                       for p in links]
             bad = [s for s in states if s[1] not in allow_states]
             if bad:
@@ -445,28 +337,30 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
                               + (f" ({detail})" if detail else "")
                               + ": its files are not whole, not packed")
             if progress is not None and deep:
-                progress(f"hashing {sum(e.stats.files for e in deep.values())} files")
+                progress(f"hashing {sum(d.entry.stats.files for d in deep.values())} files")
             if frames is not None:
                 frames.wait()  # every entry compressed before the workers end (or lost)
             hashed = {p: hashing[p].result() for p in deep}
     memoized = set(known)
-    for p, e in deep.items():
+    for p, d in deep.items():
         files, same = hashed[p]
-        rec = record_of(e, info.root, files)
-        snaps = manifest_snapshots(e)
+        rec = replace(d.record, files=tuple(x.record for x in files))
+        snaps = d.snapshots
         if same:
             facts.memo.put_record(p, facts.walk(p)[1], rec, snaps)
             memoized.add(p)
         known[p] = (rec, files, snaps)
     ordered = sorted(links, key=lambda p: (known[p][0].layout, known[p][0].key))
-    # The manifests the deep reads parsed serve the secret check where they were parsed from
-    # the bytes carried (refuse_secret_manifests compares their digests).
-    parsed = {os.fspath(m.path): m for e in deep.values() for m in e.manifests}
-    records, clean = _redacted(ordered, known, links, facts, memoized, parsed,
+    # The manifests the deep reads found clean serve the secret check where those were the
+    # bytes carried (refuse_secret_manifests compares their digests).
+    checked = {m: sha for d in deep.values() for m, sha in d.clean_manifests.items()}
+    records, clean = _redacted(ordered, known, links, facts, memoized, seen,
+                               {p for p, d in deep.items() if d.record_clean}, checked,
                                frames.carried() if frames is not None else None)
     facts.memo.forget_missing(by_path)
     facts.memo.save()
-    return Selection(info.root, tuple(deep.get(p) or by_path[p] for p in ordered), records,
+    return Selection(info.root, tuple(deep[p].entry if p in deep else by_path[p]
+                                      for p in ordered), records,
                      tuple(known[p][1] for p in ordered),
                      _snapshots((s for p in ordered for s in known[p][2]),
                                 croot.compile_cache),
@@ -475,17 +369,20 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
 
 def _redacted(ordered: Sequence[str],
               known: dict[str, tuple[EntryRecord, tuple[LocalFile, ...], tuple[str, ...]]],
-              links: dict[str, set[str]], facts: EntryFacts, memoized: set[str],
-              parsed: Mapping[str, Manifest], carried: Mapping[str, bytes] | None = None
+              links: dict[str, set[str]], facts: EntryFacts, memoized: set[str], seen: Seen,
+              clean_but_files: set[str], manifests_checked: Mapping[str, str],
+              carried: Mapping[str, bytes] | None = None
               ) -> tuple[tuple[EntryRecord, ...], tuple[bool, ...]]:
     """The records of ``ordered``, every secret hidden in what is written about each entry
     (redacted where they sit in a bundle manifest), and whether each was left as it was;
     :class:`Refused` when a recorder manifest to be carried holds one. An entry the memo
     found clean at its fingerprint is not redacted or read again (its ``linked`` aside); the
     others are, and those found clean are marked so (``memoized``: their record is the
-    memo's, under the walk's fingerprint); ``parsed``: the recorder manifests the deep reads
-    parsed, by path; ``carried``: those a pack archived, as archived, by path."""
-    seen: Seen = {}
+    memo's, under the walk's fingerprint); ``seen``: the redaction's memo;
+    ``clean_but_files``: the entries whose records the redaction leaves as they are but for
+    their files and ``linked`` (:attr:`.prepared.Prepared.record_clean`);
+    ``manifests_checked``: the recorder manifests found clean, path -> sha256 of the bytes
+    checked; ``carried``: those a pack archived, as archived, by path."""
     records: list[EntryRecord] = []
     clean: list[bool] = []
     checked: list[str] = []
@@ -496,14 +393,18 @@ def _redacted(ordered: Sequence[str],
             records.append(rec)
             clean.append(True)
             continue
-        red = redacted_record(rec, seen, RECORD_DEPTH)
+        # A record is redacted field by field (files and ``linked`` are lists, which never
+        # make the rest redacted whole): the rest found clean where it was read, the files
+        # and ``linked`` are all there is left to check.
+        red = rec if p in clean_but_files and linked_clean(rec, RECORD_DEPTH) and files_clean(
+            rec, seen, RECORD_DEPTH) else redacted_record(rec, seen, RECORD_DEPTH)
         records.append(red)
         clean.append(red is rec)
         if red is rec and p in memoized:
             checked.append(p)
     todo = [i for i, was_clean in enumerate(marked) if not was_clean]
     refuse_secret_manifests([records[i] for i in todo], (known[ordered[i]][1] for i in todo),
-                            seen, parsed, carried)
+                            seen, carried=carried, checked=manifests_checked)
     for p in checked:  # no secret in the record, none in its manifests (or Refused above)
         facts.memo.mark_clean(p, facts.walk(p)[1])
     return tuple(records), tuple(clean)
