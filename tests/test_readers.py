@@ -54,6 +54,48 @@ def test_safe_loads_never_raises_anything_else(blob: bytes) -> None:
         safe_loads(blob)
 
 
+def _nested(depth: int, inner: object) -> object:
+    out = inner
+    for _ in range(depth - 1):
+        out = [out]
+    return out
+
+
+@pytest.mark.parametrize("inner", [[], {}, (), [1], Point(1)])
+def test_safe_loads_bounds_the_depth_empty_containers_included(inner: object) -> None:
+    """The result read as a tree is at most MAX_DEPTH deep; an empty container (most of a
+    stand-in's fields) counts one level, as any container does, without being walked."""
+    from vllm_cache_tools.read import safe_pickle
+
+    limit = safe_pickle.MAX_DEPTH - (1 if isinstance(inner, Point) else 0)  # a stand-in's
+    assert safe_loads(pickle.dumps(_nested(limit, inner), protocol=4)) is not None  # fields
+    with pytest.raises(SafePickleError, match="nested more than 100 deep"):
+        safe_loads(pickle.dumps(_nested(limit + 1, inner), protocol=4))
+
+
+def test_safe_loads_counts_shared_values_each_time_empty_ones_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Shared values count each time they are reached (a DAG doubling at each level is
+    refused, not walked), empty containers included; a value that contains itself is
+    refused."""
+    from vllm_cache_tools.read import safe_pickle
+
+    monkeypatch.setattr(safe_pickle, "MAX_TREE_NODES", 1000)
+    empty: list[object] = []
+    assert safe_loads(pickle.dumps([empty] * 999, protocol=4)) == [[]] * 999  # 1,000 values
+    with pytest.raises(SafePickleError, match="more than 1000 values"):
+        safe_loads(pickle.dumps([empty] * 1000, protocol=4))
+    x: list[object] = [1]
+    for _ in range(40):
+        x = [x, x]
+    with pytest.raises(SafePickleError, match="more than 1000 values"):
+        safe_loads(pickle.dumps(x, protocol=4))
+    loop: list[object] = [{}]
+    loop.append(loop)
+    with pytest.raises(SafePickleError, match="contains itself"):
+        safe_loads(pickle.dumps(loop, protocol=4))
+
+
 def test_factors_parsing() -> None:
     f = parse_factors('{"code_hash": "a", "compiler_hash": "b", "config_hash": "c", '
                       '"env": {"VLLM_X": 1}, "future": 2}')

@@ -5,11 +5,9 @@ manifest's frame first and copies the entries' frames after it in the bundle's o
 (:func:`.bundle.write_bundle`). Each file is read once: hashed (when the pack memo does not
 know it) and compressed in the same pass, while the selection's proofs run.
 
-The frames are deterministic: an entry of up to :data:`ONE_THREAD_BYTES` is compressed in
-zstd's single-threaded mode, a larger one in its multi-threaded mode, which gives the same
-bytes for any number of its workers and any write size (checked); the mode follows from the
-entry's file sizes, and a frame depends only on its entry's files, so the same entries give
-the same bundle whichever order the workers finish in, on any machine. Frames in a
+The frames are deterministic: zstd's multi-threaded mode gives the same bytes for any number
+of its workers and any write size (checked), and a frame depends only on its entry's files,
+so the same entries give the same bundle whichever order the workers finish in. Frames in a
 row are one zstd stream to every reader (``zstd -d``, ``tar -I zstd``, :mod:`.bundle_read`)."""
 
 from __future__ import annotations
@@ -19,7 +17,7 @@ import os
 import tarfile
 import tempfile
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError
 from dataclasses import dataclass
 from multiprocessing.pool import Pool
@@ -51,29 +49,10 @@ MAX_WORKERS = 4
 Walked = Sequence[tuple[str, str, bool, tuple[int, ...]]]
 
 
-ONE_THREAD_BYTES = 8 << 20
-"""An entry whose members come to at most about this many bytes (:func:`members_size`) is
-compressed in its worker's own thread (zstd's single-threaded mode); a larger one by zstd's
-worker threads. zstd's multi-threaded mode cuts its input into jobs of 8 MiB at level 3, so a
-smaller frame is one job, compressed by one thread either way: handing it to a zstd thread
-only added the hand-over. Compressing the 200 entries of 100 starts (279 MB) in two threads
-took 0.54 s and 1.07 CPU seconds through zstd's threads, 0.37 s and 0.73 in the two threads
-themselves, the output the same size (35.6 MB). The bytes of the two modes differ, so the
-mode is chosen from the entry's file sizes alone: the same entry gives the same frame on any
-machine."""
-
-
 def compressor(level: int, threads: int = 1) -> zstandard.ZstdCompressor:
     """The bundle's compressor: multi-threaded mode (its bytes are the same for any number of
-    threads, ``threads`` >= 1), frames that carry their checksum; ``threads=0``:
-    single-threaded mode, in the caller's thread (other bytes, the same for any machine)."""
-    return zstandard.ZstdCompressor(level=level, write_checksum=True, threads=max(0, threads))
-
-
-def members_size(sizes: Iterable[int]) -> int:
-    """About the bytes of an entry's tar members, from its files' sizes: what decides the
-    compression mode of its frame (:data:`ONE_THREAD_BYTES`)."""
-    return sum(n + (-n % tarfile.BLOCKSIZE) + tarfile.BLOCKSIZE for n in sizes)
+    threads), frames that carry their checksum."""
+    return zstandard.ZstdCompressor(level=level, write_checksum=True, threads=max(1, threads))
 
 
 @dataclass(frozen=True)
@@ -206,18 +185,12 @@ class FrameSpool:
         manifests: list[tuple[str, bytes]] = []
         same = True
         size = 0
-        todo: Sequence[Any] = known if known is not None else walked
-        threads = 0 if members_size(
-            x.record.size if isinstance(x, LocalFile) else x[3][2] for x in todo
-        ) <= ONE_THREAD_BYTES else self.threads
-        contexts = getattr(self._local, "contexts", None)
-        if contexts is None:
-            contexts = self._local.contexts = {}
-        cctx = contexts.get(threads)
+        cctx = getattr(self._local, "cctx", None)
         if cctx is None:  # one per worker thread: a multi-threaded context is costly to make
-            cctx = contexts[threads] = compressor(self.level, threads)
+            cctx = self._local.cctx = compressor(self.level, self.threads)
         with cctx.stream_writer(cast(IO[bytes], sink), closefd=False, write_size=_BUF) as zw:
             z = _Pieces(_GATHER, zw.write)
+            todo: Sequence[Any] = known if known is not None else walked
             for item in todo:
                 source = item.source if isinstance(item, LocalFile) else item[1]
                 keep = _carried(source)
@@ -343,5 +316,4 @@ def write_known(z: Any, name: str, lf: LocalFile, keep: bytearray | None = None)
     return len(header) + rec.size + (-rec.size % tarfile.BLOCKSIZE)
 
 
-__all__ = ["MAX_WORKERS", "ONE_THREAD_BYTES", "FrameSpool", "Framed", "compressor", "members_size",
-           "write_known"]
+__all__ = ["MAX_WORKERS", "FrameSpool", "Framed", "compressor", "write_known"]

@@ -8,10 +8,12 @@ entry was compressed)."""
 from __future__ import annotations
 
 import hashlib
+import marshal
 import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from msgspec.structs import replace as struct_replace
 
@@ -87,10 +89,28 @@ def prepare_at(root: str, item: tuple[str, str]) -> Prepared | None:
     e = deep_read(item[0], Path(item[1]))
     if e is None:
         return None
-    if len(_SEEN) > _MEMO_BOUND or len(_LAYOUTS) > _MEMO_BOUND:
+    if len(_SEEN) > _MEMO_BOUND or len(_LAYOUTS) > _MEMO_BOUND or len(_SHARED) > _MEMO_BOUND:
         _SEEN.clear()
         _LAYOUTS.clear()
-    return prepare(e, root, _SEEN, _LAYOUTS)
+        _SHARED.clear()
+    d = prepare(e, root, _SEEN, _LAYOUTS)
+    rec = d.record
+    return replace(d, record=replace(rec, env_factors=_shared(rec.env_factors), recorded={
+        k: _shared(v) for k, v in rec.recorded.items()}))
+
+
+_SHARED: dict[bytes, Any] = {}
+"""Values equal between the records of one host's starts (the recorder's config and Inductor
+fields, ~40 KB a record; the env factors), one object each in a worker: a chunk of results
+crosses the pipe pickled as one object, each shared value once."""
+
+
+def _shared(v: Any) -> Any:
+    try:
+        k = marshal.dumps(v, 2)  # format 2: equal values give equal bytes
+    except ValueError:  # not plain data
+        return v
+    return _SHARED.setdefault(k, v)
 
 
 def _traced_files(e: Entry) -> tuple[str, ...]:

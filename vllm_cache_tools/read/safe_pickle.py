@@ -37,6 +37,7 @@ import collections
 import gc
 import struct
 from collections.abc import Callable
+from itertools import chain
 from typing import Any, ClassVar
 
 from vllm_cache_tools.read.errors import ReadError, UnreadableError
@@ -828,6 +829,7 @@ _OPS: dict[int, Callable[[_Loader], None]] = {
 
 
 _LEAVES = frozenset({str, bytes, int, float, bool, type(None), bytearray})
+_EMPTIES = frozenset({list, tuple, dict, set, frozenset})
 
 
 def _invalid(ld: _Loader) -> None:
@@ -851,12 +853,21 @@ def _check_tree(root: Any) -> None:
     gray = {id(root)}
     # (container, iterator over its children, [size so far, deepest child])
     stack: list[tuple[Any, Any, list[int]]] = [(root, iter(kids), [1, 0])]
-    leaves = _LEAVES
+    leaves, empties = _LEAVES, _EMPTIES
     while stack:
         obj, it, acc = stack[-1]
         for child in it:
             if type(child) in leaves:
                 acc[0] += 1
+                continue
+            if not child and type(child) in empties:
+                # An empty container: a tree of 1 value, 1 deep (most of a stand-in's
+                # kwargs, items and mapping), counted as walking it would count it.
+                if len(stack) >= MAX_DEPTH:
+                    raise _Limit(f"values nested more than {MAX_DEPTH} deep")
+                acc[0] += 1
+                if acc[1] < 1:
+                    acc[1] = 1
                 continue
             known = done.get(id(child))
             if known is None:
@@ -904,9 +915,7 @@ def _children(obj: Any) -> Any:
 
 
 def _dict_children(d: dict[Any, Any]) -> Any:
-    for k, v in d.items():
-        yield k
-        yield v
+    return chain.from_iterable(d.items())  # k, v, k, v...: iterated in C
 
 
 def safe_loads(data: bytes) -> Any:
