@@ -137,6 +137,49 @@ def test_entries_found_clean_are_not_redacted_again_until_a_file_changes(
     assert not (tmp_path / "refused.tar.zst").exists()
 
 
+def test_the_memo_keeps_each_recorded_value_once_and_forgets_the_unnamed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The records' ``recorded`` values (the recorder's config and Inductor fields, most of a
+    record and the same for one host's starts) are kept once each in the memo; the records
+    read back are the ones written (the same bundle); values no record names any more go."""
+    from benchmarks.bench_fleet import entry_dirs
+    from tests.test_fleet_link_index import sample_starts
+    from vllm_cache_tools.fleet.pack_memo import _DECODE, _DECODE_ENTRY
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    root = sample_starts(tmp_path, 4)
+    keys = [p.name for p in entry_dirs(root)]
+    cold = api.pack(keys, tmp_path / "cold.tar.zst", root=root)
+    path = memo_path(root / "torch_compile_cache")
+
+    def named() -> tuple[list[str], set[str]]:
+        doc = _DECODE(path.read_bytes())
+        refs = [h for raw in doc.entries.values() for h in _DECODE_ENTRY(raw)[3].values()]
+        return refs, set(doc.values)
+
+    refs, values = named()
+    assert set(refs) == values and len(values) < len(refs) / 2, (len(values), len(refs))
+    with monkeypatch.context() as mp:
+        _no_reads(mp)
+        warm = api.pack(keys, tmp_path / "warm.tar.zst", root=root)
+    assert warm.path.read_bytes() == cold.path.read_bytes()
+    assert [e.recorded for e in warm.entries] == [e.recorded for e in cold.entries]
+    assert all(e.recorded for e in cold.entries)
+    # Entries gone, the others' recorder config changed: the old config's value is named by
+    # no record any more, and goes.
+    old = {_DECODE_ENTRY(raw)[3].get("config")
+           for raw in _DECODE(path.read_bytes()).entries.values()} - {None}
+    for p in entry_dirs(root)[:2]:
+        shutil.rmtree(p)
+    for manifest in root.rglob("vct-manifest.*.json"):
+        data = json.loads(manifest.read_text())
+        data["config"]["changed_for_the_test"] = 1
+        manifest.write_text(json.dumps(data))
+    api.pack([p.name for p in entry_dirs(root)], tmp_path / "third.tar.zst", root=root)
+    refs, values = named()
+    assert set(refs) == values and old and not old & values
+
+
 def test_the_manifest_of_clean_records_is_the_one_full_redaction_writes(sample: Path) -> None:
     from dataclasses import replace
 

@@ -33,7 +33,7 @@ from vllm_cache_tools import __version__, safeio
 from vllm_cache_tools.fleet.records import EntryRecord, entry_from_json, entry_json
 from vllm_cache_tools.store.locate import user_cache_dir
 
-FORMAT = 5
+FORMAT = 6
 """2: a link proof also needs the AOT entry's recorder manifests to agree with the backend
 entry's env and config hashes (format 1's proofs linked every start of the same code); 3: records
 keep the manifest's key inputs (EntryRecord.recorded); 4: the link proof's facts per entry
@@ -41,7 +41,9 @@ keep the manifest's key inputs (EntryRecord.recorded); 4: the link proof's facts
 when full: 360 starts are 129,600 pairs, so every AOT pickle was read again); 5: which entries
 were found clean (:meth:`PackMemo.is_clean`: no secret in their record or recorder manifests;
 redacting the records and reading the manifests again was half of a pack from the memo), and
-each record as msgpack instead of JSON text."""
+each record as msgpack instead of JSON text; 6: the records' ``recorded`` values once per
+distinct value (:attr:`_Memo.values`: ~45 KB a record, most of it the same for one host's
+starts; decoding them was two fifths of a pack's selection from the memo of 100 starts)."""
 
 
 class LinkFacts(msgspec.Struct, array_like=True, frozen=True):
@@ -79,9 +81,14 @@ class _Memo(msgspec.Struct, array_like=True):
     """entry path -> the fingerprint at which its record (``linked`` aside) and its recorder
     manifests were found to hold no secret (this tool version's redaction rules: the memo
     of another version is not read)."""
+    values: dict[str, msgspec.Raw] = msgspec.field(default_factory=dict)
+    """xxh3-128 of a record's ``recorded`` value as msgpack -> that msgpack: each distinct
+    value once, named by the records (:data:`_Entry`'s last item)."""
 
 
-_Entry = tuple[str, bytes, tuple[str, ...]]
+_Entry = tuple[str, bytes, tuple[str, ...], dict[str, str]]
+"""Fingerprint, the record's data without ``linked`` and ``recorded`` as msgpack, snapshot
+sha256s, and ``recorded`` as field -> the digest of its value in :attr:`_Memo.values`."""
 _DECODE = msgspec.msgpack.Decoder(_Memo).decode
 _DECODE_ENTRY = msgspec.msgpack.Decoder(_Entry).decode
 _ENCODE = msgspec.msgpack.Encoder().encode
@@ -109,6 +116,7 @@ class PackMemo:
         self.path = memo_path(compile_cache)
         self.doc = _Memo(FORMAT, __version__, {}, {}, {})
         self.dirty = False
+        self._values: dict[str, object] = {}  # decoded once per memo, shared by the records
         with contextlib.suppress(OSError, msgspec.DecodeError, ValueError):
             doc = _DECODE(self.path.read_bytes())
             if doc.format == FORMAT and doc.version == __version__:
@@ -126,18 +134,40 @@ class PackMemo:
                 return None
             # The record as msgpack (floats, NaN and infinities included, round-trip
             # exactly; depth bounded: RecursionError): a tenth of JSON's cost both ways.
-            return entry_from_json(_DECODE_DATA(hit[1])), hit[2]
+            d = _DECODE_DATA(hit[1])
+            if not isinstance(d, dict):
+                return None
+            recorded = {k: self._value(h) for k, h in hit[3].items()}
+            if any(v is None for v in recorded.values()):
+                return None
+            if recorded:
+                d["recorded"] = recorded
+            return entry_from_json(d), hit[2]
         except (ValueError, msgspec.DecodeError, RecursionError):  # BundleError too: never
             return None  # trusted blindly
+
+    def _value(self, digest: str) -> object | None:
+        got = self._values.get(digest)
+        if got is None:
+            raw = self.doc.values.get(digest)
+            if raw is None:
+                return None
+            got = self._values[digest] = _DECODE_DATA(raw)
+        return got
 
     def put_record(self, path: str, fp: str, rec: EntryRecord, snaps: Sequence[str]) -> None:
         d = entry_json(rec)
         d["linked"] = []
+        refs: dict[str, str] = {}
         try:
+            for k, v in (d.pop("recorded", None) or {}).items():
+                b = _ENCODE(v)
+                h = refs[k] = xxhash.xxh3_128_hexdigest(b)
+                self.doc.values.setdefault(h, msgspec.Raw(b))
             data = _ENCODE(d)
         except (OverflowError, TypeError, ValueError):  # an integer past 64 bits: not kept
             return
-        self.doc.entries[path] = msgspec.Raw(_ENCODE((fp, data, tuple(sorted(snaps)))))
+        self.doc.entries[path] = msgspec.Raw(_ENCODE((fp, data, tuple(sorted(snaps)), refs)))
         self.dirty = True
 
     def link_facts(self, path: str, fp: str) -> LinkFacts | None:
@@ -176,6 +206,10 @@ class PackMemo:
         entries again."""
         if not self.dirty:
             return
+        with contextlib.suppress(ValueError, msgspec.DecodeError):  # values no record names
+            named = {h for raw in self.doc.entries.values() for h in _DECODE_ENTRY(raw)[3].values()}
+            for h in [h for h in self.doc.values if h not in named]:
+                del self.doc.values[h]
         with contextlib.suppress(OSError, Timeout, UnicodeEncodeError):
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with FileLock(str(self.path) + ".lock", timeout=5):
