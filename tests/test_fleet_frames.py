@@ -19,7 +19,7 @@ import pytest
 from benchmarks.bench_fleet import entry_dirs
 from tests.fresh_process import ran_in_fresh_process
 from tests.test_fleet_link_index import SAMPLE, sample_starts
-from vllm_cache_tools.fleet import api, frames, selection
+from vllm_cache_tools.fleet import api, bundle, frames, selection
 from vllm_cache_tools.fleet.bundle import write_bundle
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.fleet.records import EntryRecord, FileRecord
@@ -114,6 +114,39 @@ def test_a_file_a_forked_worker_cannot_read_fails_the_pack_with_its_name(
         api.pack(keys, out, root=root)
     assert not out.exists() and not any(p.name != "xdg" for p in tmp_path.iterdir()
                                         if p.name.startswith(".b.tar.zst"))
+
+
+def test_a_file_unreadable_while_a_pack_from_the_memo_writes_fails_it_with_its_name(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """In threads, the frames of a pack from the memo go on compressing while the bundle's
+    manifest is written: a file that then cannot be read fails the pack with its name, and
+    nothing is left."""
+    root = sample_starts(tmp_path, 6)
+    monkeypatch.setenv("VLLM_CACHE_TOOLS_SCAN_WORKERS", "2")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    keys = [p.name for p in entry_dirs(root)]
+    api.pack(keys, tmp_path / "first.tar.zst", root=root)  # the memo knows every entry
+    victim = os.fspath(sorted((root / "torch_compile_cache").rglob("model"))[-1])
+    open_noatime = frames.open_noatime
+    written: list[str] = []
+    manifest_bytes = bundle.manifest_bytes
+
+    def failing(path: Any, *a: Any, **k: Any) -> Any:
+        if os.fspath(path) == victim:
+            raise PermissionError(13, "Permission denied", os.fspath(path))
+        return open_noatime(path, *a, **k)
+
+    def manifest_first(*a: Any, **k: Any) -> bytes:
+        written.append("manifest")
+        return manifest_bytes(*a, **k)
+
+    monkeypatch.setattr(frames, "open_noatime", failing)
+    monkeypatch.setattr(bundle, "manifest_bytes", manifest_first)
+    out = tmp_path / "b.tar.zst"
+    with pytest.raises(FleetError, match=r"cannot read .*/rank_0_0/model: Permission denied"):
+        api.pack(keys, out, root=root)
+    assert written == ["manifest"] and not out.exists()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".b.tar.zst")]
 
 
 def test_a_forked_worker_that_dies_fails_the_pack_instead_of_hanging(
