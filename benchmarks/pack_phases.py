@@ -27,7 +27,7 @@ from vllm_cache_tools.fleet.frames import FrameSpool
 from vllm_cache_tools.fleet.pack_memo import PackMemo, memo_path
 from vllm_cache_tools.fleet.records import DEFAULT_LEVEL
 
-STEPS = ((selection, "scan"), (selection, "link_entries"), (selection, "record_of"),
+STEPS = ((selection, "scan"), (selection, "link_entries"), (selection, "prepare"),
          (selection, "_redacted"), (selection, "_snapshots"), (PackMemo, "save"),
          (PackMemo, "put_record"))
 
