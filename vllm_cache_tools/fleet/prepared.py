@@ -57,7 +57,7 @@ def prepare(e: Entry, root: str | os.PathLike[str], seen: Seen,
     facts = link_facts(e, "")
     info = e.aot_info
     if info is not None and facts.modules:
-        prefix = install_prefix(_traced_files(e), facts.modules)
+        prefix = install_prefix(rec.traced_files, facts.modules)
         if prefix is not None:
             facts = struct_replace(facts, hashes={
                 **facts.hashes, prefix: layout_code_hashes(layouts, info, prefix)})
