@@ -24,7 +24,7 @@ import pytest
 from benchmarks.bench_fleet import entry_dirs, synth_starts
 from tests.fresh_process import ran_in_fresh_process, record_forks
 from tests.realvllm.harness import ScenarioRun
-from vllm_cache_tools.fleet import link_proof, selection
+from vllm_cache_tools.fleet import link_proof, prepared, selection
 from vllm_cache_tools.fleet.errors import Refused
 from vllm_cache_tools.fleet.link_proof import graph_names, model_file
 from vllm_cache_tools.fleet.pack_memo import PackMemo
@@ -106,7 +106,7 @@ def test_the_index_links_what_the_pairwise_proof_links(
         raise AssertionError("read although the memo knows the entry")
 
     monkeypatch.setattr(link_proof, "read_entry", boom)
-    monkeypatch.setattr(link_proof, "read_deep", boom)
+    monkeypatch.setattr(prepared, "deep_read", boom)  # where the read-ahead reads
     monkeypatch.setattr(selection, "_hash_files", boom)
     again = selection.select(many, keys)
     assert again.records == sel.records

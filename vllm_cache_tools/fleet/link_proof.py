@@ -25,7 +25,7 @@ from vllm_cache_tools.keys.entry_proof import manifest_parts
 from vllm_cache_tools.keys.recipes import env_hash_from_factors
 from vllm_cache_tools.keys.source_link import LayoutHashes, install_prefix, layout_code_hashes
 from vllm_cache_tools.store.entries import read_entry
-from vllm_cache_tools.store.parallel_read import read_deep, spread
+from vllm_cache_tools.store.parallel_read import spread
 from vllm_cache_tools.store.types import Entry
 
 if TYPE_CHECKING:
@@ -67,33 +67,24 @@ class EntryFacts:
             e = self._deep[p] = read_entry(self.by_path[p].path, deep=True)
         return e
 
-    def read_ahead(self, paths: Iterable[str], workers: int | None = None,
-                   pool: Pool | None = None,
-                   prepare: Callable[[tuple[str, str]], Prepared | None] | None = None
-                   ) -> Iterator[str]:
-        """Deep-read the entries at ``paths`` not read yet, spread over forked processes where
-        there are enough of them and the cores (:func:`.parallel_read.read_deep`: a
-        process each, the safe pickle reader being pure Python; in this process when it has
-        threads; ``pool``'s processes when given), yielding each path once its entry is kept.
-        ``prepare`` (a module's function, or a ``partial`` of one, of (layout, path)): each
-        entry is reduced by it where it is read, and its result kept in :attr:`prepared`
-        instead of the deep read. The first ``next`` starts the workers: call it before this
-        process starts threads."""
+    def read_ahead(self, paths: Iterable[str],
+                   prepare: Callable[[tuple[str, str]], Prepared | None],
+                   workers: int | None = None, pool: Pool | None = None) -> Iterator[str]:
+        """Deep-read the entries at ``paths`` not read yet and reduce each by ``prepare`` (a
+        module's function, or a ``partial`` of one, of (layout, path)) where it is read,
+        keeping its result in :attr:`prepared`: spread over forked processes where there are
+        enough of them and the cores (:func:`.parallel_read.spread`: a process each, the safe
+        pickle reader being pure Python; in this process when it has threads; ``pool``'s
+        processes when given), yielding each path once its result is kept. The first
+        ``next`` starts the workers: call it before this process starts threads."""
         todo = [p for p in dict.fromkeys(paths) if p not in self._deep and p not in self.prepared]
         if not todo:
             return
-        items = [(self.by_path[p].layout, self.by_path[p].path) for p in todo]
-        if prepare is not None:
-            got = spread(prepare, [(layout, os.fspath(path)) for layout, path in items],
-                         workers, chunks_per_worker=4, pool=pool)
-            for p, d in zip(todo, got, strict=True):
-                if d is not None:  # else read again where needed (full), its error raised
-                    self.prepared[p] = d
-                yield p
-            return
-        for p, e in zip(todo, read_deep(items, workers=workers, pool=pool), strict=True):
-            if e is not None:  # else read again where needed (full), its error raised there
-                self._deep[p] = e
+        items = [(self.by_path[p].layout, os.fspath(self.by_path[p].path)) for p in todo]
+        got = spread(prepare, items, workers, chunks_per_worker=4, pool=pool)
+        for p, d in zip(todo, got, strict=True):
+            if d is not None:  # else read again where needed (full), its error raised there
+                self.prepared[p] = d
             yield p
 
     def link(self, p: str) -> LinkFacts:

@@ -290,8 +290,8 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
             if pool is not None:
                 frames.use_processes(pool)
         ahead = facts.read_ahead([p for p in links if p not in known]
-                                 if cores >= READ_AHEAD_CORES else (), cores, pool=pool,
-                                 prepare=partial(prepare_at, os.fspath(info.root)))
+                                 if cores >= READ_AHEAD_CORES else (),
+                                 partial(prepare_at, os.fspath(info.root)), cores, pool=pool)
         next(ahead, None)
         hashing: dict[str, Future[tuple[tuple[LocalFile, ...], bool]]] = {}
         framed: set[str] = set()  # submitted to ``frames`` (once each)
