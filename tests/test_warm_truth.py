@@ -22,6 +22,7 @@ from tests.realvllm.harness import (
     start_env,
     venv_python,
 )
+from vllm_cache_tools.fleet import link_proof, prepared, selection
 from vllm_cache_tools.fleet.warm import read_warm_log
 
 pytestmark = pytest.mark.realvllm
@@ -86,10 +87,13 @@ def test_warm_on_a_warm_root_says_loaded_nothing_compiled(sample: ScenarioRun,
     print(f"warm on a warm root: {doc['seconds']:.0f} s, load {fs[0]['seconds']} s")
 
 
-def test_warm_that_compiles_says_so_and_why(sample: ScenarioRun, tmp_path: Path) -> None:
+def test_warm_that_compiles_says_so_and_why(sample: ScenarioRun, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """Start 2 sets VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 on a root holding start 0's entries: vLLM
     compiles; warm says how many functions, their times, the entries written, and why the
-    entries already there were not reused (the variable, old -> new)."""
+    entries already there were not reused (the variable, old -> new). It has also done the
+    next pack's reads: a pack of the entries written reads no pickle and hashes no file, and
+    its records are those of a pack that reads everything."""
     start = sample.scenario.starts[2]
     root = copy_root(sample.before(2), tmp_path / "root")
     log = tmp_path / "warm.log"
@@ -108,4 +112,19 @@ def test_warm_that_compiles_says_so_and_why(sample: ScenarioRun, tmp_path: Path)
     assert fs[0]["aot_key"] in {e["key"] for e in doc["entries"]}
     assert [(c["component"], c["item"], c["old"], c["new"]) for c in doc["causes"]] == [
         ("env", "VLLM_ALLOW_LONG_MAX_MODEL_LEN", False, True)], doc["causes"]
-    print(f"warm that compiles: {doc['seconds']:.0f} s, compile {fs[0]['seconds']} s")
+    written = {e["key"] for e in doc["entries"]}
+    assert set(doc["pack_ready"]) == written and doc["prepare_seconds"] >= 0, doc
+
+    def boom(*a: object, **k: object) -> None:
+        raise AssertionError("read although warm prepared the entry")
+
+    with monkeypatch.context() as m:
+        m.setattr(link_proof, "read_entry", boom)
+        m.setattr(prepared, "deep_read", boom)  # where the read-ahead reads
+        m.setattr(selection, "_hash_files", boom)
+        ready = selection.select(root, sorted(written))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "fresh-cache"))  # no memo
+    cold = selection.select(root, sorted(written))
+    assert ready.records == cold.records and {r.key for r in cold.records} == written
+    print(f"warm that compiles: {doc['seconds']:.0f} s, compile {fs[0]['seconds']} s, "
+          f"pack prepared in {doc['prepare_seconds']} s")

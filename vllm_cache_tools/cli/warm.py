@@ -41,7 +41,9 @@ def warm(
     the fleet tests prove it against a real start) until it has compiled, then stopped. The
     entries written are reported: pack or push them (CI / image builds: warm, pack, push;
     pods: pull --if-hit before vLLM starts). Run it where vLLM runs (--python), with the
-    environment vLLM gets: env variables enter the keys.
+    environment vLLM gets: env variables enter the keys. The entries written are then read,
+    proven and hashed as a pack would (kept in our pack memo, not in the root), so the pack
+    that follows reads no pickle and hashes no file for them.
     Exit status: 0 done, 2 usage error or vLLM failed."""
     from vllm_cache_tools.fleet.warm import warm as do_warm
     from vllm_cache_tools.views.payloads import with_schema
@@ -64,7 +66,10 @@ def warm(
             "entries": [{"key": e.key, "layout": e.layout, "state": e.state, "path": e.path,
                          "new": e.new} for e in r.entries],
             "causes": [{"component": c.component, "item": c.item, "old": c.old, "new": c.new,
-                        "evidence": c.evidence, "detail": c.detail} for c in r.causes]}))
+                        "evidence": c.evidence, "detail": c.detail} for c in r.causes],
+            "pack_ready": list(r.pack_ready),
+            "prepare_seconds": (round(r.prepare_seconds, 3)
+                                if r.prepare_seconds is not None else None)}))
         return
     out(headline(r))
     from vllm_cache_tools.cli.render import key_column
@@ -81,6 +86,9 @@ def warm(
     for e in r.entries:
         out(f"  {'new' if e.new else 'rewritten':<11} {e.layout:<7} {keys_w[e.key]:<{w}}  "
             f"{e.state}\n")
+    if r.pack_ready:
+        out(f"  ready to pack: {len(r.pack_ready)} entries proven and hashed in "
+            f"{r.prepare_seconds or 0:.1f} s (a pack of them reads no pickle, hashes no file)\n")
     if r.causes:
         from vllm_cache_tools.analyze.explain import show_value
 

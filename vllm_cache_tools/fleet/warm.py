@@ -25,7 +25,7 @@ from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.read.logs import parse_lines
 from vllm_cache_tools.safeio import NamedOutput
-from vllm_cache_tools.store.locate import resolve_root
+from vllm_cache_tools.store.locate import CacheRoot, resolve_root
 from vllm_cache_tools.store.scan import RootError, scan
 from vllm_cache_tools.store.types import Cause, Entry
 
@@ -78,6 +78,12 @@ class WarmResult:
     causes: tuple[Cause, ...] = ()
     """Why vLLM compiled although the root held entries: the entry it wrote against the
     closest one it did not reuse (:mod:`vllm_cache_tools.analyze.miss_causes`)."""
+    pack_ready: tuple[str, ...] = ()
+    """Keys of the entries (those written and the other tree's entries of the same starts)
+    whose records, file digests and link proofs are now in the pack memo
+    (:func:`prepare_pack`): a pack of them reads no pickle and hashes no file."""
+    prepare_seconds: float | None = None
+    """What :func:`prepare_pack` took (``None``: not run)."""
 
     @property
     def compiled(self) -> tuple[WarmedFunction, ...]:
@@ -151,14 +157,16 @@ def _snapshot(root: Path) -> dict[tuple[str, str], float | None]:
 def warm(vllm_args: Sequence[str], *, root: str | os.PathLike[str] | None = None,
          python: str | None = None, usage: str = "serve",
          env: Mapping[str, str] | None = None, timeout: float | None = None,
-         log: str | os.PathLike[str] | None = None, force: bool = False) -> WarmResult:
+         log: str | os.PathLike[str] | None = None, force: bool = False,
+         prepare: bool = True) -> WarmResult:
     """Start vLLM's engine for ``vllm_args`` with dummy weights in ``python``'s environment
     (``env``: the environment vLLM would run in; ``VLLM_CACHE_ROOT`` is set to ``root``),
     until it has compiled, then stop it; returns what vLLM's log says it loaded or compiled
     and the entries it wrote. vLLM's output goes to ``log``, else to this process's stderr
     (it is read either way). ``log``: a new file (:class:`~vllm_cache_tools.safeio.NamedOutput`,
     not atomic: it can be followed while vLLM runs); an existing name is refused unless
-    ``force``, then replaced, never written through."""
+    ``force``, then replaced, never written through. ``prepare``: then
+    :func:`prepare_pack` the entries written."""
     if not vllm_args:
         raise FleetError("give the vLLM arguments after --, e.g. vllm-cache warm -- MODEL "
                          "--max-model-len 4096")
@@ -216,10 +224,34 @@ def warm(vllm_args: Sequence[str], *, root: str | os.PathLike[str] | None = None
     outcome = _overall(functions)
     causes = (_why_compiled(after_info.entries, before, out_entries)
               if outcome == "compiled" and before else ())
+    t1 = time.perf_counter()
+    ready = prepare_pack(croot, out_entries) if prepare else ()
     return WarmResult(croot.vllm_root, tuple(sorted(out_entries, key=lambda w: (w.layout,
                                                                                  w.key))),
                       outcome, time.perf_counter() - t0, engine_s, log_path,
-                      functions, compile_s, causes)
+                      functions, compile_s, causes, ready,
+                      time.perf_counter() - t1 if prepare else None)
+
+
+def prepare_pack(croot: CacheRoot, written: Sequence[WarmedEntry]) -> tuple[str, ...]:
+    """Do now what the next pack or push would do first for the entries vLLM wrote (warm ->
+    pack -> push is CI's order): read and prove them, hash their files, and keep all of it
+    in the pack memo (:mod:`.pack_memo`, our own cache dir: nothing is written in vLLM's
+    root). A pack whose entries are unchanged since answers from the memo (100 starts on 2
+    cores: ~1.0 s instead of ~1.7). Returns the keys it holds (the written entries and the
+    other tree's entries of the same starts); ``()`` where nothing was packable or the
+    selection refused (a pack reads them then, and says why)."""
+    from vllm_cache_tools.fleet.link_proof import PACKABLE
+    from vllm_cache_tools.fleet.selection import select
+
+    paths = [w.path for w in written if w.state in PACKABLE]
+    if not paths:
+        return ()
+    try:
+        sel = select(croot, paths)
+    except (FleetError, OSError):
+        return ()
+    return tuple(r.key for r in sel.records)
 
 
 def _why_compiled(entries: Sequence[Entry], before: Mapping[tuple[str, str], float | None],
