@@ -12,9 +12,11 @@ than one start gives, without as many real starts on a 2-core machine. ``--sourc
 machine without the harness, e.g. a root of examples/sample_cache's first start,
 ``28fd362d4e`` and ``0b8536d36d86...``, which has the recorder's manifests besides).
 
-* pack / unpack throughput vs ``tar -I 'zstd -3 -T1' -c/-x`` of the same folders (goal
-  >= 0.8x); pack of entries it packed before (its memo answers: ``ratio``) and the first
-  pack of them (no memo: ``cold_ratio``; the same bytes, checked); unpack on a host that
+* pack / unpack throughput vs ``tar -I 'zstd -3 -T1' -c/-x`` of the same folders (goals, issue
+  27: pack >= 0.8x, unpack >= 0.7x of bare ``tar -x`` and >= 0.9x of ``tar -x; sync -f``);
+  pack of entries it packed before (its memo answers: ``ratio``; what a pack after ``warm``
+  is, warm having done its reads) and the first pack of them (no memo: ``cold_ratio``; the
+  same bytes, checked); unpack on a host that
   unpacked or pulled before (the target's facts memoized: ``ratio``) and the first time
   (the target interpreter's child process runs: ``first_on_host_ratio``);
 * push / pull vs plain fsspec ``put``/``get`` of the same files to the same moto S3 server on
@@ -293,7 +295,16 @@ def main() -> int:
                              "first_on_host_ratio": t_untar / t_unpack_first,
                              "first_on_host_cpu_s": CPU["unpack_first"],
                              "syncfs_s": statistics.median(flush_s)}
-        ok &= results["pack"]["ratio"] >= 0.8 and results["unpack"]["ratio"] >= 0.8  # type: ignore[index]
+        # Issue 27's goals: the pack from the memo and the first pack >= 0.8x tar+zstd;
+        # unpack >= 0.7x bare `tar -x` and >= 0.9x `tar -x; sync -f` (equal durability).
+        goals = {("pack", "ratio"): 0.8, ("pack", "cold_ratio"): 0.8,
+                 ("unpack", "ratio"): 0.7, ("unpack", "sync_ratio"): 0.9}
+        missed = [f"{row}.{k} {results[row][k]:.3f} < {g}"  # type: ignore[index]
+                  for (row, k), g in goals.items() if results[row][k] < g]  # type: ignore[index]
+        results["goals"] = {f"{row}.{k}": g for (row, k), g in goals.items()}
+        if missed:
+            print("missed: " + "; ".join(missed))
+        ok &= not missed
         if ns.pack_unpack_only:
             return report(results, load_before, ok, "fleet-pack-unpack.json")
 

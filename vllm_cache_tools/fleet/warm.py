@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, TextIO
 
+from vllm_cache_tools.errors import VctError
 from vllm_cache_tools.fleet.errors import FleetError
 from vllm_cache_tools.layout import AOT_DIRNAME, COMPILE_CACHE_DIRNAME
 from vllm_cache_tools.read.logs import parse_lines
@@ -249,7 +250,7 @@ def prepare_pack(croot: CacheRoot, written: Sequence[WarmedEntry]) -> tuple[str,
         return ()
     try:
         sel = select(croot, paths)
-    except (FleetError, OSError):
+    except (VctError, OSError):  # best effort: warm has done its job, the pack reads them
         return ()
     return tuple(r.key for r in sel.records)
 
