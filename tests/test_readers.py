@@ -158,3 +158,56 @@ def test_pre_0_7_3_inductor_hash_cache_list() -> None:
     recs = parse_compile_cache("[(None, 0, 'fabc', '/c/x.py'), (16, 1, 'fdef', '/c/y.py')]")
     assert [(r.compile_range, r.graph_index, r.compiler, r.artifact) for r in recs] == [
         ("16", 1, "inductor", "fdef"), ("None", 0, "inductor", "fabc")]
+
+
+def test_a_read_sized_by_the_file_gives_the_bytes_of_a_read_of_the_cap(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``read_noatime`` / ``read_source_text`` read once, sized by the file (``read_capped``):
+    the same bytes as ``f.read(cap)`` for every size around the cap, for a file the kernel
+    sizes 0 (``/proc``), and for one that grew after it was sized."""
+    from vllm_cache_tools.read import noatime
+
+    for n in (0, 1, 4095, 4096, 4097, 1 << 20):
+        p = tmp_path / f"f{n}"
+        data = os.urandom(n)
+        p.write_bytes(data)
+        assert noatime.read_noatime(p) == data
+        for cap in {0, 1, max(n - 1, 0), n, n + 1, 1 << 30}:
+            assert noatime.read_noatime(p, cap) == data[:cap], (n, cap)
+        text = p.with_suffix(".py")
+        text.write_text("x" * n)
+        assert noatime.read_source_text(text, limit=n) == "x" * n
+        assert n == 0 or noatime.read_source_text(text, limit=n - 1) is None
+    assert noatime.read_noatime("/proc/self/status").startswith(b"Name:")
+    grown = tmp_path / "grown"
+    grown.write_bytes(b"a" * 10_000)
+    real = os.fstat
+
+    def stale(fd: int) -> os.stat_result:  # sized before 9,000 bytes were appended
+        st = list(real(fd))
+        st[6] = 1_000  # st_size
+        return os.stat_result(st)
+
+    monkeypatch.setattr(noatime.os, "fstat", stale)
+    with open(grown, "rb") as f:
+        assert noatime.read_capped(f, 1 << 20) == b"a" * 10_000
+        f.seek(0)
+        assert noatime.read_capped(f, 5_000) == b"a" * 5_000
+
+
+def test_the_torch_comments_of_a_compiled_graph_are_read() -> None:
+    """The graph module's ``# torch version:`` / ``# torch cuda version:`` comments (a GPU
+    build writes them; a CPU build's graph has neither, and is not searched twice)."""
+    from vllm_cache_tools.read.aot_model import _compiled_fn
+
+    def info(gm: bytes) -> tuple[str | None, str | None]:
+        blob = pickle.dumps({"graph_module": gm, "prefix": "backbone", "submod_names": []})
+        got = _compiled_fn({"compiled_fn": (None, blob)})
+        assert got is not None and got.prefix == "backbone"
+        return got.torch_version_comment, got.torch_cuda_version_comment
+
+    gm = b"x" * 100_000 + b"\n# torch version: 2.9.0+cu128\n# torch cuda version: 12.8\n"
+    assert info(gm) == ("2.9.0+cu128", "12.8")
+    assert info(b"# torch cuda version: 12.8\n") == (None, "12.8")
+    assert info(b"x" * 100_000) == (None, None)
+    assert info(b"# torch  version: 1\n") == (None, None)

