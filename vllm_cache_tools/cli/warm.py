@@ -87,8 +87,8 @@ def warm(
         out(f"  {'new' if e.new else 'rewritten':<11} {e.layout:<7} {keys_w[e.key]:<{w}}  "
             f"{e.state}\n")
     if r.pack_ready:
-        out(f"  ready to pack: {len(r.pack_ready)} entries proven and hashed in "
-            f"{r.prepare_seconds or 0:.1f} s (a pack of them reads no pickle, hashes no file)\n")
+        out(f"  pack prepared: {len(r.pack_ready)} entries in {r.prepare_seconds or 0:.1f} s "
+            "(the next pack skips hashing and proofs)\n")
     if r.causes:
         from vllm_cache_tools.analyze.explain import show_value
 
