@@ -239,7 +239,7 @@ def prepare_pack(croot: CacheRoot, written: Sequence[WarmedEntry]) -> tuple[str,
     pack -> push is CI's order): read and prove them, hash their files, and keep all of it
     in the pack memo (:mod:`.pack_memo`, our own cache dir: nothing is written in vLLM's
     root). A pack whose entries are unchanged since answers from the memo (100 starts on 2
-    cores: 0.98 s instead of 1.93 s, benchmarks/pack_after_warm.py). Returns the keys it
+    cores: 0.92 s instead of 1.90 s, benchmarks/pack_after_warm.py). Returns the keys it
     holds (the written entries and the other tree's entries of the same starts); ``()``
     where nothing was packable or the selection refused (a pack reads them then, and says
     why)."""
