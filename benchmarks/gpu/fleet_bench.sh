@@ -16,6 +16,8 @@
 #                  spends its time (and with $FRAME_WORKERS, as many frame workers each in turn)
 #   afterwarm:COPIES  benchmarks/pack_after_warm.py: warm's preparation, the pack after it, a
 #                  first pack and tar (same memo and bundle bytes checked)
+#   workers:COPIES  benchmarks/unpack_workers.py: unpack by frames with $WORKERS forked workers
+#                  each in turn (default "16 8 4"), against tar -x and tar -x; sync -f
 # A second call on a warm machine reuses the venv in /tmp/v.
 set -u
 T0=$(date +%s); REPO=$PWD; F=$REPO/.gpu-stage/f; V=/tmp/v; S=/tmp/src
@@ -67,6 +69,8 @@ for step in $STEPS; do
                cp .bench/prune.json "$OUT/prunebig-$n.json" 2>/dev/null ;;
         phases) timeout 560 $V/bin/python benchmarks/unpack_phases.py --source $S --copies "$n" \
                    --repeat "$REPEAT" ${WRITERS:+--writers $WRITERS} ${ONE_STREAM:+--one-stream} ${NO_WB:+--no-write-behind} ${TAR:+--tar} > "$OUT/phases-$n.txt" 2>&1; rc=$? ;;
+        workers) timeout 560 $V/bin/python benchmarks/unpack_workers.py --source $S --copies "$n" \
+                   --repeat "$REPEAT" --workers ${WORKERS:-16 8 4} > "$OUT/workers-$n.txt" 2>&1; rc=$? ;;
         afterwarm) timeout 560 $V/bin/python benchmarks/pack_after_warm.py --source $S --copies "$n" \
                    --repeat "$REPEAT" > "$OUT/afterwarm-$n.txt" 2>&1; rc=$? ;;
         packphases) timeout 560 $V/bin/python benchmarks/pack_phases.py --source $S --copies "$n" \
