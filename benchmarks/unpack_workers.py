@@ -1,7 +1,8 @@
 """Unpack by frames with different numbers of forked workers, against ``tar -x`` and ``tar -x;
 sync -f`` of the same entries, interleaved: ``python benchmarks/unpack_workers.py --source
-ROOT [--copies 360] [--repeat 3] [--workers 16 8 4]``. Wall and CPU seconds (this process and
-its children), medians."""
+ROOT [--copies 360] [--repeat 3] [--workers 16 8 4]`` (the cap of
+``frame_read.FRAME_READ_WORKERS`` lifted for each). Wall and CPU seconds (this process and its
+children), medians."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_fleet import entry_dirs, tar_zstd
 from benchmarks.unpack_phases import phase_args, phase_tree
-from vllm_cache_tools.fleet import api
+from vllm_cache_tools.fleet import api, frame_read
 from vllm_cache_tools.store.folders import WORKERS_ENV
 
 
@@ -39,6 +40,7 @@ def main() -> int:
         api.unpack(bundle, root=work / "warmup", force=True)  # the target's facts memoized
         shutil.rmtree(work / "warmup")
         runs: dict[str, list[tuple[float, float]]] = {}
+        shipped = frame_read.FRAME_READ_WORKERS
         variants = [str(w) for w in (args.workers or [os.cpu_count() or 1])]
         for r in range(args.repeat):
             order = [*variants, "tar", "tar+sync"]
@@ -50,8 +52,10 @@ def main() -> int:
                 t, c = time.perf_counter(), cpu()
                 if v.isdigit():
                     os.environ[WORKERS_ENV] = v
+                    frame_read.FRAME_READ_WORKERS = int(v)  # the shipped cap lifted
                     api.unpack(bundle, root=target, force=True)
                     del os.environ[WORKERS_ENV]
+                    frame_read.FRAME_READ_WORKERS = shipped
                 else:
                     tar_zstd(["-xf", str(work / "t.tar.zst"), "-C", str(target)])
                     if v == "tar+sync":

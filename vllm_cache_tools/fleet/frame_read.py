@@ -59,6 +59,13 @@ is read by forked processes; on one, by the one-stream reader's decompressing th
 threads. It was 4 until two workers on 2 cores beat the one stream in 8 of 8 interleaved rounds
 (4-27% faster; docs/benchmarks.md, issue 27 sessions 11 and 12)."""
 
+FRAME_READ_WORKERS = 8
+"""At most this many forked workers write a bundle's frames. On the 16-core device, 992 MB
+(docs/benchmarks.md, issue 27 session 15, 6 interleaved rounds over two calls): 16 workers
+5.02 / 6.05 s median with 61.5 / 73.0 CPU seconds, 8 workers 4.89 / 5.46 s with 32.8 / 36.6
+(faster in 5 of 6 rounds), 4 workers 6.19 s: past 8, the writers contend in the kernel for
+the one file system and the disk, and only burn CPU."""
+
 MAX_BLOCKS_BASE = 4096
 MIN_BLOCK_BYTES = 4096
 """A file of more zstd blocks than ``MAX_BLOCKS_BASE + size // MIN_BLOCK_BYTES`` is read by
@@ -251,8 +258,8 @@ def extract_framed(path: Path, staging: Staging, on_bytes: Callable[[int], None]
             on_head(hashlib.sha512(raw).digest(), sig)
         if on_sizes is not None:
             on_sizes(sum(f.size for f in listed.files.values()), len(listed.files))
-        return _extract(fd, path, staging, extents, raw, listed, min(n, len(extents) - 1),
-                        on_bytes, on_manifest)
+        return _extract(fd, path, staging, extents, raw, listed,
+                        min(n, FRAME_READ_WORKERS, len(extents) - 1), on_bytes, on_manifest)
     finally:
         os.close(fd)
 
@@ -309,6 +316,5 @@ def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int,
     return m
 
 
-__all__ = ["FRAME_READ_CORES", "MAX_BLOCKS_BASE", "MIN_BLOCK_BYTES", "WRITE_BEHIND",
-           "FrameDone",
-           "extract_framed", "frame_extents"]
+__all__ = ["FRAME_READ_CORES", "FRAME_READ_WORKERS", "MAX_BLOCKS_BASE", "MIN_BLOCK_BYTES",
+           "WRITE_BEHIND", "FrameDone", "extract_framed", "frame_extents"]
