@@ -7,7 +7,6 @@ children), medians."""
 from __future__ import annotations
 
 import os
-import resource
 import shutil
 import statistics
 import subprocess
@@ -18,14 +17,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_fleet import entry_dirs, tar_zstd
+from benchmarks.pack_after_warm import cpu
 from benchmarks.unpack_phases import phase_args, phase_tree
 from vllm_cache_tools.fleet import api, frame_read
 from vllm_cache_tools.store.folders import WORKERS_ENV
-
-
-def cpu() -> float:
-    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
 def main() -> int:
