@@ -236,8 +236,25 @@ def main() -> int:
         from vllm_cache_tools.fleet.target_memo import DIRNAME
         from vllm_cache_tools.store.locate import user_cache_dir
 
+        # Each run extracts into a folder of its own, and none is removed before the end: on
+        # ext4 without a journal (this machine's root and the device's), creating a file scans
+        # past every inode of its block group freed in the last minute (five more while its
+        # inode table block is unwritten: the kernel's recently_deleted()). Removing the last
+        # run's tree before each run made that scan 60% of an unpack's CPU (perf), and tar's
+        # too, by turns: the file system was timed, not the extraction.
+        runs: dict[str, int] = {}
+
+        def own_dir(name: str) -> Callable[[], None]:
+            def before() -> None:
+                runs[name] = runs.get(name, 0) + 1
+                there(name).mkdir()
+            return before
+
+        def there(name: str) -> Path:
+            return work / f"{name}{runs.get(name, 0)}"
+
         def first_on_host() -> None:  # no memo of the target's facts: the child runs
-            clean(work / "v")()
+            own_dir("v")()
             shutil.rmtree(user_cache_dir() / DIRNAME, ignore_errors=True)
 
         # The one syncfs inside each unpack, timed (what the staged files' durability costs).
@@ -252,23 +269,23 @@ def main() -> int:
 
         place.flush_filesystem = timed_flush
         t = interleaved({
-            "unpack": (lambda: api.unpack(work / "b.tar.zst", root=work / "u",
-                                          force=ns.force_unpack), clean(work / "u")),
-            "unpack_first": (lambda: api.unpack(work / "b.tar.zst", root=work / "v",
+            "unpack": (lambda: api.unpack(work / "b.tar.zst", root=there("u"),
+                                          force=ns.force_unpack), own_dir("u")),
+            "unpack_first": (lambda: api.unpack(work / "b.tar.zst", root=there("v"),
                                                 force=ns.force_unpack), first_on_host),
             "untar": (lambda: tar_zstd(["-xf", str(work / "t.tar.zst"), "-C",
-                                        str(work / "x")]), clean(work / "x")),
+                                        str(there("x"))]), own_dir("x")),
             # The same durability as unpack's (one syncfs of the file system before the
             # entries are visible): tar, then `sync -f`.
             "untar_sync": (lambda: (tar_zstd(["-xf", str(work / "t.tar.zst"), "-C",
-                                              str(work / "y")]),
-                                    subprocess.run(["sync", "-f", str(work / "y")],
-                                                   check=True)), clean(work / "y")),
+                                              str(there("y"))]),
+                                    subprocess.run(["sync", "-f", str(there("y"))],
+                                                   check=True)), own_dir("y")),
         }, ns.repeat)
         place.flush_filesystem = flush
         # An unpack that refused its entries (the key proof) removes what it staged and
         # would be timed as if it had placed them: the last run's root holds every entry.
-        placed = len(entry_dirs(work / "u"))
+        placed = len(entry_dirs(there("u")))
         if placed != len(dirs):
             raise SystemExit(f"unpack placed {placed} of {len(dirs)} entries: not an unpack")
         t_unpack, t_untar, t_untar_sync = t["unpack"], t["untar"], t["untar_sync"]

@@ -16,6 +16,8 @@
 #                  spends its time (and with $FRAME_WORKERS, as many frame workers each in turn)
 #   afterwarm:COPIES  benchmarks/pack_after_warm.py: warm's preparation, the pack after it, a
 #                  first pack and tar (same memo and bundle bytes checked)
+#   floor:COPIES  benchmarks/pack_floor.py: the CPU seconds of each part a first pack cannot skip,
+#                  the floor they give on these cores against tar, and a real first pack
 #   workers:COPIES  benchmarks/unpack_workers.py: unpack by frames with $WORKERS forked workers
 #                  each in turn (default "16 8 4"), against tar -x and tar -x; sync -f
 # A second call on a warm machine reuses the venv in /tmp/v.
@@ -50,6 +52,7 @@ if [ ! -d $S ]; then  # the sample's first start alone (its second start's entri
         $S/torch_compile_cache/torch_aot_compile/b6a18428ab0d5ff42c7c72b8fabfec0bc1f47e3de967bdff6bb6da79a64fa078
 fi
 { nproc; python3 --version; zstd --version; tar --version | head -1; df -hT /tmp | tail -1;
+  j=$(ls /proc/fs/jbd2 2>/dev/null | tr '\n' ' '); echo "ext4 journals: ${j:-none}";
   cat /proc/loadavg; } 2>&1 | tee -a "$OUT/steps.txt"
 export PATH=$V/bin:$PATH
 for step in $STEPS; do
@@ -73,6 +76,8 @@ for step in $STEPS; do
                    --repeat "$REPEAT" --workers ${WORKERS:-16 8 4} > "$OUT/workers-$n.txt" 2>&1; rc=$? ;;
         afterwarm) timeout 560 $V/bin/python benchmarks/pack_after_warm.py --source $S --copies "$n" \
                    --repeat "$REPEAT" > "$OUT/afterwarm-$n.txt" 2>&1; rc=$? ;;
+        floor) timeout 560 $V/bin/python benchmarks/pack_floor.py --source $S --copies "$n" \
+                   --repeat "$REPEAT" --cores 2 > "$OUT/floor-$n.txt" 2>&1; rc=$? ;;
         packphases) timeout 560 $V/bin/python benchmarks/pack_phases.py --source $S --copies "$n" \
                    --repeat "$REPEAT" --profile ${FRAME_WORKERS:+--workers $FRAME_WORKERS} > "$OUT/packphases-$n.txt" 2>&1; rc=$? ;;
     esac
