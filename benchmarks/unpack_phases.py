@@ -89,7 +89,7 @@ def main() -> int:
                 frame_read.WRITE_BEHIND = behind
                 how = "by frames where it can" if frame_cores == cores else "one stream"
                 how += "" if behind else ", no write-behind"
-                dst = work / f"u{i}"
+                dst = work / f"u{i}-{writers}-{frame_cores}-{behind}"
                 dst.mkdir()
                 spent.clear()
                 t, c = time.perf_counter(), time.process_time()
@@ -97,10 +97,9 @@ def main() -> int:
                 wall, cpu = time.perf_counter() - t, time.process_time() - c
                 print(f"unpack {wall:.2f} s (CPU {cpu:.2f} s), {how}, {writers} writers: "
                       + ", ".join(f"{k} {v:.2f}" for k, v in spent.items()), flush=True)
-                shutil.rmtree(dst)
-                os.sync()
+                os.sync()  # dst kept to the end: see bench_fleet's unpack rows
             for sync in (False, True) if args.tar else ():
-                dst = work / f"t{i}"
+                dst = work / f"t{i}-{sync}"
                 dst.mkdir()
                 t = time.perf_counter()
                 tar_zstd(["-xf", str(bundle), "-C", str(dst)])
@@ -108,7 +107,6 @@ def main() -> int:
                     subprocess.run(["sync", "-f", str(dst)], check=True)
                 print(f"tar -x{'; sync -f' if sync else ''} {time.perf_counter() - t:.2f} s",
                       flush=True)
-                shutil.rmtree(dst)
                 os.sync()
     finally:
         shutil.rmtree(work, ignore_errors=True)
