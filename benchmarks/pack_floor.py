@@ -17,7 +17,13 @@ Their sum over the cores is the least wall time any schedule of that work can ta
 (perfect overlap; nothing else counted: no tar headers, manifest, memo or spool). The wall
 time of ``tar -I 'zstd -3 -T1' -c`` over the same root divided by it is the best ratio a first
 pack could reach; a real first pack (``api.pack`` from an empty memo) is timed beside.
-``--cores N...`` also prints the floor as if the same CPU seconds spread over N cores."""
+
+The same for an unpack: ``tar -x`` of that archive (its CPU seconds: decompressing and
+writing the files, into a folder of its own, none removed before the end: see bench_fleet's
+unpack rows), the sha256 of every byte and the proof reads (the key proof reads each staged
+entry whole) give the floor of an unpack, against the wall time of that ``tar -x``; a real
+unpack is timed beside. ``--cores N...`` also prints the floors as if the same CPU seconds
+spread over N cores."""
 
 from __future__ import annotations
 
@@ -123,6 +129,8 @@ def main() -> int:
         runs: list[dict[str, float]] = []
         tar: list[tuple[float, float]] = []
         first: list[tuple[float, float]] = []
+        untar: list[tuple[float, float]] = []
+        unpack: list[tuple[float, float]] = []
         for _ in range(args.repeat):
             runs.append(parts(many))
             t, c = time.perf_counter(), cpu_all()
@@ -132,6 +140,15 @@ def main() -> int:
             t, c = time.perf_counter(), cpu_all()
             api.pack(keys, work / "b.tar.zst", root=many, force=True)
             first.append((time.perf_counter() - t, cpu_all() - c))
+            for name, runs_of in (("x", untar), ("u", unpack)):
+                dst = work / f"{name}{len(runs_of)}"
+                dst.mkdir()
+                t, c = time.perf_counter(), cpu_all()
+                if name == "x":
+                    tar_zstd(["-xf", str(work / "t.tar.zst"), "-C", str(dst)])
+                else:
+                    api.unpack(work / "b.tar.zst", root=dst, force=True)
+                runs_of.append((time.perf_counter() - t, cpu_all() - c))
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         cores = scan_workers()
         need = sum(v for k, v in med.items() if k not in ("entries", "bytes"))
@@ -156,6 +173,19 @@ def main() -> int:
                   + ("" if k == cores else " (the same CPU seconds spread, not measured)"))
         print(f"safe reads: {med['proof reads'] / n * 1000:.2f} ms an entry; without them the "
               f"floor on {cores} cores is {(need - med['proof reads']) / cores:.2f} s")
+        x_s = statistics.median(t for t, _ in untar)
+        x_cpu = statistics.median(c for _, c in untar)
+        u_s = statistics.median(t for t, _ in unpack)
+        u_cpu = statistics.median(c for _, c in unpack)
+        u_need = x_cpu + med["sha256"] + med["proof reads"] + med["results crossing"]
+        print(f"tar -x: {x_s:.2f} s (CPU {x_cpu:.2f}); unpack: {u_s:.2f} s (CPU {u_cpu:.2f}): "
+              f"{x_s / u_s:.2f}x of tar -x; tar -x's CPU + sha256 + proof reads + results "
+              f"crossing: {u_need:.2f} s")
+        for k in [cores, *args.cores]:
+            floor = u_need / k
+            print(f"unpack floor on {k:2d} cores: {floor:.2f} s: at best {x_s / floor:.2f}x of "
+                  "this tar -x (not durable: the disk's writing not counted)"
+                  + ("" if k == cores else " (the same CPU seconds spread, not measured)"))
         return 0
     finally:
         shutil.rmtree(work, ignore_errors=True)
