@@ -10,6 +10,7 @@ import argparse
 import functools
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -56,6 +57,37 @@ def phase_tree(args: argparse.Namespace, name: str) -> tuple[Path, Path]:
     work = Path(tempfile.mkdtemp(prefix=f"{name}-"))
     os.environ.setdefault("XDG_CACHE_HOME", str(work / "xdg"))
     return work, synth_starts(args.source, work / "many", args.copies)
+
+
+def packed(work: Path, many: Path) -> tuple[list[str], Path]:
+    """The starts of ``many`` packed (``work/b.tar.zst``) and tarred (``work/t.tar.zst``), and
+    unpacked once into ``work/warmup`` (the target's facts memoized; the folder kept: see
+    bench_fleet's unpack rows): (their keys, the bundle)."""
+    keys = [p.name for p in entry_dirs(many)]
+    bundle = work / "b.tar.zst"
+    api.pack(keys, bundle, root=many)
+    tar_zstd(["-C", str(many), "-cf", str(work / "t.tar.zst"), "torch_compile_cache"])
+    api.unpack(bundle, root=work / "warmup", force=True)
+    return keys, bundle
+
+
+def untar(work: Path, target: Path, sync: bool) -> None:
+    """``tar -x`` of ``work/t.tar.zst`` into ``target``, then ``sync -f`` where ``sync``."""
+    tar_zstd(["-xf", str(work / "t.tar.zst"), "-C", str(target)])
+    if sync:
+        subprocess.run(["sync", "-f", str(target)], check=True)
+
+
+def report_vs_tar(runs: dict[str, list[tuple[float, float]]], width: int) -> None:
+    """Each variant's (wall, CPU) runs, medians, against the ``tar -x`` and ``tar -x; sync -f``
+    rows."""
+    tar = statistics.median(w for w, _ in runs["tar -x"])
+    tsync = statistics.median(w for w, _ in runs["tar -x; sync -f"])
+    for v, xs in runs.items():
+        w = statistics.median(x for x, _ in xs)
+        print(f"{v:>{width}}: {' '.join(f'{x:.2f}' for x, _ in xs)} s; median {w:.2f} s (CPU "
+              f"{statistics.median(c for _, c in xs):.1f}); vs tar -x {tar / w:.2f}x, "
+              f"vs tar -x; sync -f {tsync / w:.2f}x")
 
 
 def main() -> int:

@@ -18,10 +18,10 @@
 #                  first pack and tar (same memo and bundle bytes checked)
 #   floor:COPIES  benchmarks/pack_floor.py: the CPU seconds of each part a first pack cannot skip,
 #                  the floor they give on these cores against tar, and a real first pack
-#   durable:COPIES  benchmarks/unpack_durability.py: unpack as shipped and without its writeback
-#                  and syncfs, against tar -x and tar -x; sync -f
-#   workers:COPIES  benchmarks/unpack_workers.py: unpack by frames with $WORKERS forked workers
-#                  each in turn (default "16 8 4"), against tar -x and tar -x; sync -f
+#   durable:COPIES  benchmarks/unpack_workers.py --not-durable: unpack as shipped and without
+#                  its writeback and syncfs, against tar -x and tar -x; sync -f
+#   workers:COPIES  benchmarks/unpack_workers.py: unpack as shipped and by frames with $WORKERS
+#                  forked workers each in turn (default "16 8 4"), against tar -x and tar -x; sync -f
 # A second call on a warm machine reuses the venv in /tmp/v.
 set -u
 T0=$(date +%s); REPO=$PWD; F=$REPO/.gpu-stage/f; V=/tmp/v; S=/tmp/src
@@ -78,8 +78,8 @@ for step in $STEPS; do
                    --repeat "$REPEAT" --workers ${WORKERS:-16 8 4} > "$OUT/workers-$n.txt" 2>&1; rc=$? ;;
         afterwarm) timeout 560 $V/bin/python benchmarks/pack_after_warm.py --source $S --copies "$n" \
                    --repeat "$REPEAT" > "$OUT/afterwarm-$n.txt" 2>&1; rc=$? ;;
-        durable) timeout 560 $V/bin/python benchmarks/unpack_durability.py --source $S --copies "$n" \
-                   --repeat "$REPEAT" > "$OUT/durable-$n.txt" 2>&1; rc=$? ;;
+        durable) timeout 560 $V/bin/python benchmarks/unpack_workers.py --source $S --copies "$n" \
+                   --repeat "$REPEAT" --not-durable > "$OUT/durable-$n.txt" 2>&1; rc=$? ;;
         floor) timeout 560 $V/bin/python benchmarks/pack_floor.py --source $S --copies "$n" \
                    --repeat "$REPEAT" --cores 2 > "$OUT/floor-$n.txt" 2>&1; rc=$? ;;
         packphases) timeout 560 $V/bin/python benchmarks/pack_phases.py --source $S --copies "$n" \
