@@ -44,6 +44,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.bench_fleet import synth_starts, tar_zstd
+from benchmarks.pack_after_warm import cpu
+from benchmarks.unpack_phases import untar
 from vllm_cache_tools.fleet import api
 from vllm_cache_tools.fleet.frames import compressor
 from vllm_cache_tools.fleet.pack_memo import memo_path
@@ -74,11 +76,6 @@ def _read_all(paths: list[str], each: Callable[[bytes], object] | None) -> int:
 def cpu_self() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
-
-
-def cpu_all() -> float:
-    a, b = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
-    return a.ru_utime + a.ru_stime + b.ru_utime + b.ru_stime
 
 
 def parts(many: Path) -> dict[str, float]:
@@ -129,26 +126,26 @@ def main() -> int:
         runs: list[dict[str, float]] = []
         tar: list[tuple[float, float]] = []
         first: list[tuple[float, float]] = []
-        untar: list[tuple[float, float]] = []
-        unpack: list[tuple[float, float]] = []
+        untarred: list[tuple[float, float]] = []
+        unpacked: list[tuple[float, float]] = []
         for _ in range(args.repeat):
             runs.append(parts(many))
-            t, c = time.perf_counter(), cpu_all()
+            t, c = time.perf_counter(), cpu()
             tar_zstd(["-cf", str(work / "t.tar.zst"), "-C", str(many), "."])
-            tar.append((time.perf_counter() - t, cpu_all() - c))
+            tar.append((time.perf_counter() - t, cpu() - c))
             memo_path(many / "torch_compile_cache").unlink(missing_ok=True)
-            t, c = time.perf_counter(), cpu_all()
+            t, c = time.perf_counter(), cpu()
             api.pack(keys, work / "b.tar.zst", root=many, force=True)
-            first.append((time.perf_counter() - t, cpu_all() - c))
-            for name, runs_of in (("x", untar), ("u", unpack)):
+            first.append((time.perf_counter() - t, cpu() - c))
+            for name, runs_of in (("x", untarred), ("u", unpacked)):
                 dst = work / f"{name}{len(runs_of)}"
                 dst.mkdir()
-                t, c = time.perf_counter(), cpu_all()
+                t, c = time.perf_counter(), cpu()
                 if name == "x":
-                    tar_zstd(["-xf", str(work / "t.tar.zst"), "-C", str(dst)])
+                    untar(work, dst, False)
                 else:
                     api.unpack(work / "b.tar.zst", root=dst, force=True)
-                runs_of.append((time.perf_counter() - t, cpu_all() - c))
+                runs_of.append((time.perf_counter() - t, cpu() - c))
         med = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
         cores = scan_workers()
         need = sum(v for k, v in med.items() if k not in ("entries", "bytes"))
@@ -173,10 +170,10 @@ def main() -> int:
                   + ("" if k == cores else " (the same CPU seconds spread, not measured)"))
         print(f"safe reads: {med['proof reads'] / n * 1000:.2f} ms an entry; without them the "
               f"floor on {cores} cores is {(need - med['proof reads']) / cores:.2f} s")
-        x_s = statistics.median(t for t, _ in untar)
-        x_cpu = statistics.median(c for _, c in untar)
-        u_s = statistics.median(t for t, _ in unpack)
-        u_cpu = statistics.median(c for _, c in unpack)
+        x_s = statistics.median(t for t, _ in untarred)
+        x_cpu = statistics.median(c for _, c in untarred)
+        u_s = statistics.median(t for t, _ in unpacked)
+        u_cpu = statistics.median(c for _, c in unpacked)
         u_need = x_cpu + med["sha256"] + med["proof reads"] + med["results crossing"]
         print(f"tar -x: {x_s:.2f} s (CPU {x_cpu:.2f}); unpack: {u_s:.2f} s (CPU {u_cpu:.2f}): "
               f"{x_s / u_s:.2f}x of tar -x; tar -x's CPU + sha256 + proof reads + results "
