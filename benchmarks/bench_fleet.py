@@ -126,6 +126,9 @@ def synth_starts(src: Path, dst: Path, copies: int) -> Path:
     and an unpack of them measured the refusal and the staging folder's removal."""
     from vllm_cache_tools.keys.recipes import backend_key, env_hash_from_factors
 
+    if not (src / "torch_compile_cache").is_dir():
+        raise SystemExit(f"{src}: not a vLLM cache root (no torch_compile_cache folder): give "
+                         "--source a root holding one start, e.g. examples/sample_cache")
     rng = random.Random(0)
     cc = dst / "torch_compile_cache"
     (cc / "torch_aot_compile").mkdir(parents=True)

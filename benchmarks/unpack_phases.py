@@ -56,7 +56,11 @@ def phase_tree(args: argparse.Namespace, name: str) -> tuple[Path, Path]:
     """A work folder (the cache home inside, unless one is set) and the synthesized root."""
     work = Path(tempfile.mkdtemp(prefix=f"{name}-"))
     os.environ.setdefault("XDG_CACHE_HOME", str(work / "xdg"))
-    return work, synth_starts(args.source, work / "many", args.copies)
+    try:
+        return work, synth_starts(args.source, work / "many", args.copies)
+    except BaseException:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
 
 
 def packed(work: Path, many: Path) -> tuple[list[str], Path]:
