@@ -113,6 +113,27 @@ def entry_dirs(root: Path) -> list[Path]:
                   + list((cc / "torch_aot_compile").iterdir()))
 
 
+def journal_warning(path: Path) -> str | None:
+    """A line to print where ``path`` is on ext4 without a journal (this machine's root and the
+    device's): there a file created within ~6 minutes of many deletions scans past the freed
+    inodes (see the unpack rows), so a run right after another's clean-up times that scan."""
+    dev = os.stat(path).st_dev
+    with open("/proc/self/mountinfo", encoding="utf-8", errors="replace") as f:
+        for line in f:
+            fields = line.split()
+            if fields[2] != f"{os.major(dev)}:{os.minor(dev)}" or "-" not in fields:
+                continue
+            fstype, source = fields[fields.index("-") + 1:fields.index("-") + 3]
+            name = os.path.basename(source)
+            if fstype == "ext4" and not os.path.exists(f"/proc/fs/jbd2/{name}-8"):
+                return (f"note: {path} is on ext4 without a journal ({source}): a run that starts "
+                        "within ~6 minutes of large deletions there (another run's clean-up) "
+                        "times the kernel's scan past the freed inodes; wait, or expect slow "
+                        "first rounds (docs/benchmarks.md, issue 27 session 16)")
+            return None
+    return None
+
+
 def synth_starts(src: Path, dst: Path, copies: int) -> Path:
     """``copies`` starts of one model: the real start's entries under new keys, each with its
     ``model`` artifact and two kernels changed (what differs between real recompiles).
@@ -129,6 +150,8 @@ def synth_starts(src: Path, dst: Path, copies: int) -> Path:
     if not (src / "torch_compile_cache").is_dir():
         raise SystemExit(f"{src}: not a vLLM cache root (no torch_compile_cache folder): give "
                          "--source a root holding one start, e.g. examples/sample_cache")
+    if (note := journal_warning(dst.parent)) is not None:
+        print(note, file=sys.stderr)
     rng = random.Random(0)
     cc = dst / "torch_compile_cache"
     (cc / "torch_aot_compile").mkdir(parents=True)
