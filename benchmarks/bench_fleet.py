@@ -266,7 +266,7 @@ def main() -> int:
         # ext4 without a journal (this machine's root and the device's), creating a file scans
         # past every inode of its block group freed in the last minute (five more while its
         # inode table block is unwritten: the kernel's recently_deleted()). Removing the last
-        # run's tree before each run made that scan 60% of an unpack's CPU (perf), and tar's
+        # run's tree before each run made that scan 58% of an unpack's samples (perf), and tar's
         # too, by turns: the file system was timed, not the extraction.
         runs: dict[str, int] = {}
 
