@@ -27,7 +27,6 @@ spread over N cores."""
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import os
 import pickle
@@ -35,7 +34,6 @@ import resource
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -43,13 +41,14 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.bench_fleet import synth_starts, tar_zstd
+from benchmarks.bench_fleet import tar_zstd
 from benchmarks.pack_after_warm import cpu
-from benchmarks.unpack_phases import untar
+from benchmarks.unpack_phases import phase_args, phase_tree, untar
 from vllm_cache_tools.fleet import api
 from vllm_cache_tools.fleet.frames import compressor
 from vllm_cache_tools.fleet.pack_memo import memo_path
 from vllm_cache_tools.fleet.prepared import prepare_at
+from vllm_cache_tools.fleet.records import DEFAULT_LEVEL
 from vllm_cache_tools.fleet.selection import entry_walk
 from vllm_cache_tools.store.folders import scan_workers
 from vllm_cache_tools.store.scan import scan
@@ -91,7 +90,7 @@ def parts(many: Path) -> dict[str, float]:
     _read_all(files, None)
     out["read"] = cpu_self() - c
     c = cpu_self()
-    with compressor(3, 1).stream_writer(_Null(), closefd=False, write_size=_BUF) as z:
+    with compressor(DEFAULT_LEVEL, 1).stream_writer(_Null(), closefd=False, write_size=_BUF) as z:
         _read_all(files, z.write)
     out["zstd"] = cpu_self() - c - out["read"]
     h = hashlib.sha256()
@@ -111,17 +110,10 @@ def parts(many: Path) -> dict[str, float]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--source", type=Path, required=True)
-    ap.add_argument("--copies", type=int, default=100)
-    ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--cores", type=int, nargs="*", default=[],
-                    help="also print the floor as if the CPU seconds spread over these cores")
-    args = ap.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="pack-floor-"))
-    os.environ.setdefault("XDG_CACHE_HOME", str(work / "xdg"))
+    args = phase_args(__doc__, "--cores", "cores (the floor as if the CPU seconds spread "
+                      "over them)").parse_args()
+    work, many = phase_tree(args, "pack-floor")
     try:
-        many = synth_starts(args.source, work / "many", args.copies)
         keys = [e.key for e in scan(many, check_in_use=False).entries]
         runs: list[dict[str, float]] = []
         tar: list[tuple[float, float]] = []
