@@ -101,6 +101,9 @@ def main() -> int:
     ap.add_argument("--no-write-behind", action="store_true",
                     help="also unpack without starting each file's writeback as it is closed "
                          "(frame_read.WRITE_BEHIND off), interleaved")
+    ap.add_argument("--write-behind", action="store_true",
+                    help="also unpack starting each file's writeback as it is closed, whatever "
+                         "the cores (frame_read.WRITE_BEHIND on), interleaved")
     ap.add_argument("--tar", action="store_true",
                     help="also time `tar -x` of the same bundle and `tar -x; sync -f` each "
                          "round (the same-run references of bench_fleet)")
@@ -113,9 +116,12 @@ def main() -> int:
         for mod, name in PHASES:
             setattr(mod, name, timed(spent, getattr(mod, name)))
         shipped, cores = bundle_read.WRITERS, frame_read.FRAME_READ_CORES
-        runs = [(w, cores, True) for w in dict.fromkeys([shipped, *args.writers])]
-        runs += [(shipped, 1 << 30, True)] if args.one_stream else []
+        # Write-behind None: as shipped (where the workers leave cores idle).
+        runs: list[tuple[int, int, bool | None]] = [
+            (w, cores, None) for w in dict.fromkeys([shipped, *args.writers])]
+        runs += [(shipped, 1 << 30, None)] if args.one_stream else []
         runs += [(shipped, cores, False)] if args.no_write_behind else []
+        runs += [(shipped, cores, True)] if args.write_behind else []
         for i in range(args.repeat):
             # Every other round in reverse order: a disk that slows down as the run goes on
             # (the device's does) favours no variant.
@@ -124,7 +130,7 @@ def main() -> int:
                 frame_read.FRAME_READ_CORES = frame_cores
                 frame_read.WRITE_BEHIND = behind
                 how = "by frames where it can" if frame_cores == cores else "one stream"
-                how += "" if behind else ", no write-behind"
+                how += {None: "", True: ", write-behind", False: ", no write-behind"}[behind]
                 dst = work / f"u{i}-{writers}-{frame_cores}-{behind}"
                 dst.mkdir()
                 spent.clear()

@@ -278,6 +278,24 @@ def test_a_fifo_is_left_to_the_one_stream_reader(
     assert _tree(tmp_path / "u") == _tree(tmp_path / "root")
 
 
+def test_write_behind_where_the_workers_leave_cores_idle(monkeypatch: pytest.MonkeyPatch
+                                                        ) -> None:
+    """The frame workers start each file's writeback on the 16-core device (8 workers: the
+    disk writes while they decompress), not on 2 cores (2 workers: the CPU it costs there
+    made unpack slower); the benches' setting overrides either way."""
+    from vllm_cache_tools.fleet import frame_read
+
+    assert frame_read.WRITE_BEHIND is None
+    assert frame_read.write_behind(16, 8)
+    assert not frame_read.write_behind(2, 2)
+    assert not frame_read.write_behind(8, 8)
+    assert frame_read.write_behind(4, 1)
+    monkeypatch.setattr(frame_read, "WRITE_BEHIND", True)
+    assert frame_read.write_behind(2, 2)
+    monkeypatch.setattr(frame_read, "WRITE_BEHIND", False)
+    assert not frame_read.write_behind(16, 8)
+
+
 def test_write_behind_is_only_a_hint(tmp_path: Path) -> None:
     """``place.start_writeback`` (the frame workers' write-behind) on a staged file starts its
     writeback; on what has no pages to write (a pipe, /dev/null) it does nothing, no error:

@@ -215,13 +215,27 @@ def _one_frame(job: _Job, i: int) -> tuple[FrameDone, list[Read]]:
     return FrameDone(tuple(seen), sum(job.expect[name].size for name in seen), ended), read
 
 
-WRITE_BEHIND = True
-"""The workers start each staged file's writeback as they close it
+WRITE_BEHIND: bool | None = None
+"""Whether the workers start each staged file's writeback as they close it
 (:func:`.place.start_writeback`), so that the disk writes while later frames are still being
-decompressed and the one flush before the renames finds less left. On the 16-core device
-(docs/benchmarks.md, issue 27 session 12): 992 MB unpacked ~12% faster (6 of 6 interleaved
-pairs), 275 MB level (3 of 6). Not in the one-stream reader's writer threads: there it made
-unpack 4-18% slower on 2 cores (docs/fleet.md)."""
+decompressed and the one flush before the renames finds less left. ``None`` (the default):
+where the workers leave a core idle for each they use (:data:`WRITE_BEHIND_SPARE`), as on
+the 16-core device with its 8 workers, where 992 MB unpacked ~12% faster (6 of 6 interleaved
+pairs), 275 MB level (3 of 6; docs/benchmarks.md, issue 27 session 12). The writeback's block
+work runs in the worker that starts it: on 2 cores (2 workers, the cores busy) it cost 0.45
+CPU seconds and made unpack slower, 275 MB 1.80 -> 1.68 s without it (4 of 4 interleaved
+rounds), 992 MB 8.56 -> 7.95 s (issue 27 session 17). Not in the one-stream reader's writer
+threads either: there it made unpack 4-18% slower on 2 cores (docs/fleet.md)."""
+WRITE_BEHIND_SPARE = 2
+"""Write-behind (:data:`WRITE_BEHIND` ``None``) from this many cores per worker."""
+
+
+def write_behind(cores: int, workers: int) -> bool:
+    """Whether ``workers`` frame workers on ``cores`` cores start each file's writeback
+    (:data:`WRITE_BEHIND`)."""
+    if WRITE_BEHIND is not None:
+        return WRITE_BEHIND
+    return cores >= WRITE_BEHIND_SPARE * workers
 
 
 def extract_framed(path: Path, staging: Staging, on_bytes: Callable[[int], None] | None,
@@ -273,7 +287,7 @@ def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int,
     its file list before), and must list the very files they were checked against."""
     global _JOB
     answers = SharedAppendFile(os.fspath(staging.path))  # the root's own file system
-    staging.write_behind = WRITE_BEHIND
+    staging.write_behind = write_behind(scan_workers(), n)
     _JOB = _Job(fd, path, staging, extents, listed.files, listed.owner, listed.entries,
                 answers)
     try:
@@ -317,4 +331,5 @@ def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int,
 
 
 __all__ = ["FRAME_READ_CORES", "FRAME_READ_WORKERS", "MAX_BLOCKS_BASE", "MIN_BLOCK_BYTES",
-           "WRITE_BEHIND", "FrameDone", "extract_framed", "frame_extents"]
+           "WRITE_BEHIND", "WRITE_BEHIND_SPARE", "FrameDone", "extract_framed", "frame_extents",
+           "write_behind"]
