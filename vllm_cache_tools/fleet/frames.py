@@ -14,11 +14,13 @@ from __future__ import annotations
 
 import hashlib
 import os
+import stat
 import tarfile
 import tempfile
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError
+from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.pool import Pool
 from typing import IO, Any, cast
@@ -253,13 +255,42 @@ class _Pieces:
             self.buf = bytearray()
 
 
-def _copy(z: Any, f: Any, name: str, size: int, h: Any, keep: bytearray | None) -> None:
-    """``size`` bytes of ``f`` into the frame and its padding, hashed into ``h`` when given,
-    kept in ``keep`` when given, up to just past :data:`MAX_MANIFEST_BYTES` (a file that grew
-    is caught by its identity afterwards)."""
+_WALKED = (os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+           | getattr(os, "O_NOATIME", 0))
+
+
+@contextmanager
+def _walked(path: str) -> Iterator[tuple[int, os.stat_result]]:
+    """A descriptor on the file at ``path`` and its ``fstat``: a file the pack found a regular
+    file moments before (the walk's ``lstat``, or the memo's digest read), opened as
+    :func:`.noatime.open_noatime` opens it (no symlink followed, no blocking, the atime
+    kept) without its ``lstat`` first (the walk's), nor its flag changes and file object:
+    two system calls instead of six (17,000 files: 0.29-0.35 s -> 0.10 s, issue 27 session
+    17). Anything else (not the owner, gone, no longer a regular file) is opened by
+    :func:`.noatime.open_noatime`, which says why it cannot be read."""
+    try:
+        fd = os.open(path, _WALKED)
+    except OSError:
+        fd = -1
+    if fd >= 0:
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):  # O_NONBLOCK does nothing to a regular file
+                yield fd, st
+                return
+        finally:
+            os.close(fd)
+    with open_noatime(path, buffering=0) as f:
+        yield f.fileno(), os.fstat(f.fileno())
+
+
+def _copy(z: Any, fd: int, name: str, size: int, h: Any, keep: bytearray | None) -> None:
+    """``size`` bytes of the file open at ``fd`` into the frame and its padding, hashed into
+    ``h`` when given, kept in ``keep`` when given, up to just past
+    :data:`MAX_MANIFEST_BYTES` (a file that grew is caught by its identity afterwards)."""
     left = size
     while left > 0:
-        b = f.read(min(_BUF, left))
+        b = os.read(fd, min(_BUF, left))
         if not b:
             raise FleetError(f"{name} shrank while it was packed (being written?): run pack "
                              "again")
@@ -281,12 +312,12 @@ def _hashed(z: Any, prefix: str, rel: str, path: str, exe: bool,
     as it is now)."""
     name = f"{prefix}/{rel}"
     h = hashlib.sha256()
-    with open_noatime(path, buffering=0) as f:
-        size = os.fstat(f.fileno()).st_size
+    with _walked(path) as (fd, st):
+        size = st.st_size
         header = member_header(name, size, exe)
         z.write(header)
-        _copy(z, f, name, size, h, keep)
-        after = file_ident(os.fstat(f.fileno()))
+        _copy(z, fd, name, size, h, keep)
+        after = file_ident(os.fstat(fd))
     if after[2] != size:
         raise FleetError(f"{name} changed while it was packed (being written?): run pack again")
     return (LocalFile(FileRecord(rel, size, h.hexdigest(), exe), path, after),
@@ -299,17 +330,17 @@ def write_known(z: Any, name: str, lf: LocalFile, keep: bytearray | None = None)
     on the way and refused if its bytes differ from the record. Returns the member's size in
     the tar stream."""
     rec = lf.record
-    with open_noatime(lf.source, buffering=0) as f:
+    with _walked(lf.source) as (fd, st):
         header = member_header(name, rec.size, rec.executable)
         z.write(header)
-        if lf.ident is not None and file_ident(os.fstat(f.fileno())) == lf.ident:
-            _copy(z, f, name, rec.size, None, keep)
-            if file_ident(os.fstat(f.fileno())) != lf.ident:
+        if lf.ident is not None and file_ident(st) == lf.ident:
+            _copy(z, fd, name, rec.size, None, keep)
+            if file_ident(os.fstat(fd)) != lf.ident:
                 raise FleetError(f"{name} changed while it was packed (being written?): run "
                                  "pack again")
         else:
             h = hashlib.sha256()
-            _copy(z, f, name, rec.size, h, keep)
+            _copy(z, fd, name, rec.size, h, keep)
             if h.hexdigest() != rec.sha256:
                 raise FleetError(f"{name} changed while it was packed (being written?): run "
                                  "pack again")
