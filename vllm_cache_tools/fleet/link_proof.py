@@ -158,7 +158,10 @@ def link_entries(all_entries: Sequence[Entry], facts: EntryFacts,
     forward's file is one of the graph's files, and the AOT entry's manifests agree with the
     backend's env and config hashes. From a selected backend entry only AOT entries whose
     listing already names a file of its graph are read (no pickle read of other models)."""
-    real = {id(e): os.path.realpath(e.path) for e in all_entries}
+    # The real paths the facts' entries were mapped by (each resolved once: a pass over 720
+    # entries' realpaths took ~0.03 s under cProfile).
+    real = {id(e): p for p, e in facts.by_path.items()}
+    real.update((id(e), os.path.realpath(e.path)) for e in all_entries if id(e) not in real)
     aots = [real[id(e)] for e in all_entries if e.layout == "aot" and e.state in PACKABLE]
     backends = [real[id(e)] for e in all_entries
                 if e.layout == "backend" and e.state in PACKABLE]

@@ -248,10 +248,11 @@ def select(root: str | os.PathLike[str] | CacheRoot | None, refs: Sequence[str] 
     by_path = {os.path.realpath(e.path): e for e in info.entries}
     chosen: list[str] = []
     for path in _locate(refs, croot):
-        if os.path.realpath(path) not in by_path:  # a path into another root, never mapped
+        real = os.path.realpath(path)
+        if real not in by_path:  # a path into another root, never mapped
             raise FleetError(f"{display_path(path)} is not an entry of "
                              f"{display_path(info.root)} (pass that root with --root)")
-        chosen.append(os.path.realpath(path))
+        chosen.append(real)
     if model is not None or pred is not None:
         for e in info.entries:
             if model is not None and model not in f"{e.checkpoint or ''} {e.model or ''}":
