@@ -101,14 +101,14 @@ def test_a_file_a_forked_worker_cannot_read_fails_the_pack_with_its_name(
     if ran_in_fresh_process(request):
         return
     root, keys, victim = _forked_pack(tmp_path, monkeypatch)
-    walked = frames._walked
+    walked = frames.walked_fd
 
     def failing(path: Any, *a: Any, **k: Any) -> Any:  # inherited by the forked workers
         if os.fspath(path) == victim:
             raise PermissionError(13, "Permission denied", os.fspath(path))
         return walked(path, *a, **k)
 
-    monkeypatch.setattr(frames, "_walked", failing)
+    monkeypatch.setattr(frames, "walked_fd", failing)
     out = tmp_path / "b.tar.zst"
     with pytest.raises(FleetError, match=r"cannot read .*/rank_0_0/model: Permission denied"):
         api.pack(keys, out, root=root)
@@ -127,7 +127,7 @@ def test_a_file_unreadable_while_a_pack_from_the_memo_writes_fails_it_with_its_n
     keys = [p.name for p in entry_dirs(root)]
     api.pack(keys, tmp_path / "first.tar.zst", root=root)  # the memo knows every entry
     victim = os.fspath(sorted((root / "torch_compile_cache").rglob("model"))[-1])
-    walked = frames._walked
+    walked = frames.walked_fd
     written: list[str] = []
     manifest_bytes = bundle.manifest_bytes
 
@@ -140,7 +140,7 @@ def test_a_file_unreadable_while_a_pack_from_the_memo_writes_fails_it_with_its_n
         written.append("manifest")
         return manifest_bytes(*a, **k)
 
-    monkeypatch.setattr(frames, "_walked", failing)
+    monkeypatch.setattr(frames, "walked_fd", failing)
     monkeypatch.setattr(bundle, "manifest_bytes", manifest_first)
     out = tmp_path / "b.tar.zst"
     with pytest.raises(FleetError, match=r"cannot read .*/rank_0_0/model: Permission denied"):
@@ -238,24 +238,3 @@ def _record(**k: Any) -> EntryRecord:
                           "prefixes": (), "state": "complete", "state_detail": "",
                           "files": (), **k})
 
-
-def test_a_walked_file_is_opened_only_while_it_is_still_a_regular_file(tmp_path: Path) -> None:
-    """The pack opens a file it walked in two system calls; what is no longer a regular file
-    by then (a symlink, a FIFO: never blocked on, a folder) or gone is refused with
-    :func:`.noatime.open_noatime`'s reason, and no descriptor is left open."""
-    from vllm_cache_tools.read.errors import UnreadableError
-
-    f = tmp_path / "f"
-    f.write_bytes(b"abc")
-    fds = len(os.listdir("/proc/self/fd"))
-    with frames._walked(os.fspath(f)) as (fd, st):
-        assert os.read(fd, 10) == b"abc" and st.st_size == 3
-    (tmp_path / "link").symlink_to(f)
-    os.mkfifo(tmp_path / "fifo")
-    (tmp_path / "dir").mkdir()
-    for name, why in (("link", "is a symlink"), ("fifo", "is a FIFO"),
-                      ("dir", "is a folder"), ("gone", "No such file")):
-        with pytest.raises(UnreadableError, match=why), frames._walked(
-                os.fspath(tmp_path / name)):
-            pass
-    assert len(os.listdir("/proc/self/fd")) == fds

@@ -143,6 +143,31 @@ def test_triton_metadata_targets() -> None:
         parse_triton_meta("[]")
 
 
+def test_a_walked_file_is_opened_only_while_it_is_still_a_regular_file(tmp_path: Path) -> None:
+    """``walked_fd`` (a pack's open of a file its walk found regular) opens in two system
+    calls and keeps the atime; what is no longer a regular file by then (a symlink, a FIFO:
+    never blocked on, a folder) or gone is refused with ``open_noatime``'s reason, and no
+    descriptor is left open."""
+    from vllm_cache_tools.read.errors import UnreadableError
+    from vllm_cache_tools.read.noatime import walked_fd
+
+    f = tmp_path / "f"
+    f.write_bytes(b"abc")
+    os.utime(f, (1_000_000, 2_000_000))
+    fds = len(os.listdir("/proc/self/fd"))
+    with walked_fd(os.fspath(f)) as (fd, st):
+        assert os.read(fd, 10) == b"abc" and st.st_size == 3
+    assert f.stat().st_atime == 1_000_000
+    (tmp_path / "link").symlink_to(f)
+    os.mkfifo(tmp_path / "fifo")
+    (tmp_path / "dir").mkdir()
+    for name, why in (("link", "is a symlink"), ("fifo", "is a FIFO"),
+                      ("dir", "is a folder"), ("gone", "No such file")):
+        with pytest.raises(UnreadableError, match=why), walked_fd(os.fspath(tmp_path / name)):
+            pass
+    assert len(os.listdir("/proc/self/fd")) == fds
+
+
 def test_noatime_reads_do_not_touch_atime(tmp_path: Path) -> None:
     from vllm_cache_tools.read.noatime import read_noatime
 

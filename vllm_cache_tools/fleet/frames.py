@@ -14,13 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import os
-import stat
 import tarfile
 import tempfile
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, TimeoutError
-from contextlib import contextmanager
 from dataclasses import dataclass
 from multiprocessing.pool import Pool
 from typing import IO, Any, cast
@@ -33,7 +31,7 @@ from vllm_cache_tools.fleet.selection import LocalFile, file_ident
 from vllm_cache_tools.fleet.tar_headers import member_header
 from vllm_cache_tools.layout import is_manifest_name
 from vllm_cache_tools.read.manifest import MAX_MANIFEST_BYTES
-from vllm_cache_tools.read.noatime import open_noatime
+from vllm_cache_tools.read.noatime import walked_fd
 from vllm_cache_tools.shared_file import SharedAppendFile
 from vllm_cache_tools.store.folders import scan_workers
 from vllm_cache_tools.store.parallel_read import WORKER_LOST, worker_pids
@@ -255,35 +253,6 @@ class _Pieces:
             self.buf = bytearray()
 
 
-_WALKED = (os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-           | getattr(os, "O_NOATIME", 0))
-
-
-@contextmanager
-def _walked(path: str) -> Iterator[tuple[int, os.stat_result]]:
-    """A descriptor on the file at ``path`` and its ``fstat``: a file the pack found a regular
-    file moments before (the walk's ``lstat``, or the memo's digest read), opened as
-    :func:`.noatime.open_noatime` opens it (no symlink followed, no blocking, the atime
-    kept) without its ``lstat`` first (the walk's), nor its flag changes and file object:
-    two system calls instead of six (17,000 files: 0.29-0.35 s -> 0.10 s, issue 27 session
-    17). Anything else (not the owner, gone, no longer a regular file) is opened by
-    :func:`.noatime.open_noatime`, which says why it cannot be read."""
-    try:
-        fd = os.open(path, _WALKED)
-    except OSError:
-        fd = -1
-    if fd >= 0:
-        try:
-            st = os.fstat(fd)
-            if stat.S_ISREG(st.st_mode):  # O_NONBLOCK does nothing to a regular file
-                yield fd, st
-                return
-        finally:
-            os.close(fd)
-    with open_noatime(path, buffering=0) as f:
-        yield f.fileno(), os.fstat(f.fileno())
-
-
 def _copy(z: Any, fd: int, name: str, size: int, h: Any, keep: bytearray | None) -> None:
     """``size`` bytes of the file open at ``fd`` into the frame and its padding, hashed into
     ``h`` when given, kept in ``keep`` when given, up to just past
@@ -312,7 +281,7 @@ def _hashed(z: Any, prefix: str, rel: str, path: str, exe: bool,
     as it is now)."""
     name = f"{prefix}/{rel}"
     h = hashlib.sha256()
-    with _walked(path) as (fd, st):
+    with walked_fd(path) as (fd, st):
         size = st.st_size
         header = member_header(name, size, exe)
         z.write(header)
@@ -330,7 +299,7 @@ def write_known(z: Any, name: str, lf: LocalFile, keep: bytearray | None = None)
     on the way and refused if its bytes differ from the record. Returns the member's size in
     the tar stream."""
     rec = lf.record
-    with _walked(lf.source) as (fd, st):
+    with walked_fd(lf.source) as (fd, st):
         header = member_header(name, rec.size, rec.executable)
         z.write(header)
         if lf.ident is not None and file_ident(st) == lf.ident:

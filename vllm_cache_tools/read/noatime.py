@@ -10,7 +10,9 @@ otherwise the file is not read and :class:`UnreadableError` says why.
 A shared root may hold anything under a cache file's name: FIFOs would block an open or a read
 forever, devices read without end. Every open is ``O_NONBLOCK | O_NOFOLLOW``, the file must
 be a regular file (checked with ``lstat`` before opening, so devices are never opened, and with
-``fstat`` after, against a swap), and reads stop at a byte cap."""
+``fstat`` after, against a swap), and reads stop at a byte cap. :func:`walked_fd` leaves the
+``lstat`` to the caller's walk, made moments before: what was swapped in since is opened and
+refused after, as a swap between :func:`open_noatime`'s ``lstat`` and its open is."""
 
 from __future__ import annotations
 
@@ -19,6 +21,8 @@ import fcntl
 import os
 import stat
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import BinaryIO
 
 from vllm_cache_tools.read.errors import UnreadableError
@@ -97,6 +101,30 @@ def open_noatime(path: str | os.PathLike[str], buffering: int = -1, *,
     except BaseException:
         os.close(fd)
         raise
+
+
+@contextmanager
+def walked_fd(path: str) -> Iterator[tuple[int, os.stat_result]]:
+    """A descriptor on the file at ``path`` and its ``fstat``, for a file a walk found a regular
+    file moments before (its ``lstat`` is the one :func:`open_noatime` makes first): opened
+    with the same flags, in two system calls instead of six (no ``lstat``, no flag changes, no
+    file object: a pack's 17,000 files, 0.29-0.35 s -> 0.10 s; issue 27 session 17). Anything
+    else (not the owner, gone, no longer a regular file) is opened by :func:`open_noatime`,
+    which says why it cannot be read."""
+    try:
+        fd = os.open(path, _FLAGS | _NOATIME)
+    except OSError:
+        fd = -1
+    if fd >= 0:
+        try:
+            st = os.fstat(fd)
+            if stat.S_ISREG(st.st_mode):  # O_NONBLOCK does nothing to a regular file
+                yield fd, st
+                return
+        finally:
+            os.close(fd)
+    with open_noatime(path, buffering=0) as f:
+        yield f.fileno(), os.fstat(f.fileno())
 
 
 def read_capped(f: BinaryIO, cap: int) -> bytes:
