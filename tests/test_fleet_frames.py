@@ -238,3 +238,44 @@ def _record(**k: Any) -> EntryRecord:
                           "prefixes": (), "state": "complete", "state_detail": "",
                           "files": (), **k})
 
+
+
+def test_a_second_user_packs_a_shared_root_without_recording_a_use(tmp_path: Path) -> None:
+    """On a group-shared root, a pack by a user who does not own the files cannot open them
+    with ``O_NOATIME``: where reading them would not move their atime (``relatime``: read
+    since their last change), each is opened the careful way and packed, from the memo too,
+    and no atime moves; where it would, the pack is refused with the reason, not a trace."""
+    import subprocess
+    import time
+
+    from tests.multiuser import make_shared_root, other_user, run_as, shared_group, vllm_cache_argv
+
+    flags = os.statvfs(tmp_path).f_flag
+    if not flags & getattr(os, "ST_RELATIME", 4096) or flags & getattr(os, "ST_NOATIME", 1024):
+        pytest.skip("needs a relatime mount (this machine's root is one)")
+    group = shared_group()
+    user = other_user(group)
+    root = make_shared_root(SAMPLE, tmp_path / "shared", group)
+    cc = root / "torch_compile_cache"
+    keys = sorted(p.name for p in cc.iterdir() if len(p.name) == 10)  # group-readable files
+    out = tmp_path / "out"
+    out.mkdir()
+    os.chmod(out, 0o777)
+    env = {"XDG_CACHE_HOME": str(out / "xdg")}
+
+    def pack(name: str) -> subprocess.CompletedProcess[str]:
+        return run_as(user, vllm_cache_argv("pack", "--root", str(root), *keys, "-o",
+                                            str(out / name)), env=env)
+
+    refused = pack("refused.tar.zst")
+    assert refused.returncode == 1 and "would record a use" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (out / "refused.tar.zst").exists()
+    time.sleep(1.1)  # then read as their owner: atime past the last change
+    files = [p for k in keys for p in (cc / k).rglob("*") if p.is_file()]
+    for p in files:
+        p.read_bytes()
+    atimes = {p: os.stat(p).st_atime_ns for p in files}
+    first, again = pack("a.tar.zst"), pack("b.tar.zst")
+    assert first.returncode == 0 and again.returncode == 0, first.stderr + again.stderr
+    assert (out / "a.tar.zst").read_bytes() == (out / "b.tar.zst").read_bytes()
+    assert {p: os.stat(p).st_atime_ns for p in files} == atimes
