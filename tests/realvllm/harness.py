@@ -345,6 +345,20 @@ _INHERITED = ("HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TMPDIR",
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
+def rpc_dir() -> Path | None:
+    """Where vLLM's engine puts its ZMQ sockets (``VLLM_RPC_BASE_PATH``, one ``<uuid4>`` each).
+    By default that is the temp folder, and a start that ends by a signal leaves them there:
+    thousands piled up in /tmp over a few suites. One folder under the harness's home keeps
+    them out of /tmp, and it is fixed, so every start's environment is the same. vLLM ignores
+    the variable in its compile factors. None where the socket path would pass the 107 bytes a
+    Unix socket's address holds (a long VCT_TEST_HOME): vLLM's default then."""
+    path = home() / "rpc"
+    if len(os.fsencode(path)) + 1 + 36 > 107:
+        return None
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
 def start_env(vllm_root: Path, start: Start) -> dict[str, str]:
     """The whole environment of a vLLM start: hermetic, so the same scenario gives the same keys
     from any shell, CI runner or checkout."""
@@ -361,6 +375,9 @@ def start_env(vllm_root: Path, start: Start) -> dict[str, str]:
         # Our recorder plugin (installed in the venv) records only in scenarios that ask.
         "VLLM_CACHE_TOOLS_RECORD": "0",
     })
+    rpc = rpc_dir()
+    if rpc is not None:
+        env["VLLM_RPC_BASE_PATH"] = str(rpc)
     if start.compile_mode:
         env["VCT_TEST_FORCE_COMPILE"] = "1"
     env.update(dict(start.env))
