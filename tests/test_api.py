@@ -100,6 +100,8 @@ def test_every_example_in_docs_api_runs_and_prints_what_the_page_says(
     # wrote vLLM's modelinfos/ into examples/sample_cache: its probe runs vLLM on the root).
     assert _tree(REPO / "examples") == shipped
     assert not any(r.is_relative_to(REPO / "examples") for r in roots), roots
+    # ... and remove their copies (a suite run left two in /tmp each time).
+    assert not any(r.exists() for r in roots), roots
     if skipped is not None:
         pytest.skip(f"the predict example was not run: {skipped}")
 
