@@ -207,6 +207,10 @@ def main() -> int:
                     help="unpack with --force (the checks run, then place anyway): for a "
                          "host whose torch or GPU differs from the source's, where unpack "
                          "would refuse (e.g. a GPU machine with the CPU-built sample)")
+    ap.add_argument("--keep-work", action="store_true",
+                    help="leave the work folder in place at the end (printed): on a machine "
+                         "about to be discarded, so that a next run there is not timed right "
+                         "after this one's deletion (ext4 without a journal: see below)")
     ns = ap.parse_args()
     if ns.source is not None and not ns.pack_unpack_only:
         ap.error("--source needs --pack-unpack-only")
@@ -473,7 +477,10 @@ def main() -> int:
         finally:
             server.stop()
     finally:
-        shutil.rmtree(work, ignore_errors=True)
+        if ns.keep_work:
+            print(f"work folder kept: {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
     return report(results, load_before, ok, "fleet.json")
 
 

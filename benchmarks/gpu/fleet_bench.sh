@@ -5,7 +5,8 @@
 # Run on the device from the repo root with carry [".gpu-stage/f"]: wheels the image lacks
 # (zstandard, cryptography, cffi, pycparser, msgspec, platformdirs for Python 3.12) and,
 # where the image has no `zstd`, this machine's zstd binary and its liblz4. Steps by $STEPS (default all):
-#   fleet:COPIES  bench_fleet --pack-unpack-only --copies COPIES --repeat $REPEAT
+#   fleet:COPIES  bench_fleet --pack-unpack-only --copies COPIES --repeat $REPEAT (KEEP=1: its
+#                 work folder is left, so a next step is not timed after its deletion)
 #   prune:FILES   bench_prune --files FILES --repeat $REPEAT (the real entries' sizes)
 #   prunebig:FILES  the same with --entry-files 1000 (entries of ~1,000 files)
 #   phases:COPIES  benchmarks/unpack_phases.py: where an unpack of COPIES starts spends its time
@@ -63,7 +64,8 @@ for step in $STEPS; do
     rc=-
     case $what in
         fleet) timeout 560 $V/bin/python benchmarks/bench_fleet.py --pack-unpack-only --source $S \
-                   --force-unpack --copies "$n" --repeat "$REPEAT" > "$OUT/fleet-$n.txt" 2>&1; rc=$?
+                   --force-unpack --copies "$n" --repeat "$REPEAT" ${KEEP:+--keep-work} \
+                   > "$OUT/fleet-$n.txt" 2>&1; rc=$?
                cp .bench/fleet-pack-unpack.json "$OUT/fleet-$n.json" 2>/dev/null ;;
         prune) timeout 560 $V/bin/python benchmarks/bench_prune.py --template-root examples/sample_cache \
                    --files "$n" --repeat "$REPEAT" > "$OUT/prune-$n.txt" 2>&1; rc=$?
