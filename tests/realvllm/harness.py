@@ -11,11 +11,13 @@ only copy of the truth: this file is the generator.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import time
@@ -356,7 +358,20 @@ def rpc_dir() -> Path | None:
     if len(os.fsencode(path)) + 1 + 36 > 107:
         return None
     path.mkdir(parents=True, exist_ok=True)
+    _forget_old_sockets(path)
     return path
+
+
+@functools.cache
+def _forget_old_sockets(path: Path) -> None:
+    """Once a process: the sockets of starts that ended over an hour ago (a test's vLLM lives
+    minutes; ~130 are left by a suite's killed starts and servers)."""
+    old = time.time() - 3600
+    for p in path.iterdir():
+        with contextlib.suppress(OSError):
+            st = p.lstat()
+            if stat.S_ISSOCK(st.st_mode) and st.st_mtime < old:
+                p.unlink()
 
 
 def start_env(vllm_root: Path, start: Start) -> dict[str, str]:
