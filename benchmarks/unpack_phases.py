@@ -7,15 +7,17 @@ the final flush, with the process's CPU seconds (all threads; forked readers apa
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import os
+import pickle
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +96,83 @@ def report_vs_tar(runs: dict[str, list[tuple[float, float]]], width: int) -> Non
               f"vs tar -x; sync -f {tsync / w:.2f}x")
 
 
+class Timeline:
+    """Marks inside an unpack by frames (``--timeline``): the workers forked, the manifest read
+    in full, each chunk's answers asked for and got (the parent waited between the two), and
+    the parent's unpickling of them. Installed once, around ``frame_read``'s own names."""
+
+    def __init__(self) -> None:
+        self.t0 = 0.0
+        self.marks: list[tuple[float, str]] = []
+        self.waits: list[tuple[float, float]] = []
+        self.loads_s = 0.0
+        self.loads_bytes = 0
+        tl = self
+        # By name (setattr): frame_read's imports, not its API.
+        forked, parse, started = (getattr(frame_read, n) for n in (
+            "forked_workers", "parse_manifest", "started"))
+
+        @contextlib.contextmanager
+        def forked_workers(n: int) -> Iterator[Any]:
+            tl.mark(f"fork {n}")
+            with forked(n) as pool:
+                tl.mark("forked")
+                yield pool
+
+        def parse_manifest(*a: Any) -> Any:
+            tl.mark("manifest read")
+            try:
+                return parse(*a)
+            finally:
+                tl.mark("manifest read: done")
+
+        def watched(*a: Any) -> Iterator[Any]:
+            it = started(*a)
+            while True:
+                asked = time.perf_counter()
+                try:
+                    got = next(it)
+                except StopIteration:
+                    return
+                tl.waits.append((asked - tl.t0, time.perf_counter() - tl.t0))
+                yield got
+
+        class Pickle:
+            HIGHEST_PROTOCOL = pickle.HIGHEST_PROTOCOL
+            dumps = staticmethod(pickle.dumps)
+
+            @staticmethod
+            def loads(data: bytes) -> Any:
+                t = time.perf_counter()
+                try:
+                    return pickle.loads(data)
+                finally:
+                    tl.loads_s += time.perf_counter() - t
+                    tl.loads_bytes += len(data)
+
+        for name, fn in (("forked_workers", forked_workers), ("parse_manifest", parse_manifest),
+                         ("started", watched), ("pickle", Pickle)):
+            setattr(frame_read, name, fn)
+
+    def start(self, t0: float) -> None:
+        self.t0, self.loads_s, self.loads_bytes = t0, 0.0, 0
+        self.marks.clear()
+        self.waits.clear()
+
+    def mark(self, what: str) -> None:
+        self.marks.append((time.perf_counter() - self.t0, what))
+
+    def report(self) -> str:
+        out = [f"    {t:.3f} {what}" for t, what in self.marks]
+        if self.waits:
+            waited = sum(b - a for a, b in self.waits)
+            out.append(f"    {len(self.waits)} chunks: first answer {self.waits[0][1]:.3f}, "
+                       f"last {self.waits[-1][1]:.3f}; the parent waited {waited:.3f} s for "
+                       f"them; unpickled {self.loads_bytes / 1e6:.1f} MB in "
+                       f"{self.loads_s:.3f} s")
+        return "\n".join(out)
+
+
 def main() -> int:
     ap = phase_args(__doc__, "--writers", "writer threads")
     ap.add_argument("--one-stream", action="store_true",
@@ -107,7 +186,12 @@ def main() -> int:
     ap.add_argument("--tar", action="store_true",
                     help="also time `tar -x` of the same bundle and `tar -x; sync -f` each "
                          "round (the same-run references of bench_fleet)")
+    ap.add_argument("--timeline", action="store_true",
+                    help="also print, for each unpack, when the workers were forked, the "
+                         "manifest read in full, each chunk's answers asked for and got, and "
+                         "the seconds the parent spent unpickling them")
     args = ap.parse_args()
+    tl = Timeline() if args.timeline else None
     work, many = phase_tree(args, "unpack-phases")
     try:
         bundle = work / "b.tar.zst"
@@ -135,10 +219,14 @@ def main() -> int:
                 dst.mkdir()
                 spent.clear()
                 t, c = time.perf_counter(), time.process_time()
+                if tl is not None:
+                    tl.start(t)
                 api.unpack(bundle, root=dst, force=True)
                 wall, cpu = time.perf_counter() - t, time.process_time() - c
                 print(f"unpack {wall:.2f} s (CPU {cpu:.2f} s), {how}, {writers} writers: "
                       + ", ".join(f"{k} {v:.2f}" for k, v in spent.items()), flush=True)
+                if tl is not None:
+                    print(tl.report(), flush=True)
                 os.sync()  # dst kept to the end: see bench_fleet's unpack rows
             for sync in (False, True) if args.tar else ():
                 dst = work / f"t{i}-{sync}"
