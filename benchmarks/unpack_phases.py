@@ -186,6 +186,9 @@ def main() -> int:
     ap.add_argument("--tar", action="store_true",
                     help="also time `tar -x` of the same bundle and `tar -x; sync -f` each "
                          "round (the same-run references of bench_fleet)")
+    ap.add_argument("--by-bytes", action="store_true",
+                    help="also unpack with chunks of equal compressed bytes, not of equal "
+                         "frame counts (frame_read.CHUNK_BY_BYTES on), interleaved")
     ap.add_argument("--timeline", action="store_true",
                     help="also print, for each unpack, when the workers were forked, the "
                          "manifest read in full, each chunk's answers asked for and got, and "
@@ -201,21 +204,24 @@ def main() -> int:
             setattr(mod, name, timed(spent, getattr(mod, name)))
         shipped, cores = bundle_read.WRITERS, frame_read.FRAME_READ_CORES
         # Write-behind None: as shipped (where the workers leave cores idle).
-        runs: list[tuple[int, int, bool | None]] = [
-            (w, cores, None) for w in dict.fromkeys([shipped, *args.writers])]
-        runs += [(shipped, 1 << 30, None)] if args.one_stream else []
-        runs += [(shipped, cores, False)] if args.no_write_behind else []
-        runs += [(shipped, cores, True)] if args.write_behind else []
+        runs: list[tuple[int, int, bool | None, bool]] = [
+            (w, cores, None, False) for w in dict.fromkeys([shipped, *args.writers])]
+        runs += [(shipped, 1 << 30, None, False)] if args.one_stream else []
+        runs += [(shipped, cores, False, False)] if args.no_write_behind else []
+        runs += [(shipped, cores, True, False)] if args.write_behind else []
+        runs += [(shipped, cores, None, True)] if args.by_bytes else []
         for i in range(args.repeat):
             # Every other round in reverse order: a disk that slows down as the run goes on
             # (the device's does) favours no variant.
-            for writers, frame_cores, behind in runs if i % 2 == 0 else runs[::-1]:
+            for writers, frame_cores, behind, by_bytes in runs if i % 2 == 0 else runs[::-1]:
                 bundle_read.WRITERS = writers
                 frame_read.FRAME_READ_CORES = frame_cores
                 frame_read.WRITE_BEHIND = behind
+                frame_read.CHUNK_BY_BYTES = by_bytes
                 how = "by frames where it can" if frame_cores == cores else "one stream"
                 how += {None: "", True: ", write-behind", False: ", no write-behind"}[behind]
-                dst = work / f"u{i}-{writers}-{frame_cores}-{behind}"
+                how += ", chunks by bytes" if by_bytes else ""
+                dst = work / f"u{i}-{writers}-{frame_cores}-{behind}-{by_bytes}"
                 dst.mkdir()
                 spent.clear()
                 t, c = time.perf_counter(), time.process_time()
