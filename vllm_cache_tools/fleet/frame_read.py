@@ -223,7 +223,7 @@ CHUNK_BY_BYTES = False
 A bundle's frames differ ~15-fold in size (the bench's: 100 of ~335 KB compressed, then 100 of
 ~23 KB), so on the 16-core device's 8 workers 17 chunks of 6 heavy frames make 2.1 rounds, and
 the last heavy chunk may run while the others have little left (session 18's timeline: the
-parent's last answer 0.25 s after its first). Off until measured there
+parent's last answer 0.24-0.29 s after its first). Off until measured there
 (``unpack_phases.py --by-bytes``, ``fleet_bench.sh BY_BYTES=1``): on 2 cores the heavy-first
 order already balances the two workers."""
 
@@ -231,8 +231,8 @@ order already balances the two workers."""
 def frame_chunks(sizes: Sequence[int], count: int, first: int = 0) -> list[list[int]]:
     """The frames ``first, first + 1, ...`` (``sizes``: their lengths) in order, in about
     ``count`` chunks of about equal bytes (with :data:`CHUNK_BY_BYTES`; else of equal frame
-    counts): a chunk ends once it holds its share, so no chunk is empty and a frame larger than
-    a share is a chunk of its own."""
+    counts). A chunk is closed before a frame that would take it past its share by more than
+    half that frame, so no chunk is empty and none passes its share by more than half a frame."""
     if not sizes:
         return []
     count = max(1, count)
