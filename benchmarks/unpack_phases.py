@@ -127,7 +127,11 @@ class Timeline:
                 tl.mark("manifest read: done")
 
         def watched(*a: Any) -> Iterator[Any]:
-            it = started(*a)
+            # The tasks handed over now, as frame_read's call does (a generator function
+            # would hand them over at the first answer asked for, after the manifest's read).
+            return answers(started(*a))
+
+        def answers(it: Iterator[Any]) -> Iterator[Any]:
             while True:
                 asked = time.perf_counter()
                 try:
@@ -150,14 +154,31 @@ class Timeline:
                     tl.loads_s += time.perf_counter() - t
                     tl.loads_bytes += len(data)
 
+        # Each chunk's worker, start and end, appended by the worker to a file (it is forked:
+        # nothing it holds comes back otherwise). Pickled by name for the pool, so it takes
+        # frame_read._frames' name there.
+        self.chunk_log = Path(tempfile.mkstemp(prefix="unpack-chunks-")[1])
+        frames = frame_read._frames
+
+        def timed_frames(chunk: Any) -> Any:
+            t = time.perf_counter()
+            try:
+                return frames(chunk)
+            finally:
+                with open(tl.chunk_log, "a") as f:
+                    f.write(f"{os.getpid()} {t - tl.t0:.4f} {time.perf_counter() - tl.t0:.4f} "
+                            f"{len(chunk)}\n")
+
+        timed_frames.__module__, timed_frames.__qualname__ = frames.__module__, "_frames"
         for name, fn in (("forked_workers", forked_workers), ("parse_manifest", parse_manifest),
-                         ("started", watched), ("pickle", Pickle)):
+                         ("started", watched), ("pickle", Pickle), ("_frames", timed_frames)):
             setattr(frame_read, name, fn)
 
     def start(self, t0: float) -> None:
         self.t0, self.loads_s, self.loads_bytes = t0, 0.0, 0
         self.marks.clear()
         self.waits.clear()
+        self.chunk_log.write_text("")
 
     def mark(self, what: str) -> None:
         self.marks.append((time.perf_counter() - self.t0, what))
@@ -170,6 +191,15 @@ class Timeline:
                        f"last {self.waits[-1][1]:.3f}; the parent waited {waited:.3f} s for "
                        f"them; unpickled {self.loads_bytes / 1e6:.1f} MB in "
                        f"{self.loads_s:.3f} s")
+        rows = [line.split() for line in self.chunk_log.read_text().splitlines()]
+        by: dict[str, list[tuple[float, float]]] = {}
+        for pid, a, b, _ in rows:
+            by.setdefault(pid, []).append((float(a), float(b)))
+        for k, spans in enumerate(sorted(by.values(), key=lambda x: x[0])):
+            busy = sum(b - a for a, b in spans)
+            out.append(f"    worker {k}: {len(spans)} chunks, {spans[0][0]:.3f}-{spans[-1][1]:.3f}"
+                       f", busy {busy:.3f} s; chunks " + " ".join(
+                           f"{b - a:.3f}" for a, b in spans))
         return "\n".join(out)
 
 
@@ -186,9 +216,6 @@ def main() -> int:
     ap.add_argument("--tar", action="store_true",
                     help="also time `tar -x` of the same bundle and `tar -x; sync -f` each "
                          "round (the same-run references of bench_fleet)")
-    ap.add_argument("--by-bytes", action="store_true",
-                    help="also unpack with chunks of equal compressed bytes, not of equal "
-                         "frame counts (frame_read.CHUNK_BY_BYTES on), interleaved")
     ap.add_argument("--timeline", action="store_true",
                     help="also print, for each unpack, when the workers were forked, the "
                          "manifest read in full, each chunk's answers asked for and got, and "
@@ -204,24 +231,21 @@ def main() -> int:
             setattr(mod, name, timed(spent, getattr(mod, name)))
         shipped, cores = bundle_read.WRITERS, frame_read.FRAME_READ_CORES
         # Write-behind None: as shipped (where the workers leave cores idle).
-        runs: list[tuple[int, int, bool | None, bool]] = [
-            (w, cores, None, False) for w in dict.fromkeys([shipped, *args.writers])]
-        runs += [(shipped, 1 << 30, None, False)] if args.one_stream else []
-        runs += [(shipped, cores, False, False)] if args.no_write_behind else []
-        runs += [(shipped, cores, True, False)] if args.write_behind else []
-        runs += [(shipped, cores, None, True)] if args.by_bytes else []
+        runs: list[tuple[int, int, bool | None]] = [
+            (w, cores, None) for w in dict.fromkeys([shipped, *args.writers])]
+        runs += [(shipped, 1 << 30, None)] if args.one_stream else []
+        runs += [(shipped, cores, False)] if args.no_write_behind else []
+        runs += [(shipped, cores, True)] if args.write_behind else []
         for i in range(args.repeat):
             # Every other round in reverse order: a disk that slows down as the run goes on
             # (the device's does) favours no variant.
-            for writers, frame_cores, behind, by_bytes in runs if i % 2 == 0 else runs[::-1]:
+            for writers, frame_cores, behind in runs if i % 2 == 0 else runs[::-1]:
                 bundle_read.WRITERS = writers
                 frame_read.FRAME_READ_CORES = frame_cores
                 frame_read.WRITE_BEHIND = behind
-                frame_read.CHUNK_BY_BYTES = by_bytes
                 how = "by frames where it can" if frame_cores == cores else "one stream"
                 how += {None: "", True: ", write-behind", False: ", no write-behind"}[behind]
-                how += ", chunks by bytes" if by_bytes else ""
-                dst = work / f"u{i}-{writers}-{frame_cores}-{behind}-{by_bytes}"
+                dst = work / f"u{i}-{writers}-{frame_cores}-{behind}"
                 dst.mkdir()
                 spent.clear()
                 t, c = time.perf_counter(), time.process_time()
@@ -246,6 +270,8 @@ def main() -> int:
                 os.sync()
     finally:
         shutil.rmtree(work, ignore_errors=True)
+        if tl is not None:
+            tl.chunk_log.unlink(missing_ok=True)
     return 0
 
 

@@ -113,37 +113,17 @@ def test_frames_place_what_the_one_stream_reader_places(
     assert {p.action for p in by_frames.placements} == {"placed"}
     assert {p.proof for p in by_frames.placements} <= {"proven", "linked"}
     assert _tree(tmp_path / "a") == _tree(tmp_path / "b") == _tree(tmp_path / "root")
-    # Chunks of equal bytes (frame_read.CHUNK_BY_BYTES, off until measured on 16 cores)
-    # place the same entries, every one read by the workers.
-    monkeypatch.setattr(frame_read, "FRAME_READ_CORES", workers)
-    monkeypatch.setattr(frame_read, "CHUNK_BY_BYTES", True)
-    by_bytes = api.unpack(bundle, root=tmp_path / "c", force=True)
-    assert framed == [workers, workers] and handed[2] == len(by_bytes.manifest.entries)
-    assert [(p.key, p.action, p.proof) for p in by_bytes.placements] == \
-        [(p.key, p.action, p.proof) for p in by_frames.placements]
-    assert _tree(tmp_path / "c") == _tree(tmp_path / "root")
 
 
-def test_frames_are_handed_out_in_order_in_chunks_of_counts_or_of_bytes(
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    # The bench bundles' shape: heavy frames (AOT entries), then light ones.
-    sizes = [335_000] * 100 + [23_000] * 100
-    assert frame_read.CHUNK_BY_BYTES is False  # as measured (session 18)
-    by_count = frame_read.frame_chunks(sizes, 32, first=1)
-    assert by_count == [list(range(j + 1, min(j + 6, 200) + 1)) for j in range(0, 200, 6)]
-    monkeypatch.setattr(frame_read, "CHUNK_BY_BYTES", True)
-    for count in (8, 32, 1000):
-        chunks = frame_read.frame_chunks(sizes, count, first=1)
-        assert [i for c in chunks for i in c] == list(range(1, 201))  # in order, each once
+def test_frames_are_handed_out_in_order_in_chunks_of_equal_counts() -> None:
+    # The bench bundles' shape: 200 entry frames after the manifest's.
+    chunks = frame_read.frame_chunks(200, 32, first=1)
+    assert chunks == [list(range(j + 1, min(j + 6, 200) + 1)) for j in range(0, 200, 6)]
+    for frames, count in ((200, 8), (3, 32), (7, 0), (1, 1)):
+        chunks = frame_read.frame_chunks(frames, count, first=1)
+        assert [i for c in chunks for i in c] == list(range(1, frames + 1))  # in order, once
         assert all(chunks)
-        share = sum(sizes) / count
-        assert all(sum(sizes[i - 1] for i in c) <= max(share + 335_000 / 2, 335_000)
-                   for c in chunks)
-    chunks = frame_read.frame_chunks(sizes, 32, first=1)
-    assert len(chunks) == 36 and {len(c) for c in chunks[:33]} == {3}  # heavy: 3 a chunk
-    assert frame_read.frame_chunks([10**9, 1, 1], 3) == [[0], [1, 2]]  # a giant alone
-    assert frame_read.frame_chunks([], 4) == []
-    assert frame_read.frame_chunks([5], 0) == [[0]]
+    assert frame_read.frame_chunks(0, 4) == []
 
 
 def _tampered(frame: bytes) -> bytes:

@@ -12,8 +12,7 @@
 #   phases:COPIES  benchmarks/unpack_phases.py: where an unpack of COPIES starts spends its time
 #                  (and with $WRITERS, e.g. "2 8 16", as many writer threads each in turn;
 #                  ONE_STREAM=1, NO_WB=1: also by one stream / without write-behind, interleaved;
-#                  TAR=1: tar -x and tar -x; sync -f of the same bundle each round; TL=1: --timeline;
-#                  BY_BYTES=1: also with chunks of equal compressed bytes)
+#                  TAR=1: tar -x and tar -x; sync -f of the same bundle each round; TL=1: --timeline)
 #   packphases:COPIES  benchmarks/pack_phases.py --profile: where a first pack of COPIES starts
 #                  spends its time (and with $FRAME_WORKERS, as many frame workers each in turn)
 #   afterwarm:COPIES  benchmarks/pack_after_warm.py: warm's preparation, the pack after it, a
@@ -76,7 +75,7 @@ for step in $STEPS; do
                    > "$OUT/prunebig-$n.txt" 2>&1; rc=$?
                cp .bench/prune.json "$OUT/prunebig-$n.json" 2>/dev/null ;;
         phases) timeout 560 $V/bin/python benchmarks/unpack_phases.py --source $S --copies "$n" \
-                   --repeat "$REPEAT" ${WRITERS:+--writers $WRITERS} ${ONE_STREAM:+--one-stream} ${NO_WB:+--no-write-behind} ${TAR:+--tar} ${TL:+--timeline} ${BY_BYTES:+--by-bytes} > "$OUT/phases-$n.txt" 2>&1; rc=$? ;;
+                   --repeat "$REPEAT" ${WRITERS:+--writers $WRITERS} ${ONE_STREAM:+--one-stream} ${NO_WB:+--no-write-behind} ${TAR:+--tar} ${TL:+--timeline} > "$OUT/phases-$n.txt" 2>&1; rc=$? ;;
         workers) timeout 560 $V/bin/python benchmarks/unpack_workers.py --source $S --copies "$n" \
                    --repeat "$REPEAT" --workers ${WORKERS:-16 8 4} > "$OUT/workers-$n.txt" 2>&1; rc=$? ;;
         afterwarm) timeout 560 $V/bin/python benchmarks/pack_after_warm.py --source $S --copies "$n" \

@@ -217,39 +217,19 @@ def _one_frame(job: _Job, i: int) -> tuple[FrameDone, list[Read]]:
 
 CHUNKS_PER_WORKER = 4
 """The frames are handed out in about this many chunks per worker, in order, each to the next
-worker free: one chunk's answers cross as one pickle."""
-CHUNK_BY_BYTES = False
-"""Chunks of about equal compressed bytes (:func:`frame_chunks`) instead of equal frame counts.
-A bundle's frames differ ~15-fold in size (the bench's: 100 of ~335 KB compressed, then 100 of
-~23 KB), so on the 16-core device's 8 workers 17 chunks of 6 heavy frames make 2.1 rounds, and
-the last heavy chunk may run while the others have little left (session 18's timeline: the
-parent's last answer 0.24-0.29 s after its first). Off until measured there
-(``unpack_phases.py --by-bytes``, ``fleet_bench.sh BY_BYTES=1``): on 2 cores the heavy-first
-order already balances the two workers."""
+worker free: one chunk's answers cross as one pickle. Chunks hold equal counts of frames.
+Chunks of equal compressed bytes were slower on the 16-core device (275 MB: 0.76-0.89 s
+against 0.64-0.85 s, 3 interleaved rounds; docs/benchmarks.md, issue 27 session 19): a
+bundle's light frames are its AOT entries, whose proof reads cost more than their bytes say,
+and they ended in two long chunks. Equal counts come within ~5% of an even spread of the
+measured per-frame times over 8 workers."""
 
 
-def frame_chunks(sizes: Sequence[int], count: int, first: int = 0) -> list[list[int]]:
-    """The frames ``first, first + 1, ...`` (``sizes``: their lengths) in order, in about
-    ``count`` chunks of about equal bytes (with :data:`CHUNK_BY_BYTES`; else of equal frame
-    counts). A chunk is closed before a frame that would take it past its share by more than
-    half that frame, so no chunk is empty and none passes its share by more than half a frame."""
-    if not sizes:
-        return []
-    count = max(1, count)
-    if not CHUNK_BY_BYTES:
-        k = max(1, len(sizes) // count)
-        return [list(range(first + j, first + min(j + k, len(sizes))))
-                for j in range(0, len(sizes), k)]
-    share = sum(sizes) / count
-    chunks: list[list[int]] = [[]]
-    held = 0
-    for i, size in enumerate(sizes):
-        if chunks[-1] and held + size / 2 > share:
-            chunks.append([])
-            held = 0
-        chunks[-1].append(first + i)
-        held += size
-    return chunks
+def frame_chunks(frames: int, count: int, first: int = 0) -> list[list[int]]:
+    """The frames ``first, first + 1, ...`` (``frames`` of them) in order, in about ``count``
+    chunks of equal frame counts (the last may be shorter)."""
+    k = max(1, frames // max(1, count))
+    return [list(range(first + j, first + min(j + k, frames))) for j in range(0, frames, k)]
 
 
 WRITE_BEHIND: bool | None = None
@@ -329,8 +309,7 @@ def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int,
                 answers)
     try:
         with forked_workers(n) as pool:
-            chunks = frame_chunks([length for _, length in extents[1:]], n * CHUNKS_PER_WORKER,
-                                  first=1)
+            chunks = frame_chunks(len(extents) - 1, n * CHUNKS_PER_WORKER, first=1)
             done = started(pool, _frames, chunks, 1) if pool is not None \
                 else map(_frames, chunks)
             m = parse_manifest(raw, path)
@@ -366,7 +345,7 @@ def _extract(fd: int, path: Path, staging: Staging, extents: Sequence[tuple[int,
     return m
 
 
-__all__ = ["CHUNKS_PER_WORKER", "CHUNK_BY_BYTES", "FRAME_READ_CORES", "FRAME_READ_WORKERS",
+__all__ = ["CHUNKS_PER_WORKER", "FRAME_READ_CORES", "FRAME_READ_WORKERS",
            "MAX_BLOCKS_BASE", "MIN_BLOCK_BYTES",
            "WRITE_BEHIND", "WRITE_BEHIND_SPARE", "FrameDone", "extract_framed", "frame_chunks",
            "frame_extents", "write_behind"]
