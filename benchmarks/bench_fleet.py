@@ -90,13 +90,17 @@ def best(fn: Callable[[], object], repeat: int, before: Callable[[], None] | Non
 def interleaved(cases: dict[str, tuple[Callable[[], object], Callable[[], None] | None]],
                 repeat: int) -> dict[str, float]:
     """Median wall time of each case, the cases run in turn ``repeat`` times (a load spike
-    hits all of them alike); the median CPU time goes to ``CPU[label]``."""
+    hits all of them alike); the median CPU time goes to ``CPU[label]``. Each case starts with
+    nothing left to write back (``sync``, untimed): a bare ``tar -x`` leaves its whole tree
+    dirty, and the next case's flush (``tar -x; sync -f``'s, unpack's ``syncfs``) wrote it
+    too."""
     times: dict[str, list[float]] = {k: [] for k in cases}
     cpu: dict[str, list[float]] = {k: [] for k in cases}
     for _ in range(repeat):
         for label, (fn, before) in cases.items():
             if before is not None:
                 before()
+            os.sync()
             c0 = _cpu_now()
             t0 = time.perf_counter()
             fn()

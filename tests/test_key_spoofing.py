@@ -330,3 +330,29 @@ def test_pull_places_a_linked_key_only_with_a_way_out(store_url: str, tmp_path: 
     by_key = {p["key"]: p for p in json.loads(res.stdout)["placements"]}
     assert (by_key[AOT]["action"], by_key[AOT]["key_proof"]) == ("placed", "linked")
     assert _placed(root) == {BACKEND, AOT}
+
+
+def test_a_proof_of_the_cut_read_unpack_workers_send_is_the_proof_of_the_full_read() -> None:
+    """Unpack's frame workers send the parent their deep reads cut to what the proofs read
+    (key_proof.read_staged: entry_proof.proof_view); every proof must stay what the full read
+    gives, here on the sample's real entries, each with and without its backend siblings."""
+    from benchmarks.bench_fleet import entry_dirs
+    from vllm_cache_tools.keys.entry_proof import PROOF_MANIFEST_KEYS, proof_view, prove_entry
+    from vllm_cache_tools.store.entries import read_entry
+
+    full = [read_entry(p, deep=True) for p in entry_dirs(SAMPLE)]
+    cut = [proof_view(e) for e in full]
+    # Something is cut: the recorder's manifests hold far more than the proofs read.
+    assert any(set(m.data) - set(PROOF_MANIFEST_KEYS) for e in full for m in e.manifests)
+    assert all(set(m.data) <= set(PROOF_MANIFEST_KEYS) for e in cut for m in e.manifests)
+    assert {e.layout for e in full} == {"backend", "aot"}
+    seen = set()
+    for f, c in zip(full, cut, strict=True):
+        for with_siblings in (True, False):
+            backends_f = [b for b in full if b.layout == "backend"] if with_siblings else []
+            backends_c = [b for b in cut if b.layout == "backend"] if with_siblings else []
+            for vers in ((), ("0.32.0",)):
+                a = prove_entry(f, backends_f, versions=vers)
+                assert prove_entry(c, backends_c, versions=vers) == a
+                seen.add(a.status)
+    assert "proven" in seen

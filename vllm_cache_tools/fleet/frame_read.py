@@ -255,6 +255,22 @@ def write_behind(cores: int, workers: int) -> bool:
     return cores >= WRITE_BEHIND_SPARE * workers
 
 
+def _sha512_meanwhile(data: bytes) -> Callable[[], bytes]:
+    """The SHA-512 of ``data``, hashed by a thread of its own (``hashlib`` lets go of the GIL)
+    while this one reads the manifest's file list: the result's call waits for the thread.
+    ~17 ms for the bench's 10 MB manifest, off the unpack's path before its workers start."""
+    out: list[bytes] = []
+    t = threading.Thread(target=lambda: out.append(hashlib.sha512(data).digest()),
+                         name="manifest-digest", daemon=True)
+    t.start()
+
+    def result() -> bytes:
+        t.join()
+        return out[0] if out else hashlib.sha512(data).digest()
+
+    return result
+
+
 def extract_framed(path: Path, staging: Staging, on_bytes: Callable[[int], None] | None,
                    on_manifest: Callable[[BundleManifest], None] | None,
                    on_head: OnHead | None, on_sizes: OnSizes | None) -> BundleManifest | None:
@@ -282,11 +298,15 @@ def extract_framed(path: Path, staging: Staging, on_bytes: Callable[[int], None]
             raw, sig, after = read_raw_head(tar, path)
             if after is not None or rest_of_stream(tar, path):
                 return None  # not a head frame as pack writes it
-        listed = manifest_files(raw)
+        digest = _sha512_meanwhile(raw) if on_head is not None else None
+        try:
+            listed = manifest_files(raw)
+        finally:
+            head = digest() if digest is not None else b""  # its thread ended: none left
         if listed is None:
             return None
         if on_head is not None:
-            on_head(hashlib.sha512(raw).digest(), sig)
+            on_head(head, sig)
         if on_sizes is not None:
             on_sizes(sum(f.size for f in listed.files.values()), len(listed.files))
         return _extract(fd, path, staging, extents, raw, listed,

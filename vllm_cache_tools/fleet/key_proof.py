@@ -26,6 +26,7 @@ from vllm_cache_tools.keys.entry_proof import (
     PROVEN,
     UNPROVEN,
     KeyProof,
+    proof_view,
     prove_aot,
     prove_backend,
 )
@@ -121,8 +122,10 @@ def prove_records(staged_root: Path, vllm_root: Path, records: Sequence[EntryRec
 
 def read_staged(path: Path) -> Entry | None:
     """The deep read of the staged entry folder at ``path``, as :func:`prove_records` reads
-    it (``None`` where it is no folder or cannot be read)."""
-    return deep_read(layout_at(path), path) if _is_folder(path) else None
+    it, cut to what the proofs need of it (:func:`.entry_proof.proof_view`: it crosses from a
+    worker process); ``None`` where it is no folder or cannot be read."""
+    e = deep_read(layout_at(path), path) if _is_folder(path) else None
+    return None if e is None else proof_view(e)
 
 
 def _read(path: Path) -> Entry | None:

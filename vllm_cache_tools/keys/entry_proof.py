@@ -31,7 +31,7 @@ probe gives this host's Inductor factors). Pure functions over read entries
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from vllm_cache_tools.keys.recipes import (
     aot_key,
@@ -274,6 +274,24 @@ def same_start(backend: Entry, aot: Entry, *, backend_env_hash: str | None = Non
     return env == (backend_env_hash or env_hash_from_factors(f.env))
 
 
+PROOF_MANIFEST_KEYS = ("key_parts", "forward", "versions")
+"""What the proofs here read of a recorder manifest's data (:func:`prove_aot`,
+:func:`manifest_parts`, :func:`same_start`); the rest (config, env, the recorded start) is
+~45 KB an entry."""
+
+
+def proof_view(e: Entry) -> Entry:
+    """``e`` with its recorder manifests' data cut to :data:`PROOF_MANIFEST_KEYS`: every proof
+    here gives the same verdict on it. Unpack's frame workers send their deep reads to the
+    parent so (the bench's 100 starts: the parent unpickled 25 MB of them, most of it the
+    manifests' small objects)."""
+    if not e.manifests:
+        return e
+    return replace(e, manifests=tuple(
+        replace(m, data={k: m.data[k] for k in PROOF_MANIFEST_KEYS if k in m.data})
+        for m in e.manifests))
+
+
 def prove_entry(e: Entry, backends: Iterable[Entry], *, versions: Sequence[str] = (),
                 inductor: Sequence[str] = ()) -> KeyProof:
     """The proof of one entry read in full; ``backends``: backend entries (read in full) that
@@ -292,5 +310,6 @@ def prove_entry(e: Entry, backends: Iterable[Entry], *, versions: Sequence[str] 
     return prove_aot(e, sibs, versions=versions, inductor=inductor)
 
 
-__all__ = ["LINKED", "MISMATCH", "PLACEABLE", "PROVEN", "UNPROVEN", "KeyProof",
-           "manifest_parts", "prove_aot", "prove_backend", "prove_entry", "same_start"]
+__all__ = ["LINKED", "MISMATCH", "PLACEABLE", "PROOF_MANIFEST_KEYS", "PROVEN", "UNPROVEN",
+           "KeyProof", "manifest_parts", "proof_view", "prove_aot", "prove_backend",
+           "prove_entry", "same_start"]
