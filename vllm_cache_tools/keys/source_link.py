@@ -137,13 +137,13 @@ def linked_aot_entries(backend: Entry, aot_entries: Iterable[Entry]) -> list[str
 class SourceLinker:
     """:func:`linked_aot_entries` one pair at a time, for many pairs (every AOT entry of a
     bundle against every backend entry): each backend entry's graph files, each (graph
-    files, AOT entry) install prefix and each (AOT entry, prefix) set of code hashes worked
+    files, traced modules) install prefix and each (AOT entry, prefix) set of code hashes worked
     out once, where hashing the traced sources per pair made unpacking 100 starts cost
     10,000 source hashings. Entries are told apart by identity (kept alive here)."""
 
     def __init__(self) -> None:
         self._graphs: dict[int, tuple[Entry, tuple[str, ...]]] = {}
-        self._prefixes: dict[tuple[tuple[str, ...], int], str | None] = {}
+        self._prefixes: dict[tuple[tuple[str, ...], tuple[str, ...]], str | None] = {}
         self._hashes: dict[tuple[int, str], tuple[Entry, frozenset[str]]] = {}
         self._layouts: LayoutHashes = {}
 
@@ -170,9 +170,10 @@ class SourceLinker:
         info = aot.aot_info
         if info is None:
             return frozenset()
-        pk = (graph, id(aot))
+        modules = tuple(s.module for s in info.inlined_sources)
+        pk = (graph, modules)  # the starts of one model trace the same modules
         if pk not in self._prefixes:
-            self._prefixes[pk] = install_prefix(graph, (s.module for s in info.inlined_sources))
+            self._prefixes[pk] = install_prefix(graph, modules)
         prefix = self._prefixes[pk]
         if prefix is None:
             return frozenset()
