@@ -21,12 +21,15 @@
 #                  the floor they give on these cores against tar, and a real first pack
 #   durable:COPIES  benchmarks/unpack_workers.py --not-durable: unpack as shipped and without
 #                  its writeback and syncfs, against tar -x and tar -x; sync -f
+#   ab:COPIES     benchmarks/gpu/unpack_ab.py: unpack by the package tree carried in .gpu-stage/old
+#                 (carry it too) against this one, interleaved, $REPEAT rounds (default 3; 6 is
+#                 better), with tar -x and tar -x; sync -f
 #   workers:COPIES  benchmarks/unpack_workers.py: unpack as shipped and by frames with $WORKERS
 #                  forked workers each in turn (default "16 8 4"), against tar -x and tar -x; sync -f
 # A second call on a warm machine reuses the venv in /tmp/v.
 set -u
 T0=$(date +%s); REPO=$PWD; F=$REPO/.gpu-stage/f; V=/tmp/v; S=/tmp/src
-REPEAT=${REPEAT:-3}; STEPS=${STEPS:-"fleet:100 prune:100000 prunebig:100000 fleet:360"}
+REPEAT=${REPEAT:-3}; STEPS=${STEPS-"fleet:100 prune:100000 prunebig:100000 fleet:360"}  # STEPS= (empty): install only
 say() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/steps.txt"; }
 if [ ! -f $V/installed ]; then
     say "install"; rm -rf $V
@@ -76,6 +79,8 @@ for step in $STEPS; do
                cp .bench/prune.json "$OUT/prunebig-$n.json" 2>/dev/null ;;
         phases) timeout 560 $V/bin/python benchmarks/unpack_phases.py --source $S --copies "$n" \
                    --repeat "$REPEAT" ${WRITERS:+--writers $WRITERS} ${ONE_STREAM:+--one-stream} ${NO_WB:+--no-write-behind} ${TAR:+--tar} ${TL:+--timeline} > "$OUT/phases-$n.txt" 2>&1; rc=$? ;;
+        ab) timeout 560 $V/bin/python benchmarks/gpu/unpack_ab.py .gpu-stage/old . --source $S \
+                   --copies "$n" --repeat "$REPEAT" > "$OUT/ab-$n.txt" 2>&1; rc=$? ;;
         workers) timeout 560 $V/bin/python benchmarks/unpack_workers.py --source $S --copies "$n" \
                    --repeat "$REPEAT" --workers ${WORKERS:-16 8 4} > "$OUT/workers-$n.txt" 2>&1; rc=$? ;;
         afterwarm) timeout 560 $V/bin/python benchmarks/pack_after_warm.py --source $S --copies "$n" \
