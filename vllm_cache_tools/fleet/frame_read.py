@@ -257,8 +257,10 @@ def write_behind(cores: int, workers: int) -> bool:
 
 def _sha512_meanwhile(data: bytes) -> Callable[[], bytes]:
     """The SHA-512 of ``data``, hashed by a thread of its own (``hashlib`` lets go of the GIL)
-    while this one reads the manifest's file list: the result's call waits for the thread.
-    ~17 ms for the bench's 10 MB manifest, off the unpack's path before its workers start."""
+    while this one reads the manifest's file list: the result's call waits for the thread
+    (ended then: the workers are forked only where no other thread runs). For the bench's
+    12.5 MB manifest both took 40 ms one after the other, 25 ms so (docs/benchmarks.md, issue
+    27 session 19)."""
     out: list[bytes] = []
     t = threading.Thread(target=lambda: out.append(hashlib.sha512(data).digest()),
                          name="manifest-digest", daemon=True)
