@@ -220,9 +220,9 @@ CHUNKS_PER_WORKER = 4
 worker free: one chunk's answers cross as one pickle. Chunks hold equal counts of frames.
 Chunks of equal compressed bytes were slower on the 16-core device (275 MB: 0.76-0.89 s
 against 0.64-0.85 s, 3 interleaved rounds; docs/benchmarks.md, issue 27 session 19): a
-bundle's light frames are its AOT entries, whose proof reads cost more than their bytes say,
-and they ended in two long chunks. Equal counts come within ~5% of an even spread of the
-measured per-frame times over 8 workers."""
+bundle's light frames (the bench's backend entries: 3 small files each, read whole for the
+proof) cost more than their bytes say, and they ended in two long chunks. Equal counts come
+within ~5% of an even spread of the measured per-frame times over 8 workers."""
 
 
 def frame_chunks(frames: int, count: int, first: int = 0) -> list[list[int]]:
