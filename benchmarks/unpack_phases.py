@@ -157,7 +157,9 @@ class Timeline:
         # Each chunk's worker, start and end, appended by the worker to a file (it is forked:
         # nothing it holds comes back otherwise). Pickled by name for the pool, so it takes
         # frame_read._frames' name there.
-        self.chunk_log = Path(tempfile.mkstemp(prefix="unpack-chunks-")[1])
+        fd, log = tempfile.mkstemp(prefix="unpack-chunks-")
+        os.close(fd)
+        self.chunk_log = Path(log)
         frames = frame_read._frames
 
         def timed_frames(chunk: Any) -> Any:
